@@ -1,0 +1,259 @@
+/*
+ * tgl.h — the C API of the tgl engine.
+ *
+ * tgl is a symbolic numerical engine: arrays, graphs of tensor expressions,
+ * their derivatives, and compiled programs that run them.  This header is the
+ * whole engine for C users; the Lua layer (lua/tgl) binds exactly these
+ * declarations with LuaJIT FFI.
+ *
+ * A short tour:
+ *
+ *     #include <tgl.h>
+ *
+ *     tgl_ctx *ctx = tgl_ctx_new();          // error text, RNG and config live here
+ *     tgl_array *a = NULL, *b = NULL;
+ *     int64_t shape[2] = {2, 3};
+ *
+ *     tgl_ctx_manual_seed(ctx, 42);
+ *     if (tgl_array_randn(ctx, TGL_FLOAT32, 2, shape, 0.0, 1.0, &a) != TGL_OK)
+ *         fprintf(stderr, "%s\n", tgl_ctx_error(ctx));   // every call returns a status
+ *
+ *     float *p = a->data;                    // the descriptor is public: data,
+ *     p[0] = 1.0f;                           // shape, strides (in elements), dtype
+ *
+ *     tgl_array_transpose(ctx, a, NULL, &b); // a 3x2 view sharing a's storage
+ *     tgl_npy_save(ctx, "a.npy", a);         // NumPy's format, written atomically
+ *
+ *     tgl_array_release(a);                  // arrays are reference counted;
+ *     tgl_array_release(b);                  // storage goes when its last view goes
+ *     tgl_ctx_free(ctx);
+ *
+ * Conventions.  Every function that can fail returns a tgl_status and, on
+ * failure, leaves a message naming the function and the problem in its
+ * context (tgl_ctx_error).  Out-parameters are written only on success.
+ * Axes and indices count from 0 here, as C does; the Lua layer presents
+ * Lua's 1-based convention and translates at the boundary.  Strides count
+ * elements, not bytes.  Array memory is 64-byte aligned and owned by C.
+ */
+#ifndef TGL_H
+#define TGL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define TGL_API __attribute__((visibility("default")))
+#else
+#define TGL_API
+#endif
+
+#define TGL_VERSION_MAJOR 0
+#define TGL_VERSION_MINOR 1
+#define TGL_VERSION_PATCH 0
+#define TGL_VERSION "0.1.0"
+
+/* Most dimensions an array may have. */
+#define TGL_MAX_DIMS 8
+/* Alignment of every buffer tgl allocates, in bytes. */
+#define TGL_ALIGN 64
+
+/* Status codes.  TGL_OK is zero; everything else is an error. */
+typedef enum tgl_status {
+    TGL_OK = 0,
+    TGL_EINVAL,      /* a bad argument: wrong type, value out of range     */
+    TGL_ESHAPE,      /* shapes that do not fit together                    */
+    TGL_EDTYPE,      /* an unknown or unsupported dtype                    */
+    TGL_ENOMEM,      /* an allocation failed                               */
+    TGL_EIO,         /* a file could not be opened, read or written        */
+    TGL_EFORMAT,     /* a file's contents are corrupt or unsupported       */
+    TGL_EINTERRUPT,  /* stopped by an interrupt (Ctrl-C)                   */
+    TGL_EINTERNAL    /* a bug in tgl: please report it                     */
+} tgl_status;
+
+/* The six dtypes.  The order is part of the ABI. */
+typedef enum tgl_dtype {
+    TGL_FLOAT32 = 0,
+    TGL_FLOAT64,
+    TGL_INT32,
+    TGL_INT64,
+    TGL_UINT8,
+    TGL_BOOL,        /* one byte per element, 0 or 1 */
+    TGL_NDTYPES
+} tgl_dtype;
+
+/* ------------------------------------------------------------------------ */
+/* Context: error messages, the random generator, configuration.            */
+/* ------------------------------------------------------------------------ */
+
+typedef struct tgl_ctx tgl_ctx;
+
+/* A new context, or NULL when out of memory. */
+TGL_API tgl_ctx *tgl_ctx_new(void);
+/* Frees a context.  Arrays made through it stay valid. */
+TGL_API void tgl_ctx_free(tgl_ctx *ctx);
+/* The message of the last failed call made with ctx ("" if none). */
+TGL_API const char *tgl_ctx_error(const tgl_ctx *ctx);
+/* Sets the error message (printf-style) and returns st; for extensions. */
+TGL_API tgl_status tgl_ctx_set_error(tgl_ctx *ctx, tgl_status st, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+/* Clears the error message. */
+TGL_API void tgl_ctx_clear_error(tgl_ctx *ctx);
+/* Reseeds the context's generator: the counter restarts at zero. */
+TGL_API void tgl_ctx_manual_seed(tgl_ctx *ctx, uint64_t seed);
+/* The generator's seed and how many counter blocks it has used. */
+TGL_API void tgl_ctx_rng_state(const tgl_ctx *ctx, uint64_t *seed, uint64_t *offset);
+/* Restores a state returned by tgl_ctx_rng_state. */
+TGL_API void tgl_ctx_set_rng_state(tgl_ctx *ctx, uint64_t seed, uint64_t offset);
+/* Points the context at a flag that an interrupt handler sets to nonzero;
+ * long-running calls check it and fail with TGL_EINTERRUPT.  NULL detaches. */
+TGL_API void tgl_ctx_set_interrupt_flag(tgl_ctx *ctx, volatile int *flag);
+
+/* ------------------------------------------------------------------------ */
+/* Dtypes                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* "float32", ... for a dtype; NULL for an invalid one. */
+TGL_API const char *tgl_dtype_name(int dtype);
+/* The dtype named name (also accepts "float", "double", "int", "long",
+ * "byte"), or -1 when unknown. */
+TGL_API int tgl_dtype_from_name(const char *name);
+/* Bytes per element; 0 for an invalid dtype. */
+TGL_API size_t tgl_dtype_size(int dtype);
+
+/* ------------------------------------------------------------------------ */
+/* Arrays                                                                   */
+/* ------------------------------------------------------------------------ */
+
+typedef struct tgl_storage tgl_storage;
+
+/* An n-dimensional strided view of a reference-counted storage.  The fields
+ * are public for reading; change them only through the functions below. */
+typedef struct tgl_array {
+    void *data;                      /* address of element (0,...,0)        */
+    int64_t shape[TGL_MAX_DIMS];
+    int64_t strides[TGL_MAX_DIMS];   /* in elements; may be 0 or negative   */
+    int64_t size;                    /* number of elements                  */
+    int32_t ndim;
+    int32_t dtype_id;                /* a tgl_dtype                         */
+    int32_t refcount;                /* owners of this descriptor           */
+    int32_t flags;                   /* TGL_ARRAY_* bits                    */
+    tgl_storage *storage;
+} tgl_array;
+
+/* flags: the elements are laid out in C order with no gaps. */
+#define TGL_ARRAY_CONTIGUOUS 1
+
+/* A new array with uninitialized contents.  shape[i] >= 0; ndim 0 is a
+ * scalar. */
+TGL_API tgl_status tgl_array_empty(tgl_ctx *ctx, int dtype, int ndim, const int64_t *shape,
+                                   tgl_array **out);
+/* A new array filled with zeros. */
+TGL_API tgl_status tgl_array_zeros(tgl_ctx *ctx, int dtype, int ndim, const int64_t *shape,
+                                   tgl_array **out);
+/* A new array with every element set to value (converted to dtype). */
+TGL_API tgl_status tgl_array_full(tgl_ctx *ctx, int dtype, int ndim, const int64_t *shape,
+                                  double value, tgl_array **out);
+/* A 1-d array start, start+step, ... up to and including stop when it is
+ * reached exactly (the values of Lua's `for i = start, stop, step`). */
+TGL_API tgl_status tgl_array_arange(tgl_ctx *ctx, int dtype, double start, double stop,
+                                    double step, tgl_array **out);
+/* Uniform numbers in [lo, hi) from the context's counter-based generator. */
+TGL_API tgl_status tgl_array_rand(tgl_ctx *ctx, int dtype, int ndim, const int64_t *shape,
+                                  double lo, double hi, tgl_array **out);
+/* Normal numbers with the given mean and standard deviation. */
+TGL_API tgl_status tgl_array_randn(tgl_ctx *ctx, int dtype, int ndim, const int64_t *shape,
+                                   double mean, double std, tgl_array **out);
+
+/* Adds an owner to a. */
+TGL_API void tgl_array_retain(tgl_array *a);
+/* Drops an owner; the descriptor is freed with its last owner and the
+ * storage with its last descriptor.  NULL is ignored. */
+TGL_API void tgl_array_release(tgl_array *a);
+
+/* A view of a's storage with the given shape, strides (elements) and
+ * offset (elements from a->data).  Fails if any element falls outside the
+ * storage. */
+TGL_API tgl_status tgl_array_view(tgl_ctx *ctx, tgl_array *a, int ndim, const int64_t *shape,
+                                  const int64_t *strides, int64_t offset, tgl_array **out);
+/* The same elements with a new shape: a view when a is contiguous, a copy
+ * otherwise.  One entry of shape may be -1 and is then inferred. */
+TGL_API tgl_status tgl_array_reshape(tgl_ctx *ctx, tgl_array *a, int ndim, const int64_t *shape,
+                                     tgl_array **out);
+/* A view with axes permuted: axis i of the result is axis perm[i] of a.
+ * perm NULL reverses the axes. */
+TGL_API tgl_status tgl_array_transpose(tgl_ctx *ctx, tgl_array *a, const int *perm,
+                                       tgl_array **out);
+/* A new contiguous array holding a's elements converted to dtype. */
+TGL_API tgl_status tgl_array_copy(tgl_ctx *ctx, const tgl_array *a, int dtype, tgl_array **out);
+/* Copies src's elements into dst (same shape; dtypes may differ). */
+TGL_API tgl_status tgl_array_assign(tgl_ctx *ctx, tgl_array *dst, const tgl_array *src);
+/* Reads element idx[0..ndim-1] as a double. */
+TGL_API tgl_status tgl_array_get(tgl_ctx *ctx, const tgl_array *a, const int64_t *idx,
+                                 double *out);
+/* Writes value (converted to a's dtype) at element idx. */
+TGL_API tgl_status tgl_array_set(tgl_ctx *ctx, tgl_array *a, const int64_t *idx, double value);
+/* 1 when a is laid out in C order with no gaps. */
+TGL_API int tgl_array_is_contiguous(const tgl_array *a);
+/* 1 when a and b have the same dtype, shape and elements (bitwise for
+ * floats, so NaN payloads and -0.0 count). */
+TGL_API int tgl_array_equal_bits(const tgl_array *a, const tgl_array *b);
+/* Bytes of array storage currently alive in this process.  The Lua layer
+ * uses it to tell the garbage collector about memory it cannot see. */
+TGL_API int64_t tgl_memory_live_bytes(void);
+
+/* ------------------------------------------------------------------------ */
+/* Files: NumPy .npy and .npz                                               */
+/* ------------------------------------------------------------------------ */
+
+/* Writes a as a .npy file (C order).  Writes to a temporary file in the same
+ * directory and renames it into place, so a failure leaves path as it was. */
+TGL_API tgl_status tgl_npy_save(tgl_ctx *ctx, const char *path, const tgl_array *a);
+/* Reads a .npy file (C or Fortran order, either byte order, any of the six
+ * dtypes) into a new contiguous array. */
+TGL_API tgl_status tgl_npy_load(tgl_ctx *ctx, const char *path, tgl_array **out);
+
+/* Writes n named arrays as a .npz archive (each entry "<name>.npy");
+ * compress nonzero deflates the entries (np.savez_compressed).  Atomic as
+ * tgl_npy_save. */
+TGL_API tgl_status tgl_npz_save(tgl_ctx *ctx, const char *path, int n, const char *const *names,
+                                const tgl_array *const *arrays, int compress);
+
+/* The contents of a .npz archive, as read by tgl_npz_load. */
+typedef struct tgl_npz {
+    int n;
+    char **names;        /* entry names without the ".npy" suffix */
+    tgl_array **arrays;  /* owned by the tgl_npz                  */
+} tgl_npz;
+
+/* Reads every entry of a .npz archive (stored or deflated). */
+TGL_API tgl_status tgl_npz_load(tgl_ctx *ctx, const char *path, tgl_npz **out);
+/* Frees an archive and releases its arrays (retain those you keep). */
+TGL_API void tgl_npz_free(tgl_npz *npz);
+
+/* ------------------------------------------------------------------------ */
+/* Build information                                                        */
+/* ------------------------------------------------------------------------ */
+
+/* "0.1.0" */
+TGL_API const char *tgl_version(void);
+/* The BLAS library and its configuration, e.g. "OpenBLAS 0.3.21 ...". */
+TGL_API const char *tgl_blas_info(void);
+/* 1 when tgl was built with the CUDA backend. */
+TGL_API int tgl_cuda_built(void);
+/* Number of CUDA devices usable now (0 without CUDA or without a GPU). */
+TGL_API int tgl_cuda_device_count(void);
+/* The CUDA runtime version as "13.0", or "" without CUDA. */
+TGL_API const char *tgl_cuda_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TGL_H */

@@ -1,0 +1,164 @@
+-- tgl.core — the FFI binding of include/tgl.h and the helpers every other
+-- tgl module uses: the engine namespace (C), this Lua state's context (ctx),
+-- error raising (check) and array ownership (wrap).
+--
+-- The declarations below mirror include/tgl.h; keep them in the same order.
+local ffi = require 'ffi'
+
+ffi.cdef [[
+typedef enum tgl_status {
+    TGL_OK = 0, TGL_EINVAL, TGL_ESHAPE, TGL_EDTYPE, TGL_ENOMEM, TGL_EIO,
+    TGL_EFORMAT, TGL_EINTERRUPT, TGL_EINTERNAL
+} tgl_status;
+
+typedef struct tgl_ctx tgl_ctx;
+tgl_ctx *tgl_ctx_new(void);
+void tgl_ctx_free(tgl_ctx *ctx);
+const char *tgl_ctx_error(const tgl_ctx *ctx);
+void tgl_ctx_clear_error(tgl_ctx *ctx);
+void tgl_ctx_manual_seed(tgl_ctx *ctx, uint64_t seed);
+void tgl_ctx_rng_state(const tgl_ctx *ctx, uint64_t *seed, uint64_t *offset);
+void tgl_ctx_set_rng_state(tgl_ctx *ctx, uint64_t seed, uint64_t offset);
+void tgl_ctx_set_interrupt_flag(tgl_ctx *ctx, volatile int *flag);
+
+const char *tgl_dtype_name(int dtype);
+int tgl_dtype_from_name(const char *name);
+size_t tgl_dtype_size(int dtype);
+
+typedef struct tgl_storage tgl_storage;
+typedef struct tgl_array {
+    void *data;
+    int64_t shape[8];
+    int64_t strides[8];
+    int64_t size;
+    int32_t ndim;
+    int32_t dtype_id;
+    int32_t refcount;
+    int32_t flags;
+    tgl_storage *storage;
+} tgl_array;
+
+tgl_status tgl_array_empty(tgl_ctx *ctx, int dtype, int ndim, const int64_t *shape, tgl_array **out);
+tgl_status tgl_array_zeros(tgl_ctx *ctx, int dtype, int ndim, const int64_t *shape, tgl_array **out);
+tgl_status tgl_array_full(tgl_ctx *ctx, int dtype, int ndim, const int64_t *shape, double value, tgl_array **out);
+tgl_status tgl_array_arange(tgl_ctx *ctx, int dtype, double start, double stop, double step, tgl_array **out);
+tgl_status tgl_array_rand(tgl_ctx *ctx, int dtype, int ndim, const int64_t *shape, double lo, double hi, tgl_array **out);
+tgl_status tgl_array_randn(tgl_ctx *ctx, int dtype, int ndim, const int64_t *shape, double mean, double std, tgl_array **out);
+void tgl_array_retain(tgl_array *a);
+void tgl_array_release(tgl_array *a);
+tgl_status tgl_array_view(tgl_ctx *ctx, tgl_array *a, int ndim, const int64_t *shape, const int64_t *strides, int64_t offset, tgl_array **out);
+tgl_status tgl_array_reshape(tgl_ctx *ctx, tgl_array *a, int ndim, const int64_t *shape, tgl_array **out);
+tgl_status tgl_array_transpose(tgl_ctx *ctx, tgl_array *a, const int *perm, tgl_array **out);
+tgl_status tgl_array_copy(tgl_ctx *ctx, const tgl_array *a, int dtype, tgl_array **out);
+tgl_status tgl_array_assign(tgl_ctx *ctx, tgl_array *dst, const tgl_array *src);
+tgl_status tgl_array_get(tgl_ctx *ctx, const tgl_array *a, const int64_t *idx, double *out);
+tgl_status tgl_array_set(tgl_ctx *ctx, tgl_array *a, const int64_t *idx, double value);
+int tgl_array_is_contiguous(const tgl_array *a);
+int tgl_array_equal_bits(const tgl_array *a, const tgl_array *b);
+int64_t tgl_memory_live_bytes(void);
+
+tgl_status tgl_npy_save(tgl_ctx *ctx, const char *path, const tgl_array *a);
+tgl_status tgl_npy_load(tgl_ctx *ctx, const char *path, tgl_array **out);
+tgl_status tgl_npz_save(tgl_ctx *ctx, const char *path, int n, const char *const *names,
+                        const tgl_array *const *arrays, int compress);
+typedef struct tgl_npz { int n; char **names; tgl_array **arrays; } tgl_npz;
+tgl_status tgl_npz_load(tgl_ctx *ctx, const char *path, tgl_npz **out);
+void tgl_npz_free(tgl_npz *npz);
+
+const char *tgl_version(void);
+const char *tgl_blas_info(void);
+int tgl_cuda_built(void);
+int tgl_cuda_device_count(void);
+const char *tgl_cuda_version(void);
+]]
+
+local core = { ffi = ffi }
+
+-- The engine: the host links libtgl, so its symbols are in ffi.C; plain
+-- luajit loads the shared library instead.
+local C = ffi.C
+if not pcall(function() return C.tgl_version end) then
+  local ok, lib = pcall(ffi.load, os.getenv('TGL_LIBRARY') or 'tgl')
+  if not ok then
+    error('tgl: cannot find the tgl engine library (run scripts with the tgl host, '
+          .. 'or set TGL_LIBRARY to the path of libtgl.so): ' .. tostring(lib), 0)
+  end
+  C = lib
+end
+core.C = C
+
+-- One context per Lua state: error text and the random generator.
+core.ctx = ffi.gc(C.tgl_ctx_new(), C.tgl_ctx_free)
+assert(core.ctx ~= nil, 'tgl: out of memory creating the context')
+
+-- The host's Ctrl-C flag, when running inside the tgl host.
+do
+  local ok = pcall(ffi.cdef, 'volatile int *tgl_host_interrupt_flag(void);')
+  local okf, flag = pcall(function() return ffi.C.tgl_host_interrupt_flag() end)
+  if ok and okf and flag ~= nil then
+    C.tgl_ctx_set_interrupt_flag(core.ctx, flag)
+    core.interrupt_flag = flag
+  end
+end
+
+local tgl_array_ptr = ffi.typeof('tgl_array *')
+local out_array = ffi.typeof('tgl_array *[1]')
+core.array_ptr_t = tgl_array_ptr
+core.out_array_t = out_array
+
+-- Raises a Lua error for a failed status.  The engine's message starts with
+-- the C function's name; users see the Lua function's name instead.
+-- level is passed to error(); the default points at the caller's caller,
+-- i.e. the user's line when called from a tgl.* function.
+function core.check(status, fname, level)
+  if status == 0 then return end
+  local msg = ffi.string(C.tgl_ctx_error(core.ctx))
+  msg = msg:gsub('^tgl_[%w_]+: ', '')
+  if msg == '' then msg = 'failed with status ' .. tonumber(status) end
+  C.tgl_ctx_clear_error(core.ctx)
+  error(('tgl.%s: %s'):format(fname, msg), level or 3)
+end
+
+-- Raises a Lua error naming the function, pointing at the user's line.
+function core.argerror(fname, fmt, ...)
+  error(('tgl.%s: ' .. fmt):format(fname, ...), 3)
+end
+
+-- Live array bytes above which the next allocation runs a full collection:
+-- LuaJIT's collector cannot see C-side memory, so we tell it (as Torch7 did).
+local gc_threshold = 256 * 1024 * 1024
+
+-- Takes ownership of a fresh tgl_array* (one reference) and returns the
+-- garbage-collected cdata users hold.
+function core.wrap(p)
+  local live = tonumber(C.tgl_memory_live_bytes())
+  if live > gc_threshold then
+    collectgarbage()
+    live = tonumber(C.tgl_memory_live_bytes())
+    if live * 2 > gc_threshold then gc_threshold = live * 2 end
+  end
+  return ffi.gc(p, C.tgl_array_release)
+end
+
+function core.is_array(x)
+  return ffi.istype(tgl_array_ptr, x)
+end
+
+-- Dtype name -> id, accepting the aliases tgl_dtype_from_name knows.
+function core.dtype_id(name, fname)
+  if type(name) ~= 'string' then
+    core.argerror(fname or 'dtype', 'dtype must be a string, got %s', type(name))
+  end
+  local id = C.tgl_dtype_from_name(name)
+  if id < 0 then
+    core.argerror(fname or 'dtype', "unknown dtype '%s' (expected float32, float64, "
+                  .. 'int32, int64, uint8 or bool)', name)
+  end
+  return id
+end
+
+function core.dtype_name(id)
+  return ffi.string(C.tgl_dtype_name(id))
+end
+
+return core

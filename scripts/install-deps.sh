@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs every Debian package tgl needs to build, test and run its examples.
+# Usage: scripts/install-deps.sh [--test]   (--test adds what the test suite uses)
+# Idempotent; safe to run as root on a fresh Debian 12 machine.
+set -euo pipefail
+pkgs=(build-essential cmake pkg-config luajit libluajit-5.1-dev libopenblas-dev
+      lua-busted libedit-dev zlib1g-dev libtcc-dev tcc dataset-fashion-mnist)
+# The suite adds NumPy (interop fixtures) and cmocka (C unit tests).
+if [ "${1:-}" = "--test" ]; then
+  pkgs+=(python3-numpy libcmocka-dev)
+fi
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get -o DPkg::Lock::Timeout=600 update -q
+  $SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends "${missing[@]}"
+fi

@@ -1,0 +1,67 @@
+/*
+ * engine.h — internal header of the engine (src/engine): the context
+ * struct, storage, and helpers shared by the engine's files.  Nothing here
+ * is part of the public API; generated kernels never include it.
+ */
+#ifndef TGL_ENGINE_H
+#define TGL_ENGINE_H
+
+#include "tgl.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* The error message buffer of a context. */
+#define TGL_ERRMSG_SIZE 1024
+
+struct tgl_ctx {
+    char errmsg[TGL_ERRMSG_SIZE];
+    uint64_t rng_seed;     /* key of the counter-based generator            */
+    uint64_t rng_offset;   /* counter blocks used since the seed was set    */
+    volatile int *interrupt;  /* set by the host's SIGINT handler; may be NULL */
+};
+
+/* Reference-counted, 64-byte aligned element buffer. */
+struct tgl_storage {
+    void *base;
+    size_t nbytes;
+    int32_t refcount;      /* atomic: views may be released on any thread */
+};
+
+/* Fails with TGL_EINVAL and a message unless cond holds.  Use inside a
+ * function returning tgl_status with a tgl_ctx *ctx in scope. */
+#define TGL_CHECK(cond, st, ...) \
+    do { if (!(cond)) return tgl_ctx_set_error(ctx, (st), __VA_ARGS__); } while (0)
+
+/* Like TGL_CHECK for a NULL ctx: returns TGL_EINVAL without a message. */
+#define TGL_CHECK_CTX(ctx) do { if (!(ctx)) return TGL_EINVAL; } while (0)
+
+/* True when the host asked to stop (Ctrl-C). */
+static inline bool tgl_ctx_interrupted(const tgl_ctx *ctx)
+{
+    return ctx->interrupt && *ctx->interrupt;
+}
+
+/* Checks dtype, ndim and shape for array constructors; fn names the caller
+ * in the message.  On success *size is the element count. */
+tgl_status tgl_check_shape(tgl_ctx *ctx, const char *fn, int dtype, int ndim,
+                           const int64_t *shape, int64_t *size);
+
+/* A new descriptor over a fresh storage of nbytes (zeroed when zero is
+ * true), C-contiguous with the given shape. */
+tgl_status tgl_array_alloc(tgl_ctx *ctx, const char *fn, int dtype, int ndim,
+                           const int64_t *shape, bool zero, tgl_array **out);
+
+/* Element (as double) at flat C-order position i of a contiguous buffer. */
+double tgl_load_as_double(int dtype, const void *p, int64_t i);
+/* Stores v converted to dtype at flat position i (saturating casts for
+ * integers, v != 0 for bool, NaN -> 0 for integers). */
+void tgl_store_from_double(int dtype, void *p, int64_t i, double v);
+
+/* Fills C strides for shape. */
+void tgl_contiguous_strides(int ndim, const int64_t *shape, int64_t *strides);
+
+/* Philox4x32-10: four 32-bit words for counter ctr under key. */
+void tgl_philox4x32(uint64_t ctr, uint64_t key, uint32_t out[4]);
+
+#endif /* TGL_ENGINE_H */
