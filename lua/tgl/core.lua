@@ -3,6 +3,9 @@
 -- error raising (check) and array ownership (wrap).
 --
 -- The declarations below mirror include/tgl.h; keep them in the same order.
+-- The array descriptor's fields data/shape/strides/size carry a leading
+-- underscore here (same layout): struct fields shadow methods on cdata, and
+-- users call a:data(), a:shape(), a:size(d).
 local ffi = require 'ffi'
 
 ffi.cdef [[
@@ -27,10 +30,10 @@ size_t tgl_dtype_size(int dtype);
 
 typedef struct tgl_storage tgl_storage;
 typedef struct tgl_array {
-    void *data;
-    int64_t shape[8];
-    int64_t strides[8];
-    int64_t size;
+    void *_data;
+    int64_t _shape[8];
+    int64_t _strides[8];
+    int64_t _size;
     int32_t ndim;
     int32_t dtype_id;
     int32_t refcount;

@@ -1,0 +1,502 @@
+/*
+ * array.c — n-dimensional strided arrays over reference-counted storage:
+ * creation, views (reshape, transpose, general), copies with casts, element
+ * access.  These are the reference paths; compiled kernels come later and
+ * use the same descriptor.
+ */
+#include "engine/engine.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Bytes of live storage in the process.  The one global besides contexts:
+ * storage is freed without a context (by whichever owner goes last). */
+static int64_t live_bytes;
+
+int64_t tgl_memory_live_bytes(void)
+{
+    return __atomic_load_n(&live_bytes, __ATOMIC_RELAXED);
+}
+
+void tgl_contiguous_strides(int ndim, const int64_t *shape, int64_t *strides)
+{
+    int64_t s = 1;
+    for (int i = ndim - 1; i >= 0; i--) {
+        strides[i] = s;
+        s *= shape[i] > 0 ? shape[i] : 1;
+    }
+}
+
+int tgl_array_is_contiguous(const tgl_array *a)
+{
+    int64_t s = 1;
+    if (a->size == 0)
+        return 1;
+    for (int i = a->ndim - 1; i >= 0; i--) {
+        if (a->shape[i] != 1 && a->strides[i] != s)
+            return 0;
+        s *= a->shape[i];
+    }
+    return 1;
+}
+
+static void update_flags(tgl_array *a)
+{
+    a->flags = tgl_array_is_contiguous(a) ? TGL_ARRAY_CONTIGUOUS : 0;
+}
+
+tgl_status tgl_check_shape(tgl_ctx *ctx, const char *fn, int dtype, int ndim,
+                           const int64_t *shape, int64_t *size)
+{
+    TGL_CHECK_CTX(ctx);
+    TGL_CHECK(dtype >= 0 && dtype < TGL_NDTYPES, TGL_EDTYPE, "%s: unknown dtype %d", fn, dtype);
+    TGL_CHECK(ndim >= 0 && ndim <= TGL_MAX_DIMS, TGL_ESHAPE,
+              "%s: %d dimensions (at most %d are supported)", fn, ndim, TGL_MAX_DIMS);
+    TGL_CHECK(ndim == 0 || shape, TGL_EINVAL, "%s: shape is NULL", fn);
+    /* Element and byte counts must fit comfortably in int64 and size_t. */
+    const int64_t limit = INT64_MAX / 16;
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) {
+        TGL_CHECK(shape[i] >= 0, TGL_ESHAPE, "%s: negative size %" PRId64 " for dimension %d",
+                  fn, shape[i], i);
+        if (shape[i] != 0 && n > limit / shape[i])
+            return tgl_ctx_set_error(ctx, TGL_ESHAPE, "%s: shape too large (over 2^59 elements)",
+                                     fn);
+        n *= shape[i];
+    }
+    *size = n;
+    return TGL_OK;
+}
+
+static tgl_status new_storage(tgl_ctx *ctx, const char *fn, size_t nbytes, bool zero,
+                              tgl_storage **out)
+{
+    tgl_storage *s = malloc(sizeof *s);
+    /* Round up so vector loops may read whole 64-byte lines. */
+    size_t alloc = (nbytes + TGL_ALIGN - 1) / TGL_ALIGN * TGL_ALIGN;
+    if (alloc == 0)
+        alloc = TGL_ALIGN;
+    void *base = NULL;
+    if (!s || posix_memalign(&base, TGL_ALIGN, alloc) != 0) {
+        free(s);
+        return tgl_ctx_set_error(ctx, TGL_ENOMEM, "%s: out of memory allocating %zu bytes", fn,
+                                 nbytes);
+    }
+    if (zero)
+        memset(base, 0, alloc);
+    s->base = base;
+    s->nbytes = nbytes;
+    s->refcount = 1;
+    __atomic_add_fetch(&live_bytes, (int64_t)alloc, __ATOMIC_RELAXED);
+    *out = s;
+    return TGL_OK;
+}
+
+static void storage_release(tgl_storage *s)
+{
+    if (__atomic_sub_fetch(&s->refcount, 1, __ATOMIC_ACQ_REL) == 0) {
+        size_t alloc = (s->nbytes + TGL_ALIGN - 1) / TGL_ALIGN * TGL_ALIGN;
+        __atomic_sub_fetch(&live_bytes, (int64_t)(alloc ? alloc : TGL_ALIGN), __ATOMIC_RELAXED);
+        free(s->base);
+        free(s);
+    }
+}
+
+tgl_status tgl_array_alloc(tgl_ctx *ctx, const char *fn, int dtype, int ndim,
+                           const int64_t *shape, bool zero, tgl_array **out)
+{
+    int64_t size;
+    tgl_status st = tgl_check_shape(ctx, fn, dtype, ndim, shape, &size);
+    if (st)
+        return st;
+    TGL_CHECK(out, TGL_EINVAL, "%s: out is NULL", fn);
+    if (tgl_ctx_interrupted(ctx))
+        return tgl_ctx_set_error(ctx, TGL_EINTERRUPT, "%s: interrupted", fn);
+    tgl_array *a = calloc(1, sizeof *a);
+    if (!a)
+        return tgl_ctx_set_error(ctx, TGL_ENOMEM, "%s: out of memory", fn);
+    st = new_storage(ctx, fn, (size_t)size * tgl_dtype_size(dtype), zero, &a->storage);
+    if (st) {
+        free(a);
+        return st;
+    }
+    a->data = a->storage->base;
+    a->ndim = ndim;
+    a->dtype_id = dtype;
+    a->size = size;
+    a->refcount = 1;
+    for (int i = 0; i < ndim; i++)
+        a->shape[i] = shape[i];
+    tgl_contiguous_strides(ndim, a->shape, a->strides);
+    a->flags = TGL_ARRAY_CONTIGUOUS;
+    *out = a;
+    return TGL_OK;
+}
+
+tgl_status tgl_array_empty(tgl_ctx *ctx, int dtype, int ndim, const int64_t *shape,
+                           tgl_array **out)
+{
+    return tgl_array_alloc(ctx, "tgl_array_empty", dtype, ndim, shape, false, out);
+}
+
+tgl_status tgl_array_zeros(tgl_ctx *ctx, int dtype, int ndim, const int64_t *shape,
+                           tgl_array **out)
+{
+    return tgl_array_alloc(ctx, "tgl_array_zeros", dtype, ndim, shape, true, out);
+}
+
+tgl_status tgl_array_full(tgl_ctx *ctx, int dtype, int ndim, const int64_t *shape, double value,
+                          tgl_array **out)
+{
+    tgl_array *a;
+    tgl_status st = tgl_array_alloc(ctx, "tgl_array_full", dtype, ndim, shape, false, &a);
+    if (st)
+        return st;
+    /* Convert once, then replicate the element's bytes. */
+    size_t es = tgl_dtype_size(dtype);
+    unsigned char elem[8];
+    tgl_store_from_double(dtype, elem, 0, value);
+    unsigned char *p = a->data;
+    for (int64_t i = 0; i < a->size; i++)
+        memcpy(p + (size_t)i * es, elem, es);
+    *out = a;
+    return TGL_OK;
+}
+
+tgl_status tgl_array_arange(tgl_ctx *ctx, int dtype, double start, double stop, double step,
+                            tgl_array **out)
+{
+    TGL_CHECK_CTX(ctx);
+    const char *fn = "tgl_array_arange";
+    TGL_CHECK(isfinite(start) && isfinite(stop) && isfinite(step), TGL_EINVAL,
+              "%s: start, stop and step must be finite", fn);
+    TGL_CHECK(step != 0, TGL_EINVAL, "%s: step must not be zero", fn);
+    /* Lua's numeric for: count = floor((stop - start) / step) + 1, or 0. */
+    double span = (stop - start) / step;
+    int64_t n = span < 0 ? 0 : (int64_t)floor(span + 1e-9) + 1;
+    TGL_CHECK(span < 1e15, TGL_ESHAPE, "%s: too many elements", fn);
+    tgl_array *a;
+    tgl_status st = tgl_array_alloc(ctx, fn, dtype, 1, &n, false, &a);
+    if (st)
+        return st;
+    for (int64_t i = 0; i < n; i++)
+        tgl_store_from_double(dtype, a->data, i, start + (double)i * step);
+    *out = a;
+    return TGL_OK;
+}
+
+void tgl_array_retain(tgl_array *a)
+{
+    if (a)
+        __atomic_add_fetch(&a->refcount, 1, __ATOMIC_RELAXED);
+}
+
+void tgl_array_release(tgl_array *a)
+{
+    if (!a)
+        return;
+    if (__atomic_sub_fetch(&a->refcount, 1, __ATOMIC_ACQ_REL) == 0) {
+        storage_release(a->storage);
+        free(a);
+    }
+}
+
+/* A new descriptor on a's storage; shape/strides filled by the caller. */
+static tgl_status new_view(tgl_ctx *ctx, const char *fn, tgl_array *a, tgl_array **out)
+{
+    tgl_array *v = calloc(1, sizeof *v);
+    if (!v)
+        return tgl_ctx_set_error(ctx, TGL_ENOMEM, "%s: out of memory", fn);
+    *v = *a;
+    v->refcount = 1;
+    __atomic_add_fetch(&a->storage->refcount, 1, __ATOMIC_RELAXED);
+    *out = v;
+    return TGL_OK;
+}
+
+tgl_status tgl_array_view(tgl_ctx *ctx, tgl_array *a, int ndim, const int64_t *shape,
+                          const int64_t *strides, int64_t offset, tgl_array **out)
+{
+    const char *fn = "tgl_array_view";
+    int64_t size;
+    TGL_CHECK_CTX(ctx);
+    TGL_CHECK(a && out, TGL_EINVAL, "%s: NULL argument", fn);
+    tgl_status st = tgl_check_shape(ctx, fn, a->dtype_id, ndim, shape, &size);
+    if (st)
+        return st;
+    TGL_CHECK(ndim == 0 || strides, TGL_EINVAL, "%s: strides is NULL", fn);
+    /* Every element the view can reach must lie inside the storage. */
+    size_t es = tgl_dtype_size(a->dtype_id);
+    int64_t base = ((char *)a->data - (char *)a->storage->base) / (int64_t)es + offset;
+    int64_t lo = base, hi = base;
+    if (size > 0) {
+        for (int i = 0; i < ndim; i++) {
+            int64_t reach = (shape[i] - 1) * strides[i];
+            if (reach < 0)
+                lo += reach;
+            else
+                hi += reach;
+        }
+        int64_t nelem = (int64_t)(a->storage->nbytes / es);
+        TGL_CHECK(lo >= 0 && hi < nelem, TGL_ESHAPE,
+                  "%s: the view reaches elements %" PRId64 "..%" PRId64
+                  " outside the storage of %" PRId64 " elements",
+                  fn, lo, hi, nelem);
+    }
+    tgl_array *v;
+    if ((st = new_view(ctx, fn, a, &v)))
+        return st;
+    v->data = (char *)a->storage->base + base * (int64_t)es;
+    v->ndim = ndim;
+    v->size = size;
+    for (int i = 0; i < ndim; i++) {
+        v->shape[i] = shape[i];
+        v->strides[i] = strides[i];
+    }
+    for (int i = ndim; i < TGL_MAX_DIMS; i++)
+        v->shape[i] = v->strides[i] = 0;
+    update_flags(v);
+    *out = v;
+    return TGL_OK;
+}
+
+tgl_status tgl_array_reshape(tgl_ctx *ctx, tgl_array *a, int ndim, const int64_t *shape,
+                             tgl_array **out)
+{
+    const char *fn = "tgl_array_reshape";
+    TGL_CHECK_CTX(ctx);
+    TGL_CHECK(a && out, TGL_EINVAL, "%s: NULL argument", fn);
+    TGL_CHECK(ndim >= 0 && ndim <= TGL_MAX_DIMS, TGL_ESHAPE,
+              "%s: %d dimensions (at most %d are supported)", fn, ndim, TGL_MAX_DIMS);
+    TGL_CHECK(ndim == 0 || shape, TGL_EINVAL, "%s: shape is NULL", fn);
+    int64_t newshape[TGL_MAX_DIMS];
+    int infer = -1;
+    int64_t known = 1;
+    for (int i = 0; i < ndim; i++) {
+        newshape[i] = shape[i];
+        if (shape[i] == -1) {
+            TGL_CHECK(infer < 0, TGL_ESHAPE, "%s: more than one dimension is -1", fn);
+            infer = i;
+        } else {
+            TGL_CHECK(shape[i] >= 0, TGL_ESHAPE, "%s: negative size %" PRId64, fn, shape[i]);
+            if (shape[i] != 0 && known > INT64_MAX / 16 / shape[i])
+                return tgl_ctx_set_error(ctx, TGL_ESHAPE, "%s: shape too large", fn);
+            known *= shape[i];
+        }
+    }
+    if (infer >= 0) {
+        TGL_CHECK(known != 0 && a->size % known == 0, TGL_ESHAPE,
+                  "%s: cannot infer the -1 dimension: %" PRId64
+                  " elements do not divide into blocks of %" PRId64,
+                  fn, a->size, known);
+        newshape[infer] = a->size / known;
+        known *= newshape[infer];
+    }
+    TGL_CHECK(known == a->size, TGL_ESHAPE,
+              "%s: cannot reshape %" PRId64 " elements into a shape of %" PRId64 " elements", fn,
+              a->size, known);
+    tgl_array *src = a, *copy = NULL;
+    tgl_status st;
+    if (!tgl_array_is_contiguous(a)) {
+        if ((st = tgl_array_copy(ctx, a, a->dtype_id, &copy)))
+            return st;
+        src = copy;
+    }
+    int64_t strides[TGL_MAX_DIMS];
+    tgl_contiguous_strides(ndim, newshape, strides);
+    st = tgl_array_view(ctx, src, ndim, newshape, strides, 0, out);
+    tgl_array_release(copy);
+    return st;
+}
+
+tgl_status tgl_array_transpose(tgl_ctx *ctx, tgl_array *a, const int *perm, tgl_array **out)
+{
+    const char *fn = "tgl_array_transpose";
+    TGL_CHECK_CTX(ctx);
+    TGL_CHECK(a && out, TGL_EINVAL, "%s: NULL argument", fn);
+    int p[TGL_MAX_DIMS];
+    bool seen[TGL_MAX_DIMS] = {false};
+    for (int i = 0; i < a->ndim; i++) {
+        p[i] = perm ? perm[i] : a->ndim - 1 - i;
+        TGL_CHECK(p[i] >= 0 && p[i] < a->ndim && !seen[p[i]], TGL_EINVAL,
+                  "%s: the permutation is not a permutation of %d axes", fn, a->ndim);
+        seen[p[i]] = true;
+    }
+    tgl_array *v;
+    tgl_status st = new_view(ctx, fn, a, &v);
+    if (st)
+        return st;
+    for (int i = 0; i < a->ndim; i++) {
+        v->shape[i] = a->shape[p[i]];
+        v->strides[i] = a->strides[p[i]];
+    }
+    update_flags(v);
+    *out = v;
+    return TGL_OK;
+}
+
+/* Calls visit(dst_off, src_off) for every element of shape in C order, with
+ * element offsets into two strided arrays.  The innermost loop is flat. */
+#define FOR_EACH_PAIR(ndim, shape, dstr, sstr, BODY)                                  \
+    do {                                                                              \
+        int64_t idx_[TGL_MAX_DIMS] = {0};                                             \
+        int64_t doff = 0, soff = 0;                                                   \
+        int nd_ = (ndim);                                                             \
+        int64_t inner_ = nd_ > 0 ? (shape)[nd_ - 1] : 1;                              \
+        int64_t dsi_ = nd_ > 0 ? (dstr)[nd_ - 1] : 0, ssi_ = nd_ > 0 ? (sstr)[nd_ - 1] : 0; \
+        for (;;) {                                                                    \
+            for (int64_t k_ = 0; k_ < inner_; k_++) {                                 \
+                int64_t d = doff + k_ * dsi_, s = soff + k_ * ssi_;                   \
+                BODY;                                                                 \
+            }                                                                         \
+            int ax_ = nd_ - 2;                                                        \
+            for (; ax_ >= 0; ax_--) {                                                 \
+                idx_[ax_]++;                                                          \
+                doff += (dstr)[ax_];                                                  \
+                soff += (sstr)[ax_];                                                  \
+                if (idx_[ax_] < (shape)[ax_])                                         \
+                    break;                                                            \
+                doff -= (dstr)[ax_] * idx_[ax_];                                      \
+                soff -= (sstr)[ax_] * idx_[ax_];                                      \
+                idx_[ax_] = 0;                                                        \
+            }                                                                         \
+            if (ax_ < 0)                                                              \
+                break;                                                                \
+        }                                                                             \
+    } while (0)
+
+/* Copies src into dst elementwise (same shape), converting dtypes.  Equal
+ * dtypes copy bytes, so int64 and NaN payloads survive exactly. */
+static void copy_elements(tgl_array *dst, const tgl_array *src)
+{
+    if (src->size == 0)
+        return;
+    int dt = dst->dtype_id, st = src->dtype_id;
+    size_t es = tgl_dtype_size(dt);
+    if (dt == st && tgl_array_is_contiguous(dst) && tgl_array_is_contiguous(src)) {
+        memmove(dst->data, src->data, (size_t)src->size * es);
+        return;
+    }
+    char *dp = dst->data;
+    const char *sp = src->data;
+    if (dt == st) {
+        FOR_EACH_PAIR(src->ndim, src->shape, dst->strides, src->strides,
+                      memcpy(dp + d * (int64_t)es, sp + s * (int64_t)es, es));
+    } else if (dt == TGL_INT64 && st != TGL_FLOAT32 && st != TGL_FLOAT64) {
+        /* Integer widening is exact without going through double. */
+        FOR_EACH_PAIR(src->ndim, src->shape, dst->strides, src->strides,
+                      ((int64_t *)dp)[d] = (int64_t)tgl_load_as_double(st, sp, s));
+    } else if (st == TGL_INT64 && (dt == TGL_INT32 || dt == TGL_UINT8 || dt == TGL_BOOL)) {
+        /* Narrowing from int64 wraps modulo 2^k, as NumPy's astype does. */
+        FOR_EACH_PAIR(src->ndim, src->shape, dst->strides, src->strides, {
+            int64_t v = ((const int64_t *)sp)[s];
+            if (dt == TGL_INT32)
+                ((int32_t *)dp)[d] = (int32_t)(uint32_t)(uint64_t)v;
+            else if (dt == TGL_UINT8)
+                ((uint8_t *)dp)[d] = (uint8_t)(uint64_t)v;
+            else
+                ((uint8_t *)dp)[d] = v != 0;
+        });
+    } else {
+        FOR_EACH_PAIR(src->ndim, src->shape, dst->strides, src->strides,
+                      tgl_store_from_double(dt, dp, d, tgl_load_as_double(st, sp, s)));
+    }
+}
+
+tgl_status tgl_array_copy(tgl_ctx *ctx, const tgl_array *a, int dtype, tgl_array **out)
+{
+    const char *fn = "tgl_array_copy";
+    TGL_CHECK_CTX(ctx);
+    TGL_CHECK(a && out, TGL_EINVAL, "%s: NULL argument", fn);
+    tgl_array *c;
+    tgl_status st = tgl_array_alloc(ctx, fn, dtype, a->ndim, a->shape, false, &c);
+    if (st)
+        return st;
+    copy_elements(c, a);
+    *out = c;
+    return TGL_OK;
+}
+
+tgl_status tgl_array_assign(tgl_ctx *ctx, tgl_array *dst, const tgl_array *src)
+{
+    const char *fn = "tgl_array_assign";
+    TGL_CHECK_CTX(ctx);
+    TGL_CHECK(dst && src, TGL_EINVAL, "%s: NULL argument", fn);
+    bool same = dst->ndim == src->ndim;
+    for (int i = 0; same && i < dst->ndim; i++)
+        same = dst->shape[i] == src->shape[i];
+    TGL_CHECK(same, TGL_ESHAPE, "%s: shapes differ (%d-d destination, %d-d source)", fn,
+              dst->ndim, src->ndim);
+    if (dst->storage == src->storage) {
+        /* Overlapping views: go through a temporary so no element is read
+         * after it was overwritten. */
+        tgl_array *tmp;
+        tgl_status st = tgl_array_copy(ctx, src, src->dtype_id, &tmp);
+        if (st)
+            return st;
+        copy_elements(dst, tmp);
+        tgl_array_release(tmp);
+        return TGL_OK;
+    }
+    copy_elements(dst, src);
+    return TGL_OK;
+}
+
+/* Element offset of idx in a, or -1 (with an error) when out of range. */
+static tgl_status element_offset(tgl_ctx *ctx, const char *fn, const tgl_array *a,
+                                 const int64_t *idx, int64_t *off)
+{
+    TGL_CHECK(a->ndim == 0 || idx, TGL_EINVAL, "%s: index is NULL", fn);
+    int64_t o = 0;
+    for (int i = 0; i < a->ndim; i++) {
+        TGL_CHECK(idx[i] >= 0 && idx[i] < a->shape[i], TGL_ESHAPE,
+                  "%s: index %" PRId64 " is out of range for dimension %d of size %" PRId64, fn,
+                  idx[i], i, a->shape[i]);
+        o += idx[i] * a->strides[i];
+    }
+    *off = o;
+    return TGL_OK;
+}
+
+tgl_status tgl_array_get(tgl_ctx *ctx, const tgl_array *a, const int64_t *idx, double *out)
+{
+    TGL_CHECK_CTX(ctx);
+    TGL_CHECK(a && out, TGL_EINVAL, "tgl_array_get: NULL argument");
+    int64_t off;
+    tgl_status st = element_offset(ctx, "tgl_array_get", a, idx, &off);
+    if (st)
+        return st;
+    *out = tgl_load_as_double(a->dtype_id, a->data, off);
+    return TGL_OK;
+}
+
+tgl_status tgl_array_set(tgl_ctx *ctx, tgl_array *a, const int64_t *idx, double value)
+{
+    TGL_CHECK_CTX(ctx);
+    TGL_CHECK(a, TGL_EINVAL, "tgl_array_set: NULL argument");
+    int64_t off;
+    tgl_status st = element_offset(ctx, "tgl_array_set", a, idx, &off);
+    if (st)
+        return st;
+    tgl_store_from_double(a->dtype_id, a->data, off, value);
+    return TGL_OK;
+}
+
+int tgl_array_equal_bits(const tgl_array *a, const tgl_array *b)
+{
+    if (!a || !b || a->dtype_id != b->dtype_id || a->ndim != b->ndim)
+        return 0;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] != b->shape[i])
+            return 0;
+    if (a->size == 0)
+        return 1;
+    size_t es = tgl_dtype_size(a->dtype_id);
+    const char *ap = a->data, *bp = b->data;
+    int equal = 1;
+    FOR_EACH_PAIR(a->ndim, a->shape, a->strides, b->strides,
+                  if (memcmp(ap + d * (int64_t)es, bp + s * (int64_t)es, es)) equal = 0);
+    return equal;
+}

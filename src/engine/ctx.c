@@ -1,0 +1,70 @@
+/*
+ * ctx.c — the engine context: the error message of the last failed call,
+ * the counter-based random generator's state, and the interrupt flag.
+ * One context per user (the Lua layer makes one per Lua state); the engine
+ * keeps no other mutable global state except the live-memory counter.
+ */
+#include "engine/engine.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+tgl_ctx *tgl_ctx_new(void)
+{
+    tgl_ctx *ctx = calloc(1, sizeof *ctx);
+    return ctx;
+}
+
+void tgl_ctx_free(tgl_ctx *ctx)
+{
+    free(ctx);
+}
+
+const char *tgl_ctx_error(const tgl_ctx *ctx)
+{
+    return ctx ? ctx->errmsg : "tgl: NULL context";
+}
+
+tgl_status tgl_ctx_set_error(tgl_ctx *ctx, tgl_status st, const char *fmt, ...)
+{
+    if (!ctx)
+        return st;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ctx->errmsg, sizeof ctx->errmsg, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+void tgl_ctx_clear_error(tgl_ctx *ctx)
+{
+    if (ctx)
+        ctx->errmsg[0] = '\0';
+}
+
+void tgl_ctx_manual_seed(tgl_ctx *ctx, uint64_t seed)
+{
+    ctx->rng_seed = seed;
+    ctx->rng_offset = 0;
+}
+
+void tgl_ctx_rng_state(const tgl_ctx *ctx, uint64_t *seed, uint64_t *offset)
+{
+    if (seed)
+        *seed = ctx->rng_seed;
+    if (offset)
+        *offset = ctx->rng_offset;
+}
+
+void tgl_ctx_set_rng_state(tgl_ctx *ctx, uint64_t seed, uint64_t offset)
+{
+    ctx->rng_seed = seed;
+    ctx->rng_offset = offset;
+}
+
+void tgl_ctx_set_interrupt_flag(tgl_ctx *ctx, volatile int *flag)
+{
+    ctx->interrupt = flag;
+}
