@@ -97,7 +97,7 @@ end
 
 local function filled(fname, value, shape, opts)
   local out = out_array()
-  check(C.tgl_array_full(core.ctx, opt_dtype(fname, opts), #shape, shape_buf, value, out), fname, 4)
+  check(C.tgl_array_full(core.ctx, opt_dtype(fname, opts), #shape, shape_buf, value, out), fname)
   return core.wrap(out[0])
 end
 
@@ -197,7 +197,7 @@ function M.array(data, dtype)
   local out = out_array()
   check(C.tgl_array_empty(core.ctx, DTYPE.float64, #shape, shape_buf, out), 'array')
   local staging = core.wrap(out[0])
-  local p = ffi.cast('double *', staging._data)
+  local p = ffi.cast('double *', staging.p._data)
   local k = 0
   -- Depth-first fill in C order, checking every row against the shape.
   local function fill(t, d, path)
@@ -232,7 +232,7 @@ end
 
 -- 1-based axis (negative from the end) -> 0-based, with a clear error.
 local function axis0(fname, a, d)
-  local nd = a.ndim
+  local nd = a.p.ndim
   if not is_int(d) then argerror(fname, 'axis must be an integer, got %s', tostring(d)) end
   if d < 0 then d = nd + 1 + d end
   if d < 1 or d > nd then
@@ -244,36 +244,36 @@ M.axis0 = axis0
 
 function methods.shape(a)
   local s = {}
-  for i = 0, a.ndim - 1 do s[i + 1] = tonumber(a._shape[i]) end
+  for i = 0, a.p.ndim - 1 do s[i + 1] = tonumber(a.p._shape[i]) end
   return s
 end
 
 function methods.size(a, d)
   if d == nil then return methods.shape(a) end
-  return tonumber(a._shape[axis0('size', a, d)])
+  return tonumber(a.p._shape[axis0('size', a, d)])
 end
 
 function methods.strides(a)
   local s = {}
-  for i = 0, a.ndim - 1 do s[i + 1] = tonumber(a._strides[i]) end
+  for i = 0, a.p.ndim - 1 do s[i + 1] = tonumber(a.p._strides[i]) end
   return s
 end
 
-function methods.dim(a) return a.ndim end
-function methods.nelement(a) return tonumber(a._size) end
+function methods.dim(a) return a.p.ndim end
+function methods.nelement(a) return tonumber(a.p._size) end
 methods.numel = methods.nelement
-function methods.is_contiguous(a) return C.tgl_array_is_contiguous(a) ~= 0 end
-function methods.data(a) return a._data end
+function methods.is_contiguous(a) return C.tgl_array_is_contiguous(a.p) ~= 0 end
+function methods.data(a) return a.p._data end
 
 -- Element offset of the 1-based index (i1, ..., in).
 local function offset_of(fname, a, ...)
-  local nd = a.ndim
+  local nd = a.p.ndim
   local n = select('#', ...)
   if n ~= nd then argerror(fname, 'a %d-d array needs %d indices, got %d', nd, nd, n) end
   local off = 0
   for d = 1, nd do
     local i = select(d, ...)
-    local size = tonumber(a._shape[d - 1])
+    local size = tonumber(a.p._shape[d - 1])
     if not is_int(i) then argerror(fname, 'index %d must be an integer, got %s', d, tostring(i)) end
     if i < 0 then i = size + 1 + i end
     if i < 1 or i > size then
@@ -281,14 +281,14 @@ local function offset_of(fname, a, ...)
                tostring(select(d, ...)), d, size)
     end
     idx_buf[d - 1] = i - 1
-    off = off + (i - 1) * tonumber(a._strides[d - 1])
+    off = off + (i - 1) * tonumber(a.p._strides[d - 1])
   end
   return off
 end
 
 local function read(a, off)
-  local v = ffi.cast(PTR_T[a.dtype_id], a._data)[off]
-  if a.dtype_id == 5 then return v ~= 0 end
+  local v = ffi.cast(PTR_T[a.p.dtype_id], a.p._data)[off]
+  if a.p.dtype_id == 5 then return v ~= 0 end
   return tonumber(v)
 end
 
@@ -302,18 +302,18 @@ function methods.set(a, v, ...)
   if type(v) == 'boolean' then v = v and 1 or 0 end
   if type(v) ~= 'number' then argerror('set', 'value must be a number, got %s', type(v)) end
   offset_of('set', a, ...)  -- validates and fills idx_buf
-  check(C.tgl_array_set(core.ctx, a, idx_buf, v), 'set')
+  check(C.tgl_array_set(core.ctx, a.p, idx_buf, v), 'set')
   return a
 end
 
 -- Nested tables of Lua values (numbers; booleans for bool arrays).  A 0-d
 -- array gives its number.
 function methods.totable(a)
-  local nd = a.ndim
+  local nd = a.p.ndim
   if nd == 0 then return read(a, 0) end
   local function build(d, off)
     local t = {}
-    local n, st = tonumber(a._shape[d]), tonumber(a._strides[d])
+    local n, st = tonumber(a.p._shape[d]), tonumber(a.p._strides[d])
     if d == nd - 1 then
       for i = 1, n do t[i] = read(a, off + (i - 1) * st) end
     else
@@ -326,19 +326,19 @@ end
 
 function methods.clone(a)
   local out = out_array()
-  check(C.tgl_array_copy(core.ctx, a, a.dtype_id, out), 'clone')
+  check(C.tgl_array_copy(core.ctx, a.p, a.p.dtype_id, out), 'clone')
   return core.wrap(out[0])
 end
 
 -- A contiguous array: a itself when it already is one.
 function methods.contiguous(a)
-  if C.tgl_array_is_contiguous(a) ~= 0 then return a end
+  if C.tgl_array_is_contiguous(a.p) ~= 0 then return a end
   return methods.clone(a)
 end
 
 function methods.astype(a, dtype)
   local out = out_array()
-  check(C.tgl_array_copy(core.ctx, a, core.dtype_id(dtype, 'astype'), out), 'astype')
+  check(C.tgl_array_copy(core.ctx, a.p, core.dtype_id(dtype, 'astype'), out), 'astype')
   return core.wrap(out[0])
 end
 
@@ -355,7 +355,7 @@ function methods.reshape(a, ...)
     shape_buf[i - 1] = v
   end
   local out = out_array()
-  check(C.tgl_array_reshape(core.ctx, a, #dims, shape_buf, out), 'reshape')
+  check(C.tgl_array_reshape(core.ctx, a.p, #dims, shape_buf, out), 'reshape')
   return core.wrap(out[0])
 end
 methods.view = methods.reshape
@@ -363,7 +363,7 @@ methods.view = methods.reshape
 -- a:T() reverses the axes (the matrix transpose for 2-d): a strided view.
 function methods.T(a)
   local out = out_array()
-  check(C.tgl_array_transpose(core.ctx, a, nil, out), 'T')
+  check(C.tgl_array_transpose(core.ctx, a.p, nil, out), 'T')
   return core.wrap(out[0])
 end
 
@@ -371,26 +371,26 @@ end
 function methods.transpose(a, d1, d2)
   if d1 == nil then return methods.T(a) end
   local i, j = axis0('transpose', a, d1), axis0('transpose', a, d2)
-  for k = 0, a.ndim - 1 do perm_buf[k] = k end
+  for k = 0, a.p.ndim - 1 do perm_buf[k] = k end
   perm_buf[i], perm_buf[j] = j, i
   local out = out_array()
-  check(C.tgl_array_transpose(core.ctx, a, perm_buf, out), 'transpose')
+  check(C.tgl_array_transpose(core.ctx, a.p, perm_buf, out), 'transpose')
   return core.wrap(out[0])
 end
 
 function methods.permute(a, ...)
   local p = type((...)) == 'table' and (...) or { ... }
-  if #p ~= a.ndim then argerror('permute', 'a %d-d array needs %d axes, got %d', a.ndim, a.ndim, #p) end
+  if #p ~= a.p.ndim then argerror('permute', 'a %d-d array needs %d axes, got %d', a.p.ndim, a.p.ndim, #p) end
   for k, d in ipairs(p) do perm_buf[k - 1] = axis0('permute', a, d) end
   local out = out_array()
-  check(C.tgl_array_transpose(core.ctx, a, perm_buf, out), 'permute')
+  check(C.tgl_array_transpose(core.ctx, a.p, perm_buf, out), 'permute')
   return core.wrap(out[0])
 end
 
 -- a:copy(b): copies b's elements into a (same shape; dtypes may differ).
 function methods.copy(a, b)
   if not core.is_array(b) then argerror('copy', 'source must be an array, got %s', type(b)) end
-  check(C.tgl_array_assign(core.ctx, a, b), 'copy')
+  check(C.tgl_array_assign(core.ctx, a.p, b.p), 'copy')
   return a
 end
 
@@ -398,12 +398,13 @@ end
 function methods.fill(a, v)
   if type(v) == 'boolean' then v = v and 1 or 0 end
   if type(v) ~= 'number' then argerror('fill', 'value must be a number, got %s', type(v)) end
-  local src = filled('fill', v, {}, { dtype = DTYPE_NAME[a.dtype_id] })
+  local src = filled('fill', v, {}, { dtype = DTYPE_NAME[a.p.dtype_id] })
   -- broadcast the scalar through a zero-stride view of the same shape
-  for i = 0, a.ndim - 1 do shape_buf[i], strides_buf[i] = a._shape[i], 0 end
+  for i = 0, a.p.ndim - 1 do shape_buf[i], strides_buf[i] = a.p._shape[i], 0 end
   local out = out_array()
-  check(C.tgl_array_view(core.ctx, src, a.ndim, shape_buf, strides_buf, 0, out), 'fill')
-  check(C.tgl_array_assign(core.ctx, a, core.wrap(out[0])), 'fill')
+  check(C.tgl_array_view(core.ctx, src.p, a.p.ndim, shape_buf, strides_buf, 0, out), 'fill')
+  local view = core.wrap(out[0])
+  check(C.tgl_array_assign(core.ctx, a.p, view.p), 'fill')
   return a
 end
 
@@ -414,9 +415,9 @@ local PRINT_THRESHOLD = 1000   -- more elements than this are elided
 local EDGE = 3                 -- elements kept at each end of an elided axis
 
 local function shape_string(a)
-  if a.ndim == 0 then return "scalar" end
+  if a.p.ndim == 0 then return "scalar" end
   local s = {}
-  for i = 0, a.ndim - 1 do s[#s + 1] = tostring(tonumber(a._shape[i])) end
+  for i = 0, a.p.ndim - 1 do s[#s + 1] = tostring(tonumber(a.p._shape[i])) end
   return 'size ' .. table.concat(s, 'x')
 end
 
@@ -435,7 +436,7 @@ end
 
 -- Formats one element; fmt decides float layout for the whole array.
 local function formatter(a, elide)
-  local dt = a.dtype_id
+  local dt = a.p.dtype_id
   if dt == DTYPE.bool then return function(v) return v ~= 0 and 'true' or 'false' end end
   if dt == DTYPE.int64 then
     return function(v) return (tostring(v):gsub('LL$', '')) end
@@ -445,9 +446,9 @@ local function formatter(a, elide)
   -- is moderate every value gets 4 decimals (tiny ones show as 0.0000, as
   -- in Torch7); otherwise scientific notation.
   local allint, maxabs = true, 0
-  local p = ffi.cast(PTR_T[dt], a._data)
+  local p = ffi.cast(PTR_T[dt], a.p._data)
   local function scan(d, off)
-    if d == a.ndim then
+    if d == a.p.ndim then
       local v = tonumber(p[off])
       if v == v and v ~= math.huge and v ~= -math.huge then
         if v ~= math.floor(v) then allint = false end
@@ -456,8 +457,8 @@ local function formatter(a, elide)
       end
       return
     end
-    for _, i in ipairs(shown(tonumber(a._shape[d]), elide)) do
-      if i > 0 then scan(d + 1, off + (i - 1) * tonumber(a._strides[d])) end
+    for _, i in ipairs(shown(tonumber(a.p._shape[d]), elide)) do
+      if i > 0 then scan(d + 1, off + (i - 1) * tonumber(a.p._strides[d])) end
     end
   end
   scan(0, 0)
@@ -475,13 +476,13 @@ local function formatter(a, elide)
 end
 
 function M.tostring(a)
-  local nd = a.ndim
-  local footer = string.format(a.ndim == 0 and '[tgl.array %s %s]' or '[tgl.array %s of %s]',
-                               DTYPE_NAME[a.dtype_id], shape_string(a))
-  if a._size == 0 then return '[empty]\n' .. footer end
-  local elide = tonumber(a._size) > PRINT_THRESHOLD
+  local nd = a.p.ndim
+  local footer = string.format(a.p.ndim == 0 and '[tgl.array %s %s]' or '[tgl.array %s of %s]',
+                               DTYPE_NAME[a.p.dtype_id], shape_string(a))
+  if a.p._size == 0 then return '[empty]\n' .. footer end
+  local elide = tonumber(a.p._size) > PRINT_THRESHOLD
   local fmt = formatter(a, elide)
-  local p = ffi.cast(PTR_T[a.dtype_id], a._data)
+  local p = ffi.cast(PTR_T[a.p.dtype_id], a.p._data)
   if nd == 0 then return fmt(p[0]) .. '\n' .. footer end
   -- Render every shown element first to find the column width.
   local width = 1
@@ -490,18 +491,18 @@ function M.tostring(a)
       local w = #fmt(p[off]); if w > width then width = w end
       return
     end
-    for _, i in ipairs(shown(tonumber(a._shape[d]), elide)) do
-      if i > 0 then measure(d + 1, off + (i - 1) * tonumber(a._strides[d])) end
+    for _, i in ipairs(shown(tonumber(a.p._shape[d]), elide)) do
+      if i > 0 then measure(d + 1, off + (i - 1) * tonumber(a.p._strides[d])) end
     end
   end
   measure(0, 0)
   local lines = {}
   local function row(off, d)  -- the last axis as one line
     local cells = {}
-    for _, i in ipairs(shown(tonumber(a._shape[d]), elide)) do
+    for _, i in ipairs(shown(tonumber(a.p._shape[d]), elide)) do
       if i == 0 then cells[#cells + 1] = string.rep(' ', width - 3) .. '...'
       else
-        local s = fmt(p[off + (i - 1) * tonumber(a._strides[d])])
+        local s = fmt(p[off + (i - 1) * tonumber(a.p._strides[d])])
         cells[#cells + 1] = string.rep(' ', width - #s) .. s
       end
     end
@@ -509,9 +510,9 @@ function M.tostring(a)
   end
   local function matrix(off)  -- the last two axes
     if nd == 1 then row(off, 0); return end
-    for _, i in ipairs(shown(tonumber(a._shape[nd - 2]), elide)) do
+    for _, i in ipairs(shown(tonumber(a.p._shape[nd - 2]), elide)) do
       if i == 0 then lines[#lines + 1] = ' ...'
-      else row(off + (i - 1) * tonumber(a._strides[nd - 2]), nd - 1) end
+      else row(off + (i - 1) * tonumber(a.p._strides[nd - 2]), nd - 1) end
     end
   end
   -- Leading axes: one block per slice, titled (i,j,.,.) as Torch7 does.
@@ -524,11 +525,11 @@ function M.tostring(a)
       if nd > 2 then lines[#lines + 1] = '' end
       return
     end
-    for _, i in ipairs(shown(tonumber(a._shape[d]), elide)) do
+    for _, i in ipairs(shown(tonumber(a.p._shape[d]), elide)) do
       if i == 0 then lines[#lines + 1] = '...'; lines[#lines + 1] = ''
       else
         prefix[d + 1] = i
-        slices(d + 1, off + (i - 1) * tonumber(a._strides[d]), prefix)
+        slices(d + 1, off + (i - 1) * tonumber(a.p._strides[d]), prefix)
         prefix[d + 1] = nil
       end
     end
@@ -553,7 +554,7 @@ local mt = {
   __index = function(a, k)
     local m = methods[k]
     if m ~= nil then return m end
-    if k == 'dtype' then return DTYPE_NAME[a.dtype_id] end
+    if k == 'dtype' then return DTYPE_NAME[a.p.dtype_id] end
     local h = hooks.__index
     if h then return h(a, k) end
     if type(k) == 'string' then
@@ -563,11 +564,11 @@ local mt = {
   end,
   __newindex = hook('__newindex'),
   __tostring = M.tostring,
-  __len = function(a) return a.ndim > 0 and tonumber(a._shape[0]) or 0 end,
+  __len = function(a) return a.p.ndim > 0 and tonumber(a.p._shape[0]) or 0 end,
   __add = hook('__add'), __sub = hook('__sub'), __mul = hook('__mul'),
   __div = hook('__div'), __pow = hook('__pow'), __unm = hook('__unm'),
   __mod = hook('__mod'), __eq = nil,
 }
-ffi.metatype('tgl_array', mt)
+ffi.metatype('tgl_aref', mt)
 
 return M

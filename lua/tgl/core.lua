@@ -40,6 +40,9 @@ typedef struct tgl_array {
     int32_t flags;
     tgl_storage *storage;
 } tgl_array;
+/* What Lua holds: a box around the pointer.  Pointer cdata would turn
+   a + 1 and a - b into pointer arithmetic; a struct gets the metamethods. */
+typedef struct tgl_aref { tgl_array *p; } tgl_aref;
 
 tgl_status tgl_array_empty(tgl_ctx *ctx, int dtype, int ndim, const int64_t *shape, tgl_array **out);
 tgl_status tgl_array_zeros(tgl_ctx *ctx, int dtype, int ndim, const int64_t *shape, tgl_array **out);
@@ -104,27 +107,40 @@ do
   end
 end
 
-local tgl_array_ptr = ffi.typeof('tgl_array *')
+local aref_t = ffi.typeof('tgl_aref')
 local out_array = ffi.typeof('tgl_array *[1]')
-core.array_ptr_t = tgl_array_ptr
+core.aref_t = aref_t
 core.out_array_t = out_array
+
+local function release_ref(r) C.tgl_array_release(r.p) end
+
+-- The stack level of the first function outside tgl's own Lua files, so
+-- errors point at the user's line whatever depth tgl raised them from.
+local function user_level()
+  local level = 3  -- the caller of the function that calls error()
+  while true do
+    local info = debug.getinfo(level, 'S')
+    if not info then return 1 end
+    if not info.source:find('[/\\]tgl[/\\][%w_]+%.lua$') then return level - 1 end
+    level = level + 1
+  end
+end
+core.user_level = user_level
 
 -- Raises a Lua error for a failed status.  The engine's message starts with
 -- the C function's name; users see the Lua function's name instead.
--- level is passed to error(); the default points at the caller's caller,
--- i.e. the user's line when called from a tgl.* function.
-function core.check(status, fname, level)
+function core.check(status, fname)
   if status == 0 then return end
   local msg = ffi.string(C.tgl_ctx_error(core.ctx))
   msg = msg:gsub('^tgl_[%w_]+: ', '')
   if msg == '' then msg = 'failed with status ' .. tonumber(status) end
   C.tgl_ctx_clear_error(core.ctx)
-  error(('tgl.%s: %s'):format(fname, msg), level or 3)
+  error(('tgl.%s: %s'):format(fname, msg), user_level())
 end
 
 -- Raises a Lua error naming the function, pointing at the user's line.
 function core.argerror(fname, fmt, ...)
-  error(('tgl.%s: ' .. fmt):format(fname, ...), 3)
+  error(('tgl.%s: ' .. fmt):format(fname, ...), user_level())
 end
 
 -- Live array bytes above which the next allocation runs a full collection:
@@ -132,7 +148,7 @@ end
 local gc_threshold = 256 * 1024 * 1024
 
 -- Takes ownership of a fresh tgl_array* (one reference) and returns the
--- garbage-collected cdata users hold.
+-- garbage-collected box (tgl_aref) users hold; C calls take box.p.
 function core.wrap(p)
   local live = tonumber(C.tgl_memory_live_bytes())
   if live > gc_threshold then
@@ -140,11 +156,11 @@ function core.wrap(p)
     live = tonumber(C.tgl_memory_live_bytes())
     if live * 2 > gc_threshold then gc_threshold = live * 2 end
   end
-  return ffi.gc(p, C.tgl_array_release)
+  return ffi.gc(aref_t(p), release_ref)
 end
 
 function core.is_array(x)
-  return ffi.istype(tgl_array_ptr, x)
+  return ffi.istype(aref_t, x)
 end
 
 -- Dtype name -> id, accepting the aliases tgl_dtype_from_name knows.
