@@ -93,7 +93,8 @@ typedef struct tgl_ctx tgl_ctx;
 
 /* A new context, or NULL when out of memory. */
 TGL_API tgl_ctx *tgl_ctx_new(void);
-/* Frees a context.  Arrays made through it stay valid. */
+/* Drops the caller's reference to a context; it is freed, with every node
+ * built in it, once no compiled function uses it.  Arrays stay valid. */
 TGL_API void tgl_ctx_free(tgl_ctx *ctx);
 /* The message of the last failed call made with ctx ("" if none). */
 TGL_API const char *tgl_ctx_error(const tgl_ctx *ctx);
@@ -236,6 +237,161 @@ typedef struct tgl_npz {
 TGL_API tgl_status tgl_npz_load(tgl_ctx *ctx, const char *path, tgl_npz **out);
 /* Frees an archive and releases its arrays (retain those you keep). */
 TGL_API void tgl_npz_free(tgl_npz *npz);
+
+/* ------------------------------------------------------------------------ */
+/* Types and graph nodes                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* The static type of a node: dtype, number of dimensions, and which axes
+ * are broadcastable (bit i set: axis i has size 1 and broadcasts). */
+typedef struct tgl_type {
+    int32_t dtype;
+    int32_t ndim;
+    uint32_t bcast;
+} tgl_type;
+
+/* Most integer parameters an op node carries (axes, permutations, slices). */
+#define TGL_MAX_PARAMS 40
+
+/* Op parameters: part of a node's identity (hash-consing compares them). */
+typedef struct tgl_params {
+    int32_t n;                      /* entries of i[] in use              */
+    int32_t flags;                  /* op-specific bits                   */
+    int64_t i[TGL_MAX_PARAMS];
+    double f[2];                    /* op-specific scalars                */
+} tgl_params;
+
+/* What a node is. */
+typedef enum tgl_node_kind {
+    TGL_NODE_INPUT = 0,   /* a symbolic input, given at each call          */
+    TGL_NODE_CONSTANT,    /* a fixed array                                 */
+    TGL_NODE_SHARED,      /* state kept across calls (weights)             */
+    TGL_NODE_APPLY        /* an op applied to input nodes                  */
+} tgl_node_kind;
+
+typedef struct tgl_node tgl_node;
+
+/* The id of the op named name ("add", "tanh", ...), or -1. */
+TGL_API int tgl_op_lookup(const char *name);
+/* The name of op id, or NULL. */
+TGL_API const char *tgl_op_name(int op);
+/* Number of ops in the catalog. */
+TGL_API int tgl_op_count(void);
+
+/* A new symbolic input of the given type.  Never merged with another. */
+TGL_API tgl_status tgl_node_input(tgl_ctx *ctx, tgl_type type, const char *name, tgl_node **out);
+/* A constant holding value (retained).  Equal constants (same dtype, shape
+ * and bits) are the same node. */
+TGL_API tgl_status tgl_node_constant(tgl_ctx *ctx, tgl_array *value, tgl_node **out);
+/* A shared variable whose value starts as value (retained, not copied).
+ * Its type is value's dtype and ndim; bcast sets broadcastable axes, which
+ * must have size 1. */
+TGL_API tgl_status tgl_node_shared(tgl_ctx *ctx, tgl_array *value, uint32_t bcast,
+                                   const char *name, tgl_node **out);
+/* The current value of a shared variable (a new reference). */
+TGL_API tgl_status tgl_shared_get(tgl_ctx *ctx, const tgl_node *s, tgl_array **out);
+/* Replaces a shared variable's value with value (retained).  The type must
+ * match: same dtype and ndim, size 1 on broadcastable axes. */
+TGL_API tgl_status tgl_shared_set(tgl_ctx *ctx, tgl_node *s, tgl_array *value);
+/* op applied to in[0..nin-1] with parameters p (NULL: none).  Type-checks
+ * and infers the result type; returns the existing node when an identical
+ * one exists.  source (may be NULL) records where the user built it, for
+ * error messages.  Elementwise ops left-pad lower-dimensional inputs with
+ * broadcastable axes, as NumPy does. */
+TGL_API tgl_status tgl_apply(tgl_ctx *ctx, int op, int nin, tgl_node *const *in,
+                             const tgl_params *p, const char *source, tgl_node **out);
+
+TGL_API tgl_type tgl_node_type(const tgl_node *n);
+TGL_API int tgl_node_kind_of(const tgl_node *n);
+TGL_API int tgl_node_op(const tgl_node *n);
+TGL_API int tgl_node_ninputs(const tgl_node *n);
+TGL_API tgl_node *tgl_node_input_at(const tgl_node *n, int i);
+TGL_API const tgl_params *tgl_node_params(const tgl_node *n);
+TGL_API uint32_t tgl_node_id(const tgl_node *n);
+/* The node's name, or "" when unnamed. */
+TGL_API const char *tgl_node_name(const tgl_node *n);
+TGL_API tgl_status tgl_node_set_name(tgl_ctx *ctx, tgl_node *n, const char *name);
+/* Where the node was built ("script.lua:12"), or "". */
+TGL_API const char *tgl_node_source(const tgl_node *n);
+/* A constant's value (borrowed), or NULL for other nodes. */
+TGL_API tgl_array *tgl_node_value(const tgl_node *n);
+
+/* Applies op eagerly to arrays: the reference kernel, no graph kept. */
+TGL_API tgl_status tgl_eval(tgl_ctx *ctx, int op, int nin, tgl_array *const *in,
+                            const tgl_params *p, tgl_array **out);
+
+/* The graphs outs[0..n-1] with each from[k] replaced by to[k] (types must
+ * match); result[i] receives the new outs[i]. */
+TGL_API tgl_status tgl_clone_replace(tgl_ctx *ctx, int n, tgl_node *const *outs, int nrep,
+                                     tgl_node *const *from, tgl_node *const *to,
+                                     tgl_node **result);
+
+/* ------------------------------------------------------------------------ */
+/* Differentiation                                                          */
+/* ------------------------------------------------------------------------ */
+
+/* What tgl_grad does with a wrt node the cost does not depend on. */
+typedef enum tgl_disconnected {
+    TGL_DISCONNECTED_RAISE = 0,  /* fail with an error naming the node      */
+    TGL_DISCONNECTED_ZERO        /* its gradient is zeros of its shape      */
+} tgl_disconnected;
+
+/* Reverse mode: d cost / d wrt[i] into grads[i].  cost is a scalar unless
+ * known gradients are given: known_vars[k] gets the gradient
+ * known_grads[k] (of its type) as a starting point. */
+TGL_API tgl_status tgl_grad(tgl_ctx *ctx, tgl_node *cost, int nwrt, tgl_node *const *wrt,
+                            int nknown, tgl_node *const *known_vars,
+                            tgl_node *const *known_grads, tgl_disconnected disconnected,
+                            tgl_node **grads);
+
+/* ------------------------------------------------------------------------ */
+/* Compiled functions and the CVM                                           */
+/* ------------------------------------------------------------------------ */
+
+typedef struct tgl_function tgl_function;
+
+typedef enum tgl_linker {
+    TGL_LINKER_CVM = 0,     /* intermediates freed after their last use    */
+    TGL_LINKER_CVM_NOGC,    /* intermediates kept and reused across calls  */
+    TGL_LINKER_VM           /* one checked thunk per op, for debugging      */
+} tgl_linker;
+
+typedef struct tgl_compile_options {
+    int linker;             /* a tgl_linker                                 */
+    int profile;            /* nonzero: time every instruction              */
+    const char *name;       /* for messages and profiles; may be NULL      */
+} tgl_compile_options;
+
+/* Compiles outputs (and updates: upd_vars[k] gets upd_exprs[k] after each
+ * call) as a function of inputs.  Every input node the outputs need must
+ * be listed. */
+TGL_API tgl_status tgl_function_new(tgl_ctx *ctx, int nin, tgl_node *const *inputs, int nout,
+                                    tgl_node *const *outputs, int nupd,
+                                    tgl_node *const *upd_vars, tgl_node *const *upd_exprs,
+                                    const tgl_compile_options *opt, tgl_function **out);
+/* Frees a function (NULL is ignored). */
+TGL_API void tgl_function_free(tgl_function *fn);
+/* Runs fn on in[0..nin-1]; out[i] receives a new reference to output i.
+ * Checks every input's dtype and shape unless trust is nonzero.  On
+ * failure no shared variable changes. */
+TGL_API tgl_status tgl_function_call(tgl_ctx *ctx, tgl_function *fn, tgl_array *const *in,
+                                     tgl_array **out, int trust);
+/* Runs fn n_calls times with the inputs of the last call, applying the
+ * updates each time; outputs of the last run are kept for
+ * tgl_function_output. */
+TGL_API tgl_status tgl_function_run(tgl_ctx *ctx, tgl_function *fn, int64_t n_calls);
+/* A new reference to output i of the last run. */
+TGL_API tgl_status tgl_function_output(tgl_ctx *ctx, tgl_function *fn, int i, tgl_array **out);
+/* Numbers of inputs and outputs. */
+TGL_API int tgl_function_ninputs(const tgl_function *fn);
+TGL_API int tgl_function_noutputs(const tgl_function *fn);
+/* The program as text, one instruction per line (malloc'd; free with
+ * tgl_free). */
+TGL_API tgl_status tgl_function_program(tgl_ctx *ctx, const tgl_function *fn, char **text);
+/* Per-op time table of a function compiled with profile (malloc'd). */
+TGL_API tgl_status tgl_function_profile(tgl_ctx *ctx, const tgl_function *fn, char **text);
+/* Frees text returned by tgl. */
+TGL_API void tgl_free(void *p);
 
 /* ------------------------------------------------------------------------ */
 /* Build information                                                        */

@@ -122,13 +122,16 @@ function M.arange(a, b, step, opts)
   if type(b) == 'table' then opts, b = b, nil
   elseif type(step) == 'table' then opts, step = step, nil end
   opts = opts or {}
-  if b == nil then a, b = 1, a end
-  step = step or 1
-  for i, v in ipairs({ a, b, step }) do
+  -- checked before tgl.arange(n) becomes (1, n), so the position is the user's
+  local args = { a, b == nil and 1 or b, step or 1 }
+  for i = 1, 3 do
+    local v = args[i]
     if type(v) ~= 'number' or v ~= v or v == math.huge or v == -math.huge then
       argerror('arange', 'argument %d must be a finite number, got %s', i, tostring(v))
     end
   end
+  if b == nil then a, b = 1, a end
+  step = step or 1
   if step == 0 then argerror('arange', 'step must not be zero') end
   local default = (is_int(a) and is_int(b) and is_int(step)) and 'int64' or floatX()
   local out = out_array()
@@ -136,9 +139,18 @@ function M.arange(a, b, step, opts)
   return core.wrap(out[0])
 end
 
+-- A seed or offset: an integral Lua number (negative ones wrap modulo 2^64)
+-- or a 64-bit integer cdata such as tgl.get_rng_state() returns.
+local int64_t, uint64_t = ffi.typeof('int64_t'), ffi.typeof('uint64_t')
+local function to_u64(fname, what, v)
+  if ffi.istype(uint64_t, v) then return v end
+  if ffi.istype(int64_t, v) then return ffi.cast(uint64_t, v) end
+  if not is_int(v) then argerror(fname, '%s must be an integer, got %s', what, tostring(v)) end
+  return ffi.cast(uint64_t, ffi.cast(int64_t, v))
+end
+
 function M.manual_seed(seed)
-  if not is_int(seed) then argerror('manual_seed', 'seed must be an integer, got %s', tostring(seed)) end
-  C.tgl_ctx_manual_seed(core.ctx, ffi.cast('uint64_t', ffi.cast('int64_t', seed)))
+  C.tgl_ctx_manual_seed(core.ctx, to_u64('manual_seed', 'seed', seed))
 end
 
 -- The generator's state as a table {seed=, offset=}, for checkpoints.
@@ -152,7 +164,15 @@ function M.set_rng_state(state)
   if type(state) ~= 'table' or state.seed == nil or state.offset == nil then
     argerror('set_rng_state', 'expected a table {seed=, offset=} from tgl.get_rng_state()')
   end
-  C.tgl_ctx_set_rng_state(core.ctx, state.seed, state.offset)
+  C.tgl_ctx_set_rng_state(core.ctx, to_u64('set_rng_state', 'seed', state.seed),
+                          to_u64('set_rng_state', 'offset', state.offset))
+end
+
+local function opt_number(fname, opts, key, default)
+  local v = opts[key]
+  if v == nil then return default end
+  if type(v) ~= 'number' then argerror(fname, 'option %s must be a number, got %s', key, type(v)) end
+  return v
 end
 
 -- tgl.rand(2,3 [, {dtype=, low=0, high=1}]) ; tgl.randn(2,3 [, {dtype=, mean=0, std=1}])
@@ -160,7 +180,8 @@ function M.rand(...)
   local shape, opts = parse_shape('rand', ...)
   local out = out_array()
   check(C.tgl_array_rand(core.ctx, opt_dtype('rand', opts), #shape, shape_buf,
-                         opts.low or 0, opts.high or 1, out), 'rand')
+                         opt_number('rand', opts, 'low', 0), opt_number('rand', opts, 'high', 1),
+                         out), 'rand')
   return core.wrap(out[0])
 end
 
@@ -168,7 +189,8 @@ function M.randn(...)
   local shape, opts = parse_shape('randn', ...)
   local out = out_array()
   check(C.tgl_array_randn(core.ctx, opt_dtype('randn', opts), #shape, shape_buf,
-                          opts.mean or 0, opts.std or 1, out), 'randn')
+                          opt_number('randn', opts, 'mean', 0), opt_number('randn', opts, 'std', 1),
+                          out), 'randn')
   return core.wrap(out[0])
 end
 

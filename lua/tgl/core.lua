@@ -71,6 +71,54 @@ typedef struct tgl_npz { int n; char **names; tgl_array **arrays; } tgl_npz;
 tgl_status tgl_npz_load(tgl_ctx *ctx, const char *path, tgl_npz **out);
 void tgl_npz_free(tgl_npz *npz);
 
+typedef struct tgl_type { int32_t dtype; int32_t ndim; uint32_t bcast; } tgl_type;
+typedef struct tgl_params { int32_t n; int32_t flags; int64_t i[40]; double f[2]; } tgl_params;
+typedef struct tgl_node tgl_node;
+/* What Lua holds for a graph node (nodes live as long as the context). */
+typedef struct tgl_vref { tgl_node *n; } tgl_vref;
+int tgl_op_lookup(const char *name);
+const char *tgl_op_name(int op);
+int tgl_op_count(void);
+tgl_status tgl_node_input(tgl_ctx *ctx, tgl_type type, const char *name, tgl_node **out);
+tgl_status tgl_node_constant(tgl_ctx *ctx, tgl_array *value, tgl_node **out);
+tgl_status tgl_node_shared(tgl_ctx *ctx, tgl_array *value, uint32_t bcast, const char *name, tgl_node **out);
+tgl_status tgl_shared_get(tgl_ctx *ctx, const tgl_node *s, tgl_array **out);
+tgl_status tgl_shared_set(tgl_ctx *ctx, tgl_node *s, tgl_array *value);
+tgl_status tgl_apply(tgl_ctx *ctx, int op, int nin, tgl_node *const *in, const tgl_params *p,
+                     const char *source, tgl_node **out);
+tgl_type tgl_node_type(const tgl_node *n);
+int tgl_node_kind_of(const tgl_node *n);
+int tgl_node_op(const tgl_node *n);
+int tgl_node_ninputs(const tgl_node *n);
+tgl_node *tgl_node_input_at(const tgl_node *n, int i);
+const tgl_params *tgl_node_params(const tgl_node *n);
+uint32_t tgl_node_id(const tgl_node *n);
+const char *tgl_node_name(const tgl_node *n);
+tgl_status tgl_node_set_name(tgl_ctx *ctx, tgl_node *n, const char *name);
+const char *tgl_node_source(const tgl_node *n);
+tgl_array *tgl_node_value(const tgl_node *n);
+tgl_status tgl_eval(tgl_ctx *ctx, int op, int nin, tgl_array *const *in, const tgl_params *p, tgl_array **out);
+tgl_status tgl_clone_replace(tgl_ctx *ctx, int n, tgl_node *const *outs, int nrep,
+                             tgl_node *const *from, tgl_node *const *to, tgl_node **result);
+tgl_status tgl_grad(tgl_ctx *ctx, tgl_node *cost, int nwrt, tgl_node *const *wrt, int nknown,
+                    tgl_node *const *known_vars, tgl_node *const *known_grads, int disconnected,
+                    tgl_node **grads);
+typedef struct tgl_function tgl_function;
+typedef struct tgl_compile_options { int linker; int profile; const char *name; } tgl_compile_options;
+tgl_status tgl_function_new(tgl_ctx *ctx, int nin, tgl_node *const *inputs, int nout,
+                            tgl_node *const *outputs, int nupd, tgl_node *const *upd_vars,
+                            tgl_node *const *upd_exprs, const tgl_compile_options *opt,
+                            tgl_function **out);
+void tgl_function_free(tgl_function *fn);
+tgl_status tgl_function_call(tgl_ctx *ctx, tgl_function *fn, tgl_array *const *in, tgl_array **out, int trust);
+tgl_status tgl_function_run(tgl_ctx *ctx, tgl_function *fn, int64_t n_calls);
+tgl_status tgl_function_output(tgl_ctx *ctx, tgl_function *fn, int i, tgl_array **out);
+int tgl_function_ninputs(const tgl_function *fn);
+int tgl_function_noutputs(const tgl_function *fn);
+tgl_status tgl_function_program(tgl_ctx *ctx, const tgl_function *fn, char **text);
+tgl_status tgl_function_profile(tgl_ctx *ctx, const tgl_function *fn, char **text);
+void tgl_free(void *p);
+
 const char *tgl_version(void);
 const char *tgl_blas_info(void);
 int tgl_cuda_built(void);

@@ -6,6 +6,10 @@
 local core = require 'tgl.core'
 local array = require 'tgl.array'
 local io_ = require 'tgl.io'
+local graph = require 'tgl.graph'
+require 'tgl.variable'
+local fun = require 'tgl.function'
+local grad = require 'tgl.grad'
 local ffi, C = core.ffi, core.C
 
 local tgl = {}
@@ -24,6 +28,43 @@ for _, name in ipairs({ 'array', 'empty', 'zeros', 'ones', 'full', 'arange', 'ra
   tgl[name] = array[name]
 end
 tgl.is_array = core.is_array
+
+-- symbolic variables and operations (eager on arrays)
+local graph_exports = {
+  'tensor', 'constant', 'shared',
+  'neg', 'abs', 'sign', 'exp', 'log', 'log1p', 'expm1', 'sqrt', 'sqr', 'recip', 'tanh',
+  'sigmoid', 'softplus', 'relu', 'sin', 'cos', 'floor', 'ceil', 'round', 'not_',
+  'add', 'sub', 'mul', 'div', 'pow', 'mod', 'maximum', 'minimum',
+  'eq', 'neq', 'lt', 'le', 'gt', 'ge', 'and_', 'or_', 'switch', 'clip', 'ifelse', 'cast',
+  'sum', 'prod', 'max', 'min', 'mean', 'var', 'std', 'argmax', 'argmin',
+  'dot', 'batched_dot', 'outer',
+  'dimshuffle', 'transpose', 'reshape', 'flatten', 'concatenate', 'stack', 'shape', 'size',
+  'softmax', 'log_softmax', 'one_hot', 'categorical_crossentropy', 'binary_crossentropy',
+  'index', 'set_subtensor', 'inc_subtensor',
+}
+for _, name in ipairs(graph_exports) do tgl[name] = graph[name] end
+for _, kind in ipairs({ 'scalar', 'vector', 'row', 'col', 'matrix', 'tensor3', 'tensor4' }) do
+  tgl[kind] = graph[kind]
+  for _, p in ipairs({ 'f', 'd', 'i', 'l', 'b' }) do tgl[p .. kind] = graph[p .. kind] end
+end
+tgl.is_variable = graph.is_var
+
+-- tgl.arange: an array for numbers, a symbolic vector when a bound is a
+-- variable.
+function tgl.arange(a, b, step, opts)
+  if graph.is_var(a) or graph.is_var(b) or graph.is_var(step) then
+    return graph.symbolic_arange(a, b, step, opts)
+  end
+  return array.arange(a, b, step, opts)
+end
+
+-- compiling and differentiating
+tgl.compile = fun.compile
+tgl.debugprint = fun.debugprint
+tgl.grad = grad.grad
+tgl.jacobian = grad.jacobian
+tgl.hessian = grad.hessian
+tgl.verify_grad = grad.verify_grad
 
 -- files
 tgl.save = io_.save

@@ -8,6 +8,7 @@
 
 #include <inttypes.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,18 +56,25 @@ tgl_status tgl_check_shape(tgl_ctx *ctx, const char *fn, int dtype, int ndim,
     TGL_CHECK(ndim >= 0 && ndim <= TGL_MAX_DIMS, TGL_ESHAPE,
               "%s: %d dimensions (at most %d are supported)", fn, ndim, TGL_MAX_DIMS);
     TGL_CHECK(ndim == 0 || shape, TGL_EINVAL, "%s: shape is NULL", fn);
-    /* Element and byte counts must fit comfortably in int64 and size_t. */
+    /* Element and byte counts must fit comfortably in int64 and size_t.
+     * Zero sizes are left out of the product (as NumPy does): strides are
+     * products of the other sizes and must not overflow either. */
     const int64_t limit = INT64_MAX / 16;
     int64_t n = 1;
+    bool empty = false;
     for (int i = 0; i < ndim; i++) {
         TGL_CHECK(shape[i] >= 0, TGL_ESHAPE, "%s: negative size %" PRId64 " for dimension %d",
                   fn, shape[i], i);
-        if (shape[i] != 0 && n > limit / shape[i])
+        if (shape[i] == 0) {
+            empty = true;
+            continue;
+        }
+        if (n > limit / shape[i])
             return tgl_ctx_set_error(ctx, TGL_ESHAPE, "%s: shape too large (over 2^59 elements)",
                                      fn);
         n *= shape[i];
     }
-    *size = n;
+    *size = empty ? 0 : n;
     return TGL_OK;
 }
 
@@ -150,7 +158,9 @@ tgl_status tgl_array_zeros(tgl_ctx *ctx, int dtype, int ndim, const int64_t *sha
 tgl_status tgl_array_full(tgl_ctx *ctx, int dtype, int ndim, const int64_t *shape, double value,
                           tgl_array **out)
 {
-    tgl_array *a;
+    TGL_CHECK_CTX(ctx);
+    TGL_CHECK(out, TGL_EINVAL, "tgl_array_full: out is NULL");
+    tgl_array *a = NULL;
     tgl_status st = tgl_array_alloc(ctx, "tgl_array_full", dtype, ndim, shape, false, &a);
     if (st)
         return st;
@@ -173,11 +183,14 @@ tgl_status tgl_array_arange(tgl_ctx *ctx, int dtype, double start, double stop, 
     TGL_CHECK(isfinite(start) && isfinite(stop) && isfinite(step), TGL_EINVAL,
               "%s: start, stop and step must be finite", fn);
     TGL_CHECK(step != 0, TGL_EINVAL, "%s: step must not be zero", fn);
-    /* Lua's numeric for: count = floor((stop - start) / step) + 1, or 0. */
+    TGL_CHECK(out, TGL_EINVAL, "%s: out is NULL", fn);
+    /* Lua's numeric for: count = floor((stop - start) / step) + 1, or 0.
+     * The size check comes first: converting a huge span to int64 is
+     * undefined behaviour. */
     double span = (stop - start) / step;
-    int64_t n = span < 0 ? 0 : (int64_t)floor(span + 1e-9) + 1;
     TGL_CHECK(span < 1e15, TGL_ESHAPE, "%s: too many elements", fn);
-    tgl_array *a;
+    int64_t n = span < 0 ? 0 : (int64_t)floor(span + 1e-9) + 1;
+    tgl_array *a = NULL;
     tgl_status st = tgl_array_alloc(ctx, fn, dtype, 1, &n, false, &a);
     if (st)
         return st;
@@ -227,25 +240,33 @@ tgl_status tgl_array_view(tgl_ctx *ctx, tgl_array *a, int ndim, const int64_t *s
     if (st)
         return st;
     TGL_CHECK(ndim == 0 || strides, TGL_EINVAL, "%s: strides is NULL", fn);
-    /* Every element the view can reach must lie inside the storage. */
+    /* Every element the view can reach must lie inside the storage.  The
+     * arithmetic is checked: huge strides or offsets must not wrap around
+     * into range. */
     size_t es = tgl_dtype_size(a->dtype_id);
-    int64_t base = ((char *)a->data - (char *)a->storage->base) / (int64_t)es + offset;
+    int64_t nelem = (int64_t)(a->storage->nbytes / es);
+    int64_t base;
+    bool overflow = __builtin_add_overflow(
+        ((char *)a->data - (char *)a->storage->base) / (int64_t)es, offset, &base);
     int64_t lo = base, hi = base;
     if (size > 0) {
-        for (int i = 0; i < ndim; i++) {
-            int64_t reach = (shape[i] - 1) * strides[i];
-            if (reach < 0)
-                lo += reach;
-            else
-                hi += reach;
+        for (int i = 0; i < ndim && !overflow; i++) {
+            int64_t reach;
+            overflow = __builtin_mul_overflow(shape[i] - 1, strides[i], &reach) ||
+                       (reach < 0 ? __builtin_add_overflow(lo, reach, &lo)
+                                  : __builtin_add_overflow(hi, reach, &hi));
         }
-        int64_t nelem = (int64_t)(a->storage->nbytes / es);
+    }
+    TGL_CHECK(!overflow, TGL_ESHAPE,
+              "%s: the view's offset and strides reach outside the storage of %" PRId64
+              " elements (the index arithmetic overflows)", fn, nelem);
+    if (size > 0) {
         TGL_CHECK(lo >= 0 && hi < nelem, TGL_ESHAPE,
                   "%s: the view reaches elements %" PRId64 "..%" PRId64
                   " outside the storage of %" PRId64 " elements",
                   fn, lo, hi, nelem);
     }
-    tgl_array *v;
+    tgl_array *v = NULL;
     if ((st = new_view(ctx, fn, a, &v)))
         return st;
     v->data = (char *)a->storage->base + base * (int64_t)es;
@@ -273,7 +294,7 @@ tgl_status tgl_array_reshape(tgl_ctx *ctx, tgl_array *a, int ndim, const int64_t
     TGL_CHECK(ndim == 0 || shape, TGL_EINVAL, "%s: shape is NULL", fn);
     int64_t newshape[TGL_MAX_DIMS];
     int infer = -1;
-    int64_t known = 1;
+    int64_t known = 1, nonzero = 1;  /* nonzero: the product strides come from */
     for (int i = 0; i < ndim; i++) {
         newshape[i] = shape[i];
         if (shape[i] == -1) {
@@ -281,8 +302,11 @@ tgl_status tgl_array_reshape(tgl_ctx *ctx, tgl_array *a, int ndim, const int64_t
             infer = i;
         } else {
             TGL_CHECK(shape[i] >= 0, TGL_ESHAPE, "%s: negative size %" PRId64, fn, shape[i]);
-            if (shape[i] != 0 && known > INT64_MAX / 16 / shape[i])
-                return tgl_ctx_set_error(ctx, TGL_ESHAPE, "%s: shape too large", fn);
+            if (shape[i] != 0) {
+                if (nonzero > INT64_MAX / 16 / shape[i])
+                    return tgl_ctx_set_error(ctx, TGL_ESHAPE, "%s: shape too large", fn);
+                nonzero *= shape[i];
+            }
             known *= shape[i];
         }
     }
@@ -324,7 +348,7 @@ tgl_status tgl_array_transpose(tgl_ctx *ctx, tgl_array *a, const int *perm, tgl_
                   "%s: the permutation is not a permutation of %d axes", fn, a->ndim);
         seen[p[i]] = true;
     }
-    tgl_array *v;
+    tgl_array *v = NULL;
     tgl_status st = new_view(ctx, fn, a, &v);
     if (st)
         return st;
@@ -367,6 +391,30 @@ tgl_status tgl_array_transpose(tgl_ctx *ctx, tgl_array *a, const int *perm, tgl_
         }                                                                             \
     } while (0)
 
+static bool is_integer(int dtype)
+{
+    return dtype == TGL_INT32 || dtype == TGL_INT64 || dtype == TGL_UINT8 || dtype == TGL_BOOL;
+}
+
+static int64_t load_int(int dtype, const void *p, int64_t i)
+{
+    switch (dtype) {
+    case TGL_INT32: return ((const int32_t *)p)[i];
+    case TGL_INT64: return ((const int64_t *)p)[i];
+    default: return ((const uint8_t *)p)[i];  /* uint8, bool */
+    }
+}
+
+static void store_int_wrapping(int dtype, void *p, int64_t i, int64_t v)
+{
+    switch (dtype) {
+    case TGL_INT32: ((int32_t *)p)[i] = (int32_t)(uint32_t)(uint64_t)v; break;
+    case TGL_INT64: ((int64_t *)p)[i] = v; break;
+    case TGL_UINT8: ((uint8_t *)p)[i] = (uint8_t)(uint64_t)v; break;
+    default: ((uint8_t *)p)[i] = v != 0; break;
+    }
+}
+
 /* Copies src into dst elementwise (same shape), converting dtypes.  Equal
  * dtypes copy bytes, so int64 and NaN payloads survive exactly. */
 static void copy_elements(tgl_array *dst, const tgl_array *src)
@@ -384,21 +432,15 @@ static void copy_elements(tgl_array *dst, const tgl_array *src)
     if (dt == st) {
         FOR_EACH_PAIR(src->ndim, src->shape, dst->strides, src->strides,
                       memcpy(dp + d * (int64_t)es, sp + s * (int64_t)es, es));
-    } else if (dt == TGL_INT64 && st != TGL_FLOAT32 && st != TGL_FLOAT64) {
-        /* Integer widening is exact without going through double. */
+    } else if (is_integer(dt) && is_integer(st)) {
+        /* Integer to integer is exact: widening keeps the value, narrowing
+         * wraps modulo 2^k (as NumPy's astype does), bool is v != 0. */
         FOR_EACH_PAIR(src->ndim, src->shape, dst->strides, src->strides,
-                      ((int64_t *)dp)[d] = (int64_t)tgl_load_as_double(st, sp, s));
-    } else if (st == TGL_INT64 && (dt == TGL_INT32 || dt == TGL_UINT8 || dt == TGL_BOOL)) {
-        /* Narrowing from int64 wraps modulo 2^k, as NumPy's astype does. */
-        FOR_EACH_PAIR(src->ndim, src->shape, dst->strides, src->strides, {
-            int64_t v = ((const int64_t *)sp)[s];
-            if (dt == TGL_INT32)
-                ((int32_t *)dp)[d] = (int32_t)(uint32_t)(uint64_t)v;
-            else if (dt == TGL_UINT8)
-                ((uint8_t *)dp)[d] = (uint8_t)(uint64_t)v;
-            else
-                ((uint8_t *)dp)[d] = v != 0;
-        });
+                      store_int_wrapping(dt, dp, d, load_int(st, sp, s)));
+    } else if (st == TGL_INT64 && dt == TGL_FLOAT32) {
+        /* One rounding: going through double would round twice. */
+        FOR_EACH_PAIR(src->ndim, src->shape, dst->strides, src->strides,
+                      ((float *)dp)[d] = (float)((const int64_t *)sp)[s]);
     } else {
         FOR_EACH_PAIR(src->ndim, src->shape, dst->strides, src->strides,
                       tgl_store_from_double(dt, dp, d, tgl_load_as_double(st, sp, s)));
@@ -410,13 +452,25 @@ tgl_status tgl_array_copy(tgl_ctx *ctx, const tgl_array *a, int dtype, tgl_array
     const char *fn = "tgl_array_copy";
     TGL_CHECK_CTX(ctx);
     TGL_CHECK(a && out, TGL_EINVAL, "%s: NULL argument", fn);
-    tgl_array *c;
+    tgl_array *c = NULL;
     tgl_status st = tgl_array_alloc(ctx, fn, dtype, a->ndim, a->shape, false, &c);
     if (st)
         return st;
     copy_elements(c, a);
     *out = c;
     return TGL_OK;
+}
+
+/* "2x3" for a's shape, "scalar" for 0-d. */
+static const char *shape_text(const tgl_array *a, char *buf, size_t size)
+{
+    if (a->ndim == 0)
+        return "scalar";
+    size_t n = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < a->ndim && n < size; i++)
+        n += (size_t)snprintf(buf + n, size - n, i ? "x%" PRId64 : "%" PRId64, a->shape[i]);
+    return buf;
 }
 
 tgl_status tgl_array_assign(tgl_ctx *ctx, tgl_array *dst, const tgl_array *src)
@@ -427,12 +481,16 @@ tgl_status tgl_array_assign(tgl_ctx *ctx, tgl_array *dst, const tgl_array *src)
     bool same = dst->ndim == src->ndim;
     for (int i = 0; same && i < dst->ndim; i++)
         same = dst->shape[i] == src->shape[i];
-    TGL_CHECK(same, TGL_ESHAPE, "%s: shapes differ (%d-d destination, %d-d source)", fn,
-              dst->ndim, src->ndim);
+    if (!same) {
+        char ds[TGL_MAX_DIMS * 21 + 1], ss[TGL_MAX_DIMS * 21 + 1];
+        return tgl_ctx_set_error(ctx, TGL_ESHAPE,
+                                 "%s: shapes differ (destination %s, source %s)", fn,
+                                 shape_text(dst, ds, sizeof ds), shape_text(src, ss, sizeof ss));
+    }
     if (dst->storage == src->storage) {
         /* Overlapping views: go through a temporary so no element is read
          * after it was overwritten. */
-        tgl_array *tmp;
+        tgl_array *tmp = NULL;
         tgl_status st = tgl_array_copy(ctx, src, src->dtype_id, &tmp);
         if (st)
             return st;

@@ -5,6 +5,7 @@
  * keeps no other mutable global state except the live-memory counter.
  */
 #include "engine/engine.h"
+#include "engine/graph.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -14,12 +15,27 @@
 tgl_ctx *tgl_ctx_new(void)
 {
     tgl_ctx *ctx = calloc(1, sizeof *ctx);
+    if (ctx)
+        ctx->refcount = 1;
     return ctx;
+}
+
+void tgl_ctx_retain(tgl_ctx *ctx)
+{
+    __atomic_add_fetch(&ctx->refcount, 1, __ATOMIC_RELAXED);
+}
+
+void tgl_ctx_release(tgl_ctx *ctx)
+{
+    if (ctx && __atomic_sub_fetch(&ctx->refcount, 1, __ATOMIC_ACQ_REL) == 0) {
+        tgl_graph_free(&ctx->graph);
+        free(ctx);
+    }
 }
 
 void tgl_ctx_free(tgl_ctx *ctx)
 {
-    free(ctx);
+    tgl_ctx_release(ctx);
 }
 
 const char *tgl_ctx_error(const tgl_ctx *ctx)

@@ -14,8 +14,19 @@
 /* The error message buffer of a context. */
 #define TGL_ERRMSG_SIZE 1024
 
+/* The node table (graph.h). */
+struct tgl_graph_table {
+    struct tgl_node **buckets;
+    size_t nbuckets;
+    size_t count;
+    uint32_t next_id;
+    struct tgl_node *all;
+};
+
 struct tgl_ctx {
     char errmsg[TGL_ERRMSG_SIZE];
+    int32_t refcount;      /* the owner, plus every compiled function        */
+    struct tgl_graph_table graph;  /* every node built with this context     */
     uint64_t rng_seed;     /* key of the counter-based generator            */
     uint64_t rng_offset;   /* counter blocks used since the seed was set    */
     volatile int *interrupt;  /* set by the host's SIGINT handler; may be NULL */
@@ -41,6 +52,11 @@ static inline bool tgl_ctx_interrupted(const tgl_ctx *ctx)
 {
     return ctx->interrupt && *ctx->interrupt;
 }
+
+/* Context reference counting: compiled functions keep their context (and
+ * so its nodes) alive.  tgl_ctx_free drops the owner's reference. */
+void tgl_ctx_retain(tgl_ctx *ctx);
+void tgl_ctx_release(tgl_ctx *ctx);
 
 /* Checks dtype, ndim and shape for array constructors; fn names the caller
  * in the message.  On success *size is the element count. */

@@ -6,6 +6,7 @@
 
 #include <cblas.h>
 #include <stdio.h>
+#include <string.h>
 
 /* OpenBLAS reports its build and the kernel it picked for this CPU. */
 extern char *openblas_get_config(void);
@@ -22,9 +23,13 @@ const char *tgl_blas_info(void)
     /* Built once; the strings OpenBLAS returns are static.  A benign race:
      * concurrent first calls write the same bytes. */
     static char info[256];
-    if (!info[0])
-        snprintf(info, sizeof info, "OpenBLAS %s (core %s, %d threads)", openblas_get_config(),
+    if (!info[0]) {
+        /* The config string already starts "OpenBLAS 0.3.21 ..." */
+        const char *config = openblas_get_config();
+        const char *prefix = strncmp(config, "OpenBLAS ", 9) == 0 ? "" : "OpenBLAS ";
+        snprintf(info, sizeof info, "%s%s (core %s, %d threads)", prefix, config,
                  openblas_get_corename(), openblas_get_num_threads());
+    }
     return info;
 }
 

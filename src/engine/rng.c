@@ -51,12 +51,19 @@ static tgl_status draw(tgl_ctx *ctx, const char *fn, draw_kind kind, int dtype, 
               "%s: dtype must be float32 or float64, got %s", fn,
               tgl_dtype_name(dtype) ? tgl_dtype_name(dtype) : "an unknown dtype");
     TGL_CHECK(isfinite(p0) && isfinite(p1), TGL_EINVAL, "%s: parameters must be finite", fn);
-    if (kind == DRAW_UNIFORM)
+    TGL_CHECK(out, TGL_EINVAL, "%s: out is NULL", fn);
+    if (kind == DRAW_UNIFORM) {
         TGL_CHECK(p0 < p1, TGL_EINVAL, "%s: the lower bound %g is not below the upper bound %g",
                   fn, p0, p1);
-    else
+        TGL_CHECK(isfinite(p1 - p0), TGL_EINVAL,
+                  "%s: the range [%g, %g) is wider than the largest double", fn, p0, p1);
+        /* Otherwise every float32 drawn would equal hi. */
+        TGL_CHECK(dtype != TGL_FLOAT32 || (float)p0 < (float)p1, TGL_EINVAL,
+                  "%s: the bounds %.9g and %.9g round to the same float32", fn, p0, p1);
+    } else {
         TGL_CHECK(p1 >= 0, TGL_EINVAL, "%s: the standard deviation %g is negative", fn, p1);
-    tgl_array *a;
+    }
+    tgl_array *a = NULL;
     tgl_status st = tgl_array_alloc(ctx, fn, dtype, ndim, shape, false, &a);
     if (st)
         return st;

@@ -1,0 +1,509 @@
+/*
+ * main.c — the tgl host binary: parses options the way luajit does, sets up
+ * a LuaJIT state with tgl's Lua directory on package.path and the `tgl`
+ * module preloaded, runs -e/-l/script/stdin chunks in protected calls with
+ * tracebacks, and owns Ctrl-C handling (the interrupt flag the engine polls
+ * and the debug hook that stops interpreted Lua code).
+ *
+ * Exit status: 0 on success, 1 when a chunk fails, an option is bad or the
+ * `tgl` module cannot be loaded; os.exit(n) exits with n.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <lauxlib.h>
+#include <lua.h>
+#include <luajit.h>
+#include <lualib.h>
+
+#include "repl.h"
+#include "tgl.h"
+
+#ifndef TGL_SOURCE_LUA_DIR
+#error "TGL_SOURCE_LUA_DIR must name the source tree's lua/ directory"
+#endif
+#ifndef TGL_INSTALL_LUA_SUBDIR
+#error "TGL_INSTALL_LUA_SUBDIR must name the installed lua dir, relative to the prefix"
+#endif
+
+/* ---- Signal state: the only globals, because a signal handler needs them */
+
+/* Set to 1 by SIGINT; the engine polls it through tgl_host_interrupt_flag. */
+static volatile int host_interrupt;
+/* The state the interrupt hook is installed on (LuaJIT hooks are global to
+ * a state, so the main state covers its coroutines too). */
+static lua_State *volatile host_L;
+
+volatile int *tgl_host_interrupt_flag(void)
+{
+    return &host_interrupt;
+}
+
+lua_State *tgl_host_lua(void)
+{
+    return host_L;
+}
+
+/* Debug hook installed by the SIGINT handler: raises the error in the
+ * running chunk at the next call, return or instruction.  luaL_where
+ * rather than luaL_error because a C hook adds no frame of its own. */
+static void stop_hook(lua_State *L, lua_Debug *ar)
+{
+    (void)ar;
+    lua_sethook(L, NULL, 0, 0);
+    luaL_where(L, 0);
+    lua_pushfstring(L, "%sinterrupted!", lua_tostring(L, -1));
+    lua_error(L);
+}
+
+/* SIGINT while a chunk runs.  Installed with SA_RESETHAND, so the next
+ * SIGINT takes the default action and kills the process: that is the way
+ * out of a JIT-compiled loop, where hooks never fire and which calls
+ * nothing that polls the flag. */
+static void on_sigint_chunk(int sig)
+{
+    (void)sig;
+    host_interrupt = 1;
+    if (host_L)
+        lua_sethook(host_L, stop_hook, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
+}
+
+/* SIGINT at the prompt: only note it.  Without SA_RESTART the blocking
+ * read returns EINTR and the REPL abandons the line. */
+static void on_sigint_prompt(int sig)
+{
+    (void)sig;
+    host_interrupt = 1;
+}
+
+static void set_sigint(void (*handler)(int), int flags, struct sigaction *old)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = handler;
+    sa.sa_flags = flags;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, old);
+}
+
+void tgl_host_arm_prompt(void)
+{
+    set_sigint(on_sigint_prompt, 0, NULL);
+    host_interrupt = 0;
+    if (host_L)
+        lua_sethook(host_L, NULL, 0, 0);
+}
+
+int tgl_host_take_interrupt(void)
+{
+    int was = host_interrupt;
+    host_interrupt = 0;
+    return was != 0;
+}
+
+/* ---- Protected calls ------------------------------------------------- */
+
+/* Message handler: turns the error into "message\nstack traceback:...".
+ * A nil error object stays nil (busted raises error() with nil to set the
+ * exit status, which must stay silent); other non-strings go through
+ * __tostring when they have one. */
+static int msghandler(lua_State *L)
+{
+    const char *msg = lua_tostring(L, 1);
+    if (msg == NULL) {
+        if (lua_isnoneornil(L, 1))
+            return 1;
+        if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING)
+            msg = lua_tostring(L, -1);
+        else
+            msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+    }
+    luaL_traceback(L, L, msg, 1);
+    return 1;
+}
+
+int tgl_host_docall(lua_State *L, int narg, int nres)
+{
+    struct sigaction old;
+    int base = lua_gettop(L) - narg;
+    int status;
+
+    lua_pushcfunction(L, msghandler);
+    lua_insert(L, base);
+    host_interrupt = 0;
+    lua_sethook(L, NULL, 0, 0);
+    set_sigint(on_sigint_chunk, (int)SA_RESETHAND, &old);
+    status = lua_pcall(L, narg, nres, base);
+    sigaction(SIGINT, &old, NULL);
+    /* A Ctrl-C that landed after the chunk's last instruction must not
+     * fire in whatever Lua code runs next. */
+    lua_sethook(L, NULL, 0, 0);
+    lua_remove(L, base);
+    if (status != 0)
+        lua_gc(L, LUA_GCCOLLECT, 0);
+    return status;
+}
+
+void tgl_host_report(lua_State *L, int status)
+{
+    const char *msg;
+    if (status == 0)
+        return;
+    if (!lua_isnil(L, -1)) {
+        msg = lua_tostring(L, -1);
+        if (msg == NULL)
+            msg = "(error object is not a string)";
+        fflush(stdout);  /* keep stdout and stderr in order on a shared terminal */
+        fprintf(stderr, "tgl: %s\n", msg);
+        fflush(stderr);
+    }
+    lua_pop(L, 1);
+}
+
+/* ---- Options ---------------------------------------------------------- */
+
+/* What the command line asked for; argv indexes point into argv. */
+typedef struct host {
+    int argc;
+    char **argv;
+    int script;       /* argv index of the script ("-" = stdin), 0 if none */
+    int interactive;  /* -i */
+    int version;      /* -v */
+    int exec;         /* at least one -e */
+    int libs;         /* at least one -l */
+    int status;       /* the exit status, set by host_main */
+} host;
+
+enum { ARGS_OK, ARGS_HELP, ARGS_BAD };
+
+static void usage(FILE *f)
+{
+    fputs("usage: tgl [options] [script [args]]\n"
+          "  -e chunk   run the string 'chunk' (may be repeated; runs in order)\n"
+          "  -l name    require module 'name' into the global 'name'\n"
+          "  -i         enter the REPL after running the script and chunks,\n"
+          "             also when stdin is a pipe\n"
+          "  -v         print the versions of tgl, LuaJIT, BLAS and CUDA\n"
+          "  -h, --help print this help\n"
+          "  --         stop handling options\n"
+          "  -          run stdin as a script and stop handling options\n"
+          "With no script and no -e, tgl starts the REPL when stdin is a terminal\n"
+          "and otherwise runs stdin as a script.  Script arguments are in the\n"
+          "global 'arg' (arg[0] is the script) and in '...'.\n",
+          f);
+}
+
+/* First pass over argv, as luajit's collectargs: validates the options and
+ * finds the script; -e and -l run later, in order, once the state exists.
+ * On ARGS_BAD, *bad names the offending argument and *why says what. */
+static int collect_args(host *h, const char **bad, const char **why)
+{
+    int i;
+    for (i = 1; i < h->argc; i++) {
+        const char *a = h->argv[i];
+        if (a[0] != '-' || a[1] == '\0') {  /* the script, or "-" for stdin */
+            h->script = i;
+            return ARGS_OK;
+        }
+        if (strcmp(a, "--") == 0) {
+            if (i + 1 < h->argc)
+                h->script = i + 1;
+            return ARGS_OK;
+        }
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0)
+            return ARGS_HELP;
+        if (strcmp(a, "-i") == 0) {
+            h->interactive = 1;
+        } else if (strcmp(a, "-v") == 0) {
+            h->version = 1;
+        } else if (a[1] == 'e' || a[1] == 'l') {
+            if (a[1] == 'e')
+                h->exec = 1;
+            else
+                h->libs = 1;
+            /* the argument is attached ("-eprint(1)") or the next word */
+            if (a[2] == '\0' && ++i >= h->argc) {
+                *bad = a;
+                *why = "needs an argument";
+                return ARGS_BAD;
+            }
+        } else {
+            *bad = a;
+            *why = "is not a known option";
+            return ARGS_BAD;
+        }
+    }
+    return ARGS_OK;
+}
+
+static void print_version(void)
+{
+    printf("tgl %s\n", tgl_version());
+    printf("%s\n", LUAJIT_VERSION);
+    printf("BLAS: %s\n", tgl_blas_info());
+    if (tgl_cuda_built()) {
+        int n = tgl_cuda_device_count();
+        printf("CUDA: built in (runtime %s, %d device%s)\n", tgl_cuda_version(), n,
+               n == 1 ? "" : "s");
+    } else {
+        printf("CUDA: not built in\n");
+    }
+    fflush(stdout);
+}
+
+/* ---- State setup ------------------------------------------------------- */
+
+/* The global `arg`, exactly as luajit builds it: the script at index 0,
+ * its arguments at 1.., everything before it (options, the interpreter)
+ * at negative indexes.  Without a script, argf is argc. */
+static void create_arg_table(lua_State *L, char **argv, int argc, int argf)
+{
+    int i;
+    lua_createtable(L, argc - argf, argf);
+    for (i = 0; i < argc; i++) {
+        lua_pushstring(L, argv[i]);
+        lua_rawseti(L, -2, i - argf);
+    }
+    lua_setglobal(L, "arg");
+}
+
+/* 1 when path names an existing file. */
+static int file_exists(const char *path)
+{
+    return access(path, F_OK) == 0;
+}
+
+/* Finds tgl's Lua directory: the installed one next to the executable
+ * (<exe_dir>/../TGL_INSTALL_LUA_SUBDIR) when it holds tgl/init.lua, else
+ * the source tree's.  Writes it to buf (size bytes). */
+static void find_lua_dir(char *buf, size_t size)
+{
+    char exe[PATH_MAX], cand[PATH_MAX], probe[PATH_MAX + 32];
+    const char *sub = TGL_INSTALL_LUA_SUBDIR;
+    char *slash;
+    int n;
+
+    if (realpath("/proc/self/exe", exe) != NULL && (slash = strrchr(exe, '/')) != NULL) {
+        *slash = '\0';
+        if (sub[0] == '/')  /* an absolute install dir stands on its own */
+            n = snprintf(cand, sizeof cand, "%s", sub);
+        else
+            n = snprintf(cand, sizeof cand, "%s/../%s", exe, sub);
+        if (n > 0 && (size_t)n < sizeof cand) {
+            n = snprintf(probe, sizeof probe, "%s/tgl/init.lua", cand);
+            if (n > 0 && (size_t)n < sizeof probe && file_exists(probe)) {
+                /* canonical, so tracebacks show a clean path */
+                if (realpath(cand, exe) != NULL)
+                    snprintf(buf, size, "%s", exe);
+                else
+                    snprintf(buf, size, "%s", cand);
+                return;
+            }
+        }
+    }
+    snprintf(buf, size, "%s", TGL_SOURCE_LUA_DIR);
+}
+
+/* Puts DIR/?.lua and DIR/?/init.lua in front of package.path (which
+ * luaL_openlibs already built from LUA_PATH or the default). */
+static void prepend_package_path(lua_State *L, const char *dir)
+{
+    lua_getglobal(L, "package");
+    lua_getfield(L, -1, "path");
+    lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;%s", dir, dir,
+                    lua_isstring(L, -1) ? lua_tostring(L, -1) : "");
+    lua_setfield(L, -3, "path");
+    lua_pop(L, 2);
+}
+
+/* os.exit(code [, close]) with close defaulting to true (LuaJIT honours
+ * Lua 5.2's second argument): the state is closed before exit(), so
+ * finalizers run — tgl releases engine memory and device state — and leak
+ * checkers see a clean exit.  The original os.exit is upvalue 1. */
+static int host_os_exit(lua_State *L)
+{
+    lua_settop(L, 2);
+    if (lua_isnil(L, 2)) {
+        lua_pushboolean(L, 1);
+        lua_replace(L, 2);
+    }
+    if (lua_toboolean(L, 2)) {
+        /* the state is about to go: keep the SIGINT handler off it */
+        signal(SIGINT, SIG_DFL);
+        host_L = NULL;
+    }
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    lua_call(L, 2, 0);
+    return 0;
+}
+
+static void wrap_os_exit(lua_State *L)
+{
+    lua_getglobal(L, "os");
+    lua_getfield(L, -1, "exit");
+    lua_pushcclosure(L, host_os_exit, 1);
+    lua_setfield(L, -2, "exit");
+    lua_pop(L, 1);
+}
+
+/* require(name) and store the result in the global of that name. */
+static int require_global(lua_State *L, const char *name)
+{
+    int status;
+    lua_getglobal(L, "require");
+    lua_pushstring(L, name);
+    status = tgl_host_docall(L, 1, 1);
+    if (status == 0)
+        lua_setglobal(L, name);
+    return status;
+}
+
+/* ---- Running ----------------------------------------------------------- */
+
+/* Runs a chunk loaded above its narg arguments, or reports its load
+ * error; returns the status. */
+static int run_loaded(lua_State *L, int load_status, int narg)
+{
+    int status = load_status;
+    /* the chunk (or its load error) was pushed above its arguments */
+    lua_insert(L, -(narg + 1));
+    if (status == 0)
+        status = tgl_host_docall(L, narg, 0);
+    else
+        lua_pop(L, narg);
+    tgl_host_report(L, status);
+    return status;
+}
+
+/* -e and -l in command-line order (second pass over what collect_args
+ * validated). */
+static int run_options(host *h, lua_State *L)
+{
+    int i, end = h->script ? h->script : h->argc;
+    for (i = 1; i < end; i++) {
+        const char *a = h->argv[i], *val;
+        int status;
+        if (a[0] != '-' || (a[1] != 'e' && a[1] != 'l'))
+            continue;
+        val = a[2] ? a + 2 : h->argv[++i];
+        if (a[1] == 'e') {
+            status = run_loaded(L, luaL_loadbuffer(L, val, strlen(val), "=(command line)"), 0);
+        } else {
+            status = require_global(L, val);
+            tgl_host_report(L, status);
+        }
+        if (status != 0)
+            return status;
+    }
+    return 0;
+}
+
+/* The script at argv[h->script] with argv[h->script+1..] as `...`. */
+static int run_script(host *h, lua_State *L)
+{
+    const char *fname = h->argv[h->script];
+    int i, narg = h->argc - h->script - 1;
+
+    /* "-" is stdin unless it came after "--" (then it is a file named "-") */
+    if (strcmp(fname, "-") == 0 && strcmp(h->argv[h->script - 1], "--") != 0)
+        fname = NULL;
+    luaL_checkstack(L, narg + 3, "too many arguments to script");
+    for (i = h->script + 1; i < h->argc; i++)
+        lua_pushstring(L, h->argv[i]);
+    return run_loaded(L, luaL_loadfile(L, fname), narg);
+}
+
+/* Everything that needs the state, run under lua_cpcall so that an
+ * out-of-memory error during setup is caught and reported too. */
+static int host_main(lua_State *L)
+{
+    host *h = (host *)lua_touserdata(L, 1);
+    char luadir[PATH_MAX];
+    int status;
+
+    lua_pop(L, 1);
+    h->status = 1;
+    lua_gc(L, LUA_GCSTOP, 0);  /* faster library setup, as luajit does */
+    luaL_openlibs(L);
+    lua_gc(L, LUA_GCRESTART, -1);
+    wrap_os_exit(L);
+    create_arg_table(L, h->argv, h->argc, h->script ? h->script : h->argc);
+    find_lua_dir(luadir, sizeof luadir);
+    prepend_package_path(L, luadir);
+
+    status = require_global(L, "tgl");
+    if (status != 0) {
+        tgl_host_report(L, status);
+        return 0;
+    }
+    if (run_options(h, L) != 0)
+        return 0;
+    if (h->script && run_script(h, L) != 0)
+        return 0;
+
+    if (h->interactive) {
+        status = tgl_repl_run(L);
+    } else if (!h->script && !h->exec && !h->version) {
+        if (isatty(STDIN_FILENO))
+            status = tgl_repl_run(L);
+        else
+            status = run_loaded(L, luaL_loadfile(L, NULL), 0) ? 1 : 0;
+    } else {
+        status = 0;
+    }
+    h->status = status;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    host h;
+    const char *bad = NULL, *why = NULL;
+    lua_State *L;
+    int rc;
+
+    memset(&h, 0, sizeof h);
+    h.argc = argc;
+    h.argv = argv;
+    if (argc < 1 || argv[0] == NULL) {
+        fputs("tgl: no program name in argv\n", stderr);
+        return 1;
+    }
+    switch (collect_args(&h, &bad, &why)) {
+    case ARGS_HELP:
+        usage(stdout);
+        return 0;
+    case ARGS_BAD:
+        fprintf(stderr, "tgl: '%s' %s\n", bad, why);
+        usage(stderr);
+        return 1;
+    default:
+        break;
+    }
+    if (h.version) {
+        print_version();
+        if (!h.script && !h.exec && !h.libs && !h.interactive)
+            return 0;
+    }
+
+    L = luaL_newstate();
+    if (L == NULL) {
+        fputs("tgl: cannot create the Lua state (out of memory)\n", stderr);
+        return 1;
+    }
+    host_L = L;
+    rc = lua_cpcall(L, host_main, &h);
+    if (rc != 0) {
+        tgl_host_report(L, rc);
+        h.status = 1;
+    }
+    host_L = NULL;
+    lua_close(L);
+    return h.status;
+}

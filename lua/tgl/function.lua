@@ -1,0 +1,302 @@
+-- tgl.function — tgl.compile and the compiled function object: calling
+-- with conversion and checks (or none, with trust_input), f.fn{n_calls=N},
+-- profiles, and tgl.debugprint.
+local core = require 'tgl.core'
+local array = require 'tgl.array'
+local G = require 'tgl.graph'
+local ffi, C = core.ffi, core.C
+local check, argerror = core.check, core.argerror
+
+local M = {}
+
+local node_list = ffi.typeof('tgl_node *[?]')
+local array_list = ffi.typeof('tgl_array *[?]')
+local LINKERS = { cvm = 0, cvm_nogc = 1, vm = 2 }
+local MODES = { FAST_RUN = true, FAST_COMPILE = true, DEBUG = true }
+
+local function is_var(x) return G.is_var(x) end
+
+local function as_list(x)
+  if x == nil then return {}, false end
+  if is_var(x) then return { x }, true end
+  if type(x) ~= 'table' then return nil end
+  return x, false
+end
+
+-- Normalizes updates: {{W, expr}, ...} or {[W] = expr, ...}.
+local function update_pairs(updates)
+  local list = {}
+  if updates == nil then return list end
+  if type(updates) ~= 'table' then argerror('compile', 'updates must be a table of {shared, expression} pairs') end
+  for k, v in pairs(updates) do
+    if type(k) == 'number' then
+      if type(v) ~= 'table' or v[1] == nil or v[2] == nil then
+        argerror('compile', 'update %d must be a pair {shared_variable, expression}', k)
+      end
+      list[#list + 1] = { v[1], v[2], k }
+    elseif is_var(k) then
+      list[#list + 1] = { k, v, #list + 1 }
+    else
+      argerror('compile', 'updates must be a table of {shared, expression} pairs')
+    end
+  end
+  table.sort(list, function(a, b) return a[3] < b[3] end)
+  return list
+end
+
+local Function = {}
+Function.__index = Function
+
+-- Converts one argument to the declared input type (not under trust_input).
+local function convert(self, i, v)
+  local want = self.in_dtype[i]
+  if core.is_array(v) then
+    if v.dtype ~= want then return v:astype(want) end
+    return v
+  end
+  if type(v) == 'number' or type(v) == 'boolean' or type(v) == 'table' then
+    local ok, a = pcall(array.array, v, want)
+    if ok then return a end
+    argerror(self.name, 'input %d: %s', i, tostring(a):gsub('^.-tgl%.array: ', ''))
+  end
+  if v == nil then argerror(self.name, 'input %d is missing (the function takes %d inputs)', i, self.nin) end
+  argerror(self.name, 'input %d must be an array, a number or a table, got %s', i, type(v))
+end
+
+local function call(self, ...)
+  local n = select('#', ...)
+  local nin = self.nin
+  local ins, keep = self._ins, self._keep
+  if self.trust_input then
+    for i = 1, nin do
+      local a = select(i, ...)
+      keep[i] = a
+      ins[i - 1] = a.p
+    end
+  else
+    if n ~= nin then
+      argerror(self.name, 'takes %d inputs, got %d', nin, n)
+    end
+    for i = 1, nin do
+      local a = convert(self, i, (select(i, ...)))
+      keep[i] = a
+      ins[i - 1] = a.p
+    end
+  end
+  local outs = self._outs
+  local st = C.tgl_function_call(core.ctx, self._fn, ins, outs, self.trust_input and 1 or 0)
+  for i = 1, nin do keep[i] = nil end
+  if st ~= 0 then
+    local msg = ffi.string(C.tgl_ctx_error(core.ctx))
+    C.tgl_ctx_clear_error(core.ctx)
+    error(('tgl.%s: %s'):format(self.name, msg:gsub('^' .. self.name:gsub('%p', '%%%0') .. ': ', '')),
+          core.user_level())
+  end
+  local nout = self.nout
+  if nout == 1 then return core.wrap(outs[0]) end
+  if nout == 0 then return end
+  local r = {}
+  for i = 1, nout do r[i] = core.wrap(outs[i - 1]) end
+  return unpack(r, 1, nout)
+end
+
+Function.__call = call
+
+-- f:profile_summary(): the per-op time table (compile with profile = true).
+function Function:profile_summary()
+  local text = ffi.new('char *[1]')
+  check(C.tgl_function_profile(core.ctx, self._fn, text), 'profile_summary')
+  local s = ffi.string(text[0])
+  C.tgl_free(text[0])
+  return s
+end
+
+-- The CVM program as text.
+function Function:program()
+  local text = ffi.new('char *[1]')
+  check(C.tgl_function_program(core.ctx, self._fn, text), 'program')
+  local s = ffi.string(text[0])
+  C.tgl_free(text[0])
+  return s
+end
+
+-- Output i (1-based) of the last run, e.g. after f.fn{n_calls = N}.
+function Function:output(i)
+  local out = core.out_array_t()
+  check(C.tgl_function_output(core.ctx, self._fn, (i or 1) - 1, out), 'output')
+  return core.wrap(out[0])
+end
+
+function Function:__tostring()
+  return ('tgl.function %s (%d inputs, %d outputs, %d updates)'):format(self.name, self.nin,
+                                                                        self.nout, self.nupd)
+end
+
+-- tgl.compile{inputs=, outputs=, updates=, givens=, mode=, linker=, profile=, name=}
+function M.compile(spec)
+  if type(spec) ~= 'table' then argerror('compile', 'expected a table {inputs=, outputs=, ...}') end
+  local inputs = as_list(spec.inputs)
+  if not inputs then argerror('compile', 'inputs must be a table of variables') end
+  local outputs, single = as_list(spec.outputs)
+  if not outputs then argerror('compile', 'outputs must be a variable or a table of variables') end
+  for i, v in ipairs(inputs) do
+    if not is_var(v) then argerror('compile', 'input %d is a %s, not a variable', i, type(v)) end
+  end
+  local outs = {}
+  for i, v in ipairs(outputs) do
+    if core.is_array(v) or type(v) == 'number' then v = G.as_node(v, 'compile') end
+    if not is_var(v) then argerror('compile', 'output %d is a %s, not a variable', i, type(v)) end
+    outs[i] = v
+  end
+  local ups = update_pairs(spec.updates)
+  local mode = spec.mode or 'FAST_RUN'
+  if not MODES[mode] then argerror('compile', "mode must be 'FAST_RUN', 'FAST_COMPILE' or 'DEBUG', got %s", tostring(mode)) end
+  local linker = spec.linker or (mode == 'DEBUG' and 'vm' or 'cvm')
+  if LINKERS[linker] == nil then argerror('compile', "linker must be 'cvm', 'cvm_nogc' or 'vm', got %s", tostring(linker)) end
+  local name = spec.name or 'function'
+  if type(name) ~= 'string' then argerror('compile', 'name must be a string') end
+
+  -- Everything that is computed: outputs, then update expressions.
+  local exprs = {}
+  for i, v in ipairs(outs) do exprs[#exprs + 1] = v end
+  local upd_vars = {}
+  for k, u in ipairs(ups) do
+    local var, e = u[1], u[2]
+    if not is_var(var) then argerror('compile', 'update %d: the target is not a shared variable', k) end
+    if not is_var(e) then e = G.as_node(e, 'compile') end
+    -- Updates keep the variable's dtype: a float64 step on a float32
+    -- weight is cast (as Theano does with floatX).
+    if e.dtype ~= var.dtype and e.dtype:match('^float') and var.dtype:match('^float') then
+      e = G.cast(e, var.dtype)
+    end
+    upd_vars[k] = var
+    exprs[#exprs + 1] = e
+  end
+  -- givens: substitute before compiling.
+  if spec.givens then
+    if type(spec.givens) ~= 'table' then argerror('compile', 'givens must be a table {[var] = expression}') end
+    local from, to = {}, {}
+    for k, v in pairs(spec.givens) do
+      if not is_var(k) then argerror('compile', 'givens keys must be variables') end
+      from[#from + 1] = k
+      to[#to + 1] = is_var(v) and v or G.as_node(v, 'compile')
+    end
+    local n = #exprs
+    local src, res = node_list(n), node_list(n)
+    for i = 1, n do src[i - 1] = exprs[i].n end
+    local f, t = node_list(#from), node_list(#to)
+    for i = 1, #from do f[i - 1] = from[i].n; t[i - 1] = to[i].n end
+    check(C.tgl_clone_replace(core.ctx, n, src, #from, f, t, res), 'compile')
+    for i = 1, n do exprs[i] = G.wrap_node(res[i - 1]) end
+  end
+
+  local nin, nout, nupd = #inputs, #outs, #ups
+  local cin = node_list(math.max(nin, 1))
+  for i = 1, nin do cin[i - 1] = inputs[i].n end
+  local cout = node_list(math.max(nout, 1))
+  for i = 1, nout do cout[i - 1] = exprs[i].n end
+  local uv, ue = node_list(math.max(nupd, 1)), node_list(math.max(nupd, 1))
+  for k = 1, nupd do uv[k - 1] = upd_vars[k].n; ue[k - 1] = exprs[nout + k].n end
+  local opt = ffi.new('tgl_compile_options')
+  opt.linker = LINKERS[linker]
+  opt.profile = spec.profile and 1 or 0
+  opt.name = name
+  local out = ffi.new('tgl_function *[1]')
+  check(C.tgl_function_new(core.ctx, nin, cin, nout, cout, nupd, uv, ue, opt, out), 'compile')
+
+  local self = setmetatable({
+    _fn = ffi.gc(out[0], C.tgl_function_free),
+    _ins = array_list(math.max(nin, 1)),
+    _outs = array_list(math.max(nout, 1)),
+    _keep = {},
+    nin = nin, nout = nout, nupd = nupd, name = name, mode = mode, linker = linker,
+    trust_input = false, inputs = inputs, outputs = outs,
+    in_dtype = {},
+  }, Function)
+  for i = 1, nin do self.in_dtype[i] = inputs[i].dtype end
+  -- f.fn{n_calls = N}: the C outer loop, with the inputs of the last call.
+  self.fn = function(opts)
+    local n = type(opts) == 'table' and opts.n_calls or opts or 1
+    if type(n) ~= 'number' or n < 0 or n ~= math.floor(n) then
+      argerror(name, 'n_calls must be a non-negative integer')
+    end
+    local st = C.tgl_function_run(core.ctx, self._fn, n)
+    if st ~= 0 then
+      local msg = ffi.string(C.tgl_ctx_error(core.ctx))
+      C.tgl_ctx_clear_error(core.ctx)
+      error(('tgl.%s: %s'):format(name, msg), 2)
+    end
+    if nout == 0 then return end
+    local r = {}
+    for i = 1, nout do r[i] = self:output(i) end
+    return unpack(r, 1, nout)
+  end
+  return self
+end
+
+-- ---------------------------------------------------------------------------
+-- debugprint
+
+local PTR = { [0] = 'float *', 'double *', 'int32_t *', 'int64_t *', 'uint8_t *', 'uint8_t *' }
+
+-- The first element of an array descriptor, as a Lua number.
+local function scalar_value(a)
+  return tonumber(ffi.cast(PTR[a.dtype_id], a._data)[0])
+end
+
+local function node_line(n, ids)
+  local id = ids[tonumber(C.tgl_node_id(n))]
+  local t = C.tgl_node_type(n)
+  local bc = {}
+  for i = 1, t.ndim do bc[i] = bit.band(t.bcast, 2 ^ (i - 1)) ~= 0 and '1' or '?' end
+  local kind = C.tgl_node_kind_of(n)
+  local label
+  if kind == 3 then label = ffi.string(C.tgl_op_name(C.tgl_node_op(n)))
+  elseif kind == 1 then
+    local v = C.tgl_node_value(n)
+    if v._size == 1 then label = ('constant{%g}'):format(scalar_value(v)) else label = 'constant' end
+  elseif kind == 2 then label = 'shared'
+  else label = 'input' end
+  local name = ffi.string(C.tgl_node_name(n))
+  local src = ffi.string(C.tgl_node_source(n))
+  return ('%s [id %s]%s %s (%s%s)%s'):format(label, id, name ~= '' and (" '" .. name .. "'") or '',
+    array.DTYPE_NAME[t.dtype], table.concat(bc, ','), t.ndim == 1 and ',' or '',
+    src ~= '' and ('  ' .. src) or '')
+end
+
+local function letters(k)
+  local s = ''
+  repeat
+    s = string.char(65 + (k - 1) % 26) .. s
+    k = math.floor((k - 1) / 26)
+  until k == 0
+  return s
+end
+
+-- tgl.debugprint(x or {x, y} or f): the graph as an indented tree (a
+-- compiled function: its CVM program).  Repeated subtrees print once.
+function M.debugprint(x)
+  if getmetatable(x) == Function then return x:program() end
+  local roots = as_list(x)
+  if not roots then argerror('debugprint', 'expected a variable, a table of variables or a function') end
+  local ids, count, seen, lines = {}, 0, {}, {}
+  local function visit(n, prefix, depth)
+    local key = tonumber(C.tgl_node_id(n))
+    if not ids[key] then count = count + 1; ids[key] = letters(count) end
+    lines[#lines + 1] = prefix .. node_line(n, ids)
+    if seen[key] then return end
+    seen[key] = true
+    local nin = C.tgl_node_ninputs(n)
+    for i = 0, nin - 1 do
+      visit(C.tgl_node_input_at(n, i), (prefix:gsub('[^ |]', ' ')) .. ' |', depth + 1)
+    end
+  end
+  for _, r in ipairs(roots) do
+    if not is_var(r) then argerror('debugprint', 'expected variables, got %s', type(r)) end
+    visit(r.n, '', 0)
+  end
+  return table.concat(lines, '\n')
+end
+
+M.Function = Function
+return M

@@ -1,0 +1,167 @@
+-- tgl.grad — differentiation from Lua: tgl.grad (reverse mode, through
+-- the engine's tgl_grad), tgl.jacobian, tgl.hessian, and tgl.verify_grad
+-- (finite differences in float64).
+local core = require 'tgl.core'
+local array = require 'tgl.array'
+local G = require 'tgl.graph'
+local ffi, C = core.ffi, core.C
+local check, argerror = core.check, core.argerror
+
+local M = {}
+local node_list = ffi.typeof('tgl_node *[?]')
+local is_var = G.is_var
+
+-- tgl.grad(cost, wrt [, {disconnected='raise'|'ignore', known_grads={[v]=g}}])
+-- wrt is one variable (one gradient returned) or a table (a table back).
+function M.grad(cost, wrt, opts)
+  opts = opts or {}
+  if type(opts) ~= 'table' then argerror('grad', 'options must be a table') end
+  local single = is_var(wrt)
+  local list = single and { wrt } or wrt
+  if type(list) ~= 'table' then argerror('grad', 'wrt must be a variable or a table of variables') end
+  for i, v in ipairs(list) do
+    if not is_var(v) then argerror('grad', 'wrt %d is a %s, not a variable', i, type(v)) end
+  end
+  if cost ~= nil and not is_var(cost) then argerror('grad', 'cost must be a variable, got %s', type(cost)) end
+  local disc = opts.disconnected or 'raise'
+  if disc ~= 'raise' and disc ~= 'ignore' and disc ~= 'warn' then
+    argerror('grad', "disconnected must be 'raise', 'ignore' or 'warn', got %s", tostring(disc))
+  end
+  local kv, kg = {}, {}
+  for v, g in pairs(opts.known_grads or {}) do
+    if not is_var(v) then argerror('grad', 'known_grads keys must be variables') end
+    kv[#kv + 1] = v
+    kg[#kg + 1] = is_var(g) and g or G.as_node(g, 'grad')
+  end
+  local n = #list
+  local cw, out = node_list(math.max(n, 1)), node_list(math.max(n, 1))
+  for i = 1, n do cw[i - 1] = list[i].n end
+  local ckv, ckg = node_list(math.max(#kv, 1)), node_list(math.max(#kv, 1))
+  for i = 1, #kv do ckv[i - 1] = kv[i].n; ckg[i - 1] = kg[i].n end
+  check(C.tgl_grad(core.ctx, cost and cost.n or nil, n, cw, #kv, ckv, ckg,
+                   disc == 'raise' and 0 or 1, out), 'grad')
+  local res = {}
+  for i = 1, n do res[i] = G.wrap_node(out[i - 1]) end
+  if single then return res[1] end
+  return res
+end
+
+-- The number of elements of f, when it can be known now: from opts.size,
+-- or from a shared variable's or constant's value of the same shape.
+local function static_size(fname, f, opts)
+  if opts and opts.size then return opts.size end
+  if f.ndim == 0 then return 1 end
+  argerror(fname, 'the size of the output is only known at run time: pass {size = n} '
+           .. '(the loop-based form comes with tgl.scan)')
+end
+
+-- tgl.jacobian(f, wrt [, {size = n}]): rows d f[i] / d wrt for a vector
+-- (or scalar) f, stacked; one table entry per wrt when wrt is a table.
+function M.jacobian(f, wrt, opts)
+  if not is_var(f) then argerror('jacobian', 'f must be a variable') end
+  if f.ndim > 1 then argerror('jacobian', 'f must be a scalar or a vector, got %d dimensions', f.ndim) end
+  local single = is_var(wrt)
+  local list = single and { wrt } or wrt
+  local n = static_size('jacobian', f, opts)
+  local rows = {}
+  for k = 1, #list do rows[k] = {} end
+  for i = 1, n do
+    local fi = f.ndim == 0 and f or f[i]
+    local g = M.grad(fi, list, { disconnected = 'ignore' })
+    for k = 1, #list do rows[k][i] = g[k] end
+  end
+  local res = {}
+  for k = 1, #list do
+    res[k] = f.ndim == 0 and rows[k][1] or G.stack(rows[k], 1)
+  end
+  if single then return res[1] end
+  return res
+end
+
+-- tgl.hessian(cost, wrt [, {size = n}]): the jacobian of the gradient.
+-- For a shared wrt the size is read from its value.
+function M.hessian(cost, wrt, opts)
+  local single = is_var(wrt)
+  local list = single and { wrt } or wrt
+  local res = {}
+  for k, v in ipairs(list) do
+    local size = opts and opts.size
+    if not size and v.kind == 'shared' then size = v:get_value{ borrow = true }:nelement() end
+    if not size and v.ndim == 0 then size = 1 end
+    local g = M.grad(cost, v)
+    if v.ndim > 1 then g = G.flatten(g, 1) end
+    res[k] = M.jacobian(g, v, { size = size or static_size('hessian', g, opts) })
+  end
+  if single then return res[1] end
+  return res
+end
+
+-- tgl.verify_grad(fn, {arrays...} [, {eps=1e-6, tol=1e-5, seed=}]): checks
+-- the gradient tgl builds for fn(vars...) against central finite
+-- differences in float64, on a random projection of fn's output.  Raises,
+-- naming the worst element and its position, when they disagree.
+function M.verify_grad(fn, points, opts)
+  local tgl = require 'tgl'
+  opts = opts or {}
+  if type(fn) ~= 'function' then argerror('verify_grad', 'fn must be a function of variables') end
+  if type(points) ~= 'table' or #points == 0 then argerror('verify_grad', 'points must be a non-empty table of arrays') end
+  local eps, tol = opts.eps or 1e-6, opts.tol or 1e-5
+  local xs, vars = {}, {}
+  for i, p in ipairs(points) do
+    if type(p) == 'number' or (type(p) == 'table' and not core.is_array(p)) then p = array.array(p, 'float64') end
+    if not core.is_array(p) then argerror('verify_grad', 'point %d must be an array', i) end
+    xs[i] = p:astype('float64')
+    local bc = {}
+    for d = 1, xs[i]:dim() do bc[d] = false end
+    vars[i] = G.tensor { dtype = 'float64', ndim = xs[i]:dim(), broadcastable = bc, name = 'x' .. i }
+  end
+  local out = fn(unpack(vars))
+  if not is_var(out) then argerror('verify_grad', 'fn must return a variable') end
+  if out.dtype ~= 'float64' then out = G.cast(out, 'float64') end
+  -- A fixed random projection makes a scalar cost of any output shape.
+  local probe = tgl.compile { inputs = vars, outputs = out, name = 'verify_grad_probe' }
+  local shape = probe(unpack(xs)):shape()
+  local saved = array.get_rng_state()
+  array.manual_seed(opts.seed or 4242)
+  local proj = array.rand(shape, { dtype = 'float64', low = 0.5, high = 1.5 })
+  array.set_rng_state(saved)
+  local cost = G.sum(G.mul(out, G.constant(proj)))
+  local grads = M.grad(cost, vars, { disconnected = 'ignore' })
+  local fcost = tgl.compile { inputs = vars, outputs = cost, name = 'verify_grad_cost' }
+  local fgrad = tgl.compile { inputs = vars, outputs = grads, name = 'verify_grad_grads' }
+  local analytic = { fgrad(unpack(xs)) }
+  local worst = { err = -1 }
+  for i, x in ipairs(xs) do
+    local flat = x:reshape(-1)   -- a view: writes go to x
+    local g = analytic[i]:reshape(-1)
+    for k = 1, flat:nelement() do
+      local v = flat:get(k)
+      flat:set(v + eps, k)
+      local fp = fcost(unpack(xs)):get()
+      flat:set(v - eps, k)
+      local fm = fcost(unpack(xs)):get()
+      flat:set(v, k)
+      local num = (fp - fm) / (2 * eps)
+      local ana = g:get(k)
+      local err = math.abs(ana - num) / math.max(1, math.abs(num), math.abs(ana))
+      if err ~= err then err = math.huge end
+      if err > worst.err then
+        worst = { err = err, input = i, pos = k, ana = ana, num = num, shape = x:shape() }
+      end
+    end
+  end
+  if worst.err > tol then
+    -- 1-based position of the flat index within the input's shape
+    local idx, rem = {}, worst.pos - 1
+    for d = #worst.shape, 1, -1 do
+      idx[d] = rem % worst.shape[d] + 1
+      rem = math.floor(rem / worst.shape[d])
+    end
+    error(('tgl.verify_grad: the gradient of input %d is wrong at (%s): tgl gives %.10g, '
+           .. 'finite differences %.10g (error %.3g > tol %.3g)'):format(worst.input,
+           table.concat(idx, ','), worst.ana, worst.num, worst.err, tol), core.user_level())
+  end
+  return worst.err
+end
+
+return M

@@ -1,0 +1,764 @@
+-- tgl.graph — symbolic variables and the operations on them.
+--
+-- A variable is a `tgl_vref` cdata (a box around a `tgl_node *`, owned by
+-- the context).  Every operation here works on variables (building graph
+-- nodes through tgl_apply), and also eagerly on arrays (running the op's
+-- reference kernel through tgl_eval, returning an array at once).  Lua
+-- numbers mixed with tensors take the tensor's dtype where it can hold
+-- them ("weak" scalars), so `x * 2` stays float32.
+--
+-- Axes and indices are 1-based here; the C API is 0-based.
+local core = require 'tgl.core'
+local array = require 'tgl.array'
+local ffi, C = core.ffi, core.C
+local check, argerror = core.check, core.argerror
+
+local M = {}
+
+local vref_t = ffi.typeof('tgl_vref')
+local out_node = ffi.typeof('tgl_node *[1]')
+local node_list = ffi.typeof('tgl_node *[?]')
+local array_list = ffi.typeof('tgl_array *[?]')
+local params_t = ffi.typeof('tgl_params')
+local out_array = core.out_array_t
+
+local DTYPE, DTYPE_NAME = array.DTYPE, array.DTYPE_NAME
+local RANK = { [5] = 0, [4] = 1, [2] = 2, [3] = 3, [0] = 4, [1] = 5 } -- by dtype id
+local KIND = { input = 0, constant = 1, shared = 2, apply = 3 }
+M.KIND = KIND
+
+-- Op ids by name, looked up once.
+local OP = setmetatable({}, { __index = function(t, name)
+  local id = C.tgl_op_lookup(name)
+  if id < 0 then error('tgl: unknown op ' .. tostring(name), 2) end
+  t[name] = id
+  return id
+end })
+M.OP = OP
+
+local function is_var(x) return ffi.istype(vref_t, x) end
+local is_array = core.is_array
+M.is_var = is_var
+
+local function floatX()
+  local tgl = package.loaded.tgl
+  return (tgl and tgl.config and tgl.config.floatX) or 'float32'
+end
+M.floatX = floatX
+
+local function is_float_id(dt) return dt == 0 or dt == 1 end
+local function is_int(v) return type(v) == 'number' and v == math.floor(v) and v > -2^53 and v < 2^53 end
+
+-- "file:line" of the first stack frame outside tgl's own Lua files: where
+-- the user built a node.  Kept in the node for error messages.
+local function user_source()
+  local level = 3
+  while true do
+    local info = debug.getinfo(level, 'Sl')
+    if not info then return nil end
+    if not info.source:find('[/\\]tgl[/\\][%w_]+%.lua$') and info.what ~= 'C' then
+      return info.short_src .. ':' .. (info.currentline or 0)
+    end
+    level = level + 1
+  end
+end
+
+-- ---------------------------------------------------------------------------
+-- nodes
+
+local function wrap_node(n) return vref_t(n) end
+M.wrap_node = wrap_node
+
+local function node_type(x) return C.tgl_node_type(x.n) end
+
+-- dtype id, ndim of a variable or array
+local function dt_of(x)
+  if is_var(x) then return node_type(x).dtype end
+  return x.p.dtype_id
+end
+local function nd_of(x)
+  if is_var(x) then return node_type(x).ndim end
+  return x.p.ndim
+end
+M.dt_of, M.nd_of = dt_of, nd_of
+
+local scratch_params = params_t()
+
+-- Fills the shared params struct from {i = {...}, flags = k, f = {...}}.
+local function make_params(p)
+  if not p then return nil end
+  local P = scratch_params
+  ffi.fill(P, ffi.sizeof(params_t))
+  local ints = p.i or {}
+  if #ints > 40 then error('tgl: too many op parameters', 3) end
+  P.n = #ints
+  for k = 1, #ints do P.i[k - 1] = ints[k] end
+  P.flags = p.flags or 0
+  if p.f then P.f[0] = p.f[1] or 0; P.f[1] = p.f[2] or 0 end
+  return P
+end
+
+-- A constant node holding an array (copied by the engine).
+local function constant_node(a)
+  local out = out_node()
+  check(C.tgl_node_constant(core.ctx, a.p, out), 'constant')
+  return wrap_node(out[0])
+end
+
+-- A 0-d array of the given dtype id holding v.
+local function scalar_array(v, dt)
+  if type(v) == 'boolean' then v = v and 1 or 0 end
+  return array.full({}, v, { dtype = DTYPE_NAME[dt] })
+end
+
+-- The dtype id a Lua number takes next to tensors of promoted dtype dt.
+local function weak_dtype(v, dt)
+  if dt == nil then
+    if type(v) == 'boolean' then return DTYPE.bool end
+    return DTYPE[floatX()]
+  end
+  if type(v) == 'boolean' then return dt == DTYPE.bool and dt or dt end
+  if is_float_id(dt) then return dt end
+  if is_int(v) then
+    if dt == DTYPE.bool then return DTYPE.int64 end
+    if dt == DTYPE.uint8 and (v < 0 or v > 255) then return DTYPE.int32 end
+    return dt
+  end
+  return DTYPE[floatX()]
+end
+
+-- Promoted dtype id of the tensor arguments (nil when there are none).
+local function tensor_dtype(args, n)
+  local dt
+  for i = 1, n do
+    local a = args[i]
+    if is_var(a) or is_array(a) then
+      local d = dt_of(a)
+      if dt == nil or RANK[d] > RANK[dt] then dt = d end
+    end
+  end
+  return dt
+end
+
+-- Converts one argument to an array (eager) or node (symbolic).
+local function as_array(fname, x, dt)
+  if is_array(x) then return x end
+  if type(x) == 'number' or type(x) == 'boolean' then return scalar_array(x, weak_dtype(x, dt)) end
+  if type(x) == 'table' then return array.array(x) end
+  argerror(fname, 'expected an array, a variable or a number, got %s', type(x))
+end
+
+local function as_node(fname, x, dt)
+  if is_var(x) then return x end
+  return constant_node(as_array(fname, x, dt))
+end
+M.as_node = function(x, fname) return as_node(fname or 'constant', x, nil) end
+
+-- Applies op to args: symbolically if any argument is a variable,
+-- eagerly otherwise.  p is a params table (see make_params).
+local function apply(fname, opname, args, n, p)
+  n = n or #args
+  local dt = tensor_dtype(args, n)
+  local symbolic = false
+  for i = 1, n do if is_var(args[i]) then symbolic = true break end end
+  if symbolic then
+    local ins = node_list(n)
+    local keep = {}
+    for i = 1, n do
+      local v = as_node(fname, args[i], dt)
+      keep[i] = v
+      ins[i - 1] = v.n
+    end
+    local out = out_node()
+    check(C.tgl_apply(core.ctx, OP[opname], n, ins, make_params(p), user_source(), out), fname)
+    return wrap_node(out[0])
+  end
+  local ins = array_list(n)
+  local keep = {}
+  for i = 1, n do
+    local a = as_array(fname, args[i], dt)
+    keep[i] = a
+    ins[i - 1] = a.p
+  end
+  local out = out_array()
+  check(C.tgl_eval(core.ctx, OP[opname], n, ins, make_params(p), out), fname)
+  return core.wrap(out[0])
+end
+M.apply = apply
+
+-- Casts integer tensors to floatX (math functions of integers are floats).
+local function floaty(fname, x)
+  if type(x) == 'number' then return x end
+  if not (is_var(x) or is_array(x)) then
+    if type(x) == 'table' then x = array.array(x) else
+      argerror(fname, 'expected an array, a variable or a number, got %s', type(x)) end
+  end
+  if is_float_id(dt_of(x)) then return x end
+  return M.cast(x, floatX())
+end
+
+-- ---------------------------------------------------------------------------
+-- constructors of variables
+
+local function make_input(dtype, ndim, bcast, name)
+  local t = ffi.new('tgl_type')
+  t.dtype = core.dtype_id(dtype, 'tensor')
+  t.ndim = ndim
+  local bits = 0
+  for i = 1, ndim do if bcast and bcast[i] then bits = bits + 2 ^ (i - 1) end end
+  t.bcast = bits
+  local out = out_node()
+  check(C.tgl_node_input(core.ctx, t, name, out), 'tensor')
+  return wrap_node(out[0])
+end
+
+-- tgl.tensor{dtype=, ndim=, broadcastable={...}, name=}
+function M.tensor(spec)
+  spec = spec or {}
+  if type(spec) ~= 'table' then argerror('tensor', 'expected a table {dtype=, ndim=, name=}') end
+  local bc = spec.broadcastable
+  local ndim = spec.ndim or (bc and #bc) or 0
+  if not is_int(ndim) or ndim < 0 or ndim > 8 then
+    argerror('tensor', 'ndim must be an integer from 0 to 8, got %s', tostring(ndim))
+  end
+  if bc ~= nil and (type(bc) ~= 'table' or #bc ~= ndim) then
+    argerror('tensor', 'broadcastable must be a table of %d booleans', ndim)
+  end
+  if spec.name ~= nil and type(spec.name) ~= 'string' then argerror('tensor', 'name must be a string') end
+  return make_input(spec.dtype or floatX(), ndim, bc, spec.name)
+end
+
+-- tgl.scalar/vector/matrix/tensor3/tensor4 and the typed forms
+-- (f: float32, d: float64, i: int32, l: int64, b: bool).
+local RANKS = { scalar = 0, vector = 1, row = 2, col = 2, matrix = 2, tensor3 = 3, tensor4 = 4 }
+local PREFIX = { f = 'float32', d = 'float64', i = 'int32', l = 'int64', b = 'bool' }
+for kind, nd in pairs(RANKS) do
+  local bc = kind == 'row' and { true, false } or kind == 'col' and { false, true } or nil
+  M[kind] = function(name, dtype)
+    if name ~= nil and type(name) ~= 'string' then argerror(kind, 'name must be a string') end
+    return make_input(dtype or floatX(), nd, bc, name)
+  end
+  for p, dt in pairs(PREFIX) do
+    M[p .. kind] = function(name)
+      if name ~= nil and type(name) ~= 'string' then argerror(p .. kind, 'name must be a string') end
+      return make_input(dt, nd, bc, name)
+    end
+  end
+end
+
+-- tgl.constant(value [, dtype])
+function M.constant(v, dtype)
+  local a
+  if is_array(v) then a = dtype and v:astype(dtype) or v
+  elseif type(v) == 'number' or type(v) == 'boolean' then
+    a = scalar_array(v, dtype and core.dtype_id(dtype, 'constant') or weak_dtype(v, nil))
+  elseif type(v) == 'table' then a = array.array(v, dtype)
+  else argerror('constant', 'expected a number, a table or an array, got %s', type(v)) end
+  return constant_node(a)
+end
+
+-- tgl.shared(value, name, {broadcastable=, borrow=})
+function M.shared(value, name, opts)
+  if type(name) == 'table' then name, opts = nil, name end
+  opts = opts or {}
+  if type(value) == 'number' then value = scalar_array(value, DTYPE[floatX()])
+  elseif type(value) == 'table' and not is_array(value) then value = array.array(value) end
+  if not is_array(value) then argerror('shared', 'value must be an array or a number, got %s', type(value)) end
+  if name ~= nil and type(name) ~= 'string' then argerror('shared', 'name must be a string') end
+  if not opts.borrow then value = value:clone() end
+  local bits = 0
+  for i, b in ipairs(opts.broadcastable or {}) do if b then bits = bits + 2 ^ (i - 1) end end
+  local out = out_node()
+  check(C.tgl_node_shared(core.ctx, value.p, bits, name, out), 'shared')
+  return wrap_node(out[0])
+end
+
+-- ---------------------------------------------------------------------------
+-- operations
+
+local function unary(opname, float)
+  return function(x)
+    if float then x = floaty(opname, x) end
+    return apply(opname, opname, { x }, 1)
+  end
+end
+
+for _, name in ipairs({ 'exp', 'log', 'log1p', 'expm1', 'sqrt', 'tanh', 'sigmoid', 'softplus',
+                        'sin', 'cos', 'recip' }) do
+  M[name] = unary(name, true)
+end
+for _, name in ipairs({ 'neg', 'abs', 'sign', 'sqr', 'relu', 'floor', 'ceil', 'round', 'not_' }) do
+  M[name] = unary(name, false)
+end
+
+local function binary(opname)
+  return function(a, b) return apply(opname, opname, { a, b }, 2) end
+end
+for _, name in ipairs({ 'add', 'sub', 'mul', 'pow', 'mod', 'maximum', 'minimum',
+                        'eq', 'neq', 'lt', 'le', 'gt', 'ge', 'and_', 'or_' }) do
+  M[name] = binary(name)
+end
+
+-- True division: integers divide as floatX.
+function M.div(a, b)
+  local dt = tensor_dtype({ a, b }, 2)
+  if dt and not is_float_id(dt) then
+    if type(a) ~= 'number' then a = floaty('div', a) end
+    if type(b) ~= 'number' then b = floaty('div', b) end
+  end
+  return apply('div', 'div', { a, b }, 2)
+end
+
+function M.switch(c, a, b) return apply('switch', 'switch', { c, a, b }, 3) end
+function M.clip(x, lo, hi) return apply('clip', 'clip', { x, lo, hi }, 3) end
+
+-- tgl.ifelse(cond, a, b): lazy in compiled functions (only the branch
+-- taken is computed); on arrays, the chosen one.
+function M.ifelse(c, a, b)
+  if is_var(c) or is_var(a) or is_var(b) then
+    local dt = tensor_dtype({ a, b }, 2)
+    return apply('ifelse', 'ifelse', { c, M.cast(as_node('ifelse', a, dt), DTYPE_NAME[dt]),
+                                        M.cast(as_node('ifelse', b, dt), DTYPE_NAME[dt]) }, 3)
+  end
+  local cv = c
+  if is_array(c) then cv = c:get() end
+  if cv and cv ~= 0 then return as_array('ifelse', a) end
+  return as_array('ifelse', b)
+end
+
+function M.cast(x, dtype)
+  local id = core.dtype_id(dtype, 'cast')
+  if (is_var(x) or is_array(x)) and dt_of(x) == id then return x end
+  return apply('cast', 'cast', { x }, 1, { i = { id } })
+end
+
+-- ---------------------------------------------------------------------------
+-- reductions
+
+-- 1-based axis spec (number, table, nil = all) -> sorted 0-based list.
+local function axes_of(fname, x, axis)
+  local nd = nd_of(x)
+  local list = {}
+  if axis == nil then
+    for d = 0, nd - 1 do list[#list + 1] = d end
+    return list
+  end
+  local t = type(axis) == 'table' and axis or { axis }
+  local seen = {}
+  for _, a in ipairs(t) do
+    if not is_int(a) then argerror(fname, 'axis must be an integer, got %s', tostring(a)) end
+    local d = a < 0 and nd + a or a - 1
+    if d < 0 or d >= nd then argerror(fname, 'axis %d is out of range for a %d-d tensor', a, nd) end
+    if seen[d] then argerror(fname, 'axis %d is given twice', a) end
+    seen[d] = true
+    list[#list + 1] = d
+  end
+  table.sort(list)
+  return list
+end
+M.axes_of = axes_of
+
+local function tensorize(fname, x)
+  if is_var(x) or is_array(x) then return x end
+  if type(x) == 'number' then return scalar_array(x, DTYPE[floatX()]) end
+  if type(x) == 'table' then return array.array(x) end
+  argerror(fname, 'expected an array or a variable, got %s', type(x))
+end
+
+local function reduction(opname)
+  return function(x, axis, opts)
+    if type(axis) == 'table' and (axis.keepdims ~= nil) and opts == nil then axis, opts = nil, axis end
+    x = tensorize(opname, x)
+    opts = opts or {}
+    return apply(opname, opname, { x }, 1,
+                 { i = axes_of(opname, x, axis), flags = opts.keepdims and 1 or 0 })
+  end
+end
+M.sum = reduction('sum')
+M.prod = reduction('prod')
+M.max = reduction('max')
+M.min = reduction('min')
+
+-- Number of elements over the axes, as a 0-d int64.
+local function axes_size(x, list)
+  return apply('mean', 'axes_size', { x }, 1, { i = list })
+end
+
+function M.mean(x, axis, opts)
+  if type(axis) == 'table' and axis.keepdims ~= nil and opts == nil then axis, opts = nil, axis end
+  x = floaty('mean', tensorize('mean', x))
+  local list = axes_of('mean', x, axis)
+  local s = apply('mean', 'sum', { x }, 1, { i = list, flags = (opts and opts.keepdims) and 1 or 0 })
+  return M.div(s, M.cast(axes_size(x, list), DTYPE_NAME[dt_of(x)]))
+end
+
+-- Variance (ddof = 0 by default, as NumPy) and standard deviation.
+function M.var(x, axis, opts)
+  if type(axis) == 'table' and axis.keepdims ~= nil and opts == nil then axis, opts = nil, axis end
+  opts = opts or {}
+  x = floaty('var', tensorize('var', x))
+  local list = axes_of('var', x, axis)
+  local mu = apply('var', 'sum', { x }, 1, { i = list, flags = 1 })
+  local n = M.cast(axes_size(x, list), DTYPE_NAME[dt_of(x)])
+  mu = M.div(mu, n)
+  local d = M.sqr(M.sub(x, mu))
+  local s = apply('var', 'sum', { d }, 1, { i = list, flags = opts.keepdims and 1 or 0 })
+  local ddof = opts.ddof or 0
+  if ddof ~= 0 then n = M.sub(n, ddof) end
+  return M.div(s, n)
+end
+
+function M.std(x, axis, opts) return M.sqrt(M.var(x, axis, opts)) end
+
+local function arg_reduction(opname)
+  return function(x, axis, opts)
+    if type(axis) == 'table' and axis.keepdims ~= nil and opts == nil then axis, opts = nil, axis end
+    x = tensorize(opname, x)
+    opts = opts or {}
+    if axis == nil then
+      x = M.reshape(x, -1)
+      axis = 1
+    end
+    if type(axis) ~= 'number' then argerror(opname, 'axis must be one integer') end
+    local list = axes_of(opname, x, axis)
+    return apply(opname, opname, { x }, 1, { i = list, flags = opts.keepdims and 1 or 0 })
+  end
+end
+M.argmax = arg_reduction('argmax')
+M.argmin = arg_reduction('argmin')
+
+-- ---------------------------------------------------------------------------
+-- linear algebra
+
+function M.dot(a, b) return apply('dot', 'dot', { tensorize('dot', a), tensorize('dot', b) }, 2) end
+function M.batched_dot(a, b)
+  return apply('batched_dot', 'batched_dot', { tensorize('batched_dot', a), tensorize('batched_dot', b) }, 2)
+end
+function M.outer(a, b)
+  return M.mul(M.dimshuffle(a, { 1, 'x' }), M.dimshuffle(b, { 'x', 1 }))
+end
+
+-- ---------------------------------------------------------------------------
+-- shape
+
+-- tgl.dimshuffle(x, {2, 'x', 1}): 1-based axes, 'x' adds a broadcastable one.
+function M.dimshuffle(x, order)
+  x = tensorize('dimshuffle', x)
+  if type(order) ~= 'table' then argerror('dimshuffle', 'order must be a table such as {2, "x", 1}') end
+  local nd = nd_of(x)
+  local list = {}
+  for k, a in ipairs(order) do
+    if a == 'x' then list[k] = -1
+    elseif is_int(a) then
+      local d = a < 0 and nd + a or a - 1
+      if d < 0 or d >= nd then argerror('dimshuffle', 'axis %d is out of range for a %d-d tensor', a, nd) end
+      list[k] = d
+    else argerror('dimshuffle', "entries must be axes or 'x', got %s", tostring(a)) end
+  end
+  return apply('dimshuffle', 'dimshuffle', { x }, 1, { i = list })
+end
+
+-- Reverses the axes (the transpose of a matrix).
+function M.transpose(x, perm)
+  x = tensorize('transpose', x)
+  if perm then return M.dimshuffle(x, perm) end
+  local order = {}
+  local nd = nd_of(x)
+  for k = 1, nd do order[k] = nd - k + 1 end
+  return M.dimshuffle(x, order)
+end
+
+-- tgl.reshape(x, {2, 3}) / x:reshape(2, 3); one size may be -1; a
+-- symbolic shape is an integer vector variable plus its length:
+-- x:reshape(v, n).
+function M.reshape(x, ...)
+  x = tensorize('reshape', x)
+  local first, second = ...
+  if is_var(first) then
+    if not is_int(second) then argerror('reshape', 'a symbolic shape needs its length: x:reshape(v, n)') end
+    local list = {}
+    for k = 1, second do list[k] = -1 end
+    return apply('reshape', 'reshape', { x, first }, 2, { i = list })
+  end
+  local dims = type(first) == 'table' and first or { ... }
+  if is_array(x) then return x:reshape(dims) end
+  for k, v in ipairs(dims) do
+    if not is_int(v) or v < -1 then argerror('reshape', 'size %s of dimension %d is not valid', tostring(v), k) end
+  end
+  return apply('reshape', 'reshape', { x }, 1, { i = dims })
+end
+
+-- Keeps the first ndim-1 axes and merges the rest.
+function M.flatten(x, ndim)
+  x = tensorize('flatten', x)
+  ndim = ndim or 1
+  local nd = nd_of(x)
+  if not is_int(ndim) or ndim < 1 or ndim > math.max(nd, 1) then
+    argerror('flatten', 'ndim must be from 1 to %d, got %s', math.max(nd, 1), tostring(ndim))
+  end
+  local list = {}
+  for k = 1, ndim - 1 do list[k] = -2 - (k - 1) end
+  list[ndim] = -1
+  if is_array(x) then
+    local dims = {}
+    for k = 1, ndim - 1 do dims[k] = x:size(k) end
+    dims[ndim] = -1
+    return x:reshape(dims)
+  end
+  return apply('flatten', 'reshape', { x }, 1, { i = list })
+end
+
+function M.concatenate(list, axis)
+  if type(list) ~= 'table' or #list == 0 then argerror('concatenate', 'expected a non-empty table of tensors') end
+  axis = axis or 1
+  local xs = {}
+  for k, t in ipairs(list) do xs[k] = tensorize('concatenate', t) end
+  local d = axes_of('concatenate', xs[1], axis)[1]
+  return apply('concatenate', 'concatenate', xs, #xs, { i = { d } })
+end
+
+-- Stacks tensors of one shape along a new axis (1-based position).
+function M.stack(list, axis)
+  if type(list) ~= 'table' or #list == 0 then argerror('stack', 'expected a non-empty table of tensors') end
+  axis = axis or 1
+  local parts = {}
+  for k, t in ipairs(list) do
+    t = tensorize('stack', t)
+    local nd = nd_of(t)
+    local pos = axis < 0 and nd + 2 + axis or axis
+    if pos < 1 or pos > nd + 1 then argerror('stack', 'axis %d is out of range', axis) end
+    local order = {}
+    for d = 1, nd do order[#order + 1] = d end
+    table.insert(order, pos, 'x')
+    parts[k] = M.dimshuffle(t, order)
+  end
+  local pos = axis < 0 and nd_of(parts[1]) + 1 + axis or axis
+  return M.concatenate(parts, pos)
+end
+
+-- The shape as a symbolic int64 vector (arrays: a Lua table).
+function M.shape(x)
+  if is_array(x) then return x:shape() end
+  return apply('shape', 'shape', { x }, 1)
+end
+
+-- tgl.arange(stop), tgl.arange(start, stop [, step]): symbolic when any
+-- bound is a variable (an int64 vector; float bounds give floatX).
+function M.symbolic_arange(a, b, step, opts)
+  if b == nil then a, b = 1, a end
+  step = step or 1
+  local args = { a, b, step }
+  local anyfloat = false
+  for i = 1, 3 do
+    local v = args[i]
+    if type(v) == 'number' then
+      if not is_int(v) then anyfloat = true end
+    elseif is_var(v) or is_array(v) then
+      if is_float_id(dt_of(v)) then anyfloat = true end
+      if nd_of(v) ~= 0 then argerror('arange', 'bounds must be scalars') end
+    else argerror('arange', 'bounds must be numbers or scalar variables, got %s', type(v)) end
+  end
+  local dt = (opts and opts.dtype) or (anyfloat and floatX() or 'int64')
+  local nodes = {}
+  for i = 1, 3 do
+    local v = args[i]
+    if type(v) == 'number' then v = M.constant(v, anyfloat and 'float64' or 'int64') end
+    nodes[i] = v
+  end
+  return apply('arange', 'arange', nodes, 3, { i = { core.dtype_id(dt, 'arange') } })
+end
+
+-- ---------------------------------------------------------------------------
+-- nnet
+
+local function last_axis(fname, x, axis)
+  return axes_of(fname, x, axis or -1)[1]
+end
+
+function M.softmax(x, axis)
+  x = floaty('softmax', tensorize('softmax', x))
+  return apply('softmax', 'softmax', { x }, 1, { i = { last_axis('softmax', x, axis) } })
+end
+
+function M.log_softmax(x, axis)
+  x = floaty('log_softmax', tensorize('log_softmax', x))
+  return apply('log_softmax', 'log_softmax', { x }, 1, { i = { last_axis('log_softmax', x, axis) } })
+end
+
+-- tgl.one_hot(labels, n [, dtype]): 1-based labels.
+function M.one_hot(y, n, dtype)
+  y = tensorize('one_hot', y)
+  if not is_int(n) or n < 1 then argerror('one_hot', 'n must be a positive integer, got %s', tostring(n)) end
+  return apply('one_hot', 'one_hot', { y }, 1, { i = { n, core.dtype_id(dtype or floatX(), 'one_hot') } })
+end
+
+-- Cross-entropy of probabilities p (rows) against integer labels
+-- (1-based, one per row) or one-hot/probability targets of p's shape.
+function M.categorical_crossentropy(p, y)
+  p = tensorize('categorical_crossentropy', p)
+  y = tensorize('categorical_crossentropy', y)
+  if nd_of(y) == nd_of(p) - 1 and not is_float_id(dt_of(y)) then
+    if nd_of(p) ~= 2 then argerror('categorical_crossentropy', 'integer labels need a matrix of probabilities') end
+    local rows
+    if is_var(p) or is_var(y) then
+      rows = M.symbolic_arange(1, M.size(p, 1))
+    else
+      rows = array.arange(p:size(1))
+    end
+    return M.neg(M.log(M.index(p, { rows, y })))
+  end
+  return M.neg(M.sum(M.mul(y, M.log(p)), -1))
+end
+
+function M.binary_crossentropy(p, t)
+  return M.neg(M.add(M.mul(t, M.log(p)), M.mul(M.sub(1, t), M.log(M.sub(1, p)))))
+end
+
+-- ---------------------------------------------------------------------------
+-- indexing: x[i], x[{i, {from, to [, step]}, {}}], x[{int_tensor, ...}]
+
+local IDX_SLICE, IDX_START_INPUT, IDX_STOP_INPUT, IDX_STEP_INPUT = 1, 4, 8, 16
+local IDX_NO_START, IDX_NO_STOP = 32, 64
+
+local function is_index_tensor(v)
+  return (is_var(v) or is_array(v)) and nd_of(v) >= 1
+end
+
+-- A 0-d integer node for a symbolic bound, converted by f.
+local function int_scalar(fname, v)
+  if nd_of(v) ~= 0 or is_float_id(dt_of(v)) then
+    argerror(fname, 'symbolic indices must be integer scalars')
+  end
+  return v
+end
+
+-- Builds the basic-indexing params and extra inputs.
+local function basic_index(fname, x, spec)
+  local nd = nd_of(x)
+  if #spec > nd then argerror(fname, '%d indices for a %d-d tensor', #spec, nd) end
+  local ints, extras = {}, {}
+  for k, s in ipairs(spec) do
+    local kind, start, stop, step = 0, 0, 0, 1
+    if type(s) == 'number' then
+      if not is_int(s) or s == 0 then argerror(fname, 'index %s on axis %d is not valid (indices start at 1)', tostring(s), k) end
+      start = s > 0 and s - 1 or s
+    elseif is_var(s) or is_array(s) then
+      kind = IDX_START_INPUT
+      extras[#extras + 1] = M.sub(int_scalar(fname, s), 1)
+    elseif type(s) == 'table' and not is_var(s) then
+      kind = IDX_SLICE
+      local from, to, st = s[1], s[2], s[3]
+      if st ~= nil then
+        if is_var(st) then kind = kind + IDX_STEP_INPUT; extras[#extras + 1] = 'step'
+        elseif not is_int(st) or st == 0 then argerror(fname, 'step on axis %d must be a nonzero integer', k)
+        else step = st end
+      end
+      local neg = type(st) == 'number' and st < 0
+      if from == nil then kind = kind + IDX_NO_START
+      elseif is_var(from) then
+        kind = kind + IDX_START_INPUT
+      elseif is_int(from) and from ~= 0 then start = from > 0 and from - 1 or from
+      else argerror(fname, 'slice start on axis %d is not valid', k) end
+      if to == nil then kind = kind + IDX_NO_STOP
+      elseif is_var(to) then
+        if neg then argerror(fname, 'a symbolic stop needs a positive step') end
+        kind = kind + IDX_STOP_INPUT
+      elseif is_int(to) and to ~= 0 then
+        -- inclusive 1-based -> exclusive 0-based
+        if not neg then
+          if to == -1 then kind = kind + IDX_NO_STOP else stop = to > 0 and to or to + 1 end
+        else
+          local e = to > 0 and to - 2 or to - 1
+          if to == 1 then kind = kind + IDX_NO_STOP else stop = e end
+        end
+      else argerror(fname, 'slice stop on axis %d is not valid', k) end
+      -- extras in order: start, stop, step
+      local ex = {}
+      if is_var(from) then ex[#ex + 1] = M.sub(int_scalar(fname, from), 1) end
+      if is_var(to) then ex[#ex + 1] = int_scalar(fname, to) end
+      if is_var(st) then ex[#ex + 1] = int_scalar(fname, st) end
+      if extras[#extras] == 'step' then extras[#extras] = nil end
+      for _, e in ipairs(ex) do extras[#extras + 1] = e end
+    else
+      argerror(fname, 'index %d must be a number, a slice table or a tensor, got %s', k, type(s))
+    end
+    ints[#ints + 1] = kind
+    ints[#ints + 1] = start
+    ints[#ints + 1] = stop
+    ints[#ints + 1] = step
+  end
+  return ints, extras
+end
+
+local function adv_index(fname, x, spec)
+  local nd = nd_of(x)
+  if #spec > nd then argerror(fname, '%d indices for a %d-d tensor', #spec, nd) end
+  local flags, idx = {}, {}
+  for d = 1, nd do
+    local s = spec[d]
+    if s == nil or (type(s) == 'table' and not is_var(s) and next(s) == nil) then
+      flags[d] = 0
+    elseif is_index_tensor(s) then
+      flags[d] = 1
+      if is_float_id(dt_of(s)) then argerror(fname, 'index tensors must be integers') end
+      if dt_of(s) ~= DTYPE.int32 and dt_of(s) ~= DTYPE.int64 then s = M.cast(s, 'int64') end
+      idx[#idx + 1] = s
+    else
+      argerror(fname, 'mixing integer tensors with numbers or partial slices is not supported (axis %d); use {} for whole axes', d)
+    end
+  end
+  return flags, idx
+end
+
+-- x[spec] for variables and arrays.
+function M.index(x, spec)
+  if type(spec) ~= 'table' or is_var(spec) or is_array(spec) then spec = { spec } end
+  local adv = false
+  for _, s in ipairs(spec) do if is_index_tensor(s) then adv = true end end
+  if adv then
+    local flags, idx = adv_index('index', x, spec)
+    local args = { x }
+    for _, v in ipairs(idx) do args[#args + 1] = v end
+    return apply('index', 'adv_subtensor', args, #args, { i = flags })
+  end
+  local ints, extras = basic_index('index', x, spec)
+  local args = { x }
+  for _, v in ipairs(extras) do args[#args + 1] = v end
+  return apply('index', 'subtensor', args, #args, { i = ints })
+end
+
+-- x:size(d): a symbolic int64 scalar.
+function M.size(x, d)
+  if is_array(x) then return x:size(d) end
+  local nd = nd_of(x)
+  if not is_int(d) then argerror('size', 'axis must be an integer') end
+  local k = d < 0 and nd + d or d - 1
+  if k < 0 or k >= nd then argerror('size', 'axis %d is out of range for a %d-d tensor', d, nd) end
+  return apply('size', 'axes_size', { x }, 1, { i = { k } })
+end
+
+-- set_subtensor(x[{...}], v) / inc_subtensor(x[{...}], v)
+local function inc_like(fname, sub, v, set)
+  if not is_var(sub) then
+    argerror(fname, 'the first argument must be an indexing expression of a variable, e.g. x[{1, {2, 3}}]')
+  end
+  local op = C.tgl_node_op(sub.n)
+  local isadv = op == OP.adv_subtensor
+  if op ~= OP.subtensor and not isadv then
+    argerror(fname, 'the first argument must be an indexing expression such as x[{1, {2, 3}}]')
+  end
+  local n = C.tgl_node_ninputs(sub.n)
+  local x = wrap_node(C.tgl_node_input_at(sub.n, 0))
+  local args = { x, v }
+  for k = 1, n - 1 do args[#args + 1] = wrap_node(C.tgl_node_input_at(sub.n, k)) end
+  local P = C.tgl_node_params(sub.n)
+  local ints = {}
+  for k = 0, P.n - 1 do ints[k + 1] = tonumber(P.i[k]) end
+  if not (is_var(v)) then v = as_node(fname, v, dt_of(x)); args[2] = v end
+  return apply(fname, isadv and 'adv_inc_subtensor' or 'inc_subtensor', args, #args,
+               { i = ints, flags = set and 1 or 0 })
+end
+function M.set_subtensor(sub, v) return inc_like('set_subtensor', sub, v, true) end
+function M.inc_subtensor(sub, v) return inc_like('inc_subtensor', sub, v, false) end
+
+return M

@@ -1,0 +1,644 @@
+-- host_spec.lua — behaviour of the tgl host binary (host/main.c, host/repl.c)
+-- and of the REPL's Lua helpers (lua/tgl/repl.lua).  The binary runs as a
+-- subprocess: TGL_BIN names it, TGL_TEST_TMP is a scratch directory.
+-- Terminal behaviour (line editing, Tab, Ctrl-C at the prompt, history) is
+-- driven through tmux when it is installed.
+
+local TGL = assert(os.getenv('TGL_BIN'), 'TGL_BIN must name the tgl binary')
+local TMP = (os.getenv('TGL_TEST_TMP') or '/tmp/tgl_test_tmp') .. '/host'
+
+-- Single-quotes s for sh.
+local function q(s)
+  return "'" .. tostring(s):gsub("'", [['\'']]) .. "'"
+end
+
+os.execute('mkdir -p ' .. q(TMP))
+
+local function write_file(path, s)
+  local f = assert(io.open(path, 'wb'))
+  f:write(s)
+  f:close()
+end
+
+local function read_file(path)
+  local f = io.open(path, 'rb')
+  if not f then return nil end
+  local s = f:read('*a')
+  f:close()
+  return s
+end
+
+-- The exit code of a command run by os.execute: LuaJIT returns the raw
+-- wait status; Lua 5.2+ returns ok, 'exit'|'signal', n.
+local function exit_code(a, how, n)
+  if type(a) == 'number' then
+    if a % 256 == 0 then return a / 256 end
+    return 128 + a % 128
+  end
+  if how == 'exit' then return n end
+  return 128 + n
+end
+
+local seq = 0
+-- Runs a shell command line with stdin from the string `input` (or
+-- /dev/null); returns its stdout, stderr and exit code.
+local function sh(cmd, input)
+  seq = seq + 1
+  local base = ('%s/run%d'):format(TMP, seq)
+  local stdin = '/dev/null'
+  if input then
+    stdin = base .. '.in'
+    write_file(stdin, input)
+  end
+  local code = exit_code(os.execute(('{ %s\n} <%s >%s 2>%s'):format(
+    cmd, q(stdin), q(base .. '.out'), q(base .. '.err'))))
+  return read_file(base .. '.out'), read_file(base .. '.err'), code
+end
+
+-- Runs tgl with a command-line tail (already quoted as needed).
+local function run_tgl(args, input)
+  return sh(q(TGL) .. ' ' .. args, input)
+end
+
+-- Writes a file under TMP and returns its path.
+local function tmpfile(name, contents)
+  local path = TMP .. '/' .. name
+  write_file(path, contents)
+  return path
+end
+
+local function sleep(s)
+  os.execute('sleep ' .. s)
+end
+
+describe('the tgl host', function()
+
+  describe('running scripts', function()
+    it('passes script arguments in arg and as ...', function()
+      local script = tmpfile('args.lua', [[
+io.write(arg[0], '|', arg[1], '|', arg[2], '|', arg[-1], '|',
+         select('#', ...), '|', (...), '|', select(2, ...))]])
+      local out, err, code = run_tgl(q(script) .. " a 'b c'")
+      assert.are.equal('', err)
+      assert.are.equal(0, code)
+      assert.are.equal(script .. '|a|b c|' .. TGL .. '|2|a|b c', out)
+    end)
+
+    it('puts everything before the script at negative arg indexes, as luajit does', function()
+      local script = tmpfile('negargs.lua', [[io.write(arg[-3], '|', arg[-2], '|', arg[-1], '|', arg[1])]])
+      local out, _, code = run_tgl("-e 'x = 1' " .. q(script) .. ' p')
+      assert.are.equal(0, code)
+      assert.are.equal(TGL .. '|-e|x = 1|p', out)
+    end)
+
+    it('runs several -e chunks in order, including an attached one', function()
+      local out, err, code = run_tgl([[-e 'io.write(1)' -e 'io.write(2)' '-eio.write(3)']])
+      assert.are.equal('', err)
+      assert.are.equal(0, code)
+      assert.are.equal('123', out)
+    end)
+
+    it('requires -l modules into a global, in order with -e', function()
+      tmpfile('hostmod.lua', 'return { answer = 42 }')
+      local out, err, code = sh('LUA_PATH=' .. q(TMP .. '/?.lua;;') .. ' ' .. q(TGL)
+                                .. [[ -e 'io.write(type(hostmod), " ")' -l hostmod -e 'io.write(hostmod.answer)']])
+      assert.are.equal('', err)
+      assert.are.equal(0, code)
+      assert.are.equal('nil 42', out)
+    end)
+
+    it('fails with status 1 when a -l module is missing', function()
+      local out, err, code = run_tgl('-l no_such_module_xyz -e \'io.write("ran")\'')
+      assert.are.equal(1, code)
+      assert.are.equal('', out)
+      assert.truthy(err:find("tgl: module 'no_such_module_xyz' not found", 1, true))
+    end)
+
+    it('preloads the tgl module as a global', function()
+      local out, _, code = run_tgl([[-e 'io.write(type(tgl), " ", tostring(tgl == require("tgl")))']])
+      assert.are.equal(0, code)
+      assert.are.equal('table true', out)
+    end)
+
+    it('puts its lua directory first on package.path, then LUA_PATH', function()
+      local out, _, code = sh('LUA_PATH=' .. q('/nonexistent/?.lua') .. ' ' .. q(TGL)
+                              .. [[ -e 'io.write(package.path)']])
+      assert.are.equal(0, code)
+      local dir = out:match('^([^;]+)/%?%.lua;')
+      assert.truthy(dir, out)
+      assert.are.equal(dir .. '/?.lua;' .. dir .. '/?/init.lua;/nonexistent/?.lua', out)
+      -- the directory holds tgl/init.lua, so require 'tgl' and 'nn' resolve there
+      assert.truthy(read_file(dir .. '/tgl/init.lua'))
+    end)
+
+    it('prefers the installed lua directory next to the executable', function()
+      local prefix = TMP .. '/prefix'
+      os.execute(('rm -rf %s && mkdir -p %s/bin %s/share/tgl/lua/tgl && cp %s %s/bin/tgl'):format(
+        q(prefix), q(prefix), q(prefix), q(TGL), q(prefix)))
+      write_file(prefix .. '/share/tgl/lua/tgl/init.lua', "return { marker = 'installed' }")
+      -- LD_LIBRARY_PATH: the copy must still find libtgl next to the original
+      local libdir = TGL:match('^(.*)/[^/]*$') or '.'
+      local out, err, code = sh('LD_LIBRARY_PATH=' .. q(libdir) .. ' ' .. q(prefix .. '/bin/tgl')
+                                .. [[ -e 'io.write(tgl.marker, " ", package.path:match("^[^;]*"))']])
+      assert.are.equal('', err)
+      assert.are.equal(0, code)
+      local real = sh('cd ' .. q(prefix) .. ' && pwd -P'):gsub('\n$', '')
+      assert.are.equal('installed ' .. real .. '/share/tgl/lua/?.lua', out)
+    end)
+
+    it('prints versions of tgl, LuaJIT, BLAS and CUDA with -v and exits 0', function()
+      local out, err, code = run_tgl('-v')
+      assert.are.equal(0, code)
+      assert.are.equal('', err)
+      assert.truthy(out:find('tgl 0.1.0', 1, true), out)
+      assert.truthy(out:find('LuaJIT 2', 1, true), out)
+      assert.truthy(out:find('OpenBLAS', 1, true), out)
+      assert.truthy(out:find('CUDA: built in %(runtime [%d.]+, %d+ devices?%)')
+                    or out:find('CUDA: not built in', 1, true), out)
+    end)
+
+    it('prints usage with -h and --help and exits 0', function()
+      for _, opt in ipairs({ '-h', '--help' }) do
+        local out, _, code = run_tgl(opt)
+        assert.are.equal(0, code)
+        assert.truthy(out:find('^usage: tgl'), out)
+        assert.truthy(out:find('-i ', 1, true))
+      end
+    end)
+
+    it('rejects an unknown option with usage on stderr, naming it, status 1', function()
+      local out, err, code = run_tgl('-x script.lua')
+      assert.are.equal(1, code)
+      assert.are.equal('', out)
+      assert.truthy(err:find("tgl: '-x' is not a known option", 1, true), err)
+      assert.truthy(err:find('usage: tgl', 1, true), err)
+      local _, err2, code2 = run_tgl('--frobnicate')
+      assert.are.equal(1, code2)
+      assert.truthy(err2:find("'--frobnicate'", 1, true), err2)
+    end)
+
+    it('rejects -e without an argument', function()
+      local _, err, code = run_tgl('-e')
+      assert.are.equal(1, code)
+      assert.truthy(err:find("tgl: '-e' needs an argument", 1, true), err)
+    end)
+
+    it('fails clearly on a missing script file', function()
+      local out, err, code = run_tgl(q(TMP .. '/no_such_script.lua'))
+      assert.are.equal(1, code)
+      assert.are.equal('', out)
+      assert.truthy(err:find('tgl: cannot open ' .. TMP .. '/no_such_script.lua: No such file',
+                             1, true), err)
+    end)
+
+    it('reports a failing script with a traceback naming file:line, status 1', function()
+      local script = tmpfile('fails.lua', 'local x = 1\nlocal function f()\n  error("boom")\nend\nf()\n')
+      local out, err, code = run_tgl(q(script))
+      assert.are.equal(1, code)
+      assert.are.equal('', out)
+      assert.truthy(err:find('^tgl: ' .. script:gsub('%p', '%%%0') .. ':3: boom\nstack traceback:\n'), err)
+      assert.truthy(err:find('fails.lua:3: in function', 1, true), err)
+      assert.truthy(err:find('fails.lua:5: in main chunk', 1, true), err)
+    end)
+
+    it('reports a syntax error in a script, status 1', function()
+      local script = tmpfile('syntax.lua', 'x = = 1\n')
+      local _, err, code = run_tgl(q(script))
+      assert.are.equal(1, code)
+      assert.truthy(err:find('tgl: ' .. script .. ':1:', 1, true), err)
+    end)
+
+    it('exits 1 silently for a nil error object (busted does this)', function()
+      local out, err, code = run_tgl([[-e 'io.write("x") error()']])
+      assert.are.equal(1, code)
+      assert.are.equal('x', out)
+      assert.are.equal('', err)
+    end)
+
+    it('prints non-string error objects through __tostring', function()
+      local _, err, code = run_tgl([[-e 'error(setmetatable({}, {__tostring = function() return "custom" end}))']])
+      assert.are.equal(1, code)
+      assert.truthy(err:find('^tgl: custom\nstack traceback:'), err)
+      local _, err2 = run_tgl([[-e 'error({})']])
+      assert.truthy(err2:find('tgl: (error object is a table value)', 1, true), err2)
+    end)
+
+    it('exits with the status given to os.exit', function()
+      local _, _, code = run_tgl([[-e 'os.exit(3)']])
+      assert.are.equal(3, code)
+      local _, _, code0 = run_tgl([[-e 'os.exit(0)' -e 'error("not reached")']])
+      assert.are.equal(0, code0)
+    end)
+
+    it('closes the state on os.exit, so finalizers run, unless told not to', function()
+      local chunk = [[-e 'keep = newproxy(true) getmetatable(keep).__gc = function() io.write("fin") end']]
+      local out, _, code = run_tgl(chunk .. [[ -e 'os.exit(4)']])
+      assert.are.equal(4, code)
+      assert.are.equal('fin', out)
+      -- without closing, memory is left to the OS: tell LeakSanitizer (in
+      -- sanitizer builds) that this is deliberate
+      local out2, _, code2 = sh('ASAN_OPTIONS=detect_leaks=0 ' .. q(TGL) .. ' ' .. chunk
+                                .. [[ -e 'os.exit(true, false)']])
+      assert.are.equal(0, code2)
+      assert.are.equal('', out2)
+    end)
+
+    it('runs stdin as a script when stdin is not a terminal', function()
+      local out, err, code = run_tgl('', 'local t = {}\nfor i = 1, 3 do t[i] = i * i end\nio.write(table.concat(t, ","))\n')
+      assert.are.equal('', err)
+      assert.are.equal(0, code)
+      assert.are.equal('1,4,9', out)
+    end)
+
+    it('runs stdin as a script with -, passing arguments', function()
+      local out, _, code = run_tgl('- a b', 'io.write(arg[0], "|", select("#", ...), "|", (...))')
+      assert.are.equal(0, code)
+      assert.are.equal('-|2|a', out)
+    end)
+
+    it('exits 1 with a traceback when the stdin script fails', function()
+      local out, err, code = run_tgl('', 'io.write("before")\nerror("bad")\nio.write("after")\n')
+      assert.are.equal(1, code)
+      assert.are.equal('before', out)
+      assert.truthy(err:find('^tgl: stdin:2: bad\nstack traceback:'), err)
+    end)
+  end)
+
+  describe('REPL with stdin on a pipe (-i)', function()
+    it('auto-prints expression values, tab-separated', function()
+      local out, err, code = run_tgl('-i', '1+1\n"a", nil, 3\n')
+      assert.are.equal('', err)
+      assert.are.equal(0, code)
+      assert.are.equal('2\na\tnil\t3\n', out)
+    end)
+
+    it('prints arrays through their __tostring', function()
+      if type(tgl.ones) ~= 'function' then pending('tgl.ones does not exist yet') return end
+      local out, err, code = run_tgl('-i', 'x = tgl.ones(2,2)\nx\n')
+      assert.are.equal('', err)
+      assert.are.equal(0, code)
+      assert.are.equal(tostring(tgl.ones(2, 2)) .. '\n', out)
+    end)
+
+    it('prints nothing for statements and for calls that return nothing', function()
+      local out, _, code = run_tgl('-i', 'x = 5\nlocal y = 2\nprint("p")\nx\n')
+      assert.are.equal(0, code)
+      assert.are.equal('p\n5\n', out)
+    end)
+
+    it('reads a multi-line function definition as one chunk', function()
+      local out, err, code = run_tgl('-i', 'function f()\nreturn 1\nend\nf()\n')
+      assert.are.equal('', err)
+      assert.are.equal(0, code)
+      assert.are.equal('1\n', out)
+    end)
+
+    it('continues an unfinished expression on the next line', function()
+      local out, _, code = run_tgl('-i', 'math.max(1,\n7,\n3)\n{\n}\n')
+      assert.are.equal(0, code)
+      assert.truthy(out:find('^7\ntable: '), out)
+    end)
+
+    it('reports an error with a traceback and goes on, exit 0 at EOF', function()
+      local out, err, code = run_tgl('-i', 'error("boom")\nprint("after")\n')
+      assert.are.equal(0, code)
+      assert.are.equal('after\n', out)
+      assert.truthy(err:find('^tgl: stdin:1: boom\nstack traceback:\n'), err)
+    end)
+
+    it('reports a syntax error and goes on', function()
+      local out, err, code = run_tgl('-i', 'x = = 1\n2\n')
+      assert.are.equal(0, code)
+      assert.are.equal('2\n', out)
+      assert.truthy(err:find("^tgl: stdin:1: unexpected symbol near '='"), err)
+    end)
+
+    it('reports input left unfinished at end of input', function()
+      local out, err, code = run_tgl('-i', 'print("x")\nfunction g(\n')
+      assert.are.equal(0, code)
+      assert.are.equal('x\n', out)
+      assert.truthy(err:find("^tgl: stdin:1: .*'<eof>'\n$"), err)
+    end)
+
+    it('runs the script first, then reads the REPL', function()
+      local script = tmpfile('before_repl.lua', 'g_from_script = 41\n')
+      local out, _, code = run_tgl('-i ' .. q(script), 'g_from_script + 1\n')
+      assert.are.equal(0, code)
+      assert.are.equal('42\n', out)
+    end)
+
+    it('runs -e chunks, then the REPL', function()
+      local out, _, code = run_tgl([[-e 'z = 6' -i]], 'z * 7\n')
+      assert.are.equal(0, code)
+      assert.are.equal('42\n', out)
+    end)
+  end)
+
+  describe('tgl.repl.compile', function()
+    local repl = require 'tgl.repl'
+
+    it('compiles an expression so that it returns its values', function()
+      local fn = repl.compile('1 + 1, "x"')
+      assert.are.same({ 2, 'x' }, { fn() })
+    end)
+
+    it('keeps the position of an error raised by a returned call', function()
+      local fn = repl.compile('error("e")')
+      local ok, msg = pcall(fn)
+      assert.is_false(ok)
+      assert.are.equal('stdin:1: e', msg)
+    end)
+
+    it('compiles a statement', function()
+      local fn = repl.compile('local a = 3; repl_spec_v = a * 2')
+      fn()
+      assert.are.equal(6, repl_spec_v)
+      repl_spec_v = nil
+    end)
+
+    it('accepts the Lua 5.1 "=" shorthand', function()
+      assert.are.equal(9, repl.compile('=3*3')())
+    end)
+
+    it('says that unfinished input is incomplete', function()
+      for _, src in ipairs({ 'function f()', 'for i = 1, 2 do', 'x = {', 'f(1,', 'return [[' }) do
+        local fn, msg, incomplete = repl.compile(src)
+        assert.is_nil(fn)
+        assert.is_string(msg)
+        assert.is_true(incomplete, src)
+      end
+    end)
+
+    it('says that a wrong chunk is not incomplete', function()
+      for _, src in ipairs({ 'x = = 1', 'end', 'f(1,)' }) do
+        local fn, msg, incomplete = repl.compile(src)
+        assert.is_nil(fn)
+        assert.truthy(msg:find('^stdin:1:'), msg)
+        assert.is_false(incomplete, src)
+      end
+    end)
+
+    it('formats values with tostring, tab-separated', function()
+      local obj = setmetatable({}, { __tostring = function() return '<obj>' end })
+      assert.are.equal('1\tnil\t<obj>\ttrue', repl.format(1, nil, obj, true))
+      assert.is_nil(repl.format())
+    end)
+  end)
+
+  describe('tgl.repl.complete', function()
+    local repl = require 'tgl.repl'
+
+    it('completes fields of a global table', function()
+      assert.are.same({ 'string.format' }, repl.complete('string.fo'))
+      local all = repl.complete('string.')
+      assert.truthy(#all > 10)
+      for _, w in ipairs(all) do assert.truthy(w:find('^string%.')) end
+    end)
+
+    it('completes globals and keywords for a bare name', function()
+      -- busted sandboxes a test's globals; completion walks the real _G
+      _G.repl_spec_unique_global = 1
+      assert.are.same({ 'repl_spec_unique_global' }, repl.complete('repl_spec_uni'))
+      _G.repl_spec_unique_global = nil
+      local fu = repl.complete('fun')
+      assert.are.same({ 'function' }, fu)
+    end)
+
+    it('walks a dotted path through nested tables', function()
+      local env = { t = { sub = { field = 1, fig = 2, other = 3 } } }
+      assert.are.same({ 't.sub.field', 't.sub.fig' }, repl.complete('t.sub.fi', env))
+      assert.are.same({ 't.sub' }, repl.complete('t.s', env))
+    end)
+
+    it('completes methods after ":" from the metatable __index chain, callables only', function()
+      local base = { size = function() end }
+      local class = setmetatable({ shape = function() end, shx = 3 }, { __index = base })
+      local env = { obj = setmetatable({ own = 1 }, { __index = class }) }
+      assert.are.same({ 'obj:shape' }, repl.complete('obj:sh', env))
+      assert.are.same({ 'obj:shape', 'obj:size' }, repl.complete('obj:s', env))
+      assert.are.same({ 'obj.own', 'obj.shape', 'obj.shx', 'obj.size' }, repl.complete('obj.', env))
+    end)
+
+    it('completes string methods on a string value', function()
+      assert.are.same({ 's:upper' }, repl.complete('s:up', { s = 'abc' }))
+    end)
+
+    it('completes methods of tgl arrays', function()
+      if type(tgl.ones) ~= 'function' then pending('tgl.ones does not exist yet') return end
+      local got = repl.complete('a:', { a = tgl.ones(2) })
+      assert.truthy(#got > 0)
+      for _, w in ipairs(got) do assert.truthy(w:find('^a:')) end
+    end)
+
+    it('uses method tables registered for a cdata type', function()
+      local ffi = require 'ffi'
+      ffi.cdef 'typedef struct repl_spec_point { double x, y; } repl_spec_point;'
+      repl.register_methods('repl_spec_point', { norm = function() end, scale = function() end })
+      local env = { p = ffi.new('repl_spec_point') }
+      assert.are.same({ 'p:norm' }, repl.complete('p:no', env))
+    end)
+
+    it('completes nothing for unknown paths or non-names, without calling __index', function()
+      local called = false
+      local env = { lazy = setmetatable({}, { __index = function() called = true end }) }
+      assert.are.same({}, repl.complete('nosuch.x', env))
+      assert.are.same({}, repl.complete('lazy.a.b', env))
+      assert.are.same({}, repl.complete('1.5', env))
+      assert.are.same({}, repl.complete('a..b', env))
+      assert.is_false(called)
+    end)
+  end)
+
+  describe('Ctrl-C (SIGINT)', function()
+    -- Starts tgl in the background with stdin from input_file, waits until
+    -- it writes "ready" on stderr, sends the given SIGINTs (a list of
+    -- delays before each), and reports status, whether it was alive after
+    -- the first signal, and milliseconds from the last signal to exit.
+    -- A watchdog kills it after 15 s so a hang cannot wedge the suite.
+    local function interrupt(args, delays, input)
+      local errf = TMP .. '/sigint.err'
+      local script = tmpfile('sigint.sh', ([[
+%s %s <%s >%s.out 2>%s &
+pid=$!
+( sleep 15; kill -9 $pid ) >/dev/null 2>&1 &
+wd=$!
+i=0
+until grep -q ready %s; do i=$((i+1)); [ $i -gt 300 ] && break; sleep 0.05; done
+alive=
+for d in %s; do
+  sleep $d
+  kill -INT $pid
+  [ -z "$alive" ] && { sleep 0.3; kill -0 $pid 2>/dev/null && alive=yes || alive=no; }
+  t0=$(date +%%s%%N)
+done
+wait $pid
+rc=$?
+t1=$(date +%%s%%N)
+kill $wd 2>/dev/null
+echo "$rc $alive $(( (t1 - t0) / 1000000 ))"
+]]):format(q(TGL), args, q(input or '/dev/null'), q(errf), q(errf), q(errf),
+           table.concat(delays, ' ')))
+      local out = sh('sh ' .. q(script))
+      local rc, alive, ms = out:match('^(%d+) (%a*) (%-?%d+)')
+      return tonumber(rc), alive, tonumber(ms), read_file(errf)
+    end
+
+    it('stops an interpreted loop with an "interrupted" error, status 1, promptly', function()
+      local rc, alive, ms, err = interrupt(
+        [[-e 'jit.off() io.stderr:write("ready\n") while true do local t = {} for i = 1, 100 do t[i] = i end collectgarbage("step") end']],
+        { 0.2 })
+      assert.are.equal(1, rc)
+      assert.are.equal('no', alive)  -- it had already stopped 0.3 s after the signal
+      assert.truthy(err:find('tgl: (command line):1: interrupted!\nstack traceback:', 1, true), err)
+      assert.truthy(ms < 3000, ms)
+    end)
+
+    it('stops a JIT-compiled loop that calls the engine, through the interrupt flag', function()
+      if type(tgl.zeros) ~= 'function' then pending('tgl.zeros does not exist yet') return end
+      -- the compiled trace never runs the debug hook; the engine's
+      -- allocation sees the flag and fails, which leaves the trace
+      local rc, alive, ms, err = interrupt(
+        [[-e 'io.stderr:write("ready\n") while true do local a = tgl.zeros(1) end']], { 0.3 })
+      assert.are.equal(1, rc)
+      assert.are.equal('no', alive)
+      assert.truthy(err:find('interrupted', 1, true), err)
+      assert.truthy(ms < 3000, ms)
+    end)
+
+    it('lets a second Ctrl-C kill a chunk that cannot see the first', function()
+      -- a JIT-compiled empty loop never reaches a hook or the engine's flag
+      local rc, alive, _, err = interrupt(
+        [[-e 'io.stderr:write("ready\n") while true do end']], { 0.3, 0.2 })
+      assert.are.equal('yes', alive)
+      assert.are.equal(130, rc)  -- killed by SIGINT (128 + 2)
+      assert.is_nil(err:find('interrupted', 1, true))
+    end)
+
+    it('stops a chunk in the piped REPL, which then goes on to the next line', function()
+      local input = tmpfile('sigint_repl.in',
+        'jit.off() io.stderr:write("ready\\n") while true do end\nio.stderr:write("after\\n")\n')
+      local rc, alive, _, err = interrupt('-i', { 0.2 }, input)
+      assert.are.equal(0, rc)
+      assert.are.equal('no', alive)
+      assert.truthy(err:find('tgl: stdin:1: interrupted!', 1, true), err)
+      assert.truthy(err:find('\nafter\n$'), err)
+    end)
+  end)
+
+  local has_tmux = exit_code(os.execute('command -v tmux >/dev/null 2>&1')) == 0
+  if not has_tmux then
+    pending('REPL on a terminal: tmux is not installed')
+    return
+  end
+
+  describe('REPL on a terminal (through tmux)', function()
+    local sock, history
+
+    -- tmux on a private server socket, so that nothing else is disturbed
+    -- (and outside any tmux the tests themselves may run in).
+    local function tmux(args)
+      return sh('env -u TMUX tmux -L ' .. q(sock) .. ' ' .. args)
+    end
+    -- Sends keys: names in KEYS are keys (Enter, Tab, C-c, C-d), anything
+    -- else is typed literally (so that "end" is not the End key).
+    local KEYS = { Enter = true, Tab = true, ['C-c'] = true, ['C-d'] = true }
+    local function keys(...)
+      for _, k in ipairs({ ... }) do
+        tmux('send-keys -t s ' .. (KEYS[k] and '' or '-l ') .. q(k))
+      end
+    end
+    local function screen()
+      return (tmux('capture-pane -p -t s'))
+    end
+    -- Waits up to 10 s for text (a Lua pattern when is_pattern) on the
+    -- screen; returns the screen.  capture-pane drops trailing blanks, so an
+    -- empty prompt shows as a line ">".
+    local function wait_for(text, is_pattern)
+      local s
+      for _ = 1, 100 do
+        s = screen() or ''
+        if s:find(text, 1, not is_pattern) then return s end
+        sleep(0.1)
+      end
+      error('timed out waiting for ' .. text .. ' on the screen:\n' .. s, 2)
+    end
+
+    before_each(function()
+      seq = seq + 1
+      sock = ('tgl_spec_%d_%d'):format(os.time(), seq)
+      history = TMP .. '/history_' .. seq
+      os.remove(history)
+      -- the shell reports tgl's exit status and keeps the pane open
+      local cmd = ('TGL_HISTORY=%s %s; echo "exit status $?"; sleep 60'):format(q(history), q(TGL))
+      tmux('new-session -d -s s -x 160 -y 50 ' .. q(cmd))
+      wait_for('\n>\n', true)
+    end)
+
+    after_each(function()
+      tmux('kill-server')
+    end)
+
+    it('shows a banner and auto-prints results', function()
+      keys('6 * 7', 'Enter')
+      local s = wait_for('42')
+      assert.truthy(s:find('^tgl 0%.1%.0 %(LuaJIT'), s)
+    end)
+
+    it('completes a field with Tab', function()
+      keys('string.form', 'Tab')
+      wait_for('> string.format')
+      keys("('%d!', 41 + 1)", 'Enter')
+      wait_for('42!')
+    end)
+
+    it('completes methods with Tab after ":"', function()
+      keys('repl_s = "abc"', 'Enter', 'repl_s:upp', 'Tab')
+      wait_for('> repl_s:upper')
+      keys('()', 'Enter')
+      wait_for('ABC')
+    end)
+
+    it('abandons the line and pending input on Ctrl-C at the prompt and goes on', function()
+      keys('function never()', 'Enter')
+      wait_for('\n>>\n', true)
+      keys('error("should not run")', 'C-c')
+      sleep(0.2)
+      keys('print("still " .. "here")', 'Enter')
+      local s = wait_for('still here')
+      assert.is_nil(s:find('should not run\n', 1, true))
+      assert.is_nil(s:find('tgl:', 1, true))
+      assert.is_nil(s:find('exit status', 1, true))
+    end)
+
+    it('interrupts a running chunk with Ctrl-C and goes on', function()
+      keys('jit.off() while true do end', 'Enter')
+      sleep(0.3)
+      keys('C-c')
+      wait_for('interrupted!')
+      keys('print("ok " .. "again")', 'Enter')
+      wait_for('ok again')
+    end)
+
+    it('continues multi-line input with a ">> " prompt', function()
+      keys('function sq(x)', 'Enter')
+      wait_for('\n>>\n', true)
+      keys('return x * x', 'Enter', 'end', 'Enter', 'sq(12)', 'Enter')
+      wait_for('144')
+    end)
+
+    it('keeps the history of a session that ends in os.exit', function()
+      keys('hist_marker_2 = 2', 'Enter', 'os.exit(5)', 'Enter')
+      wait_for('exit status 5')
+      local h = read_file(history) or ''
+      assert.truthy(h:find('hist_marker_2', 1, true), h)
+    end)
+
+    it('exits 0 on Ctrl-D and saves the history', function()
+      keys('hist_marker_1 = 1', 'Enter')
+      keys('C-d')
+      wait_for('exit status 0')
+      local h = read_file(history) or ''
+      assert.truthy(h:find('hist_marker_1', 1, true), h)
+    end)
+  end)
+end)

@@ -1,0 +1,311 @@
+-- io_spec.lua — tgl.save and tgl.load: NumPy's files (spec/fixtures, made
+-- by make_fixtures.py) load with their exact values; what tgl saves, NumPy
+-- reads back bit for bit (checked with Debian's /usr/bin/python3 when it has
+-- numpy, pending otherwise); bad input raises errors that name the problem.
+local tgl = require 'tgl'
+local ffi = require 'ffi'
+
+local here = debug.getinfo(1, 'S').source:match('^@(.*)[/\\]') or 'spec'
+local function fixture(name) return here .. '/fixtures/' .. name end
+
+local tmpdir = os.getenv('TGL_TEST_TMP')
+if not tmpdir then
+  tmpdir = os.tmpname()
+  os.remove(tmpdir)
+end
+tmpdir = tmpdir .. '/io_spec'
+os.execute("mkdir -p '" .. tmpdir .. "'")
+local function tmp(name) return tmpdir .. '/' .. name end
+
+local function read_file(path)
+  local f = assert(io.open(path, 'rb'))
+  local s = f:read('*a')
+  f:close()
+  return s
+end
+
+local function write_file(path, s)
+  local f = assert(io.open(path, 'wb'))
+  f:write(s)
+  f:close()
+end
+
+local function bytes_of(a)
+  return ffi.string(a:data(), a:nelement() * ffi.sizeof(({
+    float32 = 'float', float64 = 'double', int32 = 'int32_t', int64 = 'int64_t',
+    uint8 = 'uint8_t', bool = 'uint8_t' })[a.dtype]))
+end
+
+local function hex(s)
+  return (s:gsub('.', function(c) return ('%02x'):format(c:byte()) end))
+end
+
+-- The error message of f(...), which must fail.
+local function error_of(f, ...)
+  local ok, err = pcall(f, ...)
+  assert.is_false(ok, 'expected an error')
+  return tostring(err)
+end
+
+local st = os.execute("/usr/bin/python3 -c 'import numpy' >/dev/null 2>&1")
+local has_numpy = st == 0 or st == true
+
+-- What NumPy sees in each file: "key dtype shape hex-bytes" per array.
+local function numpy_view(paths)
+  local script = tmp('view.py')
+  write_file(script, [[
+import sys, numpy as np
+for path in sys.argv[1:]:
+    if path.endswith('.npz'):
+        with np.load(path) as z:
+            items = [(k, z[k]) for k in z.files]
+    else:
+        items = [('-', np.load(path))]
+    for k, a in items:
+        print(k, a.dtype.str, repr(a.shape).replace(' ', ''), np.ascontiguousarray(a).tobytes().hex())
+]])
+  local p = io.popen("/usr/bin/python3 '" .. script .. "' '" .. table.concat(paths, "' '") .. "' 2>&1")
+  local out = p:read('*a')
+  p:close()
+  return out
+end
+
+-- The same line for a tgl array.
+local DESCR = { float32 = '<f4', float64 = '<f8', int32 = '<i4', int64 = '<i8',
+                uint8 = '|u1', bool = '|b1' }
+local function tgl_view(key, a)
+  local s = a:shape()
+  local shape = '(' .. table.concat(s, ',') .. (#s == 1 and ',)' or ')')
+  return ('%s %s %s %s\n'):format(key, DESCR[a.dtype], shape, hex(bytes_of(a)))
+end
+
+-- One array of each dtype, with awkward values set through the data pointer.
+local function awkward_arrays()
+  local f64 = tgl.zeros(6, { dtype = 'float64' })
+  local u64 = ffi.cast('uint64_t *', f64:data())
+  u64[0] = 0x7ff8000000000001ULL   -- NaN with a payload
+  u64[1] = 0x8000000000000000ULL   -- -0.0
+  u64[2] = 0x7ff0000000000000ULL   -- inf
+  u64[3] = 1ULL                    -- the smallest subnormal
+  local f32 = tgl.array({ { 1.5, -2 }, { 0, 3e38 } }, 'float32')
+  ffi.cast('uint32_t *', f32:data())[2] = 0x7fc00abc
+  local i64 = tgl.zeros(3, { dtype = 'int64' })
+  local p = ffi.cast('int64_t *', i64:data())
+  p[0] = -9223372036854775807LL - 1
+  p[1] = 9223372036854775807LL
+  p[2] = -1
+  return {
+    f32 = f32, f64 = f64, i64 = i64,
+    i32 = tgl.array({ -2147483648, 0, 2147483647 }, 'int32'),
+    u8 = tgl.array({ { 0, 255 }, { 128, 7 } }, 'uint8'),
+    b = tgl.array({ true, false, true }),
+    scalar = tgl.array(3.25, 'float64'),
+    empty = tgl.zeros(0, 3),
+    nd8 = tgl.arange(16, { dtype = 'int32' }):reshape(1, 2, 1, 2, 1, 2, 1, 2),
+  }
+end
+
+describe('tgl.load', function()
+  it('reads a NumPy .npy with its dtype, shape and values', function()
+    local a = tgl.load(fixture('f4_2x3.npy'))
+    assert.are.equal('float32', a.dtype)
+    assert.are.same({ 2, 3 }, a:shape())
+    assert.are.same({ { -2, -0.5, 1 }, { 2.5, 4, 5.5 } }, a:totable())
+  end)
+
+  it('keeps special float bits and int64 extremes exactly', function()
+    local a = tgl.load(fixture('f8_special.npy'))
+    local u = ffi.cast('uint64_t *', a:data())
+    assert.is_true(u[1] == 0x8000000000000000ULL)
+    assert.is_true(u[4] == 0x7ff8000000000001ULL)
+    assert.are.equal(math.huge, a:get(3))
+    assert.are.equal(-math.huge, a:get(4))
+    assert.are.equal(1.5, a:get(7))
+    local i = tgl.load(fixture('i8_ext.npy'))
+    local p = ffi.cast('int64_t *', i:data())
+    assert.is_true(p[0] == -9223372036854775807LL - 1)
+    assert.is_true(p[1] == -1LL)
+    assert.is_true(p[2] == 9223372036854775807LL)
+  end)
+
+  it('reads every dtype, both byte orders, versions 2.0 and 3.0', function()
+    local cases = {
+      { 'i4_ext.npy', 'int32', { -2147483648, 0, 2147483647 } },
+      { 'u1.npy', 'uint8', { 0, 1, 127, 128, 255 } },
+      { 'b1.npy', 'bool', { true, false, true } },
+      { 'b1_nonzero.npy', 'bool', { false, true, true, true } },
+      { 'be_f4.npy', 'float32', { 1.5, -2.25, tonumber(ffi.new('float', 3e38)) } },
+      { 'be_f8.npy', 'float64', { 1.5, -2.25, 1e300 } },
+      { 'be_i4.npy', 'int32', { 1, -2, 305419896 } },
+      { 'be_i8.npy', 'int64', { 1, -2, 2 ^ 40 + 5 } },
+      { 'v2_f8.npy', 'float64', { 1, 2, 3 } },
+      { 'v3_u1.npy', 'uint8', { 7, 8 } },
+    }
+    for _, c in ipairs(cases) do
+      local a = tgl.load(fixture(c[1]))
+      assert.are.equal(c[2], a.dtype, c[1])
+      assert.are.same(c[3], a:totable(), c[1])
+    end
+  end)
+
+  it('reads scalars, empty arrays, 8-d arrays and Fortran order', function()
+    local s = tgl.load(fixture('scalar_f8.npy'))
+    assert.are.same({}, s:shape())
+    assert.are.equal(3.25, s:totable())
+    assert.are.same({ 0, 3 }, tgl.load(fixture('empty_0x3.npy')):shape())
+    local nd = tgl.load(fixture('nd8_i4.npy'))
+    assert.are.same({ 1, 2, 1, 2, 1, 2, 1, 2 }, nd:shape())
+    assert.are.equal(15, nd:get(1, 2, 1, 2, 1, 2, 1, 2))
+    local f = tgl.load(fixture('fortran_i4.npy'))
+    assert.are.same({ 2, 3, 4 }, f:shape())
+    assert.is_true(f:is_contiguous())
+    assert.are.equal(23, f:get(2, 3, 4))
+    assert.are.equal(6, f:get(1, 2, 3))   -- C-order position of (0,1,2)
+    assert.are.same({ { 0, 1, 2 }, { 3, 4, 5 } }, tgl.load(fixture('fortran_be_f8.npy')):totable())
+  end)
+
+  it('reads np.savez and np.savez_compressed archives as tables by name', function()
+    for _, name in ipairs({ 'savez.npz', 'savez_compressed.npz', 'zip64.npz' }) do
+      local t = tgl.load(fixture(name))
+      assert.are.same({ { -2, -0.5, 1 }, { 2.5, 4, 5.5 } }, t.W:totable(), name)
+      assert.are.equal('int64', t.b.dtype)
+      assert.are.same({ 1, 2 }, t.b:totable())
+    end
+    assert.is_true(tgl.load(fixture('savez.npz')).flag:totable())
+    local z = tgl.load(fixture('savez_compressed.npz')).zeros
+    assert.are.same({ 100 }, z:shape())
+    assert.are.equal(0, z:get(100))
+  end)
+
+  it('refuses unsupported dtypes and other formats, naming the problem', function()
+    assert.matches("^.-tgl%.load: '.-bad_c8%.npy': unsupported dtype '<c8'",
+                   error_of(tgl.load, fixture('bad_c8.npy')))
+    assert.matches("unsupported dtype '<U3'", error_of(tgl.load, fixture('bad_U3.npy')))
+    assert.matches('object arrays', error_of(tgl.load, fixture('bad_obj.npy')))
+    assert.matches("tgl%.load: '.-notnpy%.npz': entry 'x%.npy': not a %.npy file",
+                   error_of(tgl.load, fixture('notnpy.npz')))
+    write_file(tmp('text.txt'), 'hello, world')
+    assert.matches("tgl%.load: '.-text%.txt' is neither a %.npy file nor a %.npz archive "
+                   .. "%(it starts with 'hello,'%)", error_of(tgl.load, tmp('text.txt')))
+    write_file(tmp('empty.npy'), '')
+    assert.matches("tgl%.load: '.-empty%.npy' is empty", error_of(tgl.load, tmp('empty.npy')))
+    assert.matches('tgl%.load: cannot open .-nope%.npy: No such file',
+                   error_of(tgl.load, tmp('nope.npy')))
+    assert.matches('tgl%.load: path must be a string, got number', error_of(tgl.load, 42))
+  end)
+
+  it('refuses truncated and corrupted files', function()
+    local npy = read_file(fixture('f4_2x3.npy'))
+    write_file(tmp('cut.npy'), npy:sub(1, -5))
+    assert.matches('tgl%.load: .-truncated: header claims 6 elements %(24 bytes%) but only 20 '
+                   .. 'bytes follow', error_of(tgl.load, tmp('cut.npy')))
+    local npz = read_file(fixture('savez.npz'))
+    write_file(tmp('cut.npz'), npz:sub(1, -10))
+    assert.matches('tgl%.load: .-no end%-of%-central%-directory record',
+                   error_of(tgl.load, tmp('cut.npz')))
+    -- Flip one bit of W's last data byte (W.npy is 152 bytes, stored
+    -- first, after its 30-byte header, name and extra field): only the
+    -- CRC notices.
+    local at = 30 + npz:byte(27) + 256 * npz:byte(28) + npz:byte(29) + 256 * npz:byte(30) + 152
+    write_file(tmp('crc.npz'), npz:sub(1, at - 1) .. string.char(bit.bxor(npz:byte(at), 1))
+               .. npz:sub(at + 1))
+    assert.matches("tgl%.load: .-CRC mismatch in entry 'W%.npy'", error_of(tgl.load, tmp('crc.npz')))
+  end)
+end)
+
+describe('tgl.save', function()
+  it('round-trips every dtype and shape kind bit for bit through .npy', function()
+    for key, a in pairs(awkward_arrays()) do
+      tgl.save(tmp(key .. '.npy'), a)
+      local b = tgl.load(tmp(key .. '.npy'))
+      assert.are.equal(a.dtype, b.dtype, key)
+      assert.are.same(a:shape(), b:shape(), key)
+      assert.are.equal(hex(bytes_of(a)), hex(bytes_of(b)), key)
+    end
+  end)
+
+  it('round-trips a table of arrays through .npz, stored or compressed', function()
+    local arrays = awkward_arrays()
+    for _, compress in ipairs({ false, true }) do
+      tgl.save(tmp('all.npz'), arrays, { compress = compress })
+      local t = tgl.load(tmp('all.npz'))
+      for key, a in pairs(arrays) do
+        assert.are.same(a:shape(), t[key]:shape(), key)
+        assert.are.equal(hex(bytes_of(a)), hex(bytes_of(t[key])), key)
+      end
+    end
+    tgl.save(tmp('none.npz'), {})
+    assert.are.same({}, tgl.load(tmp('none.npz')))
+  end)
+
+  it('saves a transposed view in C order', function()
+    local a = tgl.array({ { 1, 2, 3 }, { 4, 5, 6 } }, 'int32')
+    tgl.save(tmp('t.npy'), a:T())
+    assert.are.same({ { 1, 4 }, { 2, 5 }, { 3, 6 } }, tgl.load(tmp('t.npy')):totable())
+  end)
+
+  it('writes files NumPy reads back identically', function()
+    if not has_numpy then
+      pending('/usr/bin/python3 with numpy is not installed')
+      return
+    end
+    local arrays = awkward_arrays()
+    local keys, want, paths = {}, {}, {}
+    for key in pairs(arrays) do keys[#keys + 1] = key end
+    table.sort(keys)
+    for _, key in ipairs(keys) do
+      tgl.save(tmp(key .. '.npy'), arrays[key])
+      paths[#paths + 1] = tmp(key .. '.npy')
+      want[#want + 1] = tgl_view('-', arrays[key])
+    end
+    tgl.save(tmp('all.npz'), arrays)
+    tgl.save(tmp('allz.npz'), arrays, { compress = true })
+    paths[#paths + 1] = tmp('all.npz')
+    paths[#paths + 1] = tmp('allz.npz')
+    for _ = 1, 2 do   -- entries in sorted name order
+      for _, key in ipairs(keys) do want[#want + 1] = tgl_view(key, arrays[key]) end
+    end
+    assert.are.equal(table.concat(want), numpy_view(paths))
+  end)
+
+  it('replaces the file atomically and leaves it alone when saving fails', function()
+    local a = tgl.array({ 1, 2, 3 }, 'float64')
+    tgl.save(tmp('keep.npz'), { a = a })
+    local before = read_file(tmp('keep.npz'))
+    error_of(tgl.save, tmp('keep.npz'), { a = a, b = 5 })
+    assert.are.equal(before, read_file(tmp('keep.npz')))
+    tgl.save(tmp('keep.npz'), { a = tgl.array(7, 'uint8') })
+    assert.are.equal(7, tgl.load(tmp('keep.npz')).a:totable())
+    local p = io.popen("ls -a '" .. tmpdir .. "'")
+    assert.is_nil(p:read('*a'):find('%.tmp%.'))
+    p:close()
+  end)
+
+  it('rejects bad arguments with errors that name them', function()
+    local a = tgl.array({ 1, 2 })
+    local cases = {
+      { { tmp('x.npz'), a }, 'a single array goes to a %.npy file; give a table of arrays for %.npz' },
+      { { tmp('x.npy'), { a = a } }, 'a table of arrays goes to a %.npz file' },
+      { { tmp('x.npz'), { W = a, b = 'no' } }, "the value for key 'b' is a string, not an array" },
+      { { tmp('x.npz'), { a } }, "the table's keys name the arrays and must be strings, got number key 1" },
+      { { tmp('x.npz'), { [''] = a } }, 'array names must not be empty' },
+      { { tmp('x.npz'), { ['a\0b'] = a } }, "array name 'a\\0b' contains a NUL byte" },
+      { { 42, a }, 'path must be a string, got number' },
+      { { tmp('x.npy'), 'text' }, 'expected an array or a table of named arrays, got string' },
+      { { tmp('x.npz'), { a = a }, { level = 9 } }, "unknown option 'level'" },
+      { { tmp('x.npy'), a, { compress = true } }, 'compress applies to %.npz archives' },
+      { { tmp('x.npz'), { a = a }, 'fast' }, 'options must be a table, got string' },
+      { { tmp('no/such/dir/x.npy'), a }, "'.-x%.npy': cannot create a file in its directory: "
+        .. 'No such file or directory' },
+    }
+    for _, c in ipairs(cases) do
+      local args = c[1]
+      local msg = error_of(tgl.save, args[1], args[2], args[3])
+      assert.matches('tgl%.save: ' .. c[2], msg)
+      -- The error points at the caller's line, not at tgl's files.
+      assert.is_nil(msg:find('tgl[/\\]io%.lua'), msg)
+    end
+    assert.is_nil(io.open(tmp('x.npz'), 'rb'))
+    assert.is_nil(io.open(tmp('x.npy'), 'rb'))
+  end)
+end)

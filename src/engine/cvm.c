@@ -1,0 +1,150 @@
+/*
+ * cvm.c — the C virtual machine: runs a compiled function's program, a
+ * flat array of instructions over storage slots, in one C loop that never
+ * returns to Lua.  Each TGL_I_OP instruction asks its op for the output
+ * shape, takes a buffer (reused from the last call under cvm_nogc when
+ * nobody else holds it), and runs the reference kernel; view ops return a
+ * view instead.  Jumps implement the lazy ifelse.
+ *
+ * Linkers: cvm releases each intermediate after its last reader; cvm_nogc
+ * keeps them for the next call; vm runs each op as a checked thunk (the
+ * result's dtype, rank and broadcastable axes are verified), for
+ * debugging.
+ */
+#include "engine/cvm.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+uint64_t tgl_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static bool same_shape(const tgl_array *a, int ndim, const int64_t *shape)
+{
+    if (a->ndim != ndim)
+        return false;
+    for (int i = 0; i < ndim; i++)
+        if (a->shape[i] != shape[i])
+            return false;
+    return true;
+}
+
+/* The vm linker's check: the result matches the node's static type. */
+static tgl_status check_result(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
+                               const tgl_array *r)
+{
+    char want[96], got[96];
+    bool ok = r->dtype_id == n->type.dtype && r->ndim == n->type.ndim;
+    for (int i = 0; ok && i < r->ndim; i++)
+        ok = !tgl_type_bcast(n->type, i) || r->shape[i] == 1;
+    if (!ok)
+        return tgl_op_error(ctx, n, in, TGL_EINTERNAL, "produced %s where %s was inferred",
+                            tgl_array_str(r, got, sizeof got),
+                            tgl_type_str(n->type, want, sizeof want));
+    return TGL_OK;
+}
+
+static tgl_status run_op(tgl_ctx *ctx, tgl_function *fn, tgl_instr *ins)
+{
+    const tgl_node *n = ins->node;
+    const tgl_opimpl *impl = ins->impl;
+    tgl_array *args[16];
+    tgl_array **in = ins->nin <= 16 ? args : malloc(sizeof *in * (size_t)ins->nin);
+    if (!in)
+        return tgl_ctx_set_error(ctx, TGL_ENOMEM, "%s: out of memory", tgl_op_name(n->op));
+    for (int i = 0; i < ins->nin; i++)
+        in[i] = fn->slot[ins->in[i]];
+    tgl_status st;
+    tgl_array **dst = &fn->slot[ins->out];
+    if (impl->view) {
+        tgl_array *v = NULL;
+        st = impl->view(ctx, n, in, &v);
+        if (!st) {
+            tgl_array_release(*dst);
+            *dst = v;
+        }
+    } else {
+        int64_t shape[TGL_MAX_DIMS];
+        st = impl->shape(ctx, n, in, shape);
+        if (!st) {
+            tgl_array *o = *dst;
+            /* Reuse last call's buffer when nobody else holds it. */
+            if (!(o && o->refcount == 1 && o->storage->refcount == 1 &&
+                  o->dtype_id == n->type.dtype && same_shape(o, n->type.ndim, shape) &&
+                  (o->flags & TGL_ARRAY_CONTIGUOUS))) {
+                tgl_array_release(o);
+                *dst = NULL;
+                st = tgl_array_alloc(ctx, tgl_op_name(n->op), n->type.dtype, n->type.ndim, shape,
+                                     false, &o);
+                if (!st)
+                    *dst = o;
+            }
+            if (!st)
+                st = impl->kernel(ctx, n, in, o);
+        }
+    }
+    if (!st && fn->linker == TGL_LINKER_VM)
+        st = check_result(ctx, n, in, *dst);
+    if (in != args)
+        free(in);
+    return st;
+}
+
+tgl_status tgl_cvm_run(tgl_ctx *ctx, tgl_function *fn)
+{
+    tgl_instr *code = fn->code;
+    int32_t pc = 0, end = fn->ncode;
+    const bool gc = fn->linker == TGL_LINKER_CVM && !fn->has_jumps;
+    const bool profile = fn->profile;
+    while (pc < end) {
+        tgl_instr *ins = &code[pc];
+        switch (ins->kind) {
+        case TGL_I_OP: {
+            if (tgl_ctx_interrupted(ctx))
+                return tgl_ctx_set_error(ctx, TGL_EINTERRUPT, "%s: interrupted",
+                                         tgl_op_name(ins->node->op));
+            uint64_t t0 = profile ? tgl_now_ns() : 0;
+            tgl_status st = run_op(ctx, fn, ins);
+            if (st)
+                return st;
+            if (profile) {
+                ins->ns += tgl_now_ns() - t0;
+                ins->calls++;
+            }
+            if (gc)
+                for (int k = 0; k < ins->nfree; k++) {
+                    tgl_array_release(fn->slot[ins->free_slots[k]]);
+                    fn->slot[ins->free_slots[k]] = NULL;
+                }
+            pc++;
+            break;
+        }
+        case TGL_I_JUMPZ: {
+            const tgl_array *c = fn->slot[ins->in[0]];
+            pc = tgl_load_as_double(c->dtype_id, c->data, 0) != 0 ? pc + 1 : ins->target;
+            break;
+        }
+        case TGL_I_JUMP:
+            pc = ins->target;
+            break;
+        case TGL_I_MOVE: {
+            tgl_array *v = fn->slot[ins->in[0]];
+            tgl_array_retain(v);
+            tgl_array_release(fn->slot[ins->out]);
+            fn->slot[ins->out] = v;
+            pc++;
+            break;
+        }
+        default:
+            return tgl_ctx_set_error(ctx, TGL_EINTERNAL, "cvm: bad instruction %d at %d",
+                                     ins->kind, pc);
+        }
+    }
+    return TGL_OK;
+}

@@ -1,0 +1,65 @@
+/*
+ * npyfmt.h — internal header of the file formats (npy.c, npz.c): the .npy
+ * encoder/decoder that works on memory, and the helpers both formats use to
+ * report errors and to replace a file atomically.  Not part of the API.
+ */
+#ifndef TGL_NPYFMT_H
+#define TGL_NPYFMT_H
+
+#include "engine/engine.h"
+
+#include <stdio.h>
+
+/* A .npy header (preamble, dict, padding) never needs more than this for
+ * tgl's dtypes and TGL_MAX_DIMS dimensions; it is a multiple of 64. */
+#define TGL_NPY_HEADER_MAX 512
+
+/* Sets "fn: where: <message>" and returns st.  where names the file (and
+ * the archive entry), e.g. "'a.npz': entry 'W.npy'". */
+tgl_status tgl_io_fail(tgl_ctx *ctx, tgl_status st, const char *fn, const char *where,
+                       const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 5, 6)))
+#endif
+    ;
+
+/* Checks that a is an array tgl can write (known dtype, ndim in range,
+ * shape and size consistent, data present).  Arguments only; no I/O. */
+tgl_status tgl_npy_check_array(tgl_ctx *ctx, const char *fn, const char *what,
+                               const tgl_array *a);
+
+/* The array's elements in C order: a itself when contiguous (*copy NULL),
+ * else a new contiguous copy in *copy that the caller releases. */
+tgl_status tgl_npy_contiguous(tgl_ctx *ctx, const char *fn, const tgl_array *a,
+                              tgl_array **copy, const tgl_array **c);
+
+/* Writes the .npy preamble and header for a contiguous array into buf
+ * (TGL_NPY_HEADER_MAX bytes); the elements follow it, as stored in memory. */
+size_t tgl_npy_encode_header(const tgl_array *a, unsigned char *buf);
+
+/* Decodes a complete .npy image of len bytes into a new contiguous array.
+ * Any byte pattern is safe: bad input gives TGL_EFORMAT and a message. */
+tgl_status tgl_npy_decode(tgl_ctx *ctx, const char *fn, const char *where,
+                          const unsigned char *buf, size_t len, tgl_array **out);
+
+/* A file written to a temporary name and renamed into place on commit, so
+ * that a failure at any point leaves the destination as it was. */
+typedef struct tgl_atomic_file {
+    FILE *fp;
+    char *tmp;         /* "<path>.tmp.XXXXXX" */
+    const char *path;
+} tgl_atomic_file;
+
+/* Creates the temporary file next to path. */
+tgl_status tgl_atomic_open(tgl_ctx *ctx, const char *fn, const char *path,
+                           tgl_atomic_file *af);
+/* Writes n bytes to the temporary file (TGL_EIO on failure). */
+tgl_status tgl_atomic_write(tgl_ctx *ctx, const char *fn, tgl_atomic_file *af,
+                            const void *p, size_t n);
+/* Flushes, closes and renames into place; on failure removes the temporary
+ * file.  af is finished either way. */
+tgl_status tgl_atomic_commit(tgl_ctx *ctx, const char *fn, tgl_atomic_file *af);
+/* Closes and removes the temporary file (after an error). */
+void tgl_atomic_abort(tgl_atomic_file *af);
+
+#endif /* TGL_NPYFMT_H */

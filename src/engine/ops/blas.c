@@ -1,0 +1,522 @@
+/*
+ * blas.c — the linear algebra family: dot (vector and matrix products) and
+ * batched_dot (one product per leading index).
+ *
+ * dot(a, b) takes 1-d and 2-d inputs: vector.vector -> 0-d, matrix.vector
+ * -> vector, vector.matrix -> vector, matrix.matrix -> matrix.
+ * batched_dot takes (B,m,k).(B,k,n) -> (B,m,n), or (B,k).(B,k) -> (B,),
+ * the row-wise dot products.  Dtypes promote as elementwise arithmetic
+ * does (bool < uint8 < int32 < int64 < float32 < float64; bool.bool counts,
+ * giving int64).  Inner (and batch) sizes are checked when the op runs.
+ *
+ * Kernel: float32/float64 go to BLAS (gemm, gemv, dot).  BLAS reads a
+ * matrix in place when one of its two strides is 1 (a transposed view is
+ * passed as the transpose flag with the other stride as leading
+ * dimension); other layouts, and inputs of another dtype, are copied to C
+ * order first.  A zero inner size gives zeros without calling BLAS.
+ * Integer dtypes run plain loops that wrap on overflow (computed in
+ * uint64, so it is defined behaviour).
+ */
+#include "engine/ops/ops.h"
+
+#include <cblas.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <string.h>
+
+/* ---- types ----------------------------------------------------------- */
+
+/* elemwise.c's promotion rule, over tgl's six dtypes. */
+static int rank(int dtype)
+{
+    static const int r[TGL_NDTYPES] = {
+        [TGL_BOOL] = 0, [TGL_UINT8] = 1, [TGL_INT32] = 2,
+        [TGL_INT64] = 3, [TGL_FLOAT32] = 4, [TGL_FLOAT64] = 5,
+    };
+    return r[dtype];
+}
+
+static int product_dtype(int a, int b)
+{
+    int dt = rank(a) >= rank(b) ? a : b;
+    return dt == TGL_BOOL ? TGL_INT64 : dt; /* arithmetic on bools counts */
+}
+
+static tgl_status dot_infer(tgl_ctx *ctx, tgl_node *n)
+{
+    tgl_type a = n->in[0]->type, b = n->in[1]->type;
+    TGL_CHECK(n->p.n == 0 && n->p.flags == 0, TGL_EINVAL, "takes no parameters");
+    TGL_CHECK(a.ndim >= 1 && a.ndim <= 2 && b.ndim >= 1 && b.ndim <= 2, TGL_ESHAPE,
+              "takes vectors and matrices, got %d-d and %d-d inputs (batched_dot multiplies "
+              "stacks of matrices)", a.ndim, b.ndim);
+    int dt = product_dtype(a.dtype, b.dtype);
+    uint32_t bc;
+    int nd;
+    if (a.ndim == 1 && b.ndim == 1)
+        nd = 0, bc = 0;
+    else if (a.ndim == 2 && b.ndim == 1)
+        nd = 1, bc = tgl_type_bcast(a, 0);
+    else if (a.ndim == 1)
+        nd = 1, bc = tgl_type_bcast(b, 1);
+    else
+        nd = 2, bc = tgl_type_bcast(a, 0) | (uint32_t)tgl_type_bcast(b, 1) << 1;
+    n->type = tgl_type_make(dt, nd, bc);
+    return TGL_OK;
+}
+
+static tgl_status batched_dot_infer(tgl_ctx *ctx, tgl_node *n)
+{
+    tgl_type a = n->in[0]->type, b = n->in[1]->type;
+    TGL_CHECK(n->p.n == 0 && n->p.flags == 0, TGL_EINVAL, "takes no parameters");
+    TGL_CHECK(a.ndim == b.ndim && (a.ndim == 2 || a.ndim == 3), TGL_ESHAPE,
+              "takes two 3-d inputs (B,m,k).(B,k,n) or two 2-d inputs (B,k).(B,k), got %d-d "
+              "and %d-d", a.ndim, b.ndim);
+    /* Batch sizes must be equal when the op runs, so one broadcastable
+     * batch axis makes the output's batch size 1 too. */
+    uint32_t bc = tgl_type_bcast(a, 0) || tgl_type_bcast(b, 0);
+    if (a.ndim == 3)
+        bc |= (uint32_t)tgl_type_bcast(a, 1) << 1 | (uint32_t)tgl_type_bcast(b, 2) << 2;
+    n->type = tgl_type_make(product_dtype(a.dtype, b.dtype), a.ndim, bc);
+    return TGL_OK;
+}
+
+/* ---- shapes ---------------------------------------------------------- */
+
+static tgl_status dot_shape(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
+                            int64_t *shape)
+{
+    const tgl_array *a = in[0], *b = in[1];
+    int64_t ka = a->shape[a->ndim - 1], kb = b->shape[0];
+    if (ka != kb)
+        return tgl_op_error(ctx, n, in, TGL_ESHAPE, "inner sizes %" PRId64 " and %" PRId64 " differ",
+                            ka, kb);
+    int k = 0;
+    if (a->ndim == 2)
+        shape[k++] = a->shape[0];
+    if (b->ndim == 2)
+        shape[k++] = b->shape[1];
+    return TGL_OK;
+}
+
+static tgl_status batched_dot_shape(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
+                                    int64_t *shape)
+{
+    const tgl_array *a = in[0], *b = in[1];
+    if (a->shape[0] != b->shape[0])
+        return tgl_op_error(ctx, n, in, TGL_ESHAPE, "batch sizes %" PRId64 " and %" PRId64 " differ",
+                            a->shape[0], b->shape[0]);
+    int64_t ka = a->shape[a->ndim - 1], kb = b->shape[1];
+    if (ka != kb)
+        return tgl_op_error(ctx, n, in, TGL_ESHAPE, "inner sizes %" PRId64 " and %" PRId64 " differ",
+                            ka, kb);
+    shape[0] = a->shape[0];
+    if (a->ndim == 3) {
+        shape[1] = a->shape[1];
+        shape[2] = b->shape[2];
+    }
+    return TGL_OK;
+}
+
+/* ---- matrix descriptors ------------------------------------------- */
+
+/* A matrix view: element (i, j) at p + (i * rs + j * cs) elements.  Vectors
+ * are 1 x k (a row) or k x 1 (a column). */
+typedef struct mat {
+    char *p;
+    int64_t rows, cols, rs, cs;
+} mat;
+
+/* How BLAS (row-major) reads m in place: trans 0 with ld = rs when cs is
+ * 1, trans 1 with ld = cs when rs is 1 (the storage of m's transpose).  A
+ * stride along an axis of size 1 never matters.  False when neither fits
+ * (a copy must be made). */
+static bool blas_layout(const mat *m, bool *trans, int64_t *ld)
+{
+    if (m->rows > INT_MAX || m->cols > INT_MAX)
+        return false;
+    int64_t rows1 = m->rows > 1 ? m->rows : 1, cols1 = m->cols > 1 ? m->cols : 1;
+    int64_t rs = m->rows <= 1 ? cols1 : m->rs, cs = m->cols <= 1 ? 1 : m->cs;
+    if (cs == 1 && rs >= cols1 && rs <= INT_MAX) {
+        *trans = false;
+        *ld = rs;
+        return true;
+    }
+    rs = m->rows <= 1 ? 1 : m->rs;
+    cs = m->cols <= 1 ? rows1 : m->cs;
+    if (rs == 1 && cs >= rows1 && cs <= INT_MAX) {
+        *trans = true;
+        *ld = cs;
+        return true;
+    }
+    return false;
+}
+
+/* The BLAS increment of a vector of len elements at stride s; false when
+ * BLAS cannot take it (zero or negative strides mean other things there). */
+static bool blas_inc(int64_t len, int64_t s, int64_t *inc)
+{
+    *inc = len <= 1 ? 1 : s;
+    return len <= INT_MAX && *inc > 0 && *inc <= INT_MAX;
+}
+
+/* The matrix formed by the last two axes of a (a->ndim >= 2), or a vector
+ * as a row (as_row) or column. */
+static mat mat_of(const tgl_array *a, bool as_row)
+{
+    mat m = {a->data, 1, 1, 0, 0};
+    int nd = a->ndim;
+    if (nd >= 2) {
+        m.rows = a->shape[nd - 2], m.cols = a->shape[nd - 1];
+        m.rs = a->strides[nd - 2], m.cs = a->strides[nd - 1];
+    } else if (nd == 1 && as_row) {
+        m.cols = a->shape[0], m.cs = a->strides[0];
+    } else if (nd == 1) {
+        m.rows = a->shape[0], m.rs = a->strides[0];
+    }
+    return m;
+}
+
+/* True when BLAS can read (or write) a's last two axes, or a as a vector,
+ * in place. */
+static bool blas_ready(const tgl_array *a)
+{
+    bool t;
+    int64_t ld, inc;
+    if (a->ndim == 0)
+        return true;
+    if (a->ndim == 1)
+        return blas_inc(a->shape[0], a->strides[0], &inc);
+    mat m = mat_of(a, false);
+    return blas_layout(&m, &t, &ld);
+}
+
+/* ---- products on descriptors ------------------------------------------ */
+
+enum { PROD_MM, PROD_MV, PROD_VM, PROD_VV };
+
+/* C = A . B with BLAS (dt float32 or float64; layouts checked by
+ * blas_ready; k >= 1, C non-empty).  Vectors are the 1 x k / k x 1
+ * descriptors of mat_of; the kind picks the BLAS level. */
+static void blas_product(int dt, int kind, const mat *A, const mat *B, const mat *C, int64_t k)
+{
+    bool ta = false, tb = false, single = dt == TGL_FLOAT32;
+    int64_t lda = 0, ldb = 0, inc_a = 0, inc_b = 0, inc_c = 0;
+    if (kind == PROD_MM || kind == PROD_MV)
+        blas_layout(A, &ta, &lda);
+    if (kind == PROD_MM || kind == PROD_VM)
+        blas_layout(B, &tb, &ldb);
+    if (kind == PROD_VM || kind == PROD_VV)
+        blas_inc(k, A->cs, &inc_a);
+    if (kind == PROD_MV || kind == PROD_VV)
+        blas_inc(k, B->rs, &inc_b);
+    int m = (int)A->rows, n = (int)B->cols, kk = (int)k;
+    switch (kind) {
+    case PROD_MM: {
+        CBLAS_TRANSPOSE fa = ta ? CblasTrans : CblasNoTrans, fb = tb ? CblasTrans : CblasNoTrans;
+        int ldc = (int)(C->rows <= 1 ? (C->cols > 1 ? C->cols : 1) : C->rs);
+        if (single)
+            cblas_sgemm(CblasRowMajor, fa, fb, m, n, kk, 1.0f, (const float *)A->p, (int)lda,
+                        (const float *)B->p, (int)ldb, 0.0f, (float *)C->p, ldc);
+        else
+            cblas_dgemm(CblasRowMajor, fa, fb, m, n, kk, 1.0, (const double *)A->p, (int)lda,
+                        (const double *)B->p, (int)ldb, 0.0, (double *)C->p, ldc);
+        break;
+    }
+    case PROD_MV: {
+        /* A stored as itself (m x k) or as its transpose (k x m). */
+        blas_inc(m, C->rs, &inc_c);
+        int r = ta ? kk : m, c = ta ? m : kk;
+        CBLAS_TRANSPOSE f = ta ? CblasTrans : CblasNoTrans;
+        if (single)
+            cblas_sgemv(CblasRowMajor, f, r, c, 1.0f, (const float *)A->p, (int)lda,
+                        (const float *)B->p, (int)inc_b, 0.0f, (float *)C->p, (int)inc_c);
+        else
+            cblas_dgemv(CblasRowMajor, f, r, c, 1.0, (const double *)A->p, (int)lda,
+                        (const double *)B->p, (int)inc_b, 0.0, (double *)C->p, (int)inc_c);
+        break;
+    }
+    case PROD_VM: {
+        /* x.B = B^T x: B stored as itself (k x n) needs Trans, stored as
+         * its transpose (n x k) needs NoTrans. */
+        blas_inc(n, C->cs, &inc_c);
+        int r = tb ? n : kk, c = tb ? kk : n;
+        CBLAS_TRANSPOSE f = tb ? CblasNoTrans : CblasTrans;
+        if (single)
+            cblas_sgemv(CblasRowMajor, f, r, c, 1.0f, (const float *)B->p, (int)ldb,
+                        (const float *)A->p, (int)inc_a, 0.0f, (float *)C->p, (int)inc_c);
+        else
+            cblas_dgemv(CblasRowMajor, f, r, c, 1.0, (const double *)B->p, (int)ldb,
+                        (const double *)A->p, (int)inc_a, 0.0, (double *)C->p, (int)inc_c);
+        break;
+    }
+    default:
+        /* dsdot accumulates float32 products in double. */
+        if (single)
+            *(float *)C->p = (float)cblas_dsdot(kk, (const float *)A->p, (int)inc_a,
+                                                (const float *)B->p, (int)inc_b);
+        else
+            *(double *)C->p = cblas_ddot(kk, (const double *)A->p, (int)inc_a,
+                                         (const double *)B->p, (int)inc_b);
+        break;
+    }
+}
+
+/* C = A . B for integer dtypes, any strides, wrapping arithmetic. */
+#define INT_PRODUCT(T, NAME)                                                           \
+    static void int_product_##NAME(const mat *A, const mat *B, const mat *C, int64_t k) \
+    {                                                                                  \
+        for (int64_t i = 0; i < C->rows; i++)                                          \
+            for (int64_t j = 0; j < C->cols; j++) {                                    \
+                uint64_t s = 0;                                                        \
+                for (int64_t p = 0; p < k; p++)                                        \
+                    s += (uint64_t)((const T *)A->p)[i * A->rs + p * A->cs] *          \
+                         (uint64_t)((const T *)B->p)[p * B->rs + j * B->cs];           \
+                ((T *)C->p)[i * C->rs + j * C->cs] = (T)s;                             \
+            }                                                                          \
+    }
+
+INT_PRODUCT(int32_t, i32)
+INT_PRODUCT(int64_t, i64)
+INT_PRODUCT(uint8_t, u8)
+
+/* C = A . B in dtype dt (operands already converted); k == 0 gives zeros. */
+static void product(int dt, int kind, const mat *A, const mat *B, const mat *C, int64_t k)
+{
+    size_t es = tgl_dtype_size(dt);
+    if (C->rows == 0 || C->cols == 0)
+        return;
+    if (k == 0) {
+        /* BLAS with k = 0 is not reliably a zero fill; do it here. */
+        for (int64_t i = 0; i < C->rows; i++)
+            for (int64_t j = 0; j < C->cols; j++)
+                memset(C->p + (i * C->rs + j * C->cs) * (int64_t)es, 0, es);
+        return;
+    }
+    switch (dt) {
+    case TGL_FLOAT32: case TGL_FLOAT64: blas_product(dt, kind, A, B, C, k); break;
+    case TGL_INT32: int_product_i32(A, B, C, k); break;
+    case TGL_INT64: int_product_i64(A, B, C, k); break;
+    default: int_product_u8(A, B, C, k); break;
+    }
+}
+
+/* ---- operand preparation ------------------------------------------ */
+
+/* The array the kernel reads for a: a itself when it already has dtype dt
+ * and (for BLAS dtypes) a layout BLAS reads in place, else a C-order copy
+ * converted to dt, returned in *tmp for the caller to release. */
+static tgl_status prepare(tgl_ctx *ctx, tgl_array *a, int dt, tgl_array **use, tgl_array **tmp)
+{
+    *tmp = NULL;
+    *use = a;
+    if (a->dtype_id == dt && (!tgl_dtype_is_float(dt) || blas_ready(a)))
+        return TGL_OK;
+    tgl_status st = tgl_array_copy(ctx, a, dt, tmp);
+    *use = *tmp;
+    return st;
+}
+
+/* The array the kernel writes: out, or a contiguous scratch array when
+ * BLAS cannot write out's layout (copied into out by finish_output). */
+static tgl_status prepare_output(tgl_ctx *ctx, tgl_array *out, tgl_array **dst)
+{
+    if (!tgl_dtype_is_float(out->dtype_id) || tgl_array_is_contiguous(out)) {
+        *dst = out;
+        return TGL_OK;
+    }
+    return tgl_array_empty(ctx, out->dtype_id, out->ndim, out->shape, dst);
+}
+
+static tgl_status finish_output(tgl_ctx *ctx, tgl_array *out, tgl_array *dst, tgl_status st)
+{
+    if (dst != out) {
+        if (!st)
+            st = tgl_array_assign(ctx, out, dst);
+        tgl_array_release(dst);
+    }
+    return st;
+}
+
+/* ---- kernels --------------------------------------------------------- */
+
+static tgl_status dot_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
+                             tgl_array *out)
+{
+    int dt = out->dtype_id;
+    if (out->size == 0)
+        return TGL_OK;
+    if (tgl_ctx_interrupted(ctx))
+        return tgl_op_error(ctx, n, in, TGL_EINTERRUPT, "interrupted");
+    tgl_array *a, *b, *ta = NULL, *tb = NULL, *c;
+    tgl_status st;
+    if (!(st = prepare(ctx, in[0], dt, &a, &ta)) && !(st = prepare(ctx, in[1], dt, &b, &tb)) &&
+        !(st = prepare_output(ctx, out, &c))) {
+        int kind = a->ndim == 2 ? (b->ndim == 2 ? PROD_MM : PROD_MV)
+                                : (b->ndim == 2 ? PROD_VM : PROD_VV);
+        /* A vector a is a row, a vector b a column; the output of m.v is
+         * a column, of v.m a row, of v.v 1 x 1. */
+        mat A = mat_of(a, true), B = mat_of(b, false), C = mat_of(c, kind == PROD_VM);
+        product(dt, kind, &A, &B, &C, a->shape[a->ndim - 1]);
+        st = finish_output(ctx, out, c, st);
+    }
+    tgl_array_release(ta);
+    tgl_array_release(tb);
+    return st;
+}
+
+/* Row-wise dot products of two (B,k) arrays of out's dtype: floats
+ * accumulate in double, integers wrap. */
+static void rowwise_dots(const tgl_array *a, const tgl_array *b, tgl_array *out)
+{
+    int dt = out->dtype_id;
+    int64_t k = a->shape[1], es = (int64_t)tgl_dtype_size(dt);
+    for (int64_t r = 0; r < out->size; r++) {
+        int64_t oa = r * a->strides[0], ob = r * b->strides[0], oo = r * out->strides[0];
+        if (tgl_dtype_is_float(dt)) {
+            double s = 0;
+            for (int64_t p = 0; p < k; p++)
+                s += tgl_load_as_double(dt, a->data, oa + p * a->strides[1]) *
+                     tgl_load_as_double(dt, b->data, ob + p * b->strides[1]);
+            tgl_store_from_double(dt, out->data, oo, s);
+            continue;
+        }
+        mat A = {(char *)a->data + oa * es, 1, k, 0, a->strides[1]};
+        mat B = {(char *)b->data + ob * es, k, 1, b->strides[1], 0};
+        mat C = {(char *)out->data + oo * es, 1, 1, 0, 0};
+        product(dt, PROD_VV, &A, &B, &C, k);
+    }
+}
+
+/* (B,m,k).(B,k,n): one product per batch index (a, b and c prepared). */
+static tgl_status batched_products(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
+                                   const tgl_array *a, const tgl_array *b, tgl_array *c)
+{
+    int dt = c->dtype_id;
+    int64_t es = (int64_t)tgl_dtype_size(dt);
+    /* Every batch slice has the same layout, so prepare's check on the
+     * whole array covered all of them. */
+    mat A = mat_of(a, false), B = mat_of(b, false), C = mat_of(c, false);
+    for (int64_t i = 0; i < c->shape[0]; i++) {
+        if (tgl_ctx_interrupted(ctx))
+            return tgl_op_error(ctx, n, in, TGL_EINTERRUPT, "interrupted");
+        mat Ai = A, Bi = B, Ci = C;
+        Ai.p += i * a->strides[0] * es;
+        Bi.p += i * b->strides[0] * es;
+        Ci.p += i * c->strides[0] * es;
+        product(dt, PROD_MM, &Ai, &Bi, &Ci, a->shape[2]);
+    }
+    return TGL_OK;
+}
+
+static tgl_status batched_dot_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
+                                     tgl_array *out)
+{
+    int dt = out->dtype_id;
+    if (out->size == 0)
+        return TGL_OK;
+    tgl_array *a = in[0], *b = in[1], *ta = NULL, *tb = NULL, *c;
+    tgl_status st = TGL_OK;
+    if (out->ndim == 1) {
+        /* Only dtypes need converting: the loops take any strides. */
+        if (a->dtype_id != dt && !(st = tgl_array_copy(ctx, in[0], dt, &ta)))
+            a = ta;
+        if (!st && b->dtype_id != dt && !(st = tgl_array_copy(ctx, in[1], dt, &tb)))
+            b = tb;
+        if (!st)
+            rowwise_dots(a, b, out);
+    } else if (!(st = prepare(ctx, in[0], dt, &a, &ta)) && !(st = prepare(ctx, in[1], dt, &b, &tb)) &&
+               !(st = prepare_output(ctx, out, &c))) {
+        st = batched_products(ctx, n, in, a, b, c);
+        st = finish_output(ctx, out, c, st);
+    }
+    tgl_array_release(ta);
+    tgl_array_release(tb);
+    return st;
+}
+
+/* ---- pullbacks ------------------------------------------------------- */
+
+static tgl_node *transpose(tgl_ctx *ctx, tgl_node *x)
+{
+    static const int64_t order[2] = {1, 0};
+    return tgl_mk_dimshuffle(ctx, x, 2, order);
+}
+
+/* x with new broadcastable axes: order as tgl_mk_dimshuffle's. */
+static tgl_node *shuffle(tgl_ctx *ctx, tgl_node *x, int n, int64_t o0, int64_t o1, int64_t o2)
+{
+    int64_t order[3] = {o0, o1, o2};
+    return tgl_mk_dimshuffle(ctx, x, n, order);
+}
+
+/* Integer inputs get no gradient.  A node that failed to build leaves
+ * NULL and its message in the context, which the driver reports. */
+static tgl_status finish_grad(const tgl_node *n, tgl_node **gin)
+{
+    for (int i = 0; i < 2; i++)
+        if (!tgl_dtype_is_float(n->in[i]->type.dtype))
+            gin[i] = NULL;
+    return TGL_OK;
+}
+
+/*   mm: ga = g . b^T,            gb = a^T . g
+ *   mv: gA = g[:,None] . x[None,:], gx = A^T . g
+ *   vm: gx = B . g,              gB = x[:,None] . g[None,:]
+ *   vv: ga = g * b,              gb = g * a        (g is 0-d) */
+static tgl_status dot_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *g, tgl_node **gin)
+{
+    tgl_node *a = n->in[0], *b = n->in[1];
+    int na = a->type.ndim, nb = b->type.ndim;
+    if (na == 2 && nb == 2) {
+        gin[0] = tgl_mk2(ctx, TGL_OP_DOT, g, transpose(ctx, b));
+        gin[1] = tgl_mk2(ctx, TGL_OP_DOT, transpose(ctx, a), g);
+    } else if (na == 2) {
+        gin[0] = tgl_mk2(ctx, TGL_OP_DOT, shuffle(ctx, g, 2, 0, -1, 0), shuffle(ctx, b, 2, -1, 0, 0));
+        gin[1] = tgl_mk2(ctx, TGL_OP_DOT, transpose(ctx, a), g);
+    } else if (nb == 2) {
+        gin[0] = tgl_mk2(ctx, TGL_OP_DOT, b, g);
+        gin[1] = tgl_mk2(ctx, TGL_OP_DOT, shuffle(ctx, a, 2, 0, -1, 0), shuffle(ctx, g, 2, -1, 0, 0));
+    } else {
+        gin[0] = tgl_mk2(ctx, TGL_OP_MUL, g, b);
+        gin[1] = tgl_mk2(ctx, TGL_OP_MUL, g, a);
+    }
+    return finish_grad(n, gin);
+}
+
+/*   3-d: ga = batched_dot(g, b^T per batch), gb = batched_dot(a^T per batch, g)
+ *   2-d: ga = g[:,None] * b,                gb = g[:,None] * a */
+static tgl_status batched_dot_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *g, tgl_node **gin)
+{
+    tgl_node *a = n->in[0], *b = n->in[1];
+    if (a->type.ndim == 3) {
+        gin[0] = tgl_mk2(ctx, TGL_OP_BATCHED_DOT, g, shuffle(ctx, b, 3, 0, 2, 1));
+        gin[1] = tgl_mk2(ctx, TGL_OP_BATCHED_DOT, shuffle(ctx, a, 3, 0, 2, 1), g);
+    } else {
+        tgl_node *gc = shuffle(ctx, g, 2, 0, -1, 0);
+        gin[0] = tgl_mk2(ctx, TGL_OP_MUL, gc, b);
+        gin[1] = tgl_mk2(ctx, TGL_OP_MUL, gc, a);
+    }
+    return finish_grad(n, gin);
+}
+
+/* ---- the implementations ------------------------------------------- */
+
+const tgl_opimpl tgl_impl_dot = {
+    .family = TGL_FAM_BLAS,
+    .nin_min = 2,
+    .nin_max = 2,
+    .infer = dot_infer,
+    .shape = dot_shape,
+    .kernel = dot_kernel,
+    .grad = dot_grad,
+};
+
+const tgl_opimpl tgl_impl_batched_dot = {
+    .family = TGL_FAM_BLAS,
+    .nin_min = 2,
+    .nin_max = 2,
+    .infer = batched_dot_infer,
+    .shape = batched_dot_shape,
+    .kernel = batched_dot_kernel,
+    .grad = batched_dot_grad,
+};

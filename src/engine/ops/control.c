@@ -1,0 +1,56 @@
+/*
+ * control.c — control flow: ifelse, the lazy conditional.  The CVM
+ * evaluates only the branch the condition picks (it compiles ifelse to
+ * jumps); the kernel here serves eager evaluation and the debugging
+ * linker, where both branches are already computed.
+ */
+#include "engine/ops/ops.h"
+
+static tgl_status ifelse_infer(tgl_ctx *ctx, tgl_node *n)
+{
+    tgl_type c = n->in[0]->type, a = n->in[1]->type, b = n->in[2]->type;
+    TGL_CHECK(c.ndim == 0, TGL_ESHAPE, "the condition must be a scalar, got %d dimensions", c.ndim);
+    TGL_CHECK(a.ndim == b.ndim, TGL_ESHAPE, "the branches have %d and %d dimensions", a.ndim,
+              b.ndim);
+    TGL_CHECK(a.dtype == b.dtype, TGL_EDTYPE, "the branches have dtypes %s and %s",
+              tgl_dtype_name(a.dtype), tgl_dtype_name(b.dtype));
+    TGL_CHECK(n->p.n == 0, TGL_EINVAL, "takes no parameters");
+    n->type = tgl_type_make(a.dtype, a.ndim, a.bcast & b.bcast);
+    return TGL_OK;
+}
+
+/* The branch the condition picks: 1 (then) or 2 (else). */
+static int chosen(const tgl_array *c)
+{
+    return tgl_load_as_double(c->dtype_id, c->data, 0) != 0 ? 1 : 2;
+}
+
+static tgl_status ifelse_view(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
+                              tgl_array **out)
+{
+    (void)ctx;
+    (void)n;
+    tgl_array *pick = in[chosen(in[0])];
+    tgl_array_retain(pick);
+    *out = pick;
+    return TGL_OK;
+}
+
+/* The gradient flows to the branch taken; the other gets zeros. */
+static tgl_status ifelse_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *g, tgl_node **gin)
+{
+    tgl_node *c = n->in[0], *a = n->in[1], *b = n->in[2];
+    gin[0] = NULL;
+    gin[1] = gin[2] = NULL;
+    if (!tgl_dtype_is_float(n->type.dtype))
+        return TGL_OK;
+    int dt = n->type.dtype;
+    gin[1] = tgl_mk3(ctx, TGL_OP_IFELSE, c, g, tgl_mk_fill_like(ctx, a, dt, 0.0));
+    gin[2] = tgl_mk3(ctx, TGL_OP_IFELSE, c, tgl_mk_fill_like(ctx, b, dt, 0.0), g);
+    return TGL_OK;
+}
+
+const tgl_opimpl tgl_impl_ifelse = {
+    .family = TGL_FAM_CONTROL, .nin_min = 3, .nin_max = 3, .flags = TGL_OPF_LAZY,
+    .infer = ifelse_infer, .view = ifelse_view, .grad = ifelse_grad,
+};

@@ -1,0 +1,287 @@
+/*
+ * nnet.c — the neural-network family: softmax and log_softmax along one
+ * axis, and one_hot (integer labels to indicator vectors).
+ *
+ * softmax(x) and log_softmax(x): p.i[0] is the axis (0-based); float
+ * inputs only (the Lua layer casts integers to floatX), output of x's type.
+ * Both subtract the maximum along the axis first, so logits of +-1000 give
+ * finite, exact results, and log_softmax is computed as
+ * (x - max) - log(sum(exp(x - max))) rather than as the log of a softmax
+ * that may underflow to 0.  The reference kernel works in double.  Entries
+ * equal to the maximum count as shift 0 even when the maximum is infinite,
+ * which is the limit the expression tends to: a row with +inf entries
+ * splits the mass among them, -inf entries get 0 (log: -inf), and a row of
+ * nothing but -inf gives the uniform distribution instead of 0/0.  A NaN
+ * in a row makes the whole row NaN.
+ *
+ * one_hot(labels): p.i[0] = n classes (> 0), p.i[1] = the output dtype.
+ * Labels are 1-based integers (int32, int64, uint8) of any ndim up to 7;
+ * the output has shape labels.shape + (n) with out[..., k-1] = 1 where the
+ * label is k.  A label outside 1..n fails, naming it and its position
+ * (1-based, as the user indexes).
+ */
+#include "engine/ops/ops.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* ---- softmax, log_softmax -------------------------------------------- */
+
+static tgl_status softmax_infer(tgl_ctx *ctx, tgl_node *n)
+{
+    tgl_type x = n->in[0]->type;
+    TGL_CHECK(n->p.n == 1 && n->p.flags == 0, TGL_EINVAL,
+              "takes exactly one axis (p.n == 1), got %d parameters", (int)n->p.n);
+    TGL_CHECK(n->p.i[0] >= 0 && n->p.i[0] < x.ndim, TGL_EINVAL,
+              "axis %" PRId64 " is out of range for a %d-d input", n->p.i[0] + 1, x.ndim);
+    TGL_CHECK(tgl_dtype_is_float(x.dtype), TGL_EDTYPE,
+              "needs a float32 or float64 input, got %s (cast it first)",
+              tgl_dtype_name(x.dtype));
+    n->type = x;
+    return TGL_OK;
+}
+
+static tgl_status same_shape(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
+                             int64_t *shape)
+{
+    (void)ctx, (void)n;
+    for (int d = 0; d < in[0]->ndim; d++)
+        shape[d] = in[0]->shape[d];
+    return TGL_OK;
+}
+
+/* An odometer over every axis but one, tracking offsets in x and out. */
+typedef struct rows_iter {
+    int n;
+    int64_t shape[TGL_MAX_DIMS], s0[TGL_MAX_DIMS], s1[TGL_MAX_DIMS], idx[TGL_MAX_DIMS];
+    int64_t off0, off1;
+} rows_iter;
+
+static void rows_init(rows_iter *it, const tgl_array *x, const tgl_array *out, int skip)
+{
+    memset(it, 0, sizeof *it);
+    for (int d = 0; d < x->ndim; d++) {
+        if (d == skip)
+            continue;
+        it->shape[it->n] = x->shape[d];
+        it->s0[it->n] = x->strides[d];
+        it->s1[it->n] = out->strides[d];
+        it->n++;
+    }
+}
+
+static void rows_next(rows_iter *it)
+{
+    for (int d = it->n - 1; d >= 0; d--) {
+        it->off0 += it->s0[d];
+        it->off1 += it->s1[d];
+        if (++it->idx[d] < it->shape[d])
+            return;
+        it->off0 -= it->s0[d] * it->shape[d];
+        it->off1 -= it->s1[d] * it->shape[d];
+        it->idx[d] = 0;
+    }
+}
+
+/* x - m, taking entries equal to m (also an infinite m) as 0. */
+static inline double shifted(double v, double m)
+{
+    return v == m ? 0.0 : v - m;
+}
+
+/* One row of len elements (x at stride xs, out at stride os). */
+#define SOFTMAX_ROW(T)                                                                 \
+    static void softmax_row_##T(bool logsm, int64_t len, const T *x, int64_t xs, T *out, \
+                                int64_t os)                                            \
+    {                                                                                  \
+        double m = -INFINITY;                                                          \
+        for (int64_t k = 0; k < len; k++) {                                            \
+            double v = x[k * xs];                                                      \
+            if (v > m || v != v)                                                       \
+                m = v;                                                                 \
+            if (m != m)                                                                \
+                break;                                                                 \
+        }                                                                              \
+        double sum = 0;                                                                \
+        for (int64_t k = 0; k < len; k++)                                              \
+            sum += exp(shifted(x[k * xs], m));                                         \
+        if (logsm) {                                                                   \
+            double ls = log(sum);                                                      \
+            for (int64_t k = 0; k < len; k++)                                          \
+                out[k * os] = (T)(shifted(x[k * xs], m) - ls);                         \
+        } else {                                                                       \
+            for (int64_t k = 0; k < len; k++)                                          \
+                out[k * os] = (T)(exp(shifted(x[k * xs], m)) / sum);                   \
+        }                                                                              \
+    }
+
+SOFTMAX_ROW(float)
+SOFTMAX_ROW(double)
+
+static tgl_status softmax_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
+                                 tgl_array *out)
+{
+    const tgl_array *x = in[0];
+    int axis = (int)n->p.i[0];
+    int64_t len = x->shape[axis];
+    if (out->size == 0)
+        return TGL_OK;
+    bool logsm = n->op == TGL_OP_LOG_SOFTMAX;
+    rows_iter it;
+    rows_init(&it, x, out, axis);
+    int64_t rows = out->size / len, xs = x->strides[axis], os = out->strides[axis];
+    for (int64_t r = 0; r < rows; r++, rows_next(&it)) {
+        if ((r & 1023) == 0 && tgl_ctx_interrupted(ctx))
+            return tgl_op_error(ctx, n, in, TGL_EINTERRUPT, "interrupted");
+        if (x->dtype_id == TGL_FLOAT32)
+            softmax_row_float(logsm, len, (const float *)x->data + it.off0, xs,
+                              (float *)out->data + it.off1, os);
+        else
+            softmax_row_double(logsm, len, (const double *)x->data + it.off0, xs,
+                               (double *)out->data + it.off1, os);
+    }
+    return TGL_OK;
+}
+
+/*   softmax:     gx = y * (g - sum(g * y, axis, keepdims))
+ *   log_softmax: gx = g - exp(y) * sum(g, axis, keepdims) */
+static tgl_status softmax_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *g, tgl_node **gin)
+{
+    const int64_t *axis = &n->p.i[0];
+    if (n->op == TGL_OP_SOFTMAX) {
+        tgl_node *s = tgl_mk_sum(ctx, tgl_mk2(ctx, TGL_OP_MUL, g, n), 1, axis, true);
+        gin[0] = tgl_mk2(ctx, TGL_OP_MUL, n, tgl_mk2(ctx, TGL_OP_SUB, g, s));
+    } else {
+        tgl_node *s = tgl_mk_sum(ctx, g, 1, axis, true);
+        gin[0] = tgl_mk2(ctx, TGL_OP_SUB, g,
+                         tgl_mk2(ctx, TGL_OP_MUL, tgl_mk1(ctx, TGL_OP_EXP, n), s));
+    }
+    /* A node that failed to build leaves NULL and its message in the
+     * context, which the driver reports. */
+    return TGL_OK;
+}
+
+/* ---- one_hot --------------------------------------------------------- */
+
+static tgl_status one_hot_infer(tgl_ctx *ctx, tgl_node *n)
+{
+    tgl_type y = n->in[0]->type;
+    TGL_CHECK(n->p.n == 2 && n->p.flags == 0, TGL_EINVAL,
+              "takes two parameters (classes, dtype), got %d", (int)n->p.n);
+    TGL_CHECK(n->p.i[0] > 0, TGL_EINVAL, "needs at least one class, got %" PRId64, n->p.i[0]);
+    TGL_CHECK(n->p.i[1] >= 0 && n->p.i[1] < TGL_NDTYPES, TGL_EDTYPE, "unknown dtype %" PRId64,
+              n->p.i[1]);
+    TGL_CHECK(y.dtype == TGL_INT32 || y.dtype == TGL_INT64 || y.dtype == TGL_UINT8, TGL_EDTYPE,
+              "labels must be integers (int32, int64 or uint8), got %s", tgl_dtype_name(y.dtype));
+    TGL_CHECK(y.ndim < TGL_MAX_DIMS, TGL_ESHAPE,
+              "labels have %d dimensions; at most %d leave room for the class axis", y.ndim,
+              TGL_MAX_DIMS - 1);
+    uint32_t bc = y.bcast | (n->p.i[0] == 1 ? 1u << y.ndim : 0u);
+    n->type = tgl_type_make((int)n->p.i[1], y.ndim + 1, bc);
+    return TGL_OK;
+}
+
+static tgl_status one_hot_shape(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
+                                int64_t *shape)
+{
+    (void)ctx;
+    for (int d = 0; d < in[0]->ndim; d++)
+        shape[d] = in[0]->shape[d];
+    shape[in[0]->ndim] = n->p.i[0];
+    return TGL_OK;
+}
+
+static int64_t load_label(int dt, const void *p, int64_t off)
+{
+    switch (dt) {
+    case TGL_INT32: return ((const int32_t *)p)[off];
+    case TGL_INT64: return ((const int64_t *)p)[off];
+    default: return ((const uint8_t *)p)[off];
+    }
+}
+
+static tgl_status one_hot_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
+                                 tgl_array *out)
+{
+    const tgl_array *y = in[0];
+    int64_t ncls = n->p.i[0];
+    if (out->size == 0)
+        return TGL_OK;
+    tgl_status st;
+    if (tgl_array_is_contiguous(out)) {
+        memset(out->data, 0, (size_t)out->size * tgl_dtype_size(out->dtype_id));
+    } else {
+        tgl_array *z;
+        if ((st = tgl_array_zeros(ctx, out->dtype_id, out->ndim, out->shape, &z)))
+            return st;
+        st = tgl_array_assign(ctx, out, z);
+        tgl_array_release(z);
+        if (st)
+            return st;
+    }
+    /* The odometer walks the label axes of y and of out (out's last axis,
+     * the classes, is skipped). */
+    rows_iter it;
+    rows_init(&it, y, out, -1);
+    int64_t cs = out->strides[y->ndim];
+    for (int64_t i = 0; i < y->size; i++, rows_next(&it)) {
+        if ((i & 65535) == 0 && tgl_ctx_interrupted(ctx))
+            return tgl_op_error(ctx, n, in, TGL_EINTERRUPT, "interrupted");
+        int64_t v = load_label(y->dtype_id, y->data, it.off0);
+        if (v < 1 || v > ncls) {
+            char pos[TGL_MAX_DIMS * 21 + 3] = "(";
+            size_t k = 1;
+            for (int d = 0; d < it.n; d++)
+                k += (size_t)snprintf(pos + k, sizeof pos - k, "%s%" PRId64, d ? "," : "",
+                                      it.idx[d] + 1);
+            snprintf(pos + k, sizeof pos - k, ")");
+            return tgl_op_error(ctx, n, in, TGL_EINVAL,
+                                "label %" PRId64 " at position %s is outside 1..%" PRId64
+                                " (labels count from 1)", v, y->ndim ? pos : "()", ncls);
+        }
+        tgl_store_from_double(out->dtype_id, out->data, it.off1 + (v - 1) * cs, 1.0);
+    }
+    return TGL_OK;
+}
+
+/* Labels are integers: no gradient. */
+static tgl_status one_hot_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *g, tgl_node **gin)
+{
+    (void)ctx, (void)n, (void)g;
+    gin[0] = NULL;
+    return TGL_OK;
+}
+
+/* ---- the implementations ------------------------------------------- */
+
+const tgl_opimpl tgl_impl_softmax = {
+    .family = TGL_FAM_NNET,
+    .nin_min = 1,
+    .nin_max = 1,
+    .infer = softmax_infer,
+    .shape = same_shape,
+    .kernel = softmax_kernel,
+    .grad = softmax_grad,
+};
+
+const tgl_opimpl tgl_impl_log_softmax = {
+    .family = TGL_FAM_NNET,
+    .nin_min = 1,
+    .nin_max = 1,
+    .infer = softmax_infer,
+    .shape = same_shape,
+    .kernel = softmax_kernel,
+    .grad = softmax_grad,
+};
+
+const tgl_opimpl tgl_impl_one_hot = {
+    .family = TGL_FAM_NNET,
+    .nin_min = 1,
+    .nin_max = 1,
+    .infer = one_hot_infer,
+    .shape = one_hot_shape,
+    .kernel = one_hot_kernel,
+    .grad = one_hot_grad,
+};

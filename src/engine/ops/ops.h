@@ -1,0 +1,192 @@
+/*
+ * ops.h — the op catalog.  Every op is listed once in TGL_OPS below (the
+ * X-macro: id, Lua name, family, one-line synopsis); ids, names and the
+ * dispatch table all come from it.  Each family file (elemwise.c,
+ * reduce.c, blas.c, shape.c, subtensor.c, nnet.c, control.c) defines one
+ * implementation (tgl_opimpl) per kind of op it owns, named tgl_impl_<impl>.
+ *
+ * An entry gives:
+ *   infer  — checks the inputs' types and parameters, sets n->type.
+ *   shape  — the output shape from the input arrays (runtime).
+ *   kernel — the reference kernel: fills out (allocated by the caller with
+ *            the shape from `shape`: contiguous, C order, contents
+ *            undefined) from the inputs, which may be strided views.  Plain
+ *            C; the oracle that generated kernels are checked against.
+ *   view   — instead of shape+kernel: returns a new array that may share
+ *            the input's storage (dimshuffle, reshape, basic indexing).
+ *   grad   — the pullback: given the output gradient gout (of n's type),
+ *            sets gin[i] to the gradient of input i, or NULL when input i
+ *            gets none (integer inputs, indices, disconnected).
+ *   rop    — the pushforward (forward mode); NULL means "derive it from
+ *            the pullback" (the later Rop issue).
+ */
+#ifndef TGL_OPS_H
+#define TGL_OPS_H
+
+#include "engine/graph.h"
+
+/*  _(ID, "name", impl, "synopsis"): impl names the tgl_opimpl (tgl_impl_<impl>)
+ *  that runs the op; ops of one family share one where the code is shared. */
+#define TGL_OPS(_)                                                              \
+    /* elemwise: unary */                                                       \
+    _(NEG, "neg", elemwise, "y = -x")                                           \
+    _(ABS, "abs", elemwise, "y = |x|")                                          \
+    _(SIGN, "sign", elemwise, "y = -1, 0 or 1 by the sign of x")                \
+    _(EXP, "exp", elemwise, "y = e^x")                                          \
+    _(LOG, "log", elemwise, "y = ln x")                                         \
+    _(LOG1P, "log1p", elemwise, "y = ln(1 + x), exact near 0")                  \
+    _(EXPM1, "expm1", elemwise, "y = e^x - 1, exact near 0")                    \
+    _(SQRT, "sqrt", elemwise, "y = sqrt(x)")                                    \
+    _(SQR, "sqr", elemwise, "y = x * x")                                        \
+    _(RECIP, "recip", elemwise, "y = 1 / x")                                    \
+    _(TANH, "tanh", elemwise, "y = tanh x")                                     \
+    _(SIGMOID, "sigmoid", elemwise, "y = 1 / (1 + e^-x)")                       \
+    _(SOFTPLUS, "softplus", elemwise, "y = ln(1 + e^x), stable")                \
+    _(RELU, "relu", elemwise, "y = max(x, 0)")                                  \
+    _(SIN, "sin", elemwise, "y = sin x")                                        \
+    _(COS, "cos", elemwise, "y = cos x")                                        \
+    _(FLOOR, "floor", elemwise, "y = floor x")                                  \
+    _(CEIL, "ceil", elemwise, "y = ceil x")                                     \
+    _(ROUND, "round", elemwise, "y = x rounded half away from zero")            \
+    _(NOT, "not_", elemwise, "y = not x (bool)")                                \
+    _(CAST, "cast", elemwise, "y = x converted to p.i[0] (a dtype)")            \
+    /* elemwise: binary */                                                      \
+    _(ADD, "add", elemwise, "y = a + b")                                        \
+    _(SUB, "sub", elemwise, "y = a - b")                                        \
+    _(MUL, "mul", elemwise, "y = a * b")                                        \
+    _(DIV, "div", elemwise, "y = a / b (true division)")                        \
+    _(POW, "pow", elemwise, "y = a ^ b")                                        \
+    _(MOD, "mod", elemwise, "y = a - floor(a / b) * b (Lua's %)")               \
+    _(MAXIMUM, "maximum", elemwise, "y = max(a, b)")                            \
+    _(MINIMUM, "minimum", elemwise, "y = min(a, b)")                            \
+    _(EQ, "eq", elemwise, "y = a == b (bool)")                                  \
+    _(NEQ, "neq", elemwise, "y = a ~= b (bool)")                                \
+    _(LT, "lt", elemwise, "y = a < b (bool)")                                   \
+    _(LE, "le", elemwise, "y = a <= b (bool)")                                  \
+    _(GT, "gt", elemwise, "y = a > b (bool)")                                   \
+    _(GE, "ge", elemwise, "y = a >= b (bool)")                                  \
+    _(AND, "and_", elemwise, "y = a and b (bool)")                              \
+    _(OR, "or_", elemwise, "y = a or b (bool)")                                 \
+    /* elemwise: ternary */                                                     \
+    _(SWITCH, "switch", elemwise, "y = c ? a : b, elementwise")                 \
+    _(CLIP, "clip", elemwise, "y = min(max(x, lo), hi)")                        \
+    /* reductions over p.i[0..n-1] (0-based axes); flags&1: keepdims */        \
+    _(SUM, "sum", reduce, "y = sum of x over axes")                             \
+    _(PROD, "prod", reduce, "y = product of x over axes")                       \
+    _(MAX, "max", reduce, "y = max of x over axes")                             \
+    _(MIN, "min", reduce, "y = min of x over axes")                             \
+    _(ARGMAX, "argmax", argmax, "y = 1-based position of the max along p.i[0]") \
+    _(ARGMIN, "argmin", argmax, "y = 1-based position of the min along p.i[0]") \
+    _(AXES_SIZE, "axes_size", axes_size, "y = number of elements over axes (int64)") \
+    /* linear algebra */                                                        \
+    _(DOT, "dot", dot, "y = a . b (vector/matrix products)")                   \
+    _(BATCHED_DOT, "batched_dot", batched_dot, "y[k] = a[k] . b[k]")                   \
+    /* shape */                                                                 \
+    _(DIMSHUFFLE, "dimshuffle", dimshuffle, "y = x with axes p.i reordered (-1 adds one)") \
+    _(RESHAPE, "reshape", reshape, "y = x with shape p.i (or input 2)")           \
+    _(SHAPE, "shape", shape, "y = the shape of x (int64 vector)")               \
+    _(CONCATENATE, "concatenate", concatenate, "y = inputs joined along axis p.i[0]") \
+    _(FILL_LIKE, "fill_like", fill_like, "y = array shaped like x, all p.f[0]")     \
+    _(ARANGE, "arange", arange, "y = start, start+step, ..., stop (Lua's for; p.i[0] dtype)") \
+    /* indexing */                                                              \
+    _(SUBTENSOR, "subtensor", subtensor, "y = x[idx] (ints and slices)")        \
+    _(INC_SUBTENSOR, "inc_subtensor", inc_subtensor, "y = x; y[idx] += v (or = v)") \
+    _(ADV_SUBTENSOR, "adv_subtensor", adv_subtensor, "y = x[int arrays]")           \
+    _(ADV_INC_SUBTENSOR, "adv_inc_subtensor", adv_inc_subtensor, "y = x; y[int arrays] += v (or = v)") \
+    /* nnet */                                                                  \
+    _(SOFTMAX, "softmax", softmax, "y = exp(x) / sum(exp(x)) along p.i[0]")        \
+    _(LOG_SOFTMAX, "log_softmax", log_softmax, "y = x - log(sum(exp(x))) along p.i[0]") \
+    _(ONE_HOT, "one_hot", one_hot, "y[..., k] = (labels == k), k = 1..p.i[0]")     \
+    /* control */                                                               \
+    _(IFELSE, "ifelse", ifelse, "y = c ? a : b, computing only the branch taken")
+
+enum {
+#define TGL_OP_ENUM(ID, name, impl, syn) TGL_OP_##ID,
+    TGL_OPS(TGL_OP_ENUM)
+#undef TGL_OP_ENUM
+    TGL_NOPS
+};
+
+typedef enum tgl_op_family {
+    TGL_FAM_ELEMWISE,
+    TGL_FAM_REDUCE,
+    TGL_FAM_BLAS,
+    TGL_FAM_SHAPE,
+    TGL_FAM_SUBTENSOR,
+    TGL_FAM_NNET,
+    TGL_FAM_CONTROL
+} tgl_op_family;
+
+/* Parameters of SUBTENSOR and INC_SUBTENSOR: four entries per indexed
+ * axis (kind, start, stop, step) for the leading p.n / 4 axes; the other
+ * axes are taken whole.  Values are 0-based with Python's slice semantics
+ * (stop exclusive, negative counts from the end, clipped to the axis).  A
+ * bound marked _INPUT comes from the next extra input (a 0-d integer node,
+ * after x, and after v for INC_SUBTENSOR), in axis order then start, stop,
+ * step. */
+#define TGL_IDX_INDEX 0          /* start is an index; the axis is dropped  */
+#define TGL_IDX_SLICE 1          /* start:stop:step; the axis is kept       */
+#define TGL_IDX_KIND_MASK 3
+#define TGL_IDX_START_INPUT 4
+#define TGL_IDX_STOP_INPUT 8
+#define TGL_IDX_STEP_INPUT 16
+#define TGL_IDX_NO_START 32      /* omitted: 0 (or the end when step < 0)   */
+#define TGL_IDX_NO_STOP 64       /* omitted: the end (or before 0)          */
+/* ADV_SUBTENSOR / ADV_INC_SUBTENSOR: p.n = x's ndim; p.i[d] = 1 when axis d
+ * is indexed by the next integer-array input (indexed axes are
+ * consecutive), 0 when taken whole.  Index values are 1-based (negative
+ * from the end), as users write them. */
+/* INC_SUBTENSOR / ADV_INC_SUBTENSOR p.flags: assign instead of add. */
+#define TGL_INC_SET 1
+/* Reductions' p.flags: keep the reduced axes with size 1. */
+#define TGL_REDUCE_KEEPDIMS 1
+
+/* Op flags (tgl_opimpl.flags). */
+#define TGL_OPF_LAZY 1u      /* inputs 2.. are evaluated on demand (ifelse) */
+
+typedef struct tgl_opimpl {
+    int family;
+    int nin_min, nin_max;   /* nin_max -1: any number */
+    unsigned flags;
+    tgl_status (*infer)(tgl_ctx *ctx, tgl_node *n);
+    tgl_status (*shape)(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in, int64_t *shape);
+    tgl_status (*kernel)(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in, tgl_array *out);
+    tgl_status (*view)(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in, tgl_array **out);
+    tgl_status (*grad)(tgl_ctx *ctx, tgl_node *n, tgl_node *gout, tgl_node **gin);
+    tgl_status (*rop)(tgl_ctx *ctx, tgl_node *n, tgl_node *const *tin, tgl_node **tout);
+} tgl_opimpl;
+
+/* A catalog entry: the op's name and synopsis, and its implementation. */
+typedef struct tgl_opdef {
+    const char *name;
+    const char *synopsis;
+    const tgl_opimpl *impl;
+} tgl_opdef;
+
+#define TGL_IMPL_DECL(ID, name, impl, syn) extern const tgl_opimpl tgl_impl_##impl;
+TGL_OPS(TGL_IMPL_DECL)
+#undef TGL_IMPL_DECL
+
+/* The entry of op id (id must be valid). */
+const tgl_opdef *tgl_opdef_get(int op);
+/* The implementation of op id (id must be valid). */
+static inline const tgl_opimpl *tgl_op_impl(int op)
+{
+    return tgl_opdef_get(op)->impl;
+}
+
+/* Error helper for kernels and shape functions: a message naming the op,
+ * its inputs' dtypes and shapes, and where the node was built. */
+tgl_status tgl_op_error(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in, tgl_status st,
+                        const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 5, 6)))
+#endif
+    ;
+
+/* Broadcast output shape of elementwise inputs (same ndim), checking that
+ * non-broadcastable axes agree. */
+tgl_status tgl_broadcast_shape(tgl_ctx *ctx, const tgl_node *n, int nin, tgl_array *const *in,
+                               int64_t *shape);
+
+#endif /* TGL_OPS_H */
