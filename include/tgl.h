@@ -393,12 +393,18 @@ TGL_API tgl_status tgl_function_profile(tgl_ctx *ctx, const tgl_function *fn, ch
 /* Frees text returned by tgl. */
 TGL_API void tgl_free(void *p);
 
+/* Reads an IDX file (MNIST's format), plain or gzip-compressed: uint8 data
+ * loads as uint8, int8/int16/int32 as int32, floats as themselves. */
+TGL_API tgl_status tgl_idx_load(tgl_ctx *ctx, const char *path, tgl_array **out);
+
 /* ------------------------------------------------------------------------ */
 /* Build information                                                        */
 /* ------------------------------------------------------------------------ */
 
 /* "0.1.0" */
 TGL_API const char *tgl_version(void);
+/* Seconds on a monotonic clock (for timing; the origin is arbitrary). */
+TGL_API double tgl_wall_time(void);
 /* The BLAS library and its configuration, e.g. "OpenBLAS 0.3.21 ...". */
 TGL_API const char *tgl_blas_info(void);
 /* 1 when tgl was built with the CUDA backend. */

@@ -70,6 +70,7 @@ tgl_status tgl_npz_save(tgl_ctx *ctx, const char *path, int n, const char *const
 typedef struct tgl_npz { int n; char **names; tgl_array **arrays; } tgl_npz;
 tgl_status tgl_npz_load(tgl_ctx *ctx, const char *path, tgl_npz **out);
 void tgl_npz_free(tgl_npz *npz);
+tgl_status tgl_idx_load(tgl_ctx *ctx, const char *path, tgl_array **out);
 
 typedef struct tgl_type { int32_t dtype; int32_t ndim; uint32_t bcast; } tgl_type;
 typedef struct tgl_params { int32_t n; int32_t flags; int64_t i[40]; double f[2]; } tgl_params;
@@ -120,6 +121,7 @@ tgl_status tgl_function_profile(tgl_ctx *ctx, const tgl_function *fn, char **tex
 void tgl_free(void *p);
 
 const char *tgl_version(void);
+double tgl_wall_time(void);
 const char *tgl_blas_info(void);
 int tgl_cuda_built(void);
 int tgl_cuda_device_count(void);

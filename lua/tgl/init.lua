@@ -22,6 +22,9 @@ tgl.config = {
 
 tgl.version = ffi.string(C.tgl_version())
 
+-- Seconds on a monotonic wall clock, for timing.
+function tgl.time() return C.tgl_wall_time() end
+
 -- arrays
 for _, name in ipairs({ 'array', 'empty', 'zeros', 'ones', 'full', 'arange', 'rand', 'randn',
                         'manual_seed', 'get_rng_state', 'set_rng_state' }) do
@@ -69,6 +72,7 @@ tgl.verify_grad = grad.verify_grad
 -- files
 tgl.save = io_.save
 tgl.load = io_.load
+tgl.io = { save = io_.save, load = io_.load, read_idx = require('tgl.idx').read_idx }
 
 -- devices
 tgl.cuda = {

@@ -6,6 +6,7 @@
 
 #include <cblas.h>
 #include <stdio.h>
+#include <time.h>
 #include <string.h>
 
 /* OpenBLAS reports its build and the kernel it picked for this CPU. */
@@ -16,6 +17,13 @@ extern int openblas_get_num_threads(void);
 const char *tgl_version(void)
 {
     return TGL_VERSION;
+}
+
+double tgl_wall_time(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 const char *tgl_blas_info(void)

@@ -1,0 +1,117 @@
+/*
+ * idx.c — reading IDX files (the format of MNIST and Fashion-MNIST), plain
+ * or gzip-compressed (zlib's gzread reads both).  Big-endian header and
+ * data; the element count the header claims is checked against what the
+ * file holds before anything is allocated from it.
+ */
+#include "engine/engine.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <inttypes.h>
+#include <string.h>
+#include <zlib.h>
+
+/* IDX type codes and the tgl dtype each loads as. */
+static int idx_dtype(int code, size_t *elsize)
+{
+    switch (code) {
+    case 0x08: *elsize = 1; return TGL_UINT8;
+    case 0x09: *elsize = 1; return TGL_INT32;  /* int8, widened */
+    case 0x0B: *elsize = 2; return TGL_INT32;  /* int16, widened */
+    case 0x0C: *elsize = 4; return TGL_INT32;
+    case 0x0D: *elsize = 4; return TGL_FLOAT32;
+    case 0x0E: *elsize = 8; return TGL_FLOAT64;
+    default: return -1;
+    }
+}
+
+/* Reads exactly n bytes; false on a short read. */
+static bool read_all(gzFile f, void *buf, size_t n)
+{
+    unsigned char *p = buf;
+    while (n) {
+        unsigned chunk = n > (1u << 30) ? (1u << 30) : (unsigned)n;
+        int got = gzread(f, p, chunk);
+        if (got <= 0)
+            return false;
+        p += got;
+        n -= (size_t)got;
+    }
+    return true;
+}
+
+tgl_status tgl_idx_load(tgl_ctx *ctx, const char *path, tgl_array **out)
+{
+    const char *fn = "tgl_idx_load";
+    TGL_CHECK_CTX(ctx);
+    TGL_CHECK(path && out, TGL_EINVAL, "%s: NULL argument", fn);
+    gzFile f = gzopen(path, "rb");
+    if (!f)
+        return tgl_ctx_set_error(ctx, TGL_EIO, "%s: cannot open '%s': %s", fn, path,
+                                 strerror(errno ? errno : ENOENT));
+    unsigned char magic[4];
+    tgl_status st = TGL_OK;
+    tgl_array *a = NULL;
+    if (!read_all(f, magic, 4)) {
+        st = tgl_ctx_set_error(ctx, TGL_EFORMAT, "%s: '%s' is too short to be an IDX file", fn, path);
+        goto done;
+    }
+    size_t es;
+    int dtype = idx_dtype(magic[2], &es);
+    if (magic[0] != 0 || magic[1] != 0 || dtype < 0 || magic[3] == 0 || magic[3] > TGL_MAX_DIMS) {
+        st = tgl_ctx_set_error(ctx, TGL_EFORMAT,
+                               "%s: '%s' is not an IDX file (magic %02x %02x %02x %02x)", fn, path,
+                               magic[0], magic[1], magic[2], magic[3]);
+        goto done;
+    }
+    int ndim = magic[3];
+    int64_t shape[TGL_MAX_DIMS];
+    for (int d = 0; d < ndim; d++) {
+        unsigned char b[4];
+        if (!read_all(f, b, 4)) {
+            st = tgl_ctx_set_error(ctx, TGL_EFORMAT, "%s: '%s': truncated header", fn, path);
+            goto done;
+        }
+        shape[d] = (int64_t)b[0] << 24 | (int64_t)b[1] << 16 | (int64_t)b[2] << 8 | b[3];
+    }
+    if ((st = tgl_array_alloc(ctx, fn, dtype, ndim, shape, false, &a)))
+        goto done;
+    size_t nbytes = (size_t)a->size * es;
+    unsigned char *raw = es == tgl_dtype_size(dtype) ? a->data : malloc(nbytes ? nbytes : 1);
+    if (!raw) {
+        st = tgl_ctx_set_error(ctx, TGL_ENOMEM, "%s: out of memory", fn);
+        goto done;
+    }
+    if (!read_all(f, raw, nbytes)) {
+        st = tgl_ctx_set_error(ctx, TGL_EFORMAT,
+                               "%s: '%s': the header claims %" PRId64 " elements but the file "
+                               "ends before them", fn, path, a->size);
+    } else {
+        /* Big-endian to host order, widening small integers. */
+        for (int64_t i = 0; i < a->size; i++) {
+            const unsigned char *p = raw + (size_t)i * es;
+            switch (magic[2]) {
+            case 0x08: break;
+            case 0x09: ((int32_t *)a->data)[i] = (int8_t)p[0]; break;
+            case 0x0B: ((int32_t *)a->data)[i] = (int16_t)(p[0] << 8 | p[1]); break;
+            default: {
+                unsigned char tmp[8];
+                for (size_t k = 0; k < es; k++)
+                    tmp[k] = p[es - 1 - k];
+                memcpy((unsigned char *)a->data + (size_t)i * es, tmp, es);
+            }
+            }
+        }
+    }
+    if (raw != a->data)
+        free(raw);
+done:
+    gzclose(f);
+    if (st) {
+        tgl_array_release(a);
+        return st;
+    }
+    *out = a;
+    return TGL_OK;
+}
