@@ -29,6 +29,7 @@
 #include "engine/ops/ops.h"
 
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,6 +49,17 @@ static bool is_index_dtype(int dtype)
 static inline char *at(void *base, int64_t off, size_t es)
 {
     return (char *)base + (ptrdiff_t)(off * (int64_t)es);
+}
+
+/* A 0-based index as the user wrote it (1-based; negative ones are the
+ * same in both conventions), into buf of 24 bytes. */
+static const char *user_index(int64_t i, char *buf)
+{
+    if (i >= 0)
+        snprintf(buf, 24, "%" PRIu64, (uint64_t)i + 1); /* INT64_MAX + 1 fits */
+    else
+        snprintf(buf, 24, "%" PRId64, i);
+    return buf;
 }
 
 /* Why an index input was rejected, for infer messages. */
@@ -121,10 +133,11 @@ static tgl_status basic_region_type(tgl_ctx *ctx, const tgl_node *n, int nfixed,
             nbound += (f & TGL_IDX_START_INPUT) != 0;
             /* A broadcastable axis has size 1: a constant index can be
              * checked now rather than on every call. */
+            char ub[24];
             TGL_CHECK((f & TGL_IDX_START_INPUT) || !tgl_type_bcast(xt, d) || q[1] == 0 ||
                           q[1] == -1,
-                      TGL_ESHAPE, "index %" PRId64 " is out of range for axis %d of size 1",
-                      q[1] >= 0 ? q[1] + 1 : q[1], d + 1);
+                      TGL_ESHAPE, "index %s is out of range for axis %d of size 1",
+                      user_index(q[1], ub), d + 1);
             continue;
         }
         int nsym = ((f & TGL_IDX_START_INPUT) != 0) + ((f & TGL_IDX_STOP_INPUT) != 0) +
@@ -155,23 +168,21 @@ static tgl_status basic_region_type(tgl_ctx *ctx, const tgl_node *n, int nfixed,
     return TGL_OK;
 }
 
-static tgl_status subtensor_infer(tgl_ctx *ctx, tgl_node *n)
+/* SUBTENSOR gives the region's type; INC_SUBTENSOR (x, v, bounds...) x's,
+ * with v no bigger than the region. */
+static tgl_status basic_infer(tgl_ctx *ctx, tgl_node *n)
 {
-    TGL_CHECK(n->p.flags == 0, TGL_EINVAL, "takes no flags");
-    return basic_region_type(ctx, n, 1, &n->type);
-}
-
-static tgl_status inc_subtensor_infer(tgl_ctx *ctx, tgl_node *n)
-{
-    TGL_CHECK((n->p.flags & ~TGL_INC_SET) == 0, TGL_EINVAL, "unknown flags %d", n->p.flags);
+    bool inc = n->op == TGL_OP_INC_SUBTENSOR;
+    TGL_CHECK((n->p.flags & ~(inc ? TGL_INC_SET : 0)) == 0, TGL_EINVAL, "unknown flags %d",
+              n->p.flags);
     tgl_type rt;
-    tgl_status st = basic_region_type(ctx, n, 2, &rt);
+    tgl_status st = basic_region_type(ctx, n, inc ? 2 : 1, &rt);
     if (st)
         return st;
-    TGL_CHECK(n->in[1]->type.ndim <= rt.ndim, TGL_ESHAPE,
+    TGL_CHECK(!inc || n->in[1]->type.ndim <= rt.ndim, TGL_ESHAPE,
               "v has %d dimensions, more than the %d of the region x[idx]", n->in[1]->type.ndim,
               rt.ndim);
-    n->type = n->in[0]->type;
+    n->type = inc ? n->in[0]->type : rt;
     return TGL_OK;
 }
 
@@ -204,20 +215,12 @@ typedef struct region {
 } region;
 
 /* The value of bound input in[*next] (advancing *next) or the constant. */
-static tgl_status bound_value(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in, bool sym,
-                              int64_t constant, int *next, int64_t *v)
+static int64_t bound_value(tgl_array *const *in, bool sym, int64_t constant, int *next)
 {
-    if (!sym) {
-        *v = constant;
-        return TGL_OK;
-    }
-    int i = (*next)++;
-    const tgl_array *b = in[i];
-    if (b->ndim != 0 || !is_index_dtype(b->dtype_id))
-        return tgl_op_error(ctx, n, in, TGL_EDTYPE,
-                            "input %d must be an int32 or int64 scalar", i + 1);
-    *v = b->dtype_id == TGL_INT32 ? *(const int32_t *)b->data : *(const int64_t *)b->data;
-    return TGL_OK;
+    if (!sym)
+        return constant;
+    const tgl_array *b = in[(*next)++]; /* an int32/int64 scalar: check_inputs */
+    return b->dtype_id == TGL_INT32 ? *(const int32_t *)b->data : *(const int64_t *)b->data;
 }
 
 /* Resolves the node's index against a (x, or the output holding a copy of
@@ -241,21 +244,19 @@ static tgl_status basic_resolve(tgl_ctx *ctx, const tgl_node *n, tgl_array *cons
             continue;
         }
         const int64_t *q = &n->p.i[4 * d];
-        int64_t f = q[0], start, stop, step;
-        if ((st = bound_value(ctx, n, in, f & TGL_IDX_START_INPUT, q[1], &next, &start)))
-            return st;
+        int64_t f = q[0], start = bound_value(in, f & TGL_IDX_START_INPUT, q[1], &next);
         if ((f & TGL_IDX_KIND_MASK) == TGL_IDX_INDEX) {
             int64_t i = start < 0 ? start + len : start;
+            char ub[24];
             if (i < 0 || i >= len)
                 return tgl_op_error(ctx, n, in, TGL_ESHAPE,
-                                    "index %" PRId64 " is out of range for axis %d of size %" PRId64,
-                                    start >= 0 ? start + 1 : start, d + 1, len);
+                                    "index %s is out of range for axis %d of size %" PRId64,
+                                    user_index(start, ub), d + 1, len);
             r->offset += i * stride;
             continue;
         }
-        if ((st = bound_value(ctx, n, in, f & TGL_IDX_STOP_INPUT, q[2], &next, &stop)) ||
-            (st = bound_value(ctx, n, in, f & TGL_IDX_STEP_INPUT, q[3], &next, &step)))
-            return st;
+        int64_t stop = bound_value(in, f & TGL_IDX_STOP_INPUT, q[2], &next);
+        int64_t step = bound_value(in, f & TGL_IDX_STEP_INPUT, q[3], &next);
         if (step == 0)
             return tgl_op_error(ctx, n, in, TGL_EINVAL, "slice step is 0 on axis %d", d + 1);
         int64_t first;
@@ -433,107 +434,6 @@ static tgl_status inc_subtensor_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_arra
     return st;
 }
 
-/* ---- pullbacks ------------------------------------------------------ */
-
-/* As elemwise.c's: only float inputs get gradients; a node that fails to
- * build leaves NULL and a message in the context, which the driver
- * (grad.c) reports naming this node. */
-
-/* n's parameters with the flags cleared or set. */
-static tgl_params params_with(const tgl_node *n, int flags)
-{
-    tgl_params p = n->p;
-    p.flags = flags;
-    return p;
-}
-
-/* op(lead[0..nlead-1], n->in[from..]) with n's parameters and the given
- * flags: n's index applied to other operands.  NULL operands (failed
- * builds) propagate through tgl_mk. */
-static tgl_node *mk_like(tgl_ctx *ctx, const tgl_node *n, int op, int nlead,
-                         tgl_node *const *lead, int from, int flags)
-{
-    tgl_node *ins[MAX_INPUTS];
-    int k = 0;
-    if (nlead + n->nin - from > MAX_INPUTS) {
-        tgl_ctx_set_error(ctx, TGL_EINVAL, "%s: too many inputs", tgl_op_name(op));
-        return NULL;
-    }
-    for (int i = 0; i < nlead; i++)
-        ins[k++] = lead[i];
-    for (int i = from; i < n->nin; i++)
-        ins[k++] = n->in[i];
-    tgl_params p = params_with(n, flags);
-    return tgl_mk(ctx, op, k, ins, &p);
-}
-
-/* g summed over its leading axes so that it has v's ndim (the axes v lacked
- * and was broadcast over); the driver sums the declared-broadcastable rest. */
-static tgl_node *sum_leading(tgl_ctx *ctx, tgl_node *g, int vnd)
-{
-    if (!g || g->type.ndim == vnd)
-        return g;
-    int64_t axes[TGL_MAX_DIMS];
-    int k = g->type.ndim - vnd;
-    for (int i = 0; i < k; i++)
-        axes[i] = i;
-    return tgl_mk_sum(ctx, g, k, axes, false);
-}
-
-static void clear_gin(const tgl_node *n, tgl_node **gin)
-{
-    for (int i = 0; i < n->nin; i++)
-        gin[i] = NULL;
-}
-
-/* Pullback of x[idx] (op is SUBTENSOR or ADV_SUBTENSOR, inc_op its
- * update): zeros of x's shape with g added at the indexed positions, so
- * positions an advanced index repeats get the sum of their gradients. */
-static tgl_status index_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *g, tgl_node **gin, int inc_op)
-{
-    clear_gin(n, gin);
-    tgl_node *x = n->in[0];
-    if (!tgl_dtype_is_float(x->type.dtype))
-        return TGL_OK;
-    tgl_node *lead[2] = {tgl_mk_fill_like(ctx, x, x->type.dtype, 0.0), g};
-    gin[0] = mk_like(ctx, n, inc_op, 2, lead, 1, 0);
-    return TGL_OK;
-}
-
-/* Pullback of y = x with y[idx] += v (or = v); sub_op indexes as n does.
- * x's gradient is g, with the region zeroed for set (x's values there were
- * overwritten); v's is g[idx] summed over the leading axes v lacked (the
- * driver sums the declared-broadcastable ones).  For an advanced set with
- * repeated positions only the last write reaches y, yet every copy of v
- * gets g there, as in Theano. */
-static tgl_status update_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *g, tgl_node **gin,
-                              int sub_op)
-{
-    clear_gin(n, gin);
-    tgl_node *x = n->in[0], *v = n->in[1];
-    if (!tgl_dtype_is_float(x->type.dtype))
-        return TGL_OK;
-    if (n->p.flags & TGL_INC_SET) {
-        tgl_node *lead[2] = {g, tgl_mk_scalar(ctx, x->type.dtype, 0.0)};
-        gin[0] = mk_like(ctx, n, n->op, 2, lead, 2, TGL_INC_SET);
-    } else {
-        gin[0] = g;
-    }
-    if (tgl_dtype_is_float(v->type.dtype))
-        gin[1] = sum_leading(ctx, mk_like(ctx, n, sub_op, 1, &g, 2, 0), v->type.ndim);
-    return TGL_OK;
-}
-
-static tgl_status subtensor_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *g, tgl_node **gin)
-{
-    return index_grad(ctx, n, g, gin, TGL_OP_INC_SUBTENSOR);
-}
-
-static tgl_status inc_subtensor_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *g, tgl_node **gin)
-{
-    return update_grad(ctx, n, g, gin, TGL_OP_SUBTENSOR);
-}
-
 /* ---- advanced indexing: types -------------------------------------- */
 
 /* Where the index arrays go: axes first..first+k-1 of x are indexed by the
@@ -542,8 +442,10 @@ typedef struct adv_layout {
     int first, k, bnd;
 } adv_layout;
 
-/* The positions of result axes: pre axes [0, first), broadcast axes
- * [first, first + bnd), post axes after. */
+/* Checks an advanced-indexing node whose index arrays start at in[nfixed]
+ * and gives the layout and the type of x[indices], whose axes are x's
+ * before first, then the index arrays' broadcast axes, then x's after the
+ * indexed ones. */
 static tgl_status adv_check(tgl_ctx *ctx, const tgl_node *n, int nfixed, adv_layout *lay,
                             tgl_type *rt)
 {
@@ -604,25 +506,21 @@ static tgl_status adv_check(tgl_ctx *ctx, const tgl_node *n, int nfixed, adv_lay
     return TGL_OK;
 }
 
-static tgl_status adv_subtensor_infer(tgl_ctx *ctx, tgl_node *n)
+/* As basic_infer, for ADV_SUBTENSOR and ADV_INC_SUBTENSOR. */
+static tgl_status adv_infer(tgl_ctx *ctx, tgl_node *n)
 {
-    TGL_CHECK(n->p.flags == 0, TGL_EINVAL, "takes no flags");
-    adv_layout lay;
-    return adv_check(ctx, n, 1, &lay, &n->type);
-}
-
-static tgl_status adv_inc_subtensor_infer(tgl_ctx *ctx, tgl_node *n)
-{
-    TGL_CHECK((n->p.flags & ~TGL_INC_SET) == 0, TGL_EINVAL, "unknown flags %d", n->p.flags);
+    bool inc = n->op == TGL_OP_ADV_INC_SUBTENSOR;
+    TGL_CHECK((n->p.flags & ~(inc ? TGL_INC_SET : 0)) == 0, TGL_EINVAL, "unknown flags %d",
+              n->p.flags);
     adv_layout lay;
     tgl_type rt;
-    tgl_status st = adv_check(ctx, n, 2, &lay, &rt);
+    tgl_status st = adv_check(ctx, n, inc ? 2 : 1, &lay, &rt);
     if (st)
         return st;
-    TGL_CHECK(n->in[1]->type.ndim <= rt.ndim, TGL_ESHAPE,
+    TGL_CHECK(!inc || n->in[1]->type.ndim <= rt.ndim, TGL_ESHAPE,
               "v has %d dimensions, more than the %d of x[indices]", n->in[1]->type.ndim,
               rt.ndim);
-    n->type = n->in[0]->type;
+    n->type = inc ? n->in[0]->type : rt;
     return TGL_OK;
 }
 
@@ -831,55 +729,114 @@ static tgl_status adv_inc_subtensor_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_
     return st;
 }
 
-/* ---- advanced indexing: pullbacks ---------------------------------- */
+/* ---- pullbacks ------------------------------------------------------ */
 
-static tgl_status adv_subtensor_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *g, tgl_node **gin)
+/* As elemwise.c's: only float inputs get gradients; a node that fails to
+ * build leaves NULL and a message in the context, which the driver
+ * (grad.c) reports naming this node. */
+
+/* op(lead[0..nlead-1], n->in[from..]) with n's parameters and the given
+ * flags: n's index applied to other operands.  NULL operands (failed
+ * builds) propagate through tgl_mk. */
+static tgl_node *mk_like(tgl_ctx *ctx, const tgl_node *n, int op, int nlead,
+                         tgl_node *const *lead, int from, int flags)
 {
-    return index_grad(ctx, n, g, gin, TGL_OP_ADV_INC_SUBTENSOR);
+    tgl_node *ins[MAX_INPUTS];
+    int k = 0;
+    if (nlead + n->nin - from > MAX_INPUTS) {
+        tgl_ctx_set_error(ctx, TGL_EINVAL, "%s: too many inputs", tgl_op_name(op));
+        return NULL;
+    }
+    for (int i = 0; i < nlead; i++)
+        ins[k++] = lead[i];
+    for (int i = from; i < n->nin; i++)
+        ins[k++] = n->in[i];
+    tgl_params p = n->p;
+    p.flags = flags;
+    return tgl_mk(ctx, op, k, ins, &p);
 }
 
-static tgl_status adv_inc_subtensor_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *g, tgl_node **gin)
+/* g summed over its leading axes so that it has v's ndim (the axes v lacked
+ * and was broadcast over); the driver sums the declared-broadcastable rest. */
+static tgl_node *sum_leading(tgl_ctx *ctx, tgl_node *g, int vnd)
 {
-    return update_grad(ctx, n, g, gin, TGL_OP_ADV_SUBTENSOR);
+    if (!g || g->type.ndim == vnd)
+        return g;
+    int64_t axes[TGL_MAX_DIMS];
+    int k = g->type.ndim - vnd;
+    for (int i = 0; i < k; i++)
+        axes[i] = i;
+    return tgl_mk_sum(ctx, g, k, axes, false);
+}
+
+static void clear_gin(const tgl_node *n, tgl_node **gin)
+{
+    for (int i = 0; i < n->nin; i++)
+        gin[i] = NULL;
+}
+
+/* Pullback of x[idx] (SUBTENSOR, ADV_SUBTENSOR): zeros of x's shape with
+ * g added at the indexed positions, so positions an advanced index
+ * repeats get the sum of their gradients. */
+static tgl_status index_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *g, tgl_node **gin)
+{
+    int inc_op = n->op == TGL_OP_SUBTENSOR ? TGL_OP_INC_SUBTENSOR : TGL_OP_ADV_INC_SUBTENSOR;
+    clear_gin(n, gin);
+    tgl_node *x = n->in[0];
+    if (!tgl_dtype_is_float(x->type.dtype))
+        return TGL_OK;
+    tgl_node *lead[2] = {tgl_mk_fill_like(ctx, x, x->type.dtype, 0.0), g};
+    gin[0] = mk_like(ctx, n, inc_op, 2, lead, 1, 0);
+    return TGL_OK;
+}
+
+/* Pullback of y = x with y[idx] += v (or = v), basic or advanced.
+ * x's gradient is g, with the region zeroed for set (x's values there were
+ * overwritten); v's is g[idx] summed over the leading axes v lacked (the
+ * driver sums the declared-broadcastable ones).  For an advanced set with
+ * repeated positions only the last write reaches y, yet every copy of v
+ * gets g there, as in Theano. */
+static tgl_status update_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *g, tgl_node **gin)
+{
+    int sub_op = n->op == TGL_OP_INC_SUBTENSOR ? TGL_OP_SUBTENSOR : TGL_OP_ADV_SUBTENSOR;
+    clear_gin(n, gin);
+    tgl_node *x = n->in[0], *v = n->in[1];
+    if (!tgl_dtype_is_float(x->type.dtype))
+        return TGL_OK;
+    if (n->p.flags & TGL_INC_SET) {
+        tgl_node *lead[2] = {g, tgl_mk_scalar(ctx, x->type.dtype, 0.0)};
+        gin[0] = mk_like(ctx, n, n->op, 2, lead, 2, TGL_INC_SET);
+    } else {
+        gin[0] = g;
+    }
+    if (tgl_dtype_is_float(v->type.dtype))
+        gin[1] = sum_leading(ctx, mk_like(ctx, n, sub_op, 1, &g, 2, 0), v->type.ndim);
+    return TGL_OK;
 }
 
 /* ---- the implementations ------------------------------------------- */
 
+/* nin_max -1: the bound inputs (basic) or index arrays (advanced) that
+ * the parameters call for; each infer function checks their number. */
 const tgl_opimpl tgl_impl_subtensor = {
-    .family = TGL_FAM_SUBTENSOR,
-    .nin_min = 1,
-    .nin_max = -1, /* x, then the bound inputs the parameters name */
-    .infer = subtensor_infer,
-    .view = subtensor_view,
-    .grad = subtensor_grad,
+    .family = TGL_FAM_SUBTENSOR, .nin_min = 1, .nin_max = -1,
+    .infer = basic_infer, .view = subtensor_view, .grad = index_grad,
 };
 
 const tgl_opimpl tgl_impl_inc_subtensor = {
-    .family = TGL_FAM_SUBTENSOR,
-    .nin_min = 2,
-    .nin_max = -1, /* x, v, then the bound inputs */
-    .infer = inc_subtensor_infer,
-    .shape = same_shape,
-    .kernel = inc_subtensor_kernel,
-    .grad = inc_subtensor_grad,
+    .family = TGL_FAM_SUBTENSOR, .nin_min = 2, .nin_max = -1,
+    .infer = basic_infer, .shape = same_shape, .kernel = inc_subtensor_kernel,
+    .grad = update_grad,
 };
 
 const tgl_opimpl tgl_impl_adv_subtensor = {
-    .family = TGL_FAM_SUBTENSOR,
-    .nin_min = 2,
-    .nin_max = -1, /* x, then one index array per indexed axis */
-    .infer = adv_subtensor_infer,
-    .shape = adv_subtensor_shape,
-    .kernel = adv_subtensor_kernel,
-    .grad = adv_subtensor_grad,
+    .family = TGL_FAM_SUBTENSOR, .nin_min = 2, .nin_max = -1,
+    .infer = adv_infer, .shape = adv_subtensor_shape, .kernel = adv_subtensor_kernel,
+    .grad = index_grad,
 };
 
 const tgl_opimpl tgl_impl_adv_inc_subtensor = {
-    .family = TGL_FAM_SUBTENSOR,
-    .nin_min = 3,
-    .nin_max = -1, /* x, v, then the index arrays */
-    .infer = adv_inc_subtensor_infer,
-    .shape = same_shape,
-    .kernel = adv_inc_subtensor_kernel,
-    .grad = adv_inc_subtensor_grad,
+    .family = TGL_FAM_SUBTENSOR, .nin_min = 3, .nin_max = -1,
+    .infer = adv_infer, .shape = same_shape, .kernel = adv_inc_subtensor_kernel,
+    .grad = update_grad,
 };
