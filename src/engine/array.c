@@ -189,7 +189,7 @@ tgl_status tgl_array_arange(tgl_ctx *ctx, int dtype, double start, double stop, 
      * undefined behaviour. */
     double span = (stop - start) / step;
     TGL_CHECK(span < 1e15, TGL_ESHAPE, "%s: too many elements", fn);
-    int64_t n = span < 0 ? 0 : (int64_t)floor(span + 1e-9) + 1;
+    int64_t n = span < 0 ? 0 : (int64_t)floor(span) + 1;
     tgl_array *a = NULL;
     tgl_status st = tgl_array_alloc(ctx, fn, dtype, 1, &n, false, &a);
     if (st)

@@ -62,12 +62,16 @@ void tgl_ctx_clear_error(tgl_ctx *ctx)
 
 void tgl_ctx_manual_seed(tgl_ctx *ctx, uint64_t seed)
 {
+    if (!ctx)
+        return;
     ctx->rng_seed = seed;
     ctx->rng_offset = 0;
 }
 
 void tgl_ctx_rng_state(const tgl_ctx *ctx, uint64_t *seed, uint64_t *offset)
 {
+    if (!ctx)
+        return;
     if (seed)
         *seed = ctx->rng_seed;
     if (offset)
@@ -76,11 +80,15 @@ void tgl_ctx_rng_state(const tgl_ctx *ctx, uint64_t *seed, uint64_t *offset)
 
 void tgl_ctx_set_rng_state(tgl_ctx *ctx, uint64_t seed, uint64_t offset)
 {
+    if (!ctx)
+        return;
     ctx->rng_seed = seed;
     ctx->rng_offset = offset;
 }
 
 void tgl_ctx_set_interrupt_flag(tgl_ctx *ctx, volatile int *flag)
 {
+    if (!ctx)
+        return;
     ctx->interrupt = flag;
 }

@@ -76,7 +76,7 @@ static tgl_status batched_dot_infer(tgl_ctx *ctx, tgl_node *n)
     uint32_t bc = tgl_type_bcast(a, 0) || tgl_type_bcast(b, 0);
     if (a.ndim == 3)
         bc |= (uint32_t)tgl_type_bcast(a, 1) << 1 | (uint32_t)tgl_type_bcast(b, 2) << 2;
-    n->type = tgl_type_make(product_dtype(a.dtype, b.dtype), a.ndim, bc);
+    n->type = tgl_type_make(product_dtype(a.dtype, b.dtype), a.ndim == 3 ? 3 : 1, bc);
     return TGL_OK;
 }
 

@@ -25,6 +25,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- softmax, log_softmax -------------------------------------------- */
@@ -91,10 +92,12 @@ static inline double shifted(double v, double m)
     return v == m ? 0.0 : v - m;
 }
 
-/* One row of len elements (x at stride xs, out at stride os). */
+/* One row of len elements (x at stride xs, out at stride os).  e is
+ * scratch for len doubles holding exp(x - m) (softmax) or x - m
+ * (log_softmax), so each exponential is computed once, in double. */
 #define SOFTMAX_ROW(T)                                                                 \
     static void softmax_row_##T(bool logsm, int64_t len, const T *x, int64_t xs, T *out, \
-                                int64_t os)                                            \
+                                int64_t os, double *e)                                 \
     {                                                                                  \
         double m = -INFINITY;                                                          \
         for (int64_t k = 0; k < len; k++) {                                            \
@@ -105,16 +108,14 @@ static inline double shifted(double v, double m)
                 break;                                                                 \
         }                                                                              \
         double sum = 0;                                                                \
-        for (int64_t k = 0; k < len; k++)                                              \
-            sum += exp(shifted(x[k * xs], m));                                         \
-        if (logsm) {                                                                   \
-            double ls = log(sum);                                                      \
-            for (int64_t k = 0; k < len; k++)                                          \
-                out[k * os] = (T)(shifted(x[k * xs], m) - ls);                         \
-        } else {                                                                       \
-            for (int64_t k = 0; k < len; k++)                                          \
-                out[k * os] = (T)(exp(shifted(x[k * xs], m)) / sum);                   \
+        for (int64_t k = 0; k < len; k++) {                                            \
+            double d = shifted(x[k * xs], m), ed = exp(d);                             \
+            e[k] = logsm ? d : ed;                                                     \
+            sum += ed;                                                                 \
         }                                                                              \
+        double ls = logsm ? log(sum) : 0;                                              \
+        for (int64_t k = 0; k < len; k++)                                              \
+            out[k * os] = (T)(logsm ? e[k] - ls : e[k] / sum);                         \
     }
 
 SOFTMAX_ROW(float)
@@ -128,21 +129,28 @@ static tgl_status softmax_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *con
     int64_t len = x->shape[axis];
     if (out->size == 0)
         return TGL_OK;
+    double *e = malloc((size_t)len * sizeof *e);
+    if (!e)
+        return tgl_op_error(ctx, n, in, TGL_ENOMEM, "out of memory");
     bool logsm = n->op == TGL_OP_LOG_SOFTMAX;
     rows_iter it;
     rows_init(&it, x, out, axis);
     int64_t rows = out->size / len, xs = x->strides[axis], os = out->strides[axis];
+    tgl_status st = TGL_OK;
     for (int64_t r = 0; r < rows; r++, rows_next(&it)) {
-        if ((r & 1023) == 0 && tgl_ctx_interrupted(ctx))
-            return tgl_op_error(ctx, n, in, TGL_EINTERRUPT, "interrupted");
+        if ((r & 1023) == 0 && tgl_ctx_interrupted(ctx)) {
+            st = tgl_op_error(ctx, n, in, TGL_EINTERRUPT, "interrupted");
+            break;
+        }
         if (x->dtype_id == TGL_FLOAT32)
             softmax_row_float(logsm, len, (const float *)x->data + it.off0, xs,
-                              (float *)out->data + it.off1, os);
+                              (float *)out->data + it.off1, os, e);
         else
             softmax_row_double(logsm, len, (const double *)x->data + it.off0, xs,
-                               (double *)out->data + it.off1, os);
+                               (double *)out->data + it.off1, os, e);
     }
-    return TGL_OK;
+    free(e);
+    return st;
 }
 
 /*   softmax:     gx = y * (g - sum(g * y, axis, keepdims))
@@ -239,7 +247,7 @@ static tgl_status one_hot_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *con
             snprintf(pos + k, sizeof pos - k, ")");
             return tgl_op_error(ctx, n, in, TGL_EINVAL,
                                 "label %" PRId64 " at position %s is outside 1..%" PRId64
-                                " (labels count from 1)", v, y->ndim ? pos : "()", ncls);
+                                " (labels count from 1)", v, pos, ncls);
         }
         tgl_store_from_double(out->dtype_id, out->data, it.off1 + (v - 1) * cs, 1.0);
     }

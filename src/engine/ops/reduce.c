@@ -193,6 +193,35 @@ static int64_t offset_of(const tgl_array *a, int64_t i)
 
 /* ---- row loops -------------------------------------------------------- */
 
+/* max (want_max) or min of a and len elements at stride xs, in four
+ * independent lanes so the compares pipeline; NaN wins in every lane and
+ * when the lanes are merged. */
+#define PICK(a, v, want_max) (((want_max) ? (v) > (a) : (v) < (a)) || (v) != (v) ? (v) : (a))
+#define FOLD_LANES(T)                                                                  \
+    static double fold_lanes_##T(double a, int64_t len, const T *x, int64_t xs,        \
+                                 bool want_max)                                        \
+    {                                                                                  \
+        double l0 = a, l1 = a, l2 = a, l3 = a;                                         \
+        int64_t k = 0;                                                                 \
+        for (; k + 4 <= len; k += 4) {                                                 \
+            double v0 = x[k * xs], v1 = x[(k + 1) * xs];                               \
+            double v2 = x[(k + 2) * xs], v3 = x[(k + 3) * xs];                         \
+            l0 = PICK(l0, v0, want_max);                                               \
+            l1 = PICK(l1, v1, want_max);                                               \
+            l2 = PICK(l2, v2, want_max);                                               \
+            l3 = PICK(l3, v3, want_max);                                               \
+        }                                                                              \
+        for (; k < len; k++) {                                                         \
+            double v = x[k * xs];                                                      \
+            l0 = PICK(l0, v, want_max);                                                \
+        }                                                                              \
+        l0 = PICK(l0, l1, want_max);                                                   \
+        l2 = PICK(l2, l3, want_max);                                                   \
+        return PICK(l0, l2, want_max);                                                 \
+    }
+
+FOLD_LANES(float)
+FOLD_LANES(double)
 /* A row of len elements of x (stride xs) folded into the accumulators: into
  * one (as == 0, the reduced axes are innermost) or into a row of them
  * (stride as).  max/min keep a NaN once seen and take any NaN they meet. */
@@ -223,18 +252,10 @@ static int64_t offset_of(const tgl_array *a, int64_t i)
                     a *= x[k * xs];                                                    \
                 break;                                                                 \
             case TGL_OP_MAX:                                                           \
-                for (int64_t k = 0; k < len; k++) {                                    \
-                    double v = x[k * xs];                                              \
-                    if (v > a || v != v)                                               \
-                        a = v;                                                         \
-                }                                                                      \
+                a = fold_lanes_##T(a, len, x, xs, true);                               \
                 break;                                                                 \
             default:                                                                   \
-                for (int64_t k = 0; k < len; k++) {                                    \
-                    double v = x[k * xs];                                              \
-                    if (v < a || v != v)                                               \
-                        a = v;                                                         \
-                }                                                                      \
+                a = fold_lanes_##T(a, len, x, xs, false);                              \
                 break;                                                                 \
             }                                                                          \
             *acc = a;                                                                  \
@@ -249,18 +270,10 @@ static int64_t offset_of(const tgl_array *a, int64_t i)
             for (int64_t k = 0; k < len; k++)                                          \
                 acc[k * as] *= x[k * xs];                                              \
             break;                                                                     \
-        case TGL_OP_MAX:                                                               \
-            for (int64_t k = 0; k < len; k++) {                                        \
-                double v = x[k * xs], *a = &acc[k * as];                               \
-                if (v > *a || v != v)                                                  \
-                    *a = v;                                                            \
-            }                                                                          \
-            break;                                                                     \
         default:                                                                       \
             for (int64_t k = 0; k < len; k++) {                                        \
-                double v = x[k * xs], *a = &acc[k * as];                               \
-                if (v < *a || v != v)                                                  \
-                    *a = v;                                                            \
+                double v = x[k * xs];                                                  \
+                acc[k * as] = PICK(acc[k * as], v, op == TGL_OP_MAX);                  \
             }                                                                          \
             break;                                                                     \
         }                                                                              \

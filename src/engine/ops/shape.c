@@ -396,7 +396,7 @@ static tgl_status arange_shape(tgl_ctx *ctx, const tgl_node *n, tgl_array *const
     double span = (stop - start) / step;
     if (span > 1e15)
         return tgl_op_error(ctx, n, in, TGL_ESHAPE, "too many elements");
-    shape[0] = span < 0 ? 0 : (int64_t)floor(span + 1e-9) + 1;
+    shape[0] = span < 0 ? 0 : (int64_t)floor(span) + 1;
     return TGL_OK;
 }
 
