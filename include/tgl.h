@@ -280,8 +280,9 @@ TGL_API int tgl_op_count(void);
 
 /* A new symbolic input of the given type.  Never merged with another. */
 TGL_API tgl_status tgl_node_input(tgl_ctx *ctx, tgl_type type, const char *name, tgl_node **out);
-/* A constant holding value (retained).  Equal constants (same dtype, shape
- * and bits) are the same node. */
+/* A constant holding a copy of value (later changes to value do not reach
+ * the graph).  Small equal constants (same dtype, shape and bits) are the
+ * same node. */
 TGL_API tgl_status tgl_node_constant(tgl_ctx *ctx, tgl_array *value, tgl_node **out);
 /* A shared variable whose value starts as value (retained, not copied).
  * Its type is value's dtype and ndim; bcast sets broadcastable axes, which
@@ -345,6 +346,39 @@ TGL_API tgl_status tgl_grad(tgl_ctx *ctx, tgl_node *cost, int nwrt, tgl_node *co
                             tgl_node **grads);
 
 /* ------------------------------------------------------------------------ */
+/* Configuration and graph rewrites                                         */
+/* ------------------------------------------------------------------------ */
+
+/* Sets a setting of the context (values are strings):
+ *   exclude          comma-separated rewrite rules to switch off
+ *   threads          kernel threads (0: one per core)
+ *   cc, cflags       the optimizing compiler and its flags
+ *   cache_dir        the kernel cache ("" : $TGL_CACHE_DIR or ~/.cache/tgl)
+ *   compile          tiered | sync | tcc | cc
+ *   cache_max_bytes  size cap of the kernel cache
+ * Unknown keys and bad values fail with TGL_EINVAL. */
+TGL_API tgl_status tgl_config_set(tgl_ctx *ctx, const char *key, const char *value);
+/* The current value of a setting as text (NULL for an unknown key). */
+TGL_API const char *tgl_config_get(tgl_ctx *ctx, const char *key);
+
+/* How much rewriting tgl_optimize does. */
+typedef enum tgl_opt_level {
+    TGL_OPT_NONE = 0,
+    TGL_OPT_STABILIZE,      /* canonicalize + stabilize (cheap rules)      */
+    TGL_OPT_FAST_RUN        /* every stage: + specialize, fuse             */
+} tgl_opt_level;
+
+/* The graphs in[0..n-1] rewritten at the given level into out[0..n-1]
+ * (same values, faster or numerically safer form). */
+TGL_API tgl_status tgl_optimize(tgl_ctx *ctx, int level, int n, tgl_node *const *in,
+                                tgl_node **out);
+/* The rewrite rules: how many, and each one's name, stage and synopsis. */
+TGL_API int tgl_rule_count(void);
+TGL_API const char *tgl_rule_name(int i);
+TGL_API const char *tgl_rule_stage(int i);
+TGL_API const char *tgl_rule_synopsis(int i);
+
+/* ------------------------------------------------------------------------ */
 /* Compiled functions and the CVM                                           */
 /* ------------------------------------------------------------------------ */
 
@@ -356,10 +390,18 @@ typedef enum tgl_linker {
     TGL_LINKER_VM           /* one checked thunk per op, for debugging      */
 } tgl_linker;
 
+typedef enum tgl_mode {
+    TGL_MODE_FAST_RUN = 0,  /* every rewrite, generated kernels             */
+    TGL_MODE_FAST_COMPILE,  /* cheap rewrites only, reference kernels       */
+    TGL_MODE_DEBUG          /* as FAST_RUN, and every generated kernel is
+                               checked against the reference on each call  */
+} tgl_mode;
+
 typedef struct tgl_compile_options {
     int linker;             /* a tgl_linker                                 */
     int profile;            /* nonzero: time every instruction              */
     const char *name;       /* for messages and profiles; may be NULL      */
+    int mode;               /* a tgl_mode                                   */
 } tgl_compile_options;
 
 /* Compiles outputs (and updates: upd_vars[k] gets upd_exprs[k] after each
@@ -382,6 +424,9 @@ TGL_API tgl_status tgl_function_call(tgl_ctx *ctx, tgl_function *fn, tgl_array *
 TGL_API tgl_status tgl_function_run(tgl_ctx *ctx, tgl_function *fn, int64_t n_calls);
 /* A new reference to output i of the last run. */
 TGL_API tgl_status tgl_function_output(tgl_ctx *ctx, tgl_function *fn, int i, tgl_array **out);
+/* Blocks until every kernel of fn compiled in the background (tiered
+ * compilation) has been swapped in. */
+TGL_API tgl_status tgl_function_wait_compiled(tgl_ctx *ctx, tgl_function *fn);
 /* Numbers of inputs and outputs. */
 TGL_API int tgl_function_ninputs(const tgl_function *fn);
 TGL_API int tgl_function_noutputs(const tgl_function *fn);

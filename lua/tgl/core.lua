@@ -105,7 +105,14 @@ tgl_status tgl_grad(tgl_ctx *ctx, tgl_node *cost, int nwrt, tgl_node *const *wrt
                     tgl_node *const *known_vars, tgl_node *const *known_grads, int disconnected,
                     tgl_node **grads);
 typedef struct tgl_function tgl_function;
-typedef struct tgl_compile_options { int linker; int profile; const char *name; } tgl_compile_options;
+typedef struct tgl_compile_options { int linker; int profile; const char *name; int mode; } tgl_compile_options;
+tgl_status tgl_config_set(tgl_ctx *ctx, const char *key, const char *value);
+const char *tgl_config_get(tgl_ctx *ctx, const char *key);
+tgl_status tgl_optimize(tgl_ctx *ctx, int level, int n, tgl_node *const *in, tgl_node **out);
+int tgl_rule_count(void);
+const char *tgl_rule_name(int i);
+const char *tgl_rule_stage(int i);
+const char *tgl_rule_synopsis(int i);
 tgl_status tgl_function_new(tgl_ctx *ctx, int nin, tgl_node *const *inputs, int nout,
                             tgl_node *const *outputs, int nupd, tgl_node *const *upd_vars,
                             tgl_node *const *upd_exprs, const tgl_compile_options *opt,
@@ -114,6 +121,7 @@ void tgl_function_free(tgl_function *fn);
 tgl_status tgl_function_call(tgl_ctx *ctx, tgl_function *fn, tgl_array *const *in, tgl_array **out, int trust);
 tgl_status tgl_function_run(tgl_ctx *ctx, tgl_function *fn, int64_t n_calls);
 tgl_status tgl_function_output(tgl_ctx *ctx, tgl_function *fn, int i, tgl_array **out);
+tgl_status tgl_function_wait_compiled(tgl_ctx *ctx, tgl_function *fn);
 int tgl_function_ninputs(const tgl_function *fn);
 int tgl_function_noutputs(const tgl_function *fn);
 tgl_status tgl_function_program(tgl_ctx *ctx, const tgl_function *fn, char **text);

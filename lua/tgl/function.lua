@@ -68,8 +68,13 @@ local function call(self, ...)
   local nin = self.nin
   local ins, keep = self._ins, self._keep
   if self.trust_input then
+    -- No conversions; the engine still checks dtypes and ranks, so a wrong
+    -- argument is an error, never a crash.
     for i = 1, nin do
       local a = select(i, ...)
+      if not core.is_array(a) then
+        argerror(self.name, 'input %d must be an array with trust_input (got %s)', i, type(a))
+      end
       keep[i] = a
       ins[i - 1] = a.p
     end
@@ -224,6 +229,7 @@ function M.compile(spec)
     if st ~= 0 then
       local msg = ffi.string(C.tgl_ctx_error(core.ctx))
       C.tgl_ctx_clear_error(core.ctx)
+      msg = msg:gsub('^' .. name:gsub('%p', '%%%0') .. ': ', '')
       error(('tgl.%s: %s'):format(name, msg), 2)
     end
     if nout == 0 then return end

@@ -33,6 +33,22 @@ function M.grad(cost, wrt, opts)
     kv[#kv + 1] = v
     kg[#kg + 1] = is_var(g) and g or G.as_node(g, 'grad')
   end
+  -- Differentiate the numerically stable form of the cost (log_softmax
+  -- instead of log(softmax), the fused crossentropy, ...): its gradient
+  -- is stable too.  Only when the wrt are leaves and no known gradients
+  -- name intermediate nodes, which the rewrites could replace.
+  if cost and #kv == 0 then
+    local leaves = true
+    for _, v in ipairs(list) do
+      if v.kind == 'apply' then leaves = false end
+    end
+    if leaves then
+      local inn, outn = node_list(1), node_list(1)
+      inn[0] = cost.n
+      check(C.tgl_optimize(core.ctx, 1, 1, inn, outn), 'grad')
+      cost = G.wrap_node(outn[0])
+    end
+  end
   local n = #list
   local cw, out = node_list(math.max(n, 1)), node_list(math.max(n, 1))
   for i = 1, n do cw[i - 1] = list[i].n end
@@ -42,6 +58,16 @@ function M.grad(cost, wrt, opts)
                    disc == 'raise' and 0 or 1, out), 'grad')
   local res = {}
   for i = 1, n do res[i] = G.wrap_node(out[i - 1]) end
+  if disc == 'warn' then
+    -- 'ignore' gave zeros for the disconnected ones: say which they are.
+    for i = 1, n do
+      if res[i].op == 'fill_like' and C.tgl_node_input_at(res[i].n, 0) == list[i].n then
+        io.stderr:write(('tgl.grad: warning: the cost does not depend on %s (wrt %d); its '
+                         .. 'gradient is zero\n'):format(list[i].name and ("'" .. list[i].name .. "'")
+                                                         or 'an unnamed variable', i))
+      end
+    end
+  end
   if single then return res[1] end
   return res
 end

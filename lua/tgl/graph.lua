@@ -121,7 +121,8 @@ local function weak_dtype(v, dt)
   if is_float_id(dt) then return dt end
   if is_int(v) then
     if dt == DTYPE.bool then return DTYPE.int64 end
-    if dt == DTYPE.uint8 and (v < 0 or v > 255) then return DTYPE.int32 end
+    if dt == DTYPE.uint8 and (v < 0 or v > 255) then dt = DTYPE.int32 end
+    if dt == DTYPE.int32 and (v < -2^31 or v >= 2^31) then dt = DTYPE.int64 end
     return dt
   end
   return DTYPE[floatX()]
@@ -393,11 +394,11 @@ function M.mean(x, axis, opts)
 end
 
 -- Variance (ddof = 0 by default, as NumPy) and standard deviation.
-function M.var(x, axis, opts)
+local function variance(fname, x, axis, opts)
   if type(axis) == 'table' and axis.keepdims ~= nil and opts == nil then axis, opts = nil, axis end
   opts = opts or {}
-  x = floaty('var', tensorize('var', x))
-  local list = axes_of('var', x, axis)
+  x = floaty(fname, tensorize(fname, x))
+  local list = axes_of(fname, x, axis)
   local mu = apply('var', 'sum', { x }, 1, { i = list, flags = 1 })
   local n = M.cast(axes_size(x, list), DTYPE_NAME[dt_of(x)])
   mu = M.div(mu, n)
@@ -408,7 +409,8 @@ function M.var(x, axis, opts)
   return M.div(s, n)
 end
 
-function M.std(x, axis, opts) return M.sqrt(M.var(x, axis, opts)) end
+function M.var(x, axis, opts) return variance('var', x, axis, opts) end
+function M.std(x, axis, opts) return M.sqrt(variance('std', x, axis, opts)) end
 
 local function arg_reduction(opname)
   return function(x, axis, opts)
@@ -416,8 +418,16 @@ local function arg_reduction(opname)
     x = tensorize(opname, x)
     opts = opts or {}
     if axis == nil then
-      x = M.reshape(x, -1)
-      axis = 1
+      -- over every axis: the position in the flattened tensor; keepdims
+      -- keeps every axis (size 1), as NumPy does
+      local nd = nd_of(x)
+      local r = apply(opname, opname, { M.reshape(x, -1) }, 1, { i = { 0 }, flags = 0 })
+      if opts.keepdims then
+        local ones = {}
+        for k = 1, nd do ones[k] = 1 end
+        return M.reshape(r, ones)
+      end
+      return r
     end
     if type(axis) ~= 'number' then argerror(opname, 'axis must be one integer') end
     local list = axes_of(opname, x, axis)
@@ -435,6 +445,10 @@ function M.batched_dot(a, b)
   return apply('batched_dot', 'batched_dot', { tensorize('batched_dot', a), tensorize('batched_dot', b) }, 2)
 end
 function M.outer(a, b)
+  a, b = tensorize('outer', a), tensorize('outer', b)
+  if nd_of(a) ~= 1 or nd_of(b) ~= 1 then
+    argerror('outer', 'needs two vectors, got %d-d and %d-d tensors', nd_of(a), nd_of(b))
+  end
   return M.mul(M.dimshuffle(a, { 1, 'x' }), M.dimshuffle(b, { 'x', 1 }))
 end
 
@@ -522,8 +536,14 @@ function M.stack(list, axis)
   if type(list) ~= 'table' or #list == 0 then argerror('stack', 'expected a non-empty table of tensors') end
   axis = axis or 1
   local parts = {}
+  local first
   for k, t in ipairs(list) do
     t = tensorize('stack', t)
+    if is_array(t) then
+      local sh = '(' .. table.concat(t:shape(), ',') .. (t:dim() == 1 and ',)' or ')')
+      first = first or sh
+      if sh ~= first then argerror('stack', 'tensors of different shapes %s and %s', first, sh) end
+    end
     local nd = nd_of(t)
     local pos = axis < 0 and nd + 2 + axis or axis
     if pos < 1 or pos > nd + 1 then argerror('stack', 'axis %d is out of range', axis) end
@@ -597,8 +617,22 @@ end
 function M.categorical_crossentropy(p, y)
   p = tensorize('categorical_crossentropy', p)
   y = tensorize('categorical_crossentropy', y)
-  if nd_of(y) == nd_of(p) - 1 and not is_float_id(dt_of(y)) then
-    if nd_of(p) ~= 2 then argerror('categorical_crossentropy', 'integer labels need a matrix of probabilities') end
+  if not is_float_id(dt_of(y)) then
+    if nd_of(p) ~= 2 or nd_of(y) ~= 1 then
+      argerror('categorical_crossentropy', 'integer labels need a matrix of probabilities and a '
+               .. 'vector of labels, one per row (got %d-d labels, %d-d probabilities)', nd_of(y), nd_of(p))
+    end
+    if is_array(p) and is_array(y) then
+      if y:size(1) ~= p:size(1) then
+        argerror('categorical_crossentropy', '%d labels for %d rows', y:size(1), p:size(1))
+      end
+      for i = 1, y:size(1) do
+        local l = y:get(i)
+        if l < 1 or l > p:size(2) then
+          argerror('categorical_crossentropy', 'label %d (row %d) is not in 1..%d', l, i, p:size(2))
+        end
+      end
+    end
     local rows
     if is_var(p) or is_var(y) then
       rows = M.symbolic_arange(1, M.size(p, 1))
@@ -607,10 +641,18 @@ function M.categorical_crossentropy(p, y)
     end
     return M.neg(M.log(M.index(p, { rows, y })))
   end
+  if is_array(p) and is_array(y) and table.concat(p:shape(), ',') ~= table.concat(y:shape(), ',') then
+    argerror('categorical_crossentropy', 'targets of shape (%s) for probabilities of shape (%s)',
+             table.concat(y:shape(), ','), table.concat(p:shape(), ','))
+  end
   return M.neg(M.sum(M.mul(y, M.log(p)), -1))
 end
 
 function M.binary_crossentropy(p, t)
+  if is_array(p) and is_array(t) and table.concat(p:shape(), ',') ~= table.concat(t:shape(), ',') then
+    argerror('binary_crossentropy', 'targets of shape (%s,) for probabilities of shape (%s,)',
+             table.concat(t:shape(), ','), table.concat(p:shape(), ','))
+  end
   return M.neg(M.add(M.mul(t, M.log(p)), M.mul(M.sub(1, t), M.log(M.sub(1, p)))))
 end
 
@@ -618,7 +660,7 @@ end
 -- indexing: x[i], x[{i, {from, to [, step]}, {}}], x[{int_tensor, ...}]
 
 local IDX_SLICE, IDX_START_INPUT, IDX_STOP_INPUT, IDX_STEP_INPUT = 1, 4, 8, 16
-local IDX_NO_START, IDX_NO_STOP = 32, 64
+local IDX_NO_START, IDX_NO_STOP, IDX_LUA = 32, 64, 128
 
 local function is_index_tensor(v)
   return (is_var(v) or is_array(v)) and nd_of(v) >= 1
@@ -643,13 +685,19 @@ local function basic_index(fname, x, spec)
       if not is_int(s) or s == 0 then argerror(fname, 'index %s on axis %d is not valid (indices start at 1)', tostring(s), k) end
       start = s > 0 and s - 1 or s
     elseif is_var(s) or is_array(s) then
-      kind = IDX_START_INPUT
-      extras[#extras + 1] = M.sub(int_scalar(fname, s), 1)
+      -- symbolic: the engine converts the 1-based value at run time
+      kind = IDX_START_INPUT + IDX_LUA
+      extras[#extras + 1] = int_scalar(fname, s)
     elseif type(s) == 'table' and not is_var(s) then
       kind = IDX_SLICE
       local from, to, st = s[1], s[2], s[3]
       if st ~= nil then
-        if is_var(st) then kind = kind + IDX_STEP_INPUT; extras[#extras + 1] = 'step'
+        if is_var(st) then
+          kind = kind + IDX_STEP_INPUT
+          -- the step's sign is known only at run time: so is the meaning of
+          -- the bounds, which then go to the engine too
+          if type(from) == 'number' then from = M.constant(from, 'int64') end
+          if type(to) == 'number' then to = M.constant(to, 'int64') end
         elseif not is_int(st) or st == 0 then argerror(fname, 'step on axis %d must be a nonzero integer', k)
         else step = st end
       end
@@ -661,7 +709,6 @@ local function basic_index(fname, x, spec)
       else argerror(fname, 'slice start on axis %d is not valid', k) end
       if to == nil then kind = kind + IDX_NO_STOP
       elseif is_var(to) then
-        if neg then argerror(fname, 'a symbolic stop needs a positive step') end
         kind = kind + IDX_STOP_INPUT
       elseif is_int(to) and to ~= 0 then
         -- inclusive 1-based -> exclusive 0-based
@@ -672,12 +719,13 @@ local function basic_index(fname, x, spec)
           if to == 1 then kind = kind + IDX_NO_STOP else stop = e end
         end
       else argerror(fname, 'slice stop on axis %d is not valid', k) end
-      -- extras in order: start, stop, step
+      -- extras in order: start, stop, step (symbolic ones stay 1-based
+      -- and inclusive: the engine converts them at run time)
+      if is_var(from) or is_var(to) then kind = kind + IDX_LUA end
       local ex = {}
-      if is_var(from) then ex[#ex + 1] = M.sub(int_scalar(fname, from), 1) end
+      if is_var(from) then ex[#ex + 1] = int_scalar(fname, from) end
       if is_var(to) then ex[#ex + 1] = int_scalar(fname, to) end
       if is_var(st) then ex[#ex + 1] = int_scalar(fname, st) end
-      if extras[#extras] == 'step' then extras[#extras] = nil end
       for _, e in ipairs(ex) do extras[#extras + 1] = e end
     else
       argerror(fname, 'index %d must be a number, a slice table or a tensor, got %s', k, type(s))
@@ -710,8 +758,18 @@ local function adv_index(fname, x, spec)
   return flags, idx
 end
 
+-- Views made by indexing arrays remember what they index, so that
+-- set_subtensor / inc_subtensor apply to arrays too (weak keys: no leak).
+local view_origin = setmetatable({}, { __mode = 'k' })
+
 -- x[spec] for variables and arrays.
 function M.index(x, spec)
+  local r = M.index_raw(x, spec)
+  if is_array(x) and is_array(r) then view_origin[r] = { x, spec } end
+  return r
+end
+
+function M.index_raw(x, spec)
   if type(spec) ~= 'table' or is_var(spec) or is_array(spec) then spec = { spec } end
   local adv = false
   for _, s in ipairs(spec) do if is_index_tensor(s) then adv = true end end
@@ -739,6 +797,18 @@ end
 
 -- set_subtensor(x[{...}], v) / inc_subtensor(x[{...}], v)
 local function inc_like(fname, sub, v, set)
+  if is_array(sub) and view_origin[sub] then
+    -- eager: a copy of the indexed array with the region set or added to
+    local base, spec = unpack(view_origin[sub])
+    local r = base:clone()
+    local region = M.index_raw(r, spec)
+    if set then
+      if is_array(v) then region:copy(v) else region:fill(v) end
+    else
+      region:copy(M.add(region, v))
+    end
+    return r
+  end
   if not is_var(sub) then
     argerror(fname, 'the first argument must be an indexing expression of a variable, e.g. x[{1, {2, 3}}]')
   end

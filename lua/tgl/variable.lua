@@ -91,7 +91,8 @@ function vmethods.value(x)
   return core.wrap(a):clone()
 end
 
--- x:eval{[x] = array, ...}: compiles and runs once (cached per input set).
+-- x:eval{[x] = array, ...}: compiles and runs once (a new function each
+-- call: for repeated use, tgl.compile once).
 function vmethods.eval(x, inputs)
   local tgl = require 'tgl'
   inputs = inputs or {}

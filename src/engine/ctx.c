@@ -5,6 +5,7 @@
  * keeps no other mutable global state except the live-memory counter.
  */
 #include "engine/engine.h"
+#include "engine/fprog.h"
 #include "engine/graph.h"
 
 #include <stdarg.h>
@@ -15,8 +16,10 @@
 tgl_ctx *tgl_ctx_new(void)
 {
     tgl_ctx *ctx = calloc(1, sizeof *ctx);
-    if (ctx)
+    if (ctx) {
         ctx->refcount = 1;
+        tgl_config_defaults(ctx);
+    }
     return ctx;
 }
 
@@ -28,6 +31,7 @@ void tgl_ctx_retain(tgl_ctx *ctx)
 void tgl_ctx_release(tgl_ctx *ctx)
 {
     if (ctx && __atomic_sub_fetch(&ctx->refcount, 1, __ATOMIC_ACQ_REL) == 0) {
+        tgl_fprog_free_all(ctx);
         tgl_graph_free(&ctx->graph);
         free(ctx);
     }

@@ -50,6 +50,57 @@ static tgl_status check_result(tgl_ctx *ctx, const tgl_node *n, tgl_array *const
     return TGL_OK;
 }
 
+/* The buffer for output slot dst of the given shape: last call's buffer
+ * when nobody else holds it (cvm_nogc), the in-place input's buffer when
+ * the plan allows and nobody else holds it, else a new one. */
+static tgl_status take_buffer(tgl_ctx *ctx, tgl_function *fn, const tgl_instr *ins,
+                              tgl_array **dst, int dtype, int ndim, const int64_t *shape)
+{
+    tgl_array *o = *dst;
+    if (o && o->refcount == 1 && o->storage->refcount == 1 && o->dtype_id == dtype &&
+        same_shape(o, ndim, shape) && (o->flags & TGL_ARRAY_CONTIGUOUS))
+        return TGL_OK;
+    if (ins->inplace >= 0) {
+        tgl_array **src = &fn->slot[ins->in[ins->inplace]];
+        tgl_array *a = *src;
+        if (a && a->refcount == 1 && a->storage->refcount == 1 && a->dtype_id == dtype &&
+            same_shape(a, ndim, shape) && (a->flags & TGL_ARRAY_CONTIGUOUS)) {
+            /* Move: the input slot is not read again (plan.c). */
+            tgl_array_release(o);
+            *dst = a;
+            tgl_array_retain(a);
+            return TGL_OK;
+        }
+    }
+    tgl_array_release(o);
+    *dst = NULL;
+    return tgl_array_alloc(ctx, tgl_op_name(ins->node->op), dtype, ndim, shape, false, dst);
+}
+
+/* A fused instruction: every program output wanted gets a buffer, then
+ * one pass of the generated kernel (or the reference path) fills them. */
+static tgl_status run_fused(tgl_ctx *ctx, tgl_function *fn, tgl_instr *ins, tgl_array **in)
+{
+    const tgl_node *n = ins->node;
+    tgl_array *outs[16] = {NULL};
+    if (ins->nouts > 16)
+        return tgl_ctx_set_error(ctx, TGL_EINTERNAL, "fused: too many outputs");
+    for (int k = 0; k < ins->nouts; k++) {
+        if (ins->outs[k] < 0)
+            continue;
+        int64_t shape[TGL_MAX_DIMS];
+        const tgl_node *on = fn->slot_node[ins->outs[k]];
+        tgl_status st = tgl_fused_output_shape(ctx, n, in, k, shape);
+        if (!st)
+            st = take_buffer(ctx, fn, k == n->p.i[1] ? ins : &(tgl_instr){.inplace = -1, .node = n},
+                             &fn->slot[ins->outs[k]], on->type.dtype, on->type.ndim, shape);
+        if (st)
+            return st;
+        outs[k] = fn->slot[ins->outs[k]];
+    }
+    return tgl_fused_run(ctx, n, in, outs, fn->mode == TGL_MODE_DEBUG);
+}
+
 static tgl_status run_op(tgl_ctx *ctx, tgl_function *fn, tgl_instr *ins)
 {
     const tgl_node *n = ins->node;
@@ -62,7 +113,9 @@ static tgl_status run_op(tgl_ctx *ctx, tgl_function *fn, tgl_instr *ins)
         in[i] = fn->slot[ins->in[i]];
     tgl_status st;
     tgl_array **dst = &fn->slot[ins->out];
-    if (impl->view) {
+    if (ins->nouts > 0) {
+        st = run_fused(ctx, fn, ins, in);
+    } else if (impl->view) {
         tgl_array *v = NULL;
         st = impl->view(ctx, n, in, &v);
         if (!st) {
@@ -72,22 +125,15 @@ static tgl_status run_op(tgl_ctx *ctx, tgl_function *fn, tgl_instr *ins)
     } else {
         int64_t shape[TGL_MAX_DIMS];
         st = impl->shape(ctx, n, in, shape);
-        if (!st) {
-            tgl_array *o = *dst;
-            /* Reuse last call's buffer when nobody else holds it. */
-            if (!(o && o->refcount == 1 && o->storage->refcount == 1 &&
-                  o->dtype_id == n->type.dtype && same_shape(o, n->type.ndim, shape) &&
-                  (o->flags & TGL_ARRAY_CONTIGUOUS))) {
-                tgl_array_release(o);
-                *dst = NULL;
-                st = tgl_array_alloc(ctx, tgl_op_name(n->op), n->type.dtype, n->type.ndim, shape,
-                                     false, &o);
-                if (!st)
-                    *dst = o;
-            }
-            if (!st)
-                st = impl->kernel(ctx, n, in, o);
-        }
+        if (!st)
+            st = take_buffer(ctx, fn, ins, dst, n->type.dtype, n->type.ndim, shape);
+        if (!st)
+            st = impl->kernel(ctx, n, in, *dst);
+    }
+    if (!st && ins->inplace >= 0 && fn->slot[ins->in[ins->inplace]] == *dst) {
+        /* The input's slot gave its buffer away: it is not read again. */
+        tgl_array_release(fn->slot[ins->in[ins->inplace]]);
+        fn->slot[ins->in[ins->inplace]] = NULL;
     }
     if (!st && fn->linker == TGL_LINKER_VM)
         st = check_result(ctx, n, in, *dst);

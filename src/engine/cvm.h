@@ -25,6 +25,9 @@ typedef struct tgl_instr {
     int32_t *free_slots;
     const tgl_node *node;    /* for TGL_I_OP: what it computes             */
     const tgl_opimpl *impl;
+    int32_t inplace;         /* input whose buffer the output takes, or -1 */
+    int32_t nouts;           /* fused: slot of each program output, or -1  */
+    int32_t *outs;
     uint64_t calls, ns;      /* profile                                    */
 } tgl_instr;
 
@@ -39,7 +42,7 @@ typedef enum tgl_slot_kind {
 struct tgl_function {
     tgl_ctx *ctx;            /* retained: keeps the nodes alive            */
     char *name;
-    int linker, profile;
+    int linker, profile, mode;
     int nin, nout, nupd;
     int32_t nslots;
     tgl_array **slot;
@@ -56,6 +59,9 @@ struct tgl_function {
     tgl_array **last_out;    /* outputs of the last run                    */
     uint64_t ncalls, total_ns;
 };
+
+/* The memory plan (plan.c): early releases and in-place steps. */
+tgl_status tgl_plan_memory(tgl_ctx *ctx, tgl_function *fn, bool inplace);
 
 /* Runs the program once on the current slots; applies nothing. */
 tgl_status tgl_cvm_run(tgl_ctx *ctx, tgl_function *fn);

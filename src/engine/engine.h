@@ -23,13 +23,28 @@ struct tgl_graph_table {
     struct tgl_node *all;
 };
 
+/* Settings read by the compiler and code generator (tgl_config_set). */
+struct tgl_config {
+    char exclude[1024];      /* ",rule,rule," names of rewrites switched off */
+    int threads;             /* kernel threads; 0: all cores                 */
+    char cc[256];            /* optimizing compiler command                  */
+    char cflags[256];
+    char cache_dir[1024];    /* "" : $TGL_CACHE_DIR or ~/.cache/tgl          */
+    char compile[16];        /* tiered | sync | tcc | cc                      */
+    int64_t cache_max_bytes;
+};
+
 struct tgl_ctx {
     char errmsg[TGL_ERRMSG_SIZE];
+    struct tgl_config config;
     int32_t refcount;      /* the owner, plus every compiled function        */
     struct tgl_graph_table graph;  /* every node built with this context     */
+    struct tgl_fprog **fprogs;     /* fused programs (fprog.h), by id         */
+    int32_t nfprogs, fprogs_cap;
     uint64_t rng_seed;     /* key of the counter-based generator            */
     uint64_t rng_offset;   /* counter blocks used since the seed was set    */
     volatile int *interrupt;  /* set by the host's SIGINT handler; may be NULL */
+    struct tgl_pool *pool;    /* kernel threads (pool.h), made on first use     */
 };
 
 /* Reference-counted, 64-byte aligned element buffer. */
@@ -52,6 +67,9 @@ static inline bool tgl_ctx_interrupted(const tgl_ctx *ctx)
 {
     return ctx->interrupt && *ctx->interrupt;
 }
+
+/* Fills the context's settings from the defaults and the environment. */
+void tgl_config_defaults(tgl_ctx *ctx);
 
 /* Context reference counting: compiled functions keep their context (and
  * so its nodes) alive.  tgl_ctx_free drops the owner's reference. */

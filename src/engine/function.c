@@ -16,6 +16,8 @@
  * between sorting and emitting.)
  */
 #include "engine/cvm.h"
+#include "engine/fprog.h"
+#include "cgen/cgen.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -52,22 +54,62 @@ static tgl_status emit(builder *b, tgl_instr ins)
     return TGL_OK;
 }
 
-static tgl_status emit_op(builder *b, tgl_node *n)
+/* A fused node and its siblings (other outputs of the same program on the
+ * same inputs, still to be emitted) become one instruction writing every
+ * output.  Siblings are marked available and unmarked. */
+static tgl_status gather_fused(builder *b, tgl_node *n, size_t from, size_t hi, tgl_instr *ins)
+{
+    const tgl_fprog *p = tgl_fprog_get(b->ctx, (int32_t)n->p.i[0]);
+    ins->nouts = p->nout;
+    ins->outs = malloc(sizeof *ins->outs * (size_t)p->nout);
+    if (!ins->outs)
+        return tgl_ctx_set_error(b->ctx, TGL_ENOMEM, "tgl_function_new: out of memory");
+    for (int k = 0; k < p->nout; k++)
+        ins->outs[k] = -1;
+    ins->outs[n->p.i[1]] = b->slot_of[n->id];
+    for (size_t q = from; q <= hi && q < b->count; q++) {
+        tgl_node *m = b->order[q];
+        if (m == n || !b->mark[m->id] || m->kind != TGL_NODE_APPLY || m->op != TGL_OP_FUSED ||
+            m->p.i[0] != n->p.i[0] || m->nin != n->nin)
+            continue;
+        bool same = true;
+        for (int k = 0; k < n->nin && same; k++)
+            same = m->in[k] == n->in[k];
+        if (!same || ins->outs[m->p.i[1]] >= 0)
+            continue;
+        ins->outs[m->p.i[1]] = b->slot_of[m->id];
+        b->mark[m->id] = 0;
+        b->avail[m->id] = 1;
+    }
+    return TGL_OK;
+}
+
+static tgl_status emit_op(builder *b, tgl_node *n, size_t pos, size_t hi)
 {
     tgl_instr ins = {0};
     ins.kind = TGL_I_OP;
     ins.node = n;
     ins.impl = tgl_op_impl(n->op);
     ins.out = b->slot_of[n->id];
+    ins.inplace = -1;
+    if (n->op == TGL_OP_FUSED) {
+        tgl_status st = gather_fused(b, n, pos + 1, hi, &ins);
+        if (st)
+            return st;
+    }
     ins.nin = n->nin;
     ins.in = malloc(sizeof *ins.in * (size_t)(n->nin ? n->nin : 1));
-    if (!ins.in)
+    if (!ins.in) {
+        free(ins.outs);
         return tgl_ctx_set_error(b->ctx, TGL_ENOMEM, "tgl_function_new: out of memory");
+    }
     for (int i = 0; i < n->nin; i++)
         ins.in[i] = b->slot_of[n->in[i]->id];
     tgl_status st = emit(b, ins);
-    if (st)
+    if (st) {
         free(ins.in);
+        free(ins.outs);
+    }
     return st;
 }
 
@@ -77,6 +119,7 @@ static tgl_status emit_simple(builder *b, int kind, int32_t in0, int32_t out)
     ins.kind = kind;
     ins.out = out;
     ins.target = -1;
+    ins.inplace = -1;
     if (in0 >= 0) {
         ins.in = malloc(sizeof *ins.in);
         if (!ins.in)
@@ -155,7 +198,7 @@ static tgl_status emit_nodes(builder *b, int nroots, tgl_node *const *roots, boo
                 b->fn->code[j].target = b->fn->ncode;
             b->fn->has_jumps = true;
         } else if (n->kind == TGL_NODE_APPLY) {
-            st = emit_op(b, n);
+            st = emit_op(b, n, p, hi);
         }
         b->avail[n->id] = 1;
         done[ndone++] = n;
@@ -168,39 +211,6 @@ static tgl_status emit_nodes(builder *b, int nroots, tgl_node *const *roots, boo
     return st;
 }
 
-/* Release plan for the cvm linker: each temp slot is released after the
- * instruction that reads it last (outputs and update values are kept). */
-static tgl_status plan_frees(builder *b)
-{
-    tgl_function *fn = b->fn;
-    int32_t *last = malloc(sizeof *last * (size_t)fn->nslots);
-    if (!last)
-        return tgl_ctx_set_error(b->ctx, TGL_ENOMEM, "tgl_function_new: out of memory");
-    for (int32_t s = 0; s < fn->nslots; s++)
-        last[s] = -1;
-    for (int32_t pc = 0; pc < fn->ncode; pc++)
-        for (int k = 0; k < fn->code[pc].nin; k++)
-            last[fn->code[pc].in[k]] = pc;
-    for (int i = 0; i < fn->nout; i++)
-        last[fn->out_slot[i]] = -1;
-    for (int i = 0; i < fn->nupd; i++)
-        last[fn->upd_slot[i]] = -1;
-    for (int32_t s = 0; s < fn->nslots; s++) {
-        if (last[s] < 0 || fn->slot_kind[s] != TGL_SLOT_TEMP)
-            continue;
-        tgl_instr *ins = &fn->code[last[s]];
-        int32_t *f = realloc(ins->free_slots, sizeof *f * (size_t)(ins->nfree + 1));
-        if (!f) {
-            free(last);
-            return tgl_ctx_set_error(b->ctx, TGL_ENOMEM, "tgl_function_new: out of memory");
-        }
-        f[ins->nfree++] = s;
-        ins->free_slots = f;
-    }
-    free(last);
-    return TGL_OK;
-}
-
 void tgl_function_free(tgl_function *fn)
 {
     if (!fn)
@@ -210,6 +220,7 @@ void tgl_function_free(tgl_function *fn)
     for (int32_t pc = 0; pc < fn->ncode; pc++) {
         free(fn->code[pc].in);
         free(fn->code[pc].free_slots);
+        free(fn->code[pc].outs);
     }
     if (fn->last_out)
         for (int i = 0; i < fn->nout; i++)
@@ -282,6 +293,7 @@ tgl_status tgl_function_new(tgl_ctx *ctx, int nin, tgl_node *const *inputs, int 
     fn->ctx = ctx;
     fn->linker = opt ? opt->linker : TGL_LINKER_CVM;
     fn->profile = opt ? opt->profile : 0;
+    fn->mode = opt ? opt->mode : TGL_MODE_FAST_RUN;
     fn->name = strdup(opt && opt->name ? opt->name : "function");
     fn->nin = nin;
     fn->nout = nout;
@@ -294,6 +306,7 @@ tgl_status tgl_function_new(tgl_ctx *ctx, int nin, tgl_node *const *inputs, int 
     tgl_node **roots = malloc(sizeof *roots * (size_t)(nroots ? nroots : 1));
     tgl_status st = roots && fn->name ? TGL_OK : tgl_ctx_set_error(ctx, TGL_ENOMEM, "%s: out of memory", fn_);
     if (!st) {
+        /* The computed roots go through the rewrites; inputs stay. */
         int r = 0;
         for (int i = 0; i < nin; i++)
             roots[r++] = inputs[i];
@@ -301,7 +314,10 @@ tgl_status tgl_function_new(tgl_ctx *ctx, int nin, tgl_node *const *inputs, int 
             roots[r++] = outputs[i];
         for (int k = 0; k < nupd; k++)
             roots[r++] = upd_exprs[k];
-        st = tgl_toposort(ctx, nroots, roots, &b.order, &b.count);
+        int level = fn->mode == TGL_MODE_FAST_COMPILE ? TGL_OPT_STABILIZE : TGL_OPT_FAST_RUN;
+        st = tgl_optimize(ctx, level, nout + nupd, roots + nin, roots + nin);
+        if (!st)
+            st = tgl_toposort(ctx, nroots, roots, &b.order, &b.count);
     }
     uint32_t nids = ctx->graph.next_id;
     if (!st) {
@@ -359,15 +375,19 @@ tgl_status tgl_function_new(tgl_ctx *ctx, int nin, tgl_node *const *inputs, int 
     for (int i = 0; !st && i < nin; i++)
         fn->in_slot[i] = b.slot_of[inputs[i]->id];
     for (int i = 0; !st && i < nout; i++)
-        fn->out_slot[i] = b.slot_of[outputs[i]->id];
+        fn->out_slot[i] = b.slot_of[roots[nin + i]->id];
     for (int k = 0; !st && k < nupd; k++) {
         fn->upd_var[k] = upd_vars[k];
-        fn->upd_slot[k] = b.slot_of[upd_exprs[k]->id];
+        fn->upd_slot[k] = b.slot_of[roots[nin + nout + k]->id];
     }
     if (!st && nroots)
         st = emit_nodes(&b, nroots, roots, false);
-    if (!st && fn->linker == TGL_LINKER_CVM && !fn->has_jumps)
-        st = plan_frees(&b);
+    if (!st)
+        st = tgl_plan_memory(ctx, fn, fn->mode != TGL_MODE_DEBUG);
+    /* Generated kernels for the fused groups (not in FAST_COMPILE). */
+    for (int32_t pc = 0; !st && pc < fn->ncode; pc++)
+        if (fn->code[pc].kind == TGL_I_OP && fn->code[pc].node->op == TGL_OP_FUSED)
+            st = tgl_cgen_prepare(ctx, tgl_fprog_get(ctx, (int32_t)fn->code[pc].node->p.i[0]));
     free(roots);
     free(b.order);
     free(b.slot_of);
@@ -421,7 +441,37 @@ static void release_temps(tgl_function *fn)
         }
 }
 
-/* One run on the bound inputs: program, outputs, then the updates. */
+/* True when a shares storage with an array the function does not own (an
+ * input, a constant, a shared variable's value) or with one of the first
+ * `nother` arrays of other[]. */
+static bool aliased(const tgl_function *fn, const tgl_array *a, tgl_array *const *other,
+                    int nother)
+{
+    for (int32_t s = 0; s < fn->nslots; s++)
+        if (fn->slot_kind[s] != TGL_SLOT_TEMP && fn->slot[s] && fn->slot[s]->storage == a->storage)
+            return true;
+    for (int i = 0; i < nother; i++)
+        if (other[i] && other[i]->storage == a->storage)
+            return true;
+    return false;
+}
+
+/* A new reference to a, or to a copy of it when it is aliased. */
+static tgl_status own(tgl_ctx *ctx, const tgl_function *fn, tgl_array *a, tgl_array *const *other,
+                      int nother, tgl_array **out)
+{
+    if (!aliased(fn, a, other, nother)) {
+        tgl_array_retain(a);
+        *out = a;
+        return TGL_OK;
+    }
+    return tgl_array_copy(ctx, a, a->dtype_id, out);
+}
+
+/* One run on the bound inputs: program, outputs, then the updates.
+ * Outputs and new values never share memory with inputs, constants,
+ * shared variables or each other: whatever the caller does with an output
+ * cannot change the function's state, and vice versa. */
 static tgl_status run_once(tgl_ctx *ctx, tgl_function *fn)
 {
     for (int32_t s = 0; s < fn->nslots; s++)
@@ -430,26 +480,55 @@ static tgl_status run_once(tgl_ctx *ctx, tgl_function *fn)
             tgl_array_release(fn->slot[s]);
             fn->slot[s] = fn->slot_node[s]->value;
         }
+    /* Last run's outputs go first, so their buffers can be reused. */
+    for (int i = 0; i < fn->nout; i++) {
+        tgl_array_release(fn->last_out[i]);
+        fn->last_out[i] = NULL;
+    }
     uint64_t t0 = fn->profile ? tgl_now_ns() : 0;
     tgl_status st = tgl_cvm_run(ctx, fn);
+    tgl_array *newval[64], **nv = fn->nupd <= 64 ? newval : calloc((size_t)fn->nupd, sizeof *nv);
+    if (!st && !nv)
+        st = tgl_ctx_set_error(ctx, TGL_ENOMEM, "%s: out of memory", fn->name);
+    int made = 0;
+    /* New values of the updates: the variable's own value may stay (an
+     * identity update); anything else aliased is copied. */
+    for (int k = 0; k < fn->nupd && !st; k++) {
+        tgl_array *v = fn->slot[fn->upd_slot[k]];
+        if (v == fn->upd_var[k]->value) {
+            tgl_array_retain(v);
+            nv[k] = v;
+        } else {
+            st = own(ctx, fn, v, nv, k, &nv[k]);
+        }
+        made = k + 1;
+    }
+    for (int i = 0; i < fn->nout && !st; i++) {
+        tgl_array *o = fn->slot[fn->out_slot[i]];
+        tgl_array *seen[64];
+        int ns = 0;
+        for (int k = 0; k < fn->nupd && ns < 64; k++)
+            seen[ns++] = nv[k];
+        for (int j = 0; j < i && ns < 64; j++)
+            seen[ns++] = fn->last_out[j];
+        st = own(ctx, fn, o, seen, ns, &fn->last_out[i]);
+    }
     if (st) {
+        for (int k = 0; k < made; k++)
+            tgl_array_release(nv[k]);
+        if (nv != newval)
+            free(nv);
         release_temps(fn);
         return st;
-    }
-    for (int i = 0; i < fn->nout; i++) {
-        tgl_array *v = fn->slot[fn->out_slot[i]];
-        tgl_array_retain(v);
-        tgl_array_release(fn->last_out[i]);
-        fn->last_out[i] = v;
     }
     /* All updates read the values of this run before any is written. */
     for (int k = 0; k < fn->nupd; k++) {
         tgl_node *var = fn->upd_var[k];
-        tgl_array *v = fn->slot[fn->upd_slot[k]];
-        tgl_array_retain(v);
         tgl_array_release(var->value);
-        var->value = v;
+        var->value = nv[k];
     }
+    if (nv != newval)
+        free(nv);
     release_temps(fn);
     if (fn->profile) {
         fn->total_ns += tgl_now_ns() - t0;
@@ -464,12 +543,15 @@ tgl_status tgl_function_call(tgl_ctx *ctx, tgl_function *fn, tgl_array *const *i
     TGL_CHECK_CTX(ctx);
     TGL_CHECK(fn && (fn->nin == 0 || in) && (fn->nout == 0 || out), TGL_EINVAL,
               "tgl_function_call: bad arguments");
-    if (!trust)
-        for (int i = 0; i < fn->nin; i++) {
-            tgl_status st = check_input(ctx, fn, i, in[i]);
-            if (st)
-                return st;
-        }
+    /* The type check costs a few ns per input and keeps kernels in
+     * bounds, so trust_input (which skips the Lua-side conversions) does
+     * not skip it. */
+    (void)trust;
+    for (int i = 0; i < fn->nin; i++) {
+        tgl_status st = check_input(ctx, fn, i, in[i]);
+        if (st)
+            return st;
+    }
     for (int i = 0; i < fn->nin; i++) {
         int32_t s = fn->in_slot[i];
         tgl_array_retain(in[i]);
@@ -510,6 +592,16 @@ tgl_status tgl_function_output(tgl_ctx *ctx, tgl_function *fn, int i, tgl_array 
     TGL_CHECK(fn->last_out[i], TGL_EINVAL, "tgl_function_output: the function has not run");
     tgl_array_retain(fn->last_out[i]);
     *out = fn->last_out[i];
+    return TGL_OK;
+}
+
+tgl_status tgl_function_wait_compiled(tgl_ctx *ctx, tgl_function *fn)
+{
+    TGL_CHECK_CTX(ctx);
+    TGL_CHECK(fn, TGL_EINVAL, "tgl_function_wait_compiled: NULL function");
+    for (int32_t pc = 0; pc < fn->ncode; pc++)
+        if (fn->code[pc].kind == TGL_I_OP && fn->code[pc].node->op == TGL_OP_FUSED)
+            tgl_cgen_wait(tgl_fprog_get(ctx, (int32_t)fn->code[pc].node->p.i[0]));
     return TGL_OK;
 }
 
@@ -595,13 +687,34 @@ tgl_status tgl_function_program(tgl_ctx *ctx, const tgl_function *fn, char **tex
         sb_printf(&sb, "%4d  ", pc);
         switch (ins->kind) {
         case TGL_I_OP:
-            slot_name(fn, ins->out, a, sizeof a);
-            sb_printf(&sb, "%s = %s(", a, tgl_op_name(ins->node->op));
+            if (ins->nouts > 0) {
+                const tgl_fprog *p = tgl_fprog_get(fn->ctx, (int32_t)ins->node->p.i[0]);
+                int shown = 0;
+                for (int k = 0; k < ins->nouts; k++)
+                    if (ins->outs[k] >= 0) {
+                        slot_name(fn, ins->outs[k], a, sizeof a);
+                        sb_printf(&sb, "%s%s", shown++ ? ", " : "", a);
+                    }
+                sb_printf(&sb, " = fused#%d{", p->id);
+                for (int j = 0; j < p->norig; j++)
+                    sb_printf(&sb, "%s%s", j ? " " : "", tgl_op_name(p->orig[j]->op));
+                sb_printf(&sb, "}[%s](", tgl_cgen_tier(p) == 2 ? "cc" : tgl_cgen_tier(p) == 1 ? "tcc" : "ref");
+            } else {
+                slot_name(fn, ins->out, a, sizeof a);
+                sb_printf(&sb, "%s = %s(", a, tgl_op_name(ins->node->op));
+            }
             for (int k = 0; k < ins->nin; k++) {
                 slot_name(fn, ins->in[k], a, sizeof a);
                 sb_printf(&sb, "%s%s", k ? ", " : "", a);
             }
             sb_printf(&sb, ")  %s", tgl_type_str(ins->node->type, t, sizeof t));
+            if (ins->inplace >= 0) {
+                slot_name(fn, ins->in[ins->inplace], a, sizeof a);
+                sb_printf(&sb, "  [in place of %s]", a);
+            }
+            if (ins->node->op == TGL_OP_GEMM || ins->node->op == TGL_OP_GEMV ||
+                ins->node->op == TGL_OP_GER)
+                sb_printf(&sb, "  alpha=%g beta=%g", ins->node->p.f[0], ins->node->p.f[1]);
             if (ins->node->source)
                 sb_printf(&sb, "  %s", ins->node->source);
             break;

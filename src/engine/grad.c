@@ -56,7 +56,7 @@ tgl_status tgl_grad(tgl_ctx *ctx, tgl_node *cost, int nwrt, tgl_node *const *wrt
               TGL_EINVAL, "%s: bad arguments", fn);
     TGL_CHECK(cost || nknown > 0, TGL_EINVAL, "%s: no cost and no known gradients", fn);
     char buf[256], tb[96];
-    if (cost && nknown == 0) {
+    if (cost) {
         TGL_CHECK(cost->type.ndim == 0, TGL_ESHAPE,
                   "%s: the cost must be a scalar, got %s (sum it, or give known_grads)", fn,
                   tgl_type_str(cost->type, tb, sizeof tb));
@@ -114,7 +114,7 @@ tgl_status tgl_grad(tgl_ctx *ctx, tgl_node *cost, int nwrt, tgl_node *const *wrt
     }
 
     /* Seeds: d cost / d cost = 1, and the known gradients. */
-    if (cost && nknown == 0)
+    if (cost)
         st = tgl_node_map_set(ctx, &acc, cost, tgl_mk_scalar(ctx, cost->type.dtype, 1.0));
     for (int k = 0; k < nknown && !st; k++) {
         tgl_node *g = fit(ctx, known_grads[k], known_vars[k]);

@@ -225,7 +225,7 @@ tgl_status tgl_node_shared(tgl_ctx *ctx, tgl_array *value, uint32_t bcast, const
     TGL_CHECK(value && out, TGL_EINVAL, "tgl_node_shared: NULL argument");
     for (int i = 0; i < value->ndim; i++)
         TGL_CHECK(!((bcast >> i) & 1u) || value->shape[i] == 1, TGL_ESHAPE,
-                  "tgl_node_shared: axis %d is broadcastable but has size %" PRId64, i,
+                  "tgl_node_shared: axis %d is broadcastable but has size %" PRId64, i + 1,
                   value->shape[i]);
     tgl_node probe = {0};
     probe.kind = TGL_NODE_SHARED;
@@ -254,7 +254,7 @@ tgl_status tgl_shared_set(tgl_ctx *ctx, tgl_node *s, tgl_array *value)
     bool ok = value->dtype_id == s->type.dtype && value->ndim == s->type.ndim;
     for (int i = 0; ok && i < value->ndim; i++)
         ok = !tgl_type_bcast(s->type, i) || value->shape[i] == 1;
-    TGL_CHECK(ok, TGL_ESHAPE, "tgl_shared_set: %s%s%s expects %s, got %s",
+    TGL_CHECK(ok, TGL_ESHAPE, "tgl_shared_set: %s%s%sexpects %s, got %s",
               s->name ? "'" : "", s->name ? s->name : "", s->name ? "' " : "",
               tgl_type_str(s->type, want, sizeof want), tgl_array_str(value, got, sizeof got));
     tgl_array_retain(value);
@@ -451,7 +451,8 @@ tgl_status tgl_op_error(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in, t
             break;
         k += (size_t)w;
     }
-    return tgl_ctx_set_error(ctx, st, "%s: %s (inputs: %s)%s%s", tgl_op_name(n->op), what,
+    int op = n->origin1 ? n->origin1 - 1 : n->op;
+    return tgl_ctx_set_error(ctx, st, "%s: %s (inputs: %s)%s%s", tgl_op_name(op), what,
                              ins, n->source ? "; built at " : "", n->source ? n->source : "");
 }
 

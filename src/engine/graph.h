@@ -13,6 +13,8 @@ struct tgl_node {
     uint32_t id;           /* creation order: stable names in printouts     */
     int16_t kind;          /* a tgl_node_kind                               */
     int16_t op;            /* for TGL_NODE_APPLY: the op id                 */
+    int16_t origin1;       /* 1 + the op the user wrote, when a rewrite made
+                              this node from it (0: none); names errors     */
     int32_t nin;
     tgl_node **in;
     tgl_params p;

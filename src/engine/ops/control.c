@@ -36,7 +36,10 @@ static tgl_status ifelse_view(tgl_ctx *ctx, const tgl_node *n, tgl_array *const 
     return TGL_OK;
 }
 
-/* The gradient flows to the branch taken; the other gets zeros. */
+/* The gradient flows to the branch taken; the other gets zeros shaped
+ * like the output gradient (the branches have one shape when both are
+ * valid), so the untaken branch's forward value is never needed.  Its
+ * backward pass still runs, on zeros. */
 static tgl_status ifelse_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *g, tgl_node **gin)
 {
     tgl_node *c = n->in[0], *a = n->in[1], *b = n->in[2];
@@ -45,8 +48,11 @@ static tgl_status ifelse_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *g, tgl_node *
     if (!tgl_dtype_is_float(n->type.dtype))
         return TGL_OK;
     int dt = n->type.dtype;
-    gin[1] = tgl_mk3(ctx, TGL_OP_IFELSE, c, g, tgl_mk_fill_like(ctx, a, dt, 0.0));
-    gin[2] = tgl_mk3(ctx, TGL_OP_IFELSE, c, tgl_mk_fill_like(ctx, b, dt, 0.0), g);
+    (void)a;
+    (void)b;
+    tgl_node *zero = tgl_mk_fill_like(ctx, g, dt, 0.0);
+    gin[1] = tgl_mk3(ctx, TGL_OP_IFELSE, c, g, zero);
+    gin[2] = tgl_mk3(ctx, TGL_OP_IFELSE, c, zero, g);
     return TGL_OK;
 }
 

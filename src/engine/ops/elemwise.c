@@ -78,6 +78,15 @@ static int compute_dtype(const tgl_node *n)
     return dt;
 }
 
+int tgl_elemwise_operand_dtype(const tgl_node *n, int i)
+{
+    if (n->op == TGL_OP_CAST)
+        return n->in[0]->type.dtype;
+    if (n->op == TGL_OP_SWITCH)
+        return i == 0 ? TGL_BOOL : n->type.dtype;
+    return compute_dtype(n);
+}
+
 static tgl_status elemwise_infer(tgl_ctx *ctx, tgl_node *n)
 {
     int op = n->op;
@@ -520,7 +529,16 @@ static tgl_status elemwise_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *g, tgl_node
 
 /* ---- the implementation -------------------------------------------- */
 
+int tgl_inplace_same_type(const tgl_node *n)
+{
+    for (int i = 0; i < n->nin; i++)
+        if (tgl_type_eq(n->in[i]->type, n->type))
+            return i;
+    return -1;
+}
+
 const tgl_opimpl tgl_impl_elemwise = {
+    .inplace = tgl_inplace_same_type,
     .family = TGL_FAM_ELEMWISE,
     .nin_min = 1,
     .nin_max = 3, /* elemwise_infer checks each op's exact arity */

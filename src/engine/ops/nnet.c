@@ -262,6 +262,100 @@ static tgl_status one_hot_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *g, tgl_node 
     return TGL_OK;
 }
 
+/* ---- softmax_crossentropy ------------------------------------------ */
+
+/* x: (rows, classes) logits; labels: int vector of 1-based classes.
+ * loss[i] = logsumexp(x[i]) - x[i, label_i], computed with the row max
+ * subtracted, so logits of +-1000 give finite, exact losses.  The
+ * specialize stage rewrites -log_softmax(x)[rows, labels] into this. */
+static tgl_status xent_infer(tgl_ctx *ctx, tgl_node *n)
+{
+    tgl_type x = n->in[0]->type, y = n->in[1]->type;
+    TGL_CHECK(x.ndim == 2 && tgl_dtype_is_float(x.dtype), TGL_EDTYPE,
+              "needs a float matrix of logits");
+    TGL_CHECK(y.ndim == 1 && (y.dtype == TGL_INT32 || y.dtype == TGL_INT64), TGL_EDTYPE,
+              "needs an int32 or int64 vector of labels");
+    TGL_CHECK(n->p.n == 0, TGL_EINVAL, "takes no parameters");
+    n->type = tgl_type_make(x.dtype, 1, x.bcast & y.bcast & 1u);
+    return TGL_OK;
+}
+
+static tgl_status xent_shape(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
+                             int64_t *shape)
+{
+    if (in[1]->shape[0] != in[0]->shape[0])
+        return tgl_op_error(ctx, n, in, TGL_ESHAPE, "%" PRId64 " labels for %" PRId64 " rows",
+                            in[1]->shape[0], in[0]->shape[0]);
+    shape[0] = in[0]->shape[0];
+    return TGL_OK;
+}
+
+static tgl_status xent_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
+                              tgl_array *out)
+{
+    const tgl_array *x = in[0], *y = in[1];
+    int64_t rows = x->shape[0], cols = x->shape[1];
+    for (int64_t i = 0; i < rows; i++) {
+        int64_t label = (int64_t)tgl_load_as_double(y->dtype_id, y->data, i * y->strides[0]);
+        if (label < 1 || label > cols)
+            return tgl_op_error(ctx, n, in, TGL_EINVAL,
+                                "label %" PRId64 " at position %" PRId64 " is not in 1..%" PRId64,
+                                label, i + 1, cols);
+        const char *row = (const char *)x->data;
+        int64_t base = i * x->strides[0], cs = x->strides[1];
+        double m = -INFINITY, sum = 0;
+        for (int64_t j = 0; j < cols; j++) {
+            double v = tgl_load_as_double(x->dtype_id, row, base + j * cs);
+            if (v > m || v != v)
+                m = v;
+        }
+        for (int64_t j = 0; j < cols; j++)
+            sum += exp(tgl_load_as_double(x->dtype_id, row, base + j * cs) - m);
+        double picked = tgl_load_as_double(x->dtype_id, row, base + (label - 1) * cs);
+        tgl_store_from_double(out->dtype_id, out->data, i, m + log(sum) - picked);
+    }
+    return TGL_OK;
+}
+
+/* d loss[i] / d x[i] = softmax(x[i]) - onehot(label_i): finite for any
+ * logits.  Built as softmax(x) with 1 taken off at (i, label_i). */
+static tgl_status xent_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *g, tgl_node **gin)
+{
+    tgl_node *x = n->in[0], *y = n->in[1];
+    int dt = x->type.dtype;
+    tgl_params ap = {0};
+    ap.n = 1;
+    ap.i[0] = 1;
+    tgl_node *sm = tgl_mk(ctx, TGL_OP_SOFTMAX, 1, &x, &ap);
+    ap.i[0] = 0;
+    tgl_node *nrows = tgl_mk(ctx, TGL_OP_AXES_SIZE, 1, &x, &ap);
+    tgl_params rp = {0};
+    rp.n = 1;
+    rp.i[0] = TGL_INT64;
+    tgl_node *one = tgl_mk_scalar(ctx, TGL_INT64, 1);
+    tgl_node *ain[3] = {one, nrows, one};
+    tgl_node *rows = tgl_mk(ctx, TGL_OP_ARANGE, 3, ain, &rp);
+    tgl_params ip = {0};
+    ip.n = 2;
+    ip.i[0] = ip.i[1] = 1;
+    tgl_node *iin[4] = {sm, tgl_mk_scalar(ctx, dt, -1.0), rows, y};
+    tgl_node *d = tgl_mk(ctx, TGL_OP_ADV_INC_SUBTENSOR, 4, iin, &ip);
+    int64_t col[2] = {0, -1};
+    gin[0] = tgl_mk2(ctx, TGL_OP_MUL, d, tgl_mk_dimshuffle(ctx, g, 2, col));
+    gin[1] = NULL;
+    return TGL_OK;
+}
+
+const tgl_opimpl tgl_impl_softmax_xent = {
+    .family = TGL_FAM_NNET,
+    .nin_min = 2,
+    .nin_max = 2,
+    .infer = xent_infer,
+    .shape = xent_shape,
+    .kernel = xent_kernel,
+    .grad = xent_grad,
+};
+
 /* ---- the implementations ------------------------------------------- */
 
 const tgl_opimpl tgl_impl_softmax = {

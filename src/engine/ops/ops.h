@@ -81,6 +81,9 @@
     /* linear algebra */                                                        \
     _(DOT, "dot", dot, "y = a . b (vector/matrix products)")                   \
     _(BATCHED_DOT, "batched_dot", batched_dot, "y[k] = a[k] . b[k]")                   \
+    _(GEMM, "gemm", gemm, "y = p.f[0] a.b + p.f[1] c (matrices, BLAS)")        \
+    _(GEMV, "gemv", gemv, "y = p.f[0] A.x + p.f[1] c (BLAS)")                  \
+    _(GER, "ger", ger, "Y = A + p.f[0] x y' (BLAS rank-1 update)")             \
     /* shape */                                                                 \
     _(DIMSHUFFLE, "dimshuffle", dimshuffle, "y = x with axes p.i reordered (-1 adds one)") \
     _(RESHAPE, "reshape", reshape, "y = x with shape p.i (or input 2)")           \
@@ -97,8 +100,12 @@
     _(SOFTMAX, "softmax", softmax, "y = exp(x) / sum(exp(x)) along p.i[0]")        \
     _(LOG_SOFTMAX, "log_softmax", log_softmax, "y = x - log(sum(exp(x))) along p.i[0]") \
     _(ONE_HOT, "one_hot", one_hot, "y[..., k] = (labels == k), k = 1..p.i[0]")     \
+    _(SOFTMAX_XENT, "softmax_crossentropy", softmax_xent,                      \
+      "y[i] = -log softmax(x[i])[labels[i]] (1-based labels), stable")         \
     /* control */                                                               \
-    _(IFELSE, "ifelse", ifelse, "y = c ? a : b, computing only the branch taken")
+    _(IFELSE, "ifelse", ifelse, "y = c ? a : b, computing only the branch taken")      \
+    /* fused elementwise groups (the fuse stage builds them) */                 \
+    _(FUSED, "fused", fused, "y = output p.i[1] of fused program p.i[0] on the inputs")
 
 enum {
 #define TGL_OP_ENUM(ID, name, impl, syn) TGL_OP_##ID,
@@ -114,7 +121,8 @@ typedef enum tgl_op_family {
     TGL_FAM_SHAPE,
     TGL_FAM_SUBTENSOR,
     TGL_FAM_NNET,
-    TGL_FAM_CONTROL
+    TGL_FAM_CONTROL,
+    TGL_FAM_FUSED
 } tgl_op_family;
 
 /* Parameters of SUBTENSOR and INC_SUBTENSOR: four entries per indexed
@@ -132,6 +140,8 @@ typedef enum tgl_op_family {
 #define TGL_IDX_STEP_INPUT 16
 #define TGL_IDX_NO_START 32      /* omitted: 0 (or the end when step < 0)   */
 #define TGL_IDX_NO_STOP 64       /* omitted: the end (or before 0)          */
+#define TGL_IDX_LUA 128          /* the _INPUT bounds are Lua-style: 1-based,
+                                    stop inclusive, negative from the end  */
 /* ADV_SUBTENSOR / ADV_INC_SUBTENSOR: p.n = x's ndim; p.i[d] = 1 when axis d
  * is indexed by the next integer-array input (indexed axes are
  * consecutive), 0 when taken whole.  Index values are 1-based (negative
@@ -154,7 +164,14 @@ typedef struct tgl_opimpl {
     tgl_status (*view)(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in, tgl_array **out);
     tgl_status (*grad)(tgl_ctx *ctx, tgl_node *n, tgl_node *gout, tgl_node **gin);
     tgl_status (*rop)(tgl_ctx *ctx, tgl_node *n, tgl_node *const *tin, tgl_node **tout);
+    /* The input whose buffer the output may take over when that input is
+     * not read again (in-place execution), or -1; NULL means never. */
+    int (*inplace)(const tgl_node *n);
 } tgl_opimpl;
+
+/* The first input of n with n's exact type, or -1: elementwise ops may
+ * write their output over such an input. */
+int tgl_inplace_same_type(const tgl_node *n);
 
 /* A catalog entry: the op's name and synopsis, and its implementation. */
 typedef struct tgl_opdef {
@@ -183,6 +200,19 @@ tgl_status tgl_op_error(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in, t
     __attribute__((format(printf, 5, 6)))
 #endif
     ;
+
+/* Fused nodes (fused.c): runs every output of n's program on in; out[k]
+ * (NULL: not wanted) are allocated by the caller with the output shapes.
+ * debug: also run the reference path and fail on a mismatch. */
+tgl_status tgl_fused_run(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
+                         tgl_array *const *out, bool debug);
+/* The shape of output k of fused node n's program on in. */
+tgl_status tgl_fused_output_shape(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in, int k,
+                                  int64_t *shape);
+
+/* The dtype elementwise node n converts input i to before computing (the
+ * kernel's compute dtype; bool for switch's condition). */
+int tgl_elemwise_operand_dtype(const tgl_node *n, int i);
 
 /* Broadcast output shape of elementwise inputs (same ndim), checking that
  * non-broadcastable axes agree. */

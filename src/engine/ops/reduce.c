@@ -574,9 +574,25 @@ static tgl_status reduce_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *g, tgl_node *
     case TGL_OP_SUM:
         gin[0] = tgl_mk2(ctx, TGL_OP_MUL, tgl_mk_fill_like(ctx, x, dt, 1.0), gk);
         break;
-    case TGL_OP_PROD:
-        gin[0] = tgl_mk2(ctx, TGL_OP_DIV, tgl_mk2(ctx, TGL_OP_MUL, gk, yk), x);
+    case TGL_OP_PROD: {
+        /* d prod / d x_k is the product of the other elements: y / x_k when
+         * no element is zero; with exactly one zero, the product of the
+         * nonzero ones at the zero and 0 elsewhere; with more, 0. */
+        tgl_node *zero = tgl_mk_scalar(ctx, dt, 0.0), *one = tgl_mk_scalar(ctx, dt, 1.0);
+        tgl_node *is0 = tgl_mk2(ctx, TGL_OP_EQ, x, zero);
+        tgl_params kp = n->p; /* the same axes, kept */
+        kp.flags = TGL_REDUCE_KEEPDIMS;
+        tgl_node *count_in = tgl_mk_cast(ctx, is0, dt);
+        tgl_node *nonzero = tgl_mk3(ctx, TGL_OP_SWITCH, is0, one, x);
+        tgl_node *nzeros = tgl_mk(ctx, TGL_OP_SUM, 1, &count_in, &kp);
+        tgl_node *pnz = tgl_mk(ctx, TGL_OP_PROD, 1, &nonzero, &kp);
+        tgl_node *at_zero = tgl_mk3(ctx, TGL_OP_SWITCH, tgl_mk2(ctx, TGL_OP_EQ, nzeros, one), pnz,
+                                    zero);
+        tgl_node *others = tgl_mk3(ctx, TGL_OP_SWITCH, is0, at_zero,
+                                   tgl_mk2(ctx, TGL_OP_DIV, yk, nonzero));
+        gin[0] = tgl_mk2(ctx, TGL_OP_MUL, gk, others);
         break;
+    }
     default:
         gin[0] = tgl_mk2(ctx, TGL_OP_MUL, gk, tgl_mk_cast(ctx, tgl_mk2(ctx, TGL_OP_EQ, x, yk), dt));
         break;

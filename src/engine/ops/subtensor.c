@@ -38,7 +38,7 @@
 
 #define IDX_FLAGS_KNOWN                                                                 \
     (TGL_IDX_KIND_MASK | TGL_IDX_START_INPUT | TGL_IDX_STOP_INPUT | TGL_IDX_STEP_INPUT | \
-     TGL_IDX_NO_START | TGL_IDX_NO_STOP)
+     TGL_IDX_NO_START | TGL_IDX_NO_STOP | TGL_IDX_LUA)
 
 static bool is_index_dtype(int dtype)
 {
@@ -128,7 +128,7 @@ static tgl_status basic_region_type(tgl_ctx *ctx, const tgl_node *n, int nfixed,
                       (kind == TGL_IDX_INDEX || kind == TGL_IDX_SLICE),
                   TGL_EINVAL, "bad index kind %" PRId64 " for axis %d", f, d + 1);
         if (kind == TGL_IDX_INDEX) {
-            TGL_CHECK(!(f & ~(int64_t)(TGL_IDX_KIND_MASK | TGL_IDX_START_INPUT)), TGL_EINVAL,
+            TGL_CHECK(!(f & ~(int64_t)(TGL_IDX_KIND_MASK | TGL_IDX_START_INPUT | TGL_IDX_LUA)), TGL_EINVAL,
                       "the index for axis %d has slice flags", d + 1);
             nbound += (f & TGL_IDX_START_INPUT) != 0;
             /* A broadcastable axis has size 1: a constant index can be
@@ -245,6 +245,15 @@ static tgl_status basic_resolve(tgl_ctx *ctx, const tgl_node *n, tgl_array *cons
         }
         const int64_t *q = &n->p.i[4 * d];
         int64_t f = q[0], start = bound_value(in, f & TGL_IDX_START_INPUT, q[1], &next);
+        bool lua = f & TGL_IDX_LUA;
+        if (lua && (f & TGL_IDX_START_INPUT)) {
+            /* 1-based: 1 is the first, -1 the last, 0 is no index. */
+            if (start == 0)
+                return tgl_op_error(ctx, n, in, TGL_ESHAPE,
+                                    "index 0 on axis %d (indices start at 1)", d + 1);
+            if (start > 0)
+                start -= 1;
+        }
         if ((f & TGL_IDX_KIND_MASK) == TGL_IDX_INDEX) {
             int64_t i = start < 0 ? start + len : start;
             char ub[24];
@@ -259,6 +268,16 @@ static tgl_status basic_resolve(tgl_ctx *ctx, const tgl_node *n, tgl_array *cons
         int64_t step = bound_value(in, f & TGL_IDX_STEP_INPUT, q[3], &next);
         if (step == 0)
             return tgl_op_error(ctx, n, in, TGL_EINVAL, "slice step is 0 on axis %d", d + 1);
+        if (lua && (f & TGL_IDX_STOP_INPUT)) {
+            /* An inclusive 1-based stop made exclusive and 0-based; past
+             * either end becomes "no stop". */
+            int64_t e = step > 0 ? (stop < 0 ? stop + 1 : stop)
+                                 : (stop > 0 ? stop - 2 : stop - 1);
+            if ((step > 0 && stop < 0 && e == 0) || (step < 0 && (stop == 0 || (stop > 0 && e < 0))))
+                f |= TGL_IDX_NO_STOP;
+            else
+                stop = e;
+        }
         int64_t first;
         int64_t cnt = slice_resolve(len, start, stop, step, f & TGL_IDX_NO_START,
                                     f & TGL_IDX_NO_STOP, &first);

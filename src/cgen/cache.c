@@ -1,0 +1,350 @@
+/*
+ * cache.c — the on-disk cache of compiled kernels.
+ *
+ * An entry is <dir>/<key>.so where key is the SHA-256 (libcrypto EVP) of
+ * everything that decides the machine code: the kernel source, the
+ * compiler command and its `--version` line, the flags, TGL_KERNEL_ABI and
+ * this CPU's identity (/proc/cpuinfo's model name and flags, since the
+ * default flags say -march=native).  The directory is config.cache_dir,
+ * else $TGL_CACHE_DIR, else ~/.cache/tgl.
+ *
+ * Writers compile into a temporary name and rename(2) it into place, so a
+ * reader sees a whole entry or none, and two processes compiling the same
+ * kernel at once both succeed (the second rename replaces an identical
+ * file).  A damaged entry is deleted and rebuilt; since dlopen of a
+ * truncated ELF file can die of SIGBUS rather than fail, an entry's ELF
+ * headers are checked against its size before it is loaded.  After each
+ * insert the oldest entries (by mtime; a hit refreshes it) go until the
+ * cache fits in config.cache_max_bytes.
+ *
+ * The functions here take no tgl_ctx (background compiles call them) except
+ * the public tgl_cache_clear and tgl_cache_info.
+ */
+#include "cgen/cgint.h"
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <link.h>
+#include <openssl/evp.h>
+#include <pthread.h>
+#include <pwd.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Temporaries older than this are debris of a crashed compile. */
+#define STALE_SECONDS 600
+
+/* ---- the directory ------------------------------------------------------ */
+
+/* mkdir -p path. */
+static int make_dirs(char *path)
+{
+    for (char *s = path + 1; *s; s++) {
+        if (*s != '/')
+            continue;
+        *s = '\0';
+        int rc = mkdir(path, 0755);
+        *s = '/';
+        if (rc != 0 && errno != EEXIST)
+            return -1;
+    }
+    if (mkdir(path, 0755) != 0 && errno != EEXIST)
+        return -1;
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode) && access(path, W_OK | X_OK) == 0 ? 0 : -1;
+}
+
+/* The directory's name, without creating it. */
+static int dir_name(const struct tgl_config *config, char *dir, size_t size)
+{
+    const char *env = getenv("TGL_CACHE_DIR");
+    int n;
+    if (config->cache_dir[0]) {
+        n = snprintf(dir, size, "%s", config->cache_dir);
+    } else if (env && env[0]) {
+        n = snprintf(dir, size, "%s", env);
+    } else {
+        const char *home = getenv("HOME");
+        if (!home || !home[0]) {
+            struct passwd *pw = getpwuid(getuid());
+            home = pw ? pw->pw_dir : NULL;
+        }
+        if (!home)
+            return -1;
+        n = snprintf(dir, size, "%s/.cache/tgl", home);
+    }
+    if (n <= 0 || (size_t)n >= size)
+        return -1;
+    while (n > 1 && dir[n - 1] == '/')
+        dir[--n] = '\0';
+    return 0;
+}
+
+int tgl_cache_dir(const struct tgl_config *config, char *dir, size_t size)
+{
+    return dir_name(config, dir, size) == 0 && make_dirs(dir) == 0 ? 0 : -1;
+}
+
+/* ---- keys ------------------------------------------------------------------ */
+
+static pthread_once_t cpu_once = PTHREAD_ONCE_INIT;
+static char cpu_id[4096]; /* written once, by cpu_read, then read-only */
+
+/* The first "model name" and "flags" lines of /proc/cpuinfo (or, on ARM,
+ * "CPU implementer"/"CPU part"/"Features"): what -march=native looks at. */
+static void cpu_read(void)
+{
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    size_t n = 0;
+    if (f) {
+        static const char *keys[] = {"model name", "flags", "CPU implementer", "CPU part",
+                                     "Features"};
+        bool seen[5] = {false};
+        char line[8192];
+        while (fgets(line, sizeof line, f)) {
+            for (int k = 0; k < 5; k++) {
+                size_t kl = strlen(keys[k]);
+                if (seen[k] || strncmp(line, keys[k], kl) != 0 || (line[kl] != ' ' && line[kl] != '\t' && line[kl] != ':'))
+                    continue;
+                seen[k] = true;
+                int w = snprintf(cpu_id + n, sizeof cpu_id - n, "%s", line);
+                if (w > 0)
+                    n += (size_t)w < sizeof cpu_id - n ? (size_t)w : sizeof cpu_id - n - 1;
+            }
+        }
+        fclose(f);
+    }
+    if (n == 0)
+        snprintf(cpu_id, sizeof cpu_id, "unknown cpu");
+}
+
+int tgl_cache_key(const char *source, const char *cc, const char *version, const char *flags,
+                  char key[TGL_CACHE_KEY_HEX + 1])
+{
+    pthread_once(&cpu_once, cpu_read);
+    char abi[32];
+    snprintf(abi, sizeof abi, "abi %d", TGL_KERNEL_ABI);
+    const char *parts[] = {source, cc, version, flags, abi, cpu_id};
+    EVP_MD_CTX *md = EVP_MD_CTX_new();
+    unsigned char h[EVP_MAX_MD_SIZE];
+    unsigned hn = 0;
+    bool ok = md && EVP_DigestInit_ex(md, EVP_sha256(), NULL) == 1;
+    for (size_t i = 0; ok && i < sizeof parts / sizeof parts[0]; i++)
+        /* The terminating NUL separates the parts: ("ab","c") != ("a","bc"). */
+        ok = EVP_DigestUpdate(md, parts[i], strlen(parts[i]) + 1) == 1;
+    ok = ok && EVP_DigestFinal_ex(md, h, &hn) == 1 && hn * 2 == TGL_CACHE_KEY_HEX;
+    EVP_MD_CTX_free(md);
+    if (!ok)
+        return -1;
+    for (unsigned i = 0; i < hn; i++)
+        snprintf(key + 2 * i, 3, "%02x", h[i]);
+    return 0;
+}
+
+/* ---- entries ------------------------------------------------------------------ */
+
+/* Whether the file at fd is an ELF shared object whose program headers,
+ * loaded segments and section headers all lie inside its size: a
+ * truncated file fails this instead of crashing dlopen. */
+static bool elf_whole(int fd)
+{
+    struct stat st;
+    ElfW(Ehdr) eh;
+    if (fstat(fd, &st) != 0 || pread(fd, &eh, sizeof eh, 0) != (ssize_t)sizeof eh)
+        return false;
+    uint64_t size = (uint64_t)st.st_size;
+    if (memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_type != ET_DYN ||
+        eh.e_phentsize != sizeof(ElfW(Phdr)) || eh.e_phnum == 0 || eh.e_phnum > 64)
+        return false;
+    if ((uint64_t)eh.e_phoff + (uint64_t)eh.e_phnum * eh.e_phentsize > size ||
+        (uint64_t)eh.e_shoff + (uint64_t)eh.e_shnum * eh.e_shentsize > size)
+        return false;
+    ElfW(Phdr) ph[64];
+    size_t bytes = (size_t)eh.e_phnum * sizeof ph[0];
+    if (pread(fd, ph, bytes, (off_t)eh.e_phoff) != (ssize_t)bytes)
+        return false;
+    for (int i = 0; i < eh.e_phnum; i++)
+        if (ph[i].p_type == PT_LOAD && (uint64_t)ph[i].p_offset + ph[i].p_filesz > size)
+            return false;
+    return true;
+}
+
+void *tgl_cache_load(const char *dir, const char *key, const char *symbol, tgl_kernel_fn *fn)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/%s.so", dir, key);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return NULL;
+    bool whole = elf_whole(fd);
+    void *h = whole ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : NULL;
+    void *sym = h ? dlsym(h, symbol) : NULL;
+    if (!sym) {
+        /* Damaged (or from an incompatible build): delete, caller rebuilds. */
+        if (h)
+            dlclose(h);
+        close(fd);
+        unlink(path);
+        return NULL;
+    }
+    futimens(fd, NULL); /* a hit is a use: eviction goes by mtime */
+    close(fd);
+    /* A data pointer to a function pointer: what POSIX's dlsym needs. */
+    memcpy(fn, &sym, sizeof *fn);
+    return h;
+}
+
+typedef struct entry {
+    char name[TGL_CACHE_KEY_HEX + 8];
+    int64_t bytes;
+    struct timespec mtime;
+} entry;
+
+static int older(const void *a, const void *b)
+{
+    const entry *x = a, *y = b;
+    if (x->mtime.tv_sec != y->mtime.tv_sec)
+        return x->mtime.tv_sec < y->mtime.tv_sec ? -1 : 1;
+    if (x->mtime.tv_nsec != y->mtime.tv_nsec)
+        return x->mtime.tv_nsec < y->mtime.tv_nsec ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+/* Whether name is an entry: 64 hex digits and ".so". */
+static bool is_entry(const char *name)
+{
+    size_t n = strlen(name);
+    if (n != TGL_CACHE_KEY_HEX + 3 || strcmp(name + TGL_CACHE_KEY_HEX, ".so") != 0)
+        return false;
+    for (int i = 0; i < TGL_CACHE_KEY_HEX; i++)
+        if (!((name[i] >= '0' && name[i] <= '9') || (name[i] >= 'a' && name[i] <= 'f')))
+            return false;
+    return true;
+}
+
+/* Whether name is a temporary of a compile (<key>.so.tmp.* or <key>.tmp.*.c). */
+static bool is_temp(const char *name)
+{
+    return strlen(name) > TGL_CACHE_KEY_HEX && strstr(name, ".tmp.") != NULL;
+}
+
+/* Lists dir's entries (malloc'd array in *out; count returned, -1 when dir
+ * cannot be read).  Temporaries older than STALE_SECONDS are deleted when
+ * sweep is set, and all of them when clear is. */
+static int list_entries(const char *dir, entry **out, bool sweep, bool clear)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    entry *v = NULL;
+    int n = 0, cap = 0;
+    time_t now = time(NULL);
+    char path[1200];
+    for (struct dirent *e; (e = readdir(d));) {
+        bool ent = is_entry(e->d_name), tmp = !ent && is_temp(e->d_name);
+        if (!ent && !tmp)
+            continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        struct stat st;
+        if (stat(path, &st) != 0)
+            continue;
+        if (tmp) {
+            if (clear || (sweep && now - st.st_mtim.tv_sec > STALE_SECONDS))
+                unlink(path);
+            continue;
+        }
+        if (n == cap) {
+            cap = cap ? cap * 2 : 64;
+            entry *w = realloc(v, (size_t)cap * sizeof *v);
+            if (!w)
+                break;
+            v = w;
+        }
+        memcpy(v[n].name, e->d_name, TGL_CACHE_KEY_HEX + 4); /* is_entry: 67 chars + NUL */
+        v[n].bytes = (int64_t)st.st_size;
+        v[n].mtime = st.st_mtim;
+        n++;
+    }
+    closedir(d);
+    *out = v;
+    return n;
+}
+
+void tgl_cache_evict(const char *dir, int64_t max_bytes, const char *keep)
+{
+    entry *v = NULL;
+    int n = list_entries(dir, &v, true, false);
+    int64_t total = 0;
+    for (int i = 0; i < n; i++)
+        total += v[i].bytes;
+    if (n > 0 && total > max_bytes) {
+        qsort(v, (size_t)n, sizeof *v, older);
+        char path[1200];
+        for (int i = 0; i < n && total > max_bytes; i++) {
+            if (keep && strncmp(v[i].name, keep, TGL_CACHE_KEY_HEX) == 0)
+                continue;
+            snprintf(path, sizeof path, "%s/%s", dir, v[i].name);
+            if (unlink(path) == 0 || errno == ENOENT)
+                total -= v[i].bytes;
+        }
+    }
+    free(v);
+}
+
+/* ---- the host's --cache-clear and --cache-info ---------------------------------- */
+
+tgl_status tgl_cache_clear(tgl_ctx *ctx)
+{
+    TGL_CHECK_CTX(ctx);
+    char dir[1100];
+    TGL_CHECK(dir_name(&ctx->config, dir, sizeof dir) == 0, TGL_EIO,
+              "tgl_cache_clear: no cache directory (set cache_dir or $TGL_CACHE_DIR)");
+    entry *v = NULL;
+    int n = list_entries(dir, &v, true, true);
+    if (n < 0)
+        return errno == ENOENT ? TGL_OK
+                               : tgl_ctx_set_error(ctx, TGL_EIO, "tgl_cache_clear: cannot read %s: %s",
+                                                   dir, strerror(errno));
+    char path[1200];
+    tgl_status st = TGL_OK;
+    for (int i = 0; i < n; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, v[i].name);
+        if (unlink(path) != 0 && errno != ENOENT && !st)
+            st = tgl_ctx_set_error(ctx, TGL_EIO, "tgl_cache_clear: cannot delete %s: %s", path,
+                                   strerror(errno));
+    }
+    free(v);
+    return st;
+}
+
+tgl_status tgl_cache_info(tgl_ctx *ctx, char **text)
+{
+    TGL_CHECK_CTX(ctx);
+    TGL_CHECK(text, TGL_EINVAL, "tgl_cache_info: NULL argument");
+    char dir[1100];
+    TGL_CHECK(dir_name(&ctx->config, dir, sizeof dir) == 0, TGL_EIO,
+              "tgl_cache_info: no cache directory (set cache_dir or $TGL_CACHE_DIR)");
+    entry *v = NULL;
+    int n = list_entries(dir, &v, false, false);
+    int64_t total = 0;
+    for (int i = 0; i < n; i++)
+        total += v[i].bytes;
+    free(v);
+    size_t size = strlen(dir) + 200;
+    char *s = malloc(size);
+    TGL_CHECK(s, TGL_ENOMEM, "tgl_cache_info: out of memory");
+    snprintf(s, size,
+             "directory: %s%s\nentries: %d\nbytes: %" PRId64 "\nmax_bytes: %" PRId64 "\n", dir,
+             n < 0 ? " (not created yet)" : "", n < 0 ? 0 : n, total,
+             ctx->config.cache_max_bytes);
+    *text = s;
+    return TGL_OK;
+}

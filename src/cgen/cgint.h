@@ -1,0 +1,63 @@
+/*
+ * cgint.h — what the code generator's files (render.c, compile.c,
+ * cache.c, launch.c) share with each other and with nothing else: the
+ * layout decisions the renderer and the launcher must agree on, the
+ * embedded kernel header, and the cache primitives the compiler calls
+ * (from the calling thread or a background compile thread, so they take
+ * no tgl_ctx).
+ */
+#ifndef TGL_CGINT_H
+#define TGL_CGINT_H
+
+#include "cgen/cgen.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- render.c ---------------------------------------------------------- */
+
+/* The text of tgl_kernel.h, embedded at the top of every kernel source. */
+extern const char tgl_cgen_kernel_header[];
+
+/* The element type a fused reduction accumulates in: float64 for sums and
+ * products of floats (float32 sums stay accurate, as in the reference),
+ * else the reduced output's dtype.  The kernel's out[0] has this dtype;
+ * the launcher hands it a scratch buffer when it differs from the
+ * output's.  -1 when prog has no reduction. */
+int tgl_cgen_acc_dtype(const tgl_fprog *prog);
+
+/* Whether the kernel's unit path expects input i to be invariant along
+ * the last axis (stride 0) rather than contiguous (stride 1): the input's
+ * static type broadcasts the space's last axis.  The launcher makes a
+ * size-1 last axis agree with this. */
+int tgl_cgen_invariant(const tgl_fprog *prog, int i);
+
+/* A 64-bit digest of what prog computes (names the kernel's symbol). */
+uint64_t tgl_cgen_digest(const tgl_fprog *prog);
+
+/* ---- cache.c ------------------------------------------------------------ */
+
+/* Length of a cache key in hex digits (SHA-256). */
+#define TGL_CACHE_KEY_HEX 64
+
+/* The cache directory for config (config->cache_dir, else $TGL_CACHE_DIR,
+ * else ~/.cache/tgl), created if missing.  -1 when there is none usable. */
+int tgl_cache_dir(const struct tgl_config *config, char *dir, size_t size);
+
+/* key = SHA-256 of (source, compiler command, its --version line, flags,
+ * TGL_KERNEL_ABI, this CPU's identity), as hex.  -1 if hashing failed. */
+int tgl_cache_key(const char *source, const char *cc, const char *version, const char *flags,
+                  char key[TGL_CACHE_KEY_HEX + 1]);
+
+/* Loads entry <dir>/<key>.so and finds symbol in it.  Returns the dlopen
+ * handle (and *fn), or NULL when there is no entry; an entry that exists
+ * but does not load (truncated, corrupt) is deleted and NULL returned.  A
+ * hit refreshes the entry's mtime, so eviction is least recently used. */
+void *tgl_cache_load(const char *dir, const char *key, const char *symbol, tgl_kernel_fn *fn);
+
+/* Deletes the oldest entries (by mtime) of dir until its entries total at
+ * most max_bytes, never the entry `keep`.  Also sweeps temporaries that
+ * crashed compiles left behind. */
+void tgl_cache_evict(const char *dir, int64_t max_bytes, const char *keep);
+
+#endif /* TGL_CGINT_H */

@@ -1,0 +1,68 @@
+/*
+ * fprog.h — fused programs: what a group of elementwise ops (optionally
+ * feeding one reduction) computes, as a small scalar instruction list.
+ * The fusion pass (opt/fuse.c) builds them, interns them in the context
+ * (a FUSED node's p.i[0] is the program's id), the code generator
+ * (src/cgen) renders and compiles them, and ops/fused.c runs them: the
+ * generated kernel when there is one, the original nodes' reference
+ * kernels otherwise (and in DEBUG mode, both, compared).
+ */
+#ifndef TGL_FPROG_H
+#define TGL_FPROG_H
+
+#include "engine/graph.h"
+#include "cgen/tgl_kernel.h"
+
+#define TGL_FP_INPUT (-1) /* load operand arg[0] (an input index)             */
+#define TGL_FP_CONST (-2) /* the constant `value`                             */
+
+/* One scalar instruction: an elementwise op id (TGL_OP_*, including CAST,
+ * SWITCH and CLIP), TGL_FP_INPUT or TGL_FP_CONST.  Operands are earlier
+ * instructions; every instruction's result has dtype `dtype` (an op's
+ * operands have been converted to the op's compute dtype by explicit CAST
+ * instructions, so a renderer never has to promote). */
+typedef struct tgl_finstr {
+    int32_t op;
+    int32_t dtype;
+    int32_t arg[3];
+    double value;
+} tgl_finstr;
+
+struct tgl_kernel_ref; /* cgen: a compiled kernel, swappable */
+
+typedef struct tgl_fprog {
+    int32_t id;
+    uint64_t hash;
+    int32_t ndim;              /* axes of the elementwise space             */
+    int32_t nin;
+    tgl_type *in_type;         /* ndim each; bcast: stride 0 on that axis   */
+    int32_t ninstr;
+    tgl_finstr *code;
+    int32_t nout;
+    int32_t *out_instr;        /* the instruction each output stores        */
+    tgl_type *out_type;        /* elementwise outputs: ndim axes            */
+    /* A reduction of output 0 over axes (mask over the space), or -1. */
+    int32_t reduce_op;         /* TGL_OP_SUM, TGL_OP_PROD, TGL_OP_MAX, TGL_OP_MIN */
+    uint32_t reduce_mask;
+    int32_t reduce_keepdims;
+    tgl_type reduce_type;      /* the reduced output's type                 */
+    /* The original nodes, for the reference path: the group in order, the
+     * nodes standing for the inputs, and the nodes of the outputs. */
+    int32_t norig;
+    tgl_node **orig;
+    tgl_node **orig_in;
+    tgl_node **orig_out;
+    /* Code generation (owned by cgen). */
+    char *source;
+    struct tgl_kernel_ref *kernel;
+} tgl_fprog;
+
+/* Interns prog in the context (taking ownership of its arrays) and
+ * returns the interned program: an equal one already there, or prog. */
+tgl_status tgl_fprog_intern(tgl_ctx *ctx, tgl_fprog *prog, tgl_fprog **out);
+/* The program with this id. */
+tgl_fprog *tgl_fprog_get(const tgl_ctx *ctx, int32_t id);
+/* Frees every program of the context (at context teardown). */
+void tgl_fprog_free_all(tgl_ctx *ctx);
+
+#endif /* TGL_FPROG_H */

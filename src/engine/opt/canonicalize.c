@@ -1,0 +1,287 @@
+/*
+ * canonicalize.c — the first rewrite stage: put expressions in one normal
+ * form so later stages match fewer shapes, and do at compile time what
+ * need not be done at run time.
+ *
+ *   constant_fold       op(constants...) -> constant
+ *   add_zero            x + 0, 0 + x, x - 0 -> x
+ *   mul_one             x * 1, 1 * x, x / 1 -> x ; x * -1 -> -x
+ *   neg_neg             -(-x) -> x
+ *   sub_zero_left       0 - x -> -x
+ *   mul_self            x * x -> sqr(x)
+ *   pow_special         x^1 -> x, x^2 -> sqr, x^0.5 -> sqrt, x^-1 -> recip, x^0 -> 1
+ *   mul_consts          c1 * (c2 * x) -> (c1 c2) * x
+ *   sum_scalar          sum(c * x) -> c * sum(x) ; sum(-x) -> -sum(x)
+ *   dimshuffle_chain    dimshuffle(dimshuffle(x)) -> one dimshuffle ; identity -> x
+ *   reshape_chain       reshape(reshape(x)) -> reshape(x)
+ *   cast_chain          cast(cast(x, wider), x's dtype) -> x
+ *   subtensor_whole     x[{}, {}, ...] (every axis whole) -> x
+ *
+ * Each rule keeps the node's exact type (dtype, rank and broadcast
+ * pattern); where the simpler form would change it, the rule does not
+ * fire.
+ */
+#include "engine/opt/opt.h"
+
+#include <math.h>
+#include <string.h>
+
+/* Outputs larger than this are not folded (they would bloat the graph). */
+#define FOLD_MAX_ELEMENTS (1 << 20)
+
+static tgl_node *constant_fold(tgl_rewriter *rw, tgl_node *n)
+{
+    const tgl_opimpl *impl = tgl_op_impl(n->op);
+    if (impl->flags & TGL_OPF_LAZY || n->nin == 0)
+        return NULL;
+    tgl_array *in[16];
+    if (n->nin > 16)
+        return NULL;
+    for (int i = 0; i < n->nin; i++) {
+        if (n->in[i]->kind != TGL_NODE_CONSTANT)
+            return NULL;
+        in[i] = n->in[i]->value;
+    }
+    tgl_array *out = NULL;
+    tgl_status st;
+    if (impl->view) {
+        st = impl->view(rw->ctx, n, in, &out);
+    } else {
+        int64_t shape[TGL_MAX_DIMS], size = 1;
+        st = impl->shape(rw->ctx, n, in, shape);
+        for (int d = 0; !st && d < n->type.ndim; d++)
+            size *= shape[d];
+        if (!st && size > FOLD_MAX_ELEMENTS)
+            return NULL;
+        if (!st)
+            st = tgl_array_alloc(rw->ctx, "constant_fold", n->type.dtype, n->type.ndim, shape,
+                                 false, &out);
+        if (!st && (st = impl->kernel(rw->ctx, n, in, out))) {
+            tgl_array_release(out);
+            out = NULL;
+        }
+    }
+    if (st || !out) /* e.g. a shape error: leave it to fail at run time */
+        return NULL;
+    tgl_node *c = NULL;
+    st = tgl_node_constant(rw->ctx, out, &c);
+    tgl_array_release(out);
+    if (st)
+        return NULL;
+    /* The folded constant's broadcast pattern comes from its shape; pad
+     * or keep only when it matches the node's type. */
+    if (c->type.ndim != n->type.ndim || (c->type.bcast & n->type.bcast) != n->type.bcast)
+        return NULL;
+    return c;
+}
+
+static tgl_node *add_zero(tgl_rewriter *rw, tgl_node *n)
+{
+    (void)rw;
+    if (tgl_is_const(n->in[1], 0))
+        return tgl_if_same_type(n, n->in[0]);
+    if (n->op == TGL_OP_ADD && tgl_is_const(n->in[0], 0))
+        return tgl_if_same_type(n, n->in[1]);
+    return NULL;
+}
+
+static tgl_node *sub_zero_left(tgl_rewriter *rw, tgl_node *n)
+{
+    if (!tgl_is_const(n->in[0], 0) || !tgl_dtype_is_float(n->type.dtype))
+        return NULL;
+    return tgl_if_same_type(n, tgl_mk1(rw->ctx, TGL_OP_NEG, n->in[1]));
+}
+
+static tgl_node *mul_one(tgl_rewriter *rw, tgl_node *n)
+{
+    double v;
+    if (n->op == TGL_OP_DIV)
+        return tgl_is_const(n->in[1], 1) ? tgl_if_same_type(n, n->in[0]) : NULL;
+    for (int side = 0; side < 2; side++) {
+        tgl_node *c = n->in[side], *x = n->in[1 - side];
+        if (!tgl_const_value(c, &v))
+            continue;
+        if (v == 1)
+            return tgl_if_same_type(n, x);
+        if (v == -1 && x->type.dtype != TGL_BOOL)
+            return tgl_if_same_type(n, tgl_mk1(rw->ctx, TGL_OP_NEG, x));
+    }
+    return NULL;
+}
+
+static tgl_node *neg_neg(tgl_rewriter *rw, tgl_node *n)
+{
+    (void)rw;
+    tgl_node *x = n->in[0];
+    if (x->kind == TGL_NODE_APPLY && x->op == TGL_OP_NEG)
+        return tgl_if_same_type(n, x->in[0]);
+    return NULL;
+}
+
+static tgl_node *mul_self(tgl_rewriter *rw, tgl_node *n)
+{
+    if (n->in[0] != n->in[1])
+        return NULL;
+    return tgl_if_same_type(n, tgl_mk1(rw->ctx, TGL_OP_SQR, n->in[0]));
+}
+
+static tgl_node *pow_special(tgl_rewriter *rw, tgl_node *n)
+{
+    double e;
+    tgl_node *x = n->in[0];
+    if (!tgl_const_value(n->in[1], &e) || !tgl_dtype_is_float(n->type.dtype))
+        return NULL;
+    tgl_ctx *ctx = rw->ctx;
+    tgl_node *r = NULL;
+    if (e == 1)
+        r = x;
+    else if (e == 2)
+        r = tgl_mk1(ctx, TGL_OP_SQR, x);
+    else if (e == 0.5)
+        r = tgl_mk1(ctx, TGL_OP_SQRT, x);
+    else if (e == -1)
+        r = tgl_mk1(ctx, TGL_OP_RECIP, x);
+    else if (e == 3)
+        r = tgl_mk2(ctx, TGL_OP_MUL, tgl_mk1(ctx, TGL_OP_SQR, x), x);
+    else if (e == 0)
+        r = tgl_mk_fill_like(ctx, x, n->type.dtype, 1.0);
+    r = tgl_mk_cast(ctx, r, n->type.dtype);
+    return r ? tgl_if_same_type(n, r) : NULL;
+}
+
+/* c1 * (c2 * x) -> (c1 c2) * x, for scalar constants. */
+static tgl_node *mul_consts(tgl_rewriter *rw, tgl_node *n)
+{
+    double c1, c2;
+    for (int side = 0; side < 2; side++) {
+        tgl_node *inner = n->in[1 - side];
+        if (!tgl_const_value(n->in[side], &c1) || inner->kind != TGL_NODE_APPLY ||
+            inner->op != TGL_OP_MUL || !tgl_dtype_is_float(n->type.dtype))
+            continue;
+        if (!tgl_scalar_const(n->in[side], &c1))
+            continue;
+        for (int k = 0; k < 2; k++) {
+            if (!tgl_scalar_const(inner->in[k], &c2))
+                continue;
+            tgl_node *c = tgl_mk_scalar(rw->ctx, n->type.dtype, c1 * c2);
+            return tgl_if_same_type(n, tgl_mk2(rw->ctx, TGL_OP_MUL, c, inner->in[1 - k]));
+        }
+    }
+    return NULL;
+}
+
+/* sum(c * x) -> c * sum(x), sum(x / c) -> sum(x) / c, sum(-x) -> -sum(x):
+ * the scalar work moves from every element to the result. */
+static tgl_node *sum_scalar(tgl_rewriter *rw, tgl_node *n)
+{
+    tgl_node *e = n->in[0];
+    if (e->kind != TGL_NODE_APPLY || !tgl_dtype_is_float(n->type.dtype))
+        return NULL;
+    tgl_ctx *ctx = rw->ctx;
+    tgl_node *sum_of = NULL, *c = NULL;
+    int op = TGL_OP_MUL;
+    double v;
+    if (e->op == TGL_OP_NEG) {
+        sum_of = e->in[0];
+    } else if (e->op == TGL_OP_MUL || e->op == TGL_OP_DIV) {
+        for (int k = (e->op == TGL_OP_DIV ? 1 : 0); k < 2; k++)
+            if (tgl_scalar_const(e->in[k], &v)) {
+                c = tgl_mk_scalar(ctx, e->in[k]->type.dtype, v);
+                sum_of = e->in[1 - k];
+                op = e->op;
+                break;
+            }
+    }
+    if (!sum_of || !tgl_same_type(sum_of, e))
+        return NULL;
+    tgl_node *s = tgl_mk(ctx, TGL_OP_SUM, 1, &sum_of, &n->p);
+    tgl_node *r = c ? (op == TGL_OP_DIV ? tgl_mk2(ctx, TGL_OP_DIV, s, c) : tgl_mk2(ctx, TGL_OP_MUL, c, s))
+                    : tgl_mk1(ctx, TGL_OP_NEG, s);
+    return tgl_if_same_type(n, r);
+}
+
+static tgl_node *dimshuffle_chain(tgl_rewriter *rw, tgl_node *n)
+{
+    tgl_node *x = n->in[0];
+    bool identity = n->p.n == x->type.ndim;
+    for (int k = 0; identity && k < n->p.n; k++)
+        identity = n->p.i[k] == k;
+    if (identity)
+        return tgl_if_same_type(n, x);
+    if (x->kind != TGL_NODE_APPLY || x->op != TGL_OP_DIMSHUFFLE)
+        return NULL;
+    int64_t order[TGL_MAX_DIMS];
+    for (int k = 0; k < n->p.n; k++)
+        order[k] = n->p.i[k] < 0 ? -1 : x->p.i[n->p.i[k]];
+    return tgl_if_same_type(n, tgl_mk_dimshuffle(rw->ctx, x->in[0], n->p.n, order));
+}
+
+static tgl_node *reshape_chain(tgl_rewriter *rw, tgl_node *n)
+{
+    tgl_node *x = n->in[0];
+    if (x->kind != TGL_NODE_APPLY || x->op != TGL_OP_RESHAPE)
+        return NULL;
+    if (n->nin == 1)
+        for (int k = 0; k < n->p.n; k++)
+            if (n->p.i[k] <= -2)
+                return NULL; /* copies an axis of the intermediate shape */
+    tgl_node *in[2] = {x->in[0], n->nin == 2 ? n->in[1] : NULL};
+    return tgl_if_same_type(n, tgl_mk(rw->ctx, TGL_OP_RESHAPE, n->nin, in, &n->p));
+}
+
+static int dtype_rank(int dt)
+{
+    static const int r[TGL_NDTYPES] = {[TGL_BOOL] = 0, [TGL_UINT8] = 1, [TGL_INT32] = 2,
+                                       [TGL_INT64] = 3, [TGL_FLOAT32] = 4, [TGL_FLOAT64] = 5};
+    return r[dt];
+}
+
+static tgl_node *cast_chain(tgl_rewriter *rw, tgl_node *n)
+{
+    (void)rw;
+    tgl_node *mid = n->in[0];
+    if (mid->kind != TGL_NODE_APPLY || mid->op != TGL_OP_CAST)
+        return NULL;
+    tgl_node *x = mid->in[0];
+    /* Widening then narrowing back is exact only float->float or
+     * int->wider int->same int. */
+    bool exact = x->type.dtype == n->type.dtype &&
+                 dtype_rank(mid->type.dtype) >= dtype_rank(x->type.dtype) &&
+                 (tgl_dtype_is_float(x->type.dtype) == tgl_dtype_is_float(mid->type.dtype) ||
+                  (!tgl_dtype_is_float(x->type.dtype) && mid->type.dtype == TGL_FLOAT64 &&
+                   x->type.dtype != TGL_INT64));
+    return exact ? tgl_if_same_type(n, x) : NULL;
+}
+
+static tgl_node *subtensor_whole(tgl_rewriter *rw, tgl_node *n)
+{
+    (void)rw;
+    if (n->nin != 1)
+        return NULL;
+    for (int k = 0; k < n->p.n / 4; k++) {
+        int64_t kind = n->p.i[4 * k];
+        if (kind != (TGL_IDX_SLICE | TGL_IDX_NO_START | TGL_IDX_NO_STOP) || n->p.i[4 * k + 3] != 1)
+            return NULL;
+    }
+    return tgl_if_same_type(n, n->in[0]);
+}
+
+const tgl_rule tgl_rules_canonicalize[] = {
+    {"constant_fold", -1, constant_fold, "op(constants...) -> constant"},
+    {"add_zero", TGL_OP_ADD, add_zero, "x + 0, 0 + x -> x"},
+    {"sub_zero", TGL_OP_SUB, add_zero, "x - 0 -> x"},
+    {"sub_zero_left", TGL_OP_SUB, sub_zero_left, "0 - x -> -x"},
+    {"mul_one", TGL_OP_MUL, mul_one, "x * 1 -> x ; x * -1 -> -x"},
+    {"div_one", TGL_OP_DIV, mul_one, "x / 1 -> x"},
+    {"neg_neg", TGL_OP_NEG, neg_neg, "-(-x) -> x"},
+    {"mul_self", TGL_OP_MUL, mul_self, "x * x -> sqr(x)"},
+    {"pow_special", TGL_OP_POW, pow_special, "x^1, x^2, x^3, x^0.5, x^-1, x^0 specialized"},
+    {"mul_consts", TGL_OP_MUL, mul_consts, "c1 * (c2 * x) -> (c1 c2) * x"},
+    {"sum_scalar", TGL_OP_SUM, sum_scalar, "sum(c * x) -> c * sum(x) ; sum(-x) -> -sum(x)"},
+    {"dimshuffle_chain", TGL_OP_DIMSHUFFLE, dimshuffle_chain,
+     "dimshuffle(dimshuffle(x)) -> dimshuffle(x) ; identity dimshuffle -> x"},
+    {"reshape_chain", TGL_OP_RESHAPE, reshape_chain, "reshape(reshape(x)) -> reshape(x)"},
+    {"cast_chain", TGL_OP_CAST, cast_chain, "cast(cast(x, wider), dtype of x) -> x"},
+    {"subtensor_whole", TGL_OP_SUBTENSOR, subtensor_whole, "x[whole axes] -> x"},
+};
+const int tgl_nrules_canonicalize = sizeof tgl_rules_canonicalize / sizeof tgl_rules_canonicalize[0];

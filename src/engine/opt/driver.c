@@ -1,0 +1,304 @@
+/*
+ * driver.c — runs the rewrite stages over a graph.
+ *
+ * Nodes are immutable and hash-consed, so a rewrite builds a new graph:
+ * each node is rebuilt on its rewritten inputs, then the stage's rules are
+ * tried on it; when one fires, its replacement (which may contain new
+ * nodes) is rewritten the same way, recursively, and taken as final.  A
+ * memo maps every visited node to its final form, so each node is
+ * processed once per stage: one worklist pass reaches the fixed point,
+ * with no repeated whole-graph walks.  Merging equal subgraphs needs no
+ * rule: rebuilding through tgl_apply returns the existing node.
+ */
+#include "engine/opt/opt.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A rule firing inside a rule's replacement inside ... stops here. */
+#define MAX_DEPTH 64
+
+typedef struct stage_run {
+    tgl_rewriter rw;
+    const tgl_rule *rules;
+    int nrules;
+    tgl_node_map memo;
+    bool failed;
+} stage_run;
+
+bool tgl_rule_excluded(const tgl_ctx *ctx, const char *name)
+{
+    const char *ex = ctx->config.exclude;
+    size_t len = strlen(name);
+    for (const char *p = ex; (p = strstr(p, name)) != NULL; p += len) {
+        bool start = p == ex || p[-1] == ',';
+        bool end = p[len] == '\0' || p[len] == ',';
+        if (start && end)
+            return true;
+    }
+    return false;
+}
+
+static tgl_node *rewrite(stage_run *s, tgl_node *root, int depth);
+
+/* rep takes over old's clients (when rep is new to the count). */
+static void inherit_clients(stage_run *s, const tgl_node *old, const tgl_node *rep)
+{
+    tgl_rewriter *rw = &s->rw;
+    if (rep->id >= rw->nclients) {
+        uint32_t n = rep->id * 2 + 64;
+        uint32_t *c = realloc(rw->clients, sizeof *c * n);
+        if (!c)
+            return; /* counts stay unknown (0): rules then do not fuse */
+        memset(c + rw->nclients, 0, sizeof *c * (n - rw->nclients));
+        rw->clients = c;
+        rw->nclients = n;
+    }
+    if (rw->clients[rep->id] == 0)
+        rw->clients[rep->id] = tgl_rw_clients(rw, old);
+}
+
+/* Tries the stage's rules on m until one fires; returns the rewritten
+ * replacement, or m. */
+static tgl_node *apply_rules(stage_run *s, tgl_node *m, int depth)
+{
+    if (m->kind != TGL_NODE_APPLY || depth >= MAX_DEPTH)
+        return m;
+    tgl_ctx *ctx = s->rw.ctx;
+    for (int k = 0; k < s->nrules; k++) {
+        const tgl_rule *r = &s->rules[k];
+        if (r->op >= 0 && r->op != m->op)
+            continue;
+        if (tgl_rule_excluded(ctx, r->name))
+            continue;
+        tgl_node *rep = r->fn(&s->rw, m);
+        if (!rep || rep == m) {
+            tgl_ctx_clear_error(ctx); /* a failed build is "no match" */
+            continue;
+        }
+        if (rep->type.dtype != m->type.dtype || rep->type.ndim != m->type.ndim)
+            continue; /* a rule must not change the type: ignore it */
+        inherit_clients(s, m, rep);
+        tgl_node *fin = rewrite(s, rep, depth + 1);
+        return fin ? fin : m;
+    }
+    return m;
+}
+
+/* Rewrites the subgraph under root (nodes not yet in the memo), inputs
+ * first, and returns root's final form.  Iterative over the subgraph, so
+ * deep graphs do not exhaust the C stack. */
+static tgl_node *rewrite(stage_run *s, tgl_node *root, int depth)
+{
+    tgl_ctx *ctx = s->rw.ctx;
+    tgl_node *done = tgl_node_map_get(&s->memo, root);
+    if (done)
+        return done;
+    /* Nodes under root that still need processing, in topological order. */
+    size_t cap = 64, n = 0, sp = 0, scap = 64;
+    tgl_node **order = malloc(sizeof *order * cap);
+    struct frame { tgl_node *node; int next; } *stack = malloc(sizeof *stack * scap);
+    tgl_node_map onstack = {0};
+    if (!order || !stack || tgl_node_map_init(ctx, &onstack))
+        goto nomem;
+    stack[sp++] = (struct frame){root, 0};
+    tgl_node_map_set(ctx, &onstack, root, root);
+    while (sp) {
+        struct frame *f = &stack[sp - 1];
+        if (f->next < f->node->nin) {
+            tgl_node *c = f->node->in[f->next++];
+            if (tgl_node_map_get(&s->memo, c) || tgl_node_map_get(&onstack, c))
+                continue;
+            if (sp == scap) {
+                scap *= 2;
+                void *ns = realloc(stack, sizeof *stack * scap);
+                if (!ns)
+                    goto nomem;
+                stack = ns;
+            }
+            tgl_node_map_set(ctx, &onstack, c, c);
+            stack[sp++] = (struct frame){c, 0};
+            continue;
+        }
+        if (n == cap) {
+            cap *= 2;
+            void *no = realloc(order, sizeof *order * cap);
+            if (!no)
+                goto nomem;
+            order = no;
+        }
+        order[n++] = f->node;
+        sp--;
+    }
+    free(stack);
+    stack = NULL;
+    tgl_node_map_free(&onstack);
+
+    for (size_t i = 0; i < n && !s->failed; i++) {
+        tgl_node *node = order[i];
+        if (tgl_node_map_get(&s->memo, node))
+            continue; /* finished by a nested rewrite meanwhile */
+        tgl_node *m = node;
+        if (node->kind == TGL_NODE_APPLY) {
+            tgl_node *stackin[8];
+            tgl_node **ins = node->nin <= 8 ? stackin : malloc(sizeof *ins * (size_t)node->nin);
+            if (!ins)
+                goto nomem_late;
+            bool changed = false;
+            for (int k = 0; k < node->nin; k++) {
+                tgl_node *r = tgl_node_map_get(&s->memo, node->in[k]);
+                ins[k] = r ? r : node->in[k];
+                changed |= ins[k] != node->in[k];
+            }
+            if (changed && tgl_apply(ctx, node->op, node->nin, ins, &node->p, node->source, &m)) {
+                /* The rewritten inputs no longer type-check: keep the node
+                 * as it was (should not happen with type-preserving rules). */
+                tgl_ctx_clear_error(ctx);
+                m = node;
+            }
+            if (ins != stackin)
+                free(ins);
+            if (m != node)
+                inherit_clients(s, node, m);
+            m = apply_rules(s, m, depth);
+        }
+        if (tgl_node_map_set(ctx, &s->memo, node, m) || tgl_node_map_set(ctx, &s->memo, m, m))
+            goto nomem_late;
+    }
+    free(order);
+    if (s->failed)
+        return NULL;
+    return tgl_node_map_get(&s->memo, root);
+nomem:
+    free(stack);
+    tgl_node_map_free(&onstack);
+nomem_late:
+    free(order);
+    s->failed = true;
+    tgl_ctx_set_error(ctx, TGL_ENOMEM, "tgl_optimize: out of memory");
+    return NULL;
+}
+
+/* Client counts over the graph under the roots (each root counts one). */
+static uint32_t *count_clients(tgl_ctx *ctx, int n, tgl_node *const *roots, uint32_t *size)
+{
+    tgl_node **order;
+    size_t count;
+    if (tgl_toposort(ctx, n, roots, &order, &count))
+        return NULL;
+    *size = ctx->graph.next_id + 1;
+    uint32_t *c = calloc(*size, sizeof *c);
+    if (c) {
+        for (size_t i = 0; i < count; i++)
+            for (int k = 0; k < order[i]->nin; k++)
+                c[order[i]->in[k]->id]++;
+        for (int r = 0; r < n; r++)
+            c[roots[r]->id]++;
+    }
+    free(order);
+    return c;
+}
+
+static tgl_status run_stage(tgl_ctx *ctx, const tgl_rule *rules, int nrules, int n,
+                            tgl_node **roots)
+{
+    stage_run s = {0};
+    s.rw.ctx = ctx;
+    s.rules = rules;
+    s.nrules = nrules;
+    uint32_t *clients = count_clients(ctx, n, roots, &s.rw.nclients);
+    if (!clients || tgl_node_map_init(ctx, &s.memo)) {
+        free(clients);
+        return tgl_ctx_set_error(ctx, TGL_ENOMEM, "tgl_optimize: out of memory");
+    }
+    s.rw.clients = clients;
+    tgl_status st = TGL_OK;
+    for (int i = 0; i < n; i++) {
+        tgl_node *r = rewrite(&s, roots[i], 0);
+        if (!r) {
+            st = ctx->errmsg[0] ? TGL_ENOMEM : tgl_ctx_set_error(ctx, TGL_EINTERNAL,
+                                                                "tgl_optimize: rewrite failed");
+            break;
+        }
+        roots[i] = r;
+    }
+    tgl_node_map_free(&s.memo);
+    free(s.rw.clients);
+    return st;
+}
+
+tgl_status tgl_optimize(tgl_ctx *ctx, int level, int n, tgl_node *const *in, tgl_node **out)
+{
+    TGL_CHECK_CTX(ctx);
+    TGL_CHECK(n >= 0 && (n == 0 || (in && out)), TGL_EINVAL, "tgl_optimize: bad arguments");
+    for (int i = 0; i < n; i++) {
+        TGL_CHECK(in[i], TGL_EINVAL, "tgl_optimize: root %d is NULL", i + 1);
+        out[i] = in[i];
+    }
+    if (level <= TGL_OPT_NONE)
+        return TGL_OK;
+    tgl_status st = run_stage(ctx, tgl_rules_canonicalize, tgl_nrules_canonicalize, n, out);
+    if (!st)
+        st = run_stage(ctx, tgl_rules_stabilize, tgl_nrules_stabilize, n, out);
+    /* Stabilized forms can expose canonical ones (e.g. a folded constant). */
+    if (!st)
+        st = run_stage(ctx, tgl_rules_canonicalize, tgl_nrules_canonicalize, n, out);
+    if (!st && level >= TGL_OPT_FAST_RUN)
+        st = run_stage(ctx, tgl_rules_specialize, tgl_nrules_specialize, n, out);
+    if (!st && level >= TGL_OPT_FAST_RUN && !tgl_rule_excluded(ctx, "elemwise_fusion"))
+        st = tgl_fuse_elemwise(ctx, n, out);
+    return st;
+}
+
+/* ---- the rule list, for inspection ---------------------------------- */
+
+static const tgl_rule *rule_at(int i, const char **stage)
+{
+    static const char *names[] = {"canonicalize", "stabilize", "specialize"};
+    const tgl_rule *tables[] = {tgl_rules_canonicalize, tgl_rules_stabilize,
+                                tgl_rules_specialize};
+    const int counts[] = {tgl_nrules_canonicalize, tgl_nrules_stabilize, tgl_nrules_specialize};
+    for (int t = 0; t < 3; t++) {
+        if (i < counts[t]) {
+            *stage = names[t];
+            return &tables[t][i];
+        }
+        i -= counts[t];
+    }
+    return NULL;
+}
+
+int tgl_rule_count(void)
+{
+    return tgl_nrules_canonicalize + tgl_nrules_stabilize + tgl_nrules_specialize + 1;
+}
+
+const char *tgl_rule_name(int i)
+{
+    const char *stage;
+    const tgl_rule *r = rule_at(i, &stage);
+    if (r)
+        return r->name;
+    return i == tgl_rule_count() - 1 ? "elemwise_fusion" : NULL;
+}
+
+const char *tgl_rule_stage(int i)
+{
+    const char *stage;
+    if (rule_at(i, &stage))
+        return stage;
+    return i == tgl_rule_count() - 1 ? "fuse" : NULL;
+}
+
+const char *tgl_rule_synopsis(int i)
+{
+    const char *stage;
+    const tgl_rule *r = rule_at(i, &stage);
+    if (r)
+        return r->synopsis;
+    return i == tgl_rule_count() - 1
+               ? "maximal groups of elementwise ops (and a reduction they feed) become one "
+                 "generated kernel"
+               : NULL;
+}

@@ -1,0 +1,88 @@
+/*
+ * opt.h — internal header of the graph rewrites (src/engine/opt).
+ *
+ * A rewrite rule looks at one node and returns a replacement that computes
+ * the same values (or NULL: no match).  Rules are small named functions
+ * listed in one table per stage (canonicalize.c, stabilize.c,
+ * specialize.c, fuse.c); driver.c runs the stages in order, each to a
+ * fixed point with one worklist pass over the graph.  Every rule can be
+ * switched off by name (tgl.config.exclude / TGL_EXCLUDE), which is how a
+ * wrong-result bug is bisected to one rule.
+ */
+#ifndef TGL_OPT_H
+#define TGL_OPT_H
+
+#include "engine/ops/ops.h"
+
+typedef enum tgl_stage {
+    TGL_STAGE_CANONICALIZE,  /* algebraic normal form, constant folding      */
+    TGL_STAGE_STABILIZE,     /* numerically safe forms                       */
+    TGL_STAGE_SPECIALIZE,    /* faster forms: GEMM, GEMV, GER, fused losses  */
+    TGL_STAGE_FUSE,          /* elementwise fusion into generated kernels    */
+    TGL_NSTAGES
+} tgl_stage;
+
+typedef struct tgl_rewriter tgl_rewriter;
+
+/* A rule: the op it matches (-1: any), and the function.  The function
+ * builds its replacement through tgl_mk* and returns NULL when it does not
+ * apply; it must not fail hard (a failed build is "no match"). */
+typedef tgl_node *(*tgl_rule_fn)(tgl_rewriter *rw, tgl_node *n);
+
+typedef struct tgl_rule {
+    const char *name;
+    int op;
+    tgl_rule_fn fn;
+    const char *synopsis;
+} tgl_rule;
+
+/* What rules may ask the driver. */
+struct tgl_rewriter {
+    tgl_ctx *ctx;
+    /* How many nodes of the graph being rewritten use each node (by id);
+     * a replacement inherits the count of the node it replaces.  A rule
+     * that would duplicate work (folding a product used twice into two
+     * GEMMs) checks it. */
+    uint32_t *clients;
+    uint32_t nclients;
+};
+
+static inline uint32_t tgl_rw_clients(const tgl_rewriter *rw, const tgl_node *n)
+{
+    return n->id < rw->nclients ? rw->clients[n->id] : 0;
+}
+
+/* True when the named rule is switched off in the context's config. */
+bool tgl_rule_excluded(const tgl_ctx *ctx, const char *name);
+
+/* The rules of each stage (defined in the stage files). */
+extern const tgl_rule tgl_rules_canonicalize[];
+extern const tgl_rule tgl_rules_stabilize[];
+extern const tgl_rule tgl_rules_specialize[];
+extern const int tgl_nrules_canonicalize, tgl_nrules_stabilize, tgl_nrules_specialize;
+
+/* Elementwise fusion (fuse.c): replaces maximal elementwise groups by
+ * fused nodes.  A whole-graph pass, not a per-node rule. */
+tgl_status tgl_fuse_elemwise(tgl_ctx *ctx, int n, tgl_node **roots);
+
+/* ---- matching helpers (match.c) ------------------------------------- */
+
+/* n looks through dimshuffles that only add broadcastable axes. */
+tgl_node *tgl_strip_pad(tgl_node *n);
+/* True when n (looking through padding) is a constant whose elements all
+ * equal one value; *v receives it. */
+bool tgl_const_value(tgl_node *n, double *v);
+/* True when n is a constant of one value with every axis of size 1 (a
+ * scalar, possibly as a 1x1 array): it scales without fixing a shape. */
+bool tgl_scalar_const(tgl_node *n, double *v);
+/* True when n is such a constant equal to v. */
+bool tgl_is_const(tgl_node *n, double v);
+/* True when a and b have the same dtype, ndim and broadcast pattern. */
+bool tgl_same_type(const tgl_node *a, const tgl_node *b);
+/* x, if replacing n by x keeps n's type; NULL otherwise. */
+tgl_node *tgl_if_same_type(tgl_node *n, tgl_node *x);
+/* op with p.i[0..np-1] as its params (for reductions and the like). */
+tgl_node *tgl_mk_params(tgl_ctx *ctx, int op, int nin, tgl_node *const *in, int np,
+                        const int64_t *ints, int flags);
+
+#endif /* TGL_OPT_H */

@@ -1,0 +1,185 @@
+/*
+ * specialize.c — the third rewrite stage: replace general forms by the
+ * specialized ops that run them fastest.  Dot products absorb the scale
+ * factors and accumulations around them into one BLAS call:
+ *
+ *   gemm_acc     c + s a.b, c - s a.b, s a.b - c   -> gemm(a, b, c; +-s, +-1)
+ *   gemm_scale   s * a.b                            -> gemm(a, b; s)
+ *   gemv_acc     c + s A.x, x.B (as B'.x), ...      -> gemv(A, x, c; ...)
+ *   ger_acc      A + s x y', A - s x y'             -> ger(A, x, y; +-s)
+ *
+ * A product used by more than one node is left alone (folding it into
+ * each user would compute it twice).  The SGD update W - lr * (x'.d)
+ * becomes one gemm, which the memory planner may then run in place.
+ */
+#include "engine/opt/opt.h"
+
+#include <string.h>
+
+static bool is_op(const tgl_node *n, int op)
+{
+    return n->kind == TGL_NODE_APPLY && n->op == op;
+}
+
+/* A product operand: dot(a, b), gemm(a, b; s) / gemv(A, x; s) without an
+ * accumulator, or a scalar constant times one of those. */
+typedef struct product {
+    int op;           /* TGL_OP_GEMM (matrix.matrix) or TGL_OP_GEMV         */
+    tgl_node *a, *b;  /* for gemv: the matrix and the vector                 */
+    double alpha;
+    tgl_node *dot;    /* the user's dot: errors name it and its line       */
+} product;
+
+static tgl_node *transposed(tgl_ctx *ctx, tgl_node *x)
+{
+    int64_t order[2] = {1, 0};
+    return tgl_mk_dimshuffle(ctx, x, 2, order);
+}
+
+static bool single_use(const tgl_rewriter *rw, const tgl_node *n)
+{
+    return tgl_rw_clients(rw, n) == 1;
+}
+
+static bool as_product(tgl_rewriter *rw, tgl_node *n, product *p)
+{
+    double s = 1;
+    if (is_op(n, TGL_OP_MUL) && single_use(rw, n)) {
+        for (int k = 0; k < 2; k++)
+            if (tgl_scalar_const(n->in[k], &s)) {
+                n = n->in[1 - k];
+                goto found;
+            }
+        return false;
+    }
+found:
+    if (!single_use(rw, n) || !tgl_dtype_is_float(n->type.dtype))
+        return false;
+    if (is_op(n, TGL_OP_DOT)) {
+        int na = n->in[0]->type.ndim, nb = n->in[1]->type.ndim;
+        if (na == 2 && nb == 2) {
+            *p = (product){TGL_OP_GEMM, n->in[0], n->in[1], s, n};
+            return n->in[0]->type.dtype == n->in[1]->type.dtype;
+        }
+        if (na == 2 && nb == 1) {
+            *p = (product){TGL_OP_GEMV, n->in[0], n->in[1], s, n};
+            return n->in[0]->type.dtype == n->in[1]->type.dtype;
+        }
+        if (na == 1 && nb == 2) {
+            tgl_node *bt = transposed(rw->ctx, n->in[1]);
+            *p = (product){TGL_OP_GEMV, bt, n->in[0], s, n};
+            return bt && n->in[0]->type.dtype == n->in[1]->type.dtype;
+        }
+        return false;
+    }
+    if ((is_op(n, TGL_OP_GEMM) || is_op(n, TGL_OP_GEMV)) && n->nin == 2) {
+        *p = (product){n->op, n->in[0], n->in[1], s * n->p.f[0], n};
+        return true;
+    }
+    return false;
+}
+
+static tgl_node *mk_product(tgl_ctx *ctx, const product *p, tgl_node *c, double beta)
+{
+    tgl_params prm = {0};
+    prm.f[0] = p->alpha;
+    prm.f[1] = beta;
+    tgl_node *in[3] = {p->a, p->b, c};
+    tgl_node *r = tgl_mk(ctx, p->op, c ? 3 : 2, in, &prm);
+    if (r && !r->origin1) {
+        /* Run-time errors (inner sizes) are the dot's: name it and its line. */
+        r->origin1 = p->dot->origin1 ? p->dot->origin1 : (int16_t)(TGL_OP_DOT + 1);
+        if (!r->source && p->dot->source)
+            r->source = strdup(p->dot->source);
+    }
+    return r;
+}
+
+/* c + s a.b and c - s a.b (either order): one BLAS call with c folded in. */
+static tgl_node *gemm_acc(tgl_rewriter *rw, tgl_node *n)
+{
+    for (int k = 0; k < 2; k++) {
+        product p;
+        if (!as_product(rw, n->in[k], &p))
+            continue;
+        tgl_node *c = n->in[1 - k];
+        if (c->type.dtype != n->type.dtype || c->type.ndim != n->type.ndim)
+            continue;
+        double beta = 1;
+        if (n->op == TGL_OP_SUB) {
+            if (k == 1)
+                p.alpha = -p.alpha; /* c - s a.b */
+            else
+                beta = -1;          /* s a.b - c */
+        }
+        tgl_node *r = mk_product(rw->ctx, &p, c, beta);
+        if (r && r->type.ndim == n->type.ndim && (r->type.bcast & ~n->type.bcast) == 0)
+            return tgl_if_same_type(n, r) ? r : NULL;
+    }
+    return NULL;
+}
+
+/* s * a.b: the scale goes into alpha. */
+static tgl_node *gemm_scale(tgl_rewriter *rw, tgl_node *n)
+{
+    product p;
+    if (!as_product(rw, n, &p) || p.alpha == 1)
+        return NULL;
+    return tgl_if_same_type(n, mk_product(rw->ctx, &p, NULL, 0));
+}
+
+/* The outer product x y' as built by tgl.outer and by gradients:
+ * dimshuffle(x, {0,'x'}) * dimshuffle(y, {'x',0}), optionally scaled. */
+static bool as_outer(tgl_rewriter *rw, tgl_node *n, tgl_node **x, tgl_node **y, double *alpha)
+{
+    *alpha = 1;
+    if (!is_op(n, TGL_OP_MUL) || !single_use(rw, n))
+        return false;
+    for (int k = 0; k < 2; k++)
+        if (tgl_scalar_const(n->in[k], alpha)) {
+            n = n->in[1 - k];
+            if (!is_op(n, TGL_OP_MUL))
+                return false;
+            break;
+        }
+    tgl_node *c = n->in[0], *r = n->in[1];
+    if (!is_op(c, TGL_OP_DIMSHUFFLE) || !is_op(r, TGL_OP_DIMSHUFFLE) || c->p.n != 2 || r->p.n != 2)
+        return false;
+    if (c->p.i[0] != 0 || c->p.i[1] != -1 || r->p.i[0] != -1 || r->p.i[1] != 0)
+        return false;
+    *x = c->in[0];
+    *y = r->in[0];
+    return (*x)->type.ndim == 1 && (*y)->type.ndim == 1;
+}
+
+static tgl_node *ger_acc(tgl_rewriter *rw, tgl_node *n)
+{
+    tgl_node *x, *y;
+    double alpha;
+    for (int k = 0; k < 2; k++) {
+        if (n->op == TGL_OP_SUB && k == 0)
+            continue; /* only A - s x y' */
+        if (!as_outer(rw, n->in[k], &x, &y, &alpha))
+            continue;
+        tgl_node *a = n->in[1 - k];
+        if (a->type.ndim != 2 || a->type.dtype != n->type.dtype || x->type.dtype != a->type.dtype ||
+            y->type.dtype != a->type.dtype || !tgl_dtype_is_float(a->type.dtype))
+            continue;
+        tgl_params prm = {0};
+        prm.f[0] = n->op == TGL_OP_SUB ? -alpha : alpha;
+        tgl_node *in[3] = {a, x, y};
+        tgl_node *r = tgl_mk(rw->ctx, TGL_OP_GER, 3, in, &prm);
+        if (r && tgl_same_type(n, r))
+            return r;
+    }
+    return NULL;
+}
+
+const tgl_rule tgl_rules_specialize[] = {
+    {"ger_add", TGL_OP_ADD, ger_acc, "A + s x y' -> ger(A, x, y; s)"},
+    {"ger_sub", TGL_OP_SUB, ger_acc, "A - s x y' -> ger(A, x, y; -s)"},
+    {"gemm_add", TGL_OP_ADD, gemm_acc, "c + s a.b -> gemm(a, b, c; s, 1) (also gemv)"},
+    {"gemm_sub", TGL_OP_SUB, gemm_acc, "c - s a.b -> gemm(a, b, c; -s, 1) (also gemv)"},
+    {"gemm_scale", TGL_OP_MUL, gemm_scale, "s * a.b -> gemm(a, b; s) (also gemv)"},
+};
+const int tgl_nrules_specialize = sizeof tgl_rules_specialize / sizeof tgl_rules_specialize[0];

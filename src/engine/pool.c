@@ -1,0 +1,169 @@
+/*
+ * pool.c — the context's persistent worker threads (pool.h).
+ *
+ * One run at a time: the caller publishes (fn, arg, ntasks) under the
+ * lock, bumps a generation counter and wakes the workers; everybody, the
+ * caller included, takes task numbers from an atomic counter until none
+ * are left; the caller then waits until every worker has checked in, so
+ * nothing touches the run's argument after tgl_pool_run returns.  Workers
+ * sleep on a condition variable between runs (no spinning: the machines
+ * tgl targets have few cores, shared with BLAS).  A second run that finds
+ * the pool busy runs inline rather than queueing, so a task that calls
+ * back into the pool cannot deadlock.
+ */
+#include "engine/pool.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+/* More threads than this is a configuration mistake, not a wish. */
+#define MAX_THREADS 256
+
+struct tgl_pool {
+    pthread_mutex_t lock;
+    pthread_cond_t wake, done;
+    int nthreads;          /* including the caller                          */
+    int nworkers;          /* started successfully                          */
+    pthread_t *workers;
+    uint64_t generation;   /* bumped per run; workers compare with theirs   */
+    int active;            /* workers that have not finished this run       */
+    bool stop;
+    tgl_task_fn fn;
+    void *arg;
+    int ntasks;
+    atomic_int next;       /* the next task number to hand out              */
+    atomic_flag busy;      /* a run is in progress                          */
+};
+
+static void run_tasks(struct tgl_pool *p, tgl_task_fn fn, void *arg, int ntasks)
+{
+    for (int t; (t = atomic_fetch_add(&p->next, 1)) < ntasks;)
+        fn(arg, t);
+}
+
+static void *worker(void *arg)
+{
+    struct tgl_pool *p = arg;
+    uint64_t seen = 0;
+    pthread_mutex_lock(&p->lock);
+    for (;;) {
+        while (p->generation == seen && !p->stop)
+            pthread_cond_wait(&p->wake, &p->lock);
+        if (p->stop)
+            break;
+        seen = p->generation;
+        tgl_task_fn fn = p->fn;
+        void *a = p->arg;
+        int n = p->ntasks;
+        pthread_mutex_unlock(&p->lock);
+        run_tasks(p, fn, a, n);
+        pthread_mutex_lock(&p->lock);
+        if (--p->active == 0)
+            pthread_cond_signal(&p->done);
+    }
+    pthread_mutex_unlock(&p->lock);
+    return NULL;
+}
+
+int tgl_pool_threads(tgl_ctx *ctx)
+{
+    int n = ctx->config.threads;
+    if (n <= 0) {
+        long c = sysconf(_SC_NPROCESSORS_ONLN);
+        n = c > 0 ? (int)c : 1;
+    }
+    return n > MAX_THREADS ? MAX_THREADS : n;
+}
+
+static void pool_destroy(struct tgl_pool *p)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->lock);
+    p->stop = true;
+    pthread_cond_broadcast(&p->wake);
+    pthread_mutex_unlock(&p->lock);
+    for (int i = 0; i < p->nworkers; i++)
+        pthread_join(p->workers[i], NULL);
+    pthread_cond_destroy(&p->wake);
+    pthread_cond_destroy(&p->done);
+    pthread_mutex_destroy(&p->lock);
+    free(p->workers);
+    free(p);
+}
+
+/* A pool of n threads in all, or NULL (then runs are inline).  Workers
+ * block every signal: the host's SIGINT handler runs on its own thread. */
+static struct tgl_pool *pool_create(int n)
+{
+    struct tgl_pool *p = calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
+    p->workers = calloc((size_t)n, sizeof *p->workers);
+    if (!p->workers) {
+        free(p);
+        return NULL;
+    }
+    pthread_mutex_init(&p->lock, NULL);
+    pthread_cond_init(&p->wake, NULL);
+    pthread_cond_init(&p->done, NULL);
+    atomic_init(&p->next, 0);
+    atomic_flag_clear(&p->busy);
+    p->nthreads = n;
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    for (int i = 0; i < n - 1; i++) {
+        if (pthread_create(&p->workers[i], NULL, worker, p) != 0)
+            break; /* fewer workers: still correct, the caller does more */
+        p->nworkers++;
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return p;
+}
+
+void tgl_pool_run(tgl_ctx *ctx, int ntasks, tgl_task_fn fn, void *arg)
+{
+    if (ntasks <= 0)
+        return;
+    int n = tgl_pool_threads(ctx);
+    struct tgl_pool *p = ctx->pool;
+    if (ntasks > 1 && n > 1 && (!p || p->nthreads != n)) {
+        /* First parallel run, or config.threads changed: (re)start. */
+        if (!p || !atomic_flag_test_and_set(&p->busy)) {
+            pool_destroy(p);
+            ctx->pool = p = pool_create(n);
+        }
+    }
+    if (ntasks == 1 || !p || p->nworkers == 0 || atomic_flag_test_and_set(&p->busy)) {
+        for (int t = 0; t < ntasks; t++)
+            fn(arg, t);
+        return;
+    }
+    pthread_mutex_lock(&p->lock);
+    p->fn = fn;
+    p->arg = arg;
+    p->ntasks = ntasks;
+    atomic_store(&p->next, 0);
+    p->active = p->nworkers;
+    p->generation++;
+    pthread_cond_broadcast(&p->wake);
+    pthread_mutex_unlock(&p->lock);
+    run_tasks(p, fn, arg, ntasks);
+    pthread_mutex_lock(&p->lock);
+    while (p->active > 0)
+        pthread_cond_wait(&p->done, &p->lock);
+    pthread_mutex_unlock(&p->lock);
+    atomic_flag_clear(&p->busy);
+}
+
+void tgl_pool_free(tgl_ctx *ctx)
+{
+    if (!ctx)
+        return;
+    pool_destroy(ctx->pool);
+    ctx->pool = NULL;
+}

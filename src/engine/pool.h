@@ -1,0 +1,28 @@
+/*
+ * pool.h — the context's worker threads: a small persistent pthread pool
+ * that kernels split their work over.  Created on first use with
+ * config.threads threads in all (0: one per online CPU; 1: none, every
+ * task runs on the caller), the calling thread being one of them.  Freed
+ * with the context.
+ */
+#ifndef TGL_POOL_H
+#define TGL_POOL_H
+
+#include "engine/engine.h"
+
+/* One task of a parallel run: task is 0..ntasks-1. */
+typedef void (*tgl_task_fn)(void *arg, int task);
+
+/* How many threads (the caller included) a run on ctx uses. */
+int tgl_pool_threads(tgl_ctx *ctx);
+
+/* Runs fn(arg, t) for t in [0, ntasks) on the pool and the calling
+ * thread, returning when all are done.  A run that finds the pool busy
+ * (another thread's run, or a task calling back in) runs its tasks on the
+ * calling thread instead of waiting: never deadlocks, never fails. */
+void tgl_pool_run(tgl_ctx *ctx, int ntasks, tgl_task_fn fn, void *arg);
+
+/* Stops and joins the workers (at context teardown). */
+void tgl_pool_free(tgl_ctx *ctx);
+
+#endif /* TGL_POOL_H */
