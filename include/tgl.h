@@ -427,6 +427,11 @@ TGL_API tgl_status tgl_function_output(tgl_ctx *ctx, tgl_function *fn, int i, tg
 /* Blocks until every kernel of fn compiled in the background (tiered
  * compilation) has been swapped in. */
 TGL_API tgl_status tgl_function_wait_compiled(tgl_ctx *ctx, tgl_function *fn);
+/* Root i of fn's optimized graph (outputs first, then update values), or
+ * NULL past the end. */
+TGL_API tgl_node *tgl_function_root(const tgl_function *fn, int i);
+/* 1 when fn computes node n in place of one of its inputs' buffers. */
+TGL_API int tgl_function_inplace(const tgl_function *fn, const tgl_node *n);
 /* Numbers of inputs and outputs. */
 TGL_API int tgl_function_ninputs(const tgl_function *fn);
 TGL_API int tgl_function_noutputs(const tgl_function *fn);

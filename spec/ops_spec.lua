@@ -1055,6 +1055,39 @@ describe('compiled functions and eager calls agree', function()
     end
   end)
 
+  it('in every mode and linker', function()
+    local x, y = tgl.matrix('x'), tgl.matrix('y')
+    local out = tgl.tanh(x * 2 + y) * tgl.exp(-x) + tgl.dot(tgl.dot(x, y:T()), x) - tgl.sum(x, 2, { keepdims = true })
+    local a, b = arr(A), arr(B)
+    local want = tgl.tanh(a * 2 + b) * tgl.exp(-a) + tgl.dot(tgl.dot(a, b:T()), a) - tgl.sum(a, 2, { keepdims = true })
+    for _, mode in ipairs({ 'FAST_RUN', 'FAST_COMPILE', 'DEBUG' }) do
+      for _, linker in ipairs({ 'cvm', 'cvm_nogc', 'vm' }) do
+        local f = tgl.compile { inputs = { x, y }, outputs = out, mode = mode, linker = linker }
+        expect(f(a, b), 'float32', want:totable(), { 2, 3 }, mode .. '/' .. linker)
+      end
+    end
+  end)
+
+  it('leaving input arrays and shared values unchanged, and earlier results intact', function()
+    local x, y = tgl.matrix('x'), tgl.matrix('y')
+    local W = tgl.shared(arr(M34):reshape(4, 3), 'W')
+    local outs = { x + 1, tgl.dot(x, y:T()) + x, tgl.set_subtensor(x[1], 0), tgl.inc_subtensor(x[{ {}, 1 }], 5),
+                   tgl.inc_subtensor(x[{ tgl.array({ 1, 1 }, 'int64') }], 1), tgl.softmax(x), x:T() + 1,
+                   tgl.dot(W, x) + 1, tgl.set_subtensor(W[{ 1, {} }], 7) * 1, tgl.switch(tgl.gt(x, 0), x, y) }
+    local f = tgl.compile { inputs = { x, y }, outputs = outs }
+    local a, b = arr({ { 1, -2, 3 }, { -4, 5, -6 }, { 0.5, 0.25, -0.125 } }), arr(M34):reshape(4, 3)[{ { 1, 3 } }]
+    local a0, b0, w0 = a:totable(), b:totable(), W:get_value():totable()
+    local first = { f(a, b) }
+    local keep = {}
+    for k, r in ipairs(first) do keep[k] = r:totable() end
+    local second = { f(a * -1, b * 2) }
+    assert.same(a0, a:totable())
+    assert.same(b0, b:totable())
+    assert.same(w0, W:get_value():totable())
+    for k, r in ipairs(first) do assert.same(keep[k], r:totable(), 'output ' .. k .. ' was overwritten') end
+    expect(second[1], 'float32', { { 0, 3, -2 }, { 5, -4, 7 }, { 0.5, 0.75, 1.125 } })
+  end)
+
   it('on a composite graph: a logistic-regression cost and its gradient', function()
     -- W = [[0.5, -1], [0.25, 0.75], [-0.5, 1]], b = [0.125, -0.25], X = A, y = [2, 1]
     -- cost = mean(-log(softmax(X @ W + b)[[0, 1], y - 1]))

@@ -122,6 +122,8 @@ tgl_status tgl_function_call(tgl_ctx *ctx, tgl_function *fn, tgl_array *const *i
 tgl_status tgl_function_run(tgl_ctx *ctx, tgl_function *fn, int64_t n_calls);
 tgl_status tgl_function_output(tgl_ctx *ctx, tgl_function *fn, int i, tgl_array **out);
 tgl_status tgl_function_wait_compiled(tgl_ctx *ctx, tgl_function *fn);
+tgl_node *tgl_function_root(const tgl_function *fn, int i);
+int tgl_function_inplace(const tgl_function *fn, const tgl_node *n);
 int tgl_function_ninputs(const tgl_function *fn);
 int tgl_function_noutputs(const tgl_function *fn);
 tgl_status tgl_function_program(tgl_ctx *ctx, const tgl_function *fn, char **text);

@@ -12,7 +12,7 @@ local M = {}
 local node_list = ffi.typeof('tgl_node *[?]')
 local array_list = ffi.typeof('tgl_array *[?]')
 local LINKERS = { cvm = 0, cvm_nogc = 1, vm = 2 }
-local MODES = { FAST_RUN = true, FAST_COMPILE = true, DEBUG = true }
+local MODES = { FAST_RUN = 0, FAST_COMPILE = 1, DEBUG = 2 }
 
 local function is_var(x) return G.is_var(x) end
 
@@ -125,6 +125,13 @@ function Function:program()
   return s
 end
 
+-- Blocks until the optimizing compiler's kernels (compiled in the
+-- background under tgl.config.compile = 'tiered') are swapped in.
+function Function:wait_compiled()
+  check(C.tgl_function_wait_compiled(core.ctx, self._fn), 'wait_compiled')
+  return self
+end
+
 -- Output i (1-based) of the last run, e.g. after f.fn{n_calls = N}.
 function Function:output(i)
   local out = core.out_array_t()
@@ -155,7 +162,7 @@ function M.compile(spec)
   end
   local ups = update_pairs(spec.updates)
   local mode = spec.mode or 'FAST_RUN'
-  if not MODES[mode] then argerror('compile', "mode must be 'FAST_RUN', 'FAST_COMPILE' or 'DEBUG', got %s", tostring(mode)) end
+  if MODES[mode] == nil then argerror('compile', "mode must be 'FAST_RUN', 'FAST_COMPILE' or 'DEBUG', got %s", tostring(mode)) end
   local linker = spec.linker or (mode == 'DEBUG' and 'vm' or 'cvm')
   if LINKERS[linker] == nil then argerror('compile', "linker must be 'cvm', 'cvm_nogc' or 'vm', got %s", tostring(linker)) end
   local name = spec.name or 'function'
@@ -204,6 +211,7 @@ function M.compile(spec)
   for k = 1, nupd do uv[k - 1] = upd_vars[k].n; ue[k - 1] = exprs[nout + k].n end
   local opt = ffi.new('tgl_compile_options')
   opt.linker = LINKERS[linker]
+  opt.mode = MODES[mode]
   opt.profile = spec.profile and 1 or 0
   opt.name = name
   local out = ffi.new('tgl_function *[1]')
@@ -302,6 +310,102 @@ function M.debugprint(x)
     visit(r.n, '', 0)
   end
   return table.concat(lines, '\n')
+end
+
+-- tgl.optimize(x or {x, ...} [, 'FAST_RUN'|'FAST_COMPILE']): the graph the
+-- compiler would run (rewritten: stable forms, GEMMs, fused kernels).
+function M.optimize(x, mode)
+  local roots, single = as_list(x)
+  if not roots then argerror('optimize', 'expected a variable or a table of variables') end
+  local n = #roots
+  local inn, outn = node_list(math.max(n, 1)), node_list(math.max(n, 1))
+  for i, v in ipairs(roots) do
+    if not is_var(v) then argerror('optimize', 'expected variables, got %s', type(v)) end
+    inn[i - 1] = v.n
+  end
+  check(C.tgl_optimize(core.ctx, mode == 'FAST_COMPILE' and 1 or 2, n, inn, outn), 'optimize')
+  local res = {}
+  for i = 1, n do res[i] = G.wrap_node(outn[i - 1]) end
+  if single then return res[1] end
+  return res
+end
+
+-- tgl.todot(x or f [, path]): the graph in Graphviz's dot language (a
+-- compiled function: its optimized graph, fused groups and GEMMs as boxes,
+-- in-place steps marked).  With a path ending in .svg/.png/.pdf, renders
+-- it with `dot` when installed (an error otherwise) and returns the path.
+function M.todot(x, path)
+  local roots
+  local inplace = {}
+  if getmetatable(x) == Function then
+    roots = {}
+    for i = 0, x.nout + x.nupd - 1 do
+      local r = C.tgl_function_root(x._fn, i)
+      roots[#roots + 1] = G.wrap_node(r)
+    end
+    inplace = setmetatable({}, { __index = function(_, key) return false end })
+    local fnp = x._fn
+    local function mark(n)
+      if C.tgl_function_inplace(fnp, n) ~= 0 then inplace[tonumber(C.tgl_node_id(n))] = true end
+      for i = 0, C.tgl_node_ninputs(n) - 1 do mark(C.tgl_node_input_at(n, i)) end
+    end
+    for _, r in ipairs(roots) do mark(r.n) end
+  else
+    roots = as_list(x)
+    if not roots then argerror('todot', 'expected a variable, a table of variables or a function') end
+  end
+  local lines = { 'digraph tgl {', '  rankdir=BT;', '  node [fontname="Helvetica", fontsize=10];' }
+  local seen = {}
+  local function id(n) return 'n' .. tonumber(C.tgl_node_id(n)) end
+  local function visit(n)
+    local key = tonumber(C.tgl_node_id(n))
+    if seen[key] then return end
+    seen[key] = true
+    local kind = C.tgl_node_kind_of(n)
+    local t = C.tgl_node_type(n)
+    local name = ffi.string(C.tgl_node_name(n))
+    local label, shape, style = '', 'ellipse', ''
+    if kind == 3 then
+      local op = ffi.string(C.tgl_op_name(C.tgl_node_op(n)))
+      label = op
+      shape = (op == 'fused' or op == 'gemm' or op == 'gemv' or op == 'ger') and 'box' or 'ellipse'
+      if op == 'fused' then style = ', style=filled, fillcolor="#dde8f7"' end
+      if op == 'gemm' or op == 'gemv' or op == 'ger' then style = ', style=filled, fillcolor="#f7e3c8"' end
+      if inplace[key] then label = label .. '\\n(in place)' end
+    elseif kind == 1 then label = 'constant'; shape = 'plaintext'
+    elseif kind == 2 then label = 'shared ' .. name; shape = 'note'
+    else label = 'input ' .. name; shape = 'invhouse' end
+    label = label .. '\\n' .. array.DTYPE_NAME[t.dtype] .. ' ' .. t.ndim .. '-d'
+    lines[#lines + 1] = ('  %s [label="%s", shape=%s%s];'):format(id(n), label:gsub('"', '\\"'), shape, style)
+    for i = 0, C.tgl_node_ninputs(n) - 1 do
+      local c = C.tgl_node_input_at(n, i)
+      visit(c)
+      lines[#lines + 1] = ('  %s -> %s;'):format(id(c), id(n))
+    end
+  end
+  for _, r in ipairs(roots) do visit(r.n) end
+  lines[#lines + 1] = '}'
+  local text = table.concat(lines, '\n') .. '\n'
+  if not path then return text end
+  if type(path) ~= 'string' then argerror('todot', 'path must be a string') end
+  local fmt = path:match('%.(%w+)$')
+  if fmt == 'dot' or fmt == 'gv' or not fmt then
+    local f = assert(io.open(path, 'w'))
+    f:write(text)
+    f:close()
+    return path
+  end
+  if os.execute('command -v dot >/dev/null 2>&1') ~= 0 then
+    argerror('todot', "rendering %s needs Graphviz's dot (apt-get install graphviz)", path)
+  end
+  local tmp = os.tmpname()
+  local f = assert(io.open(tmp, 'w'))
+  f:write(text)
+  f:close()
+  local rc = os.execute(('dot -T%s %q -o %q 2>/dev/null'):format(fmt, tmp, path))
+  os.remove(tmp)
+  if rc ~= 0 then argerror('todot', 'dot failed to render %s', path) end
+  return path
 end
 
 M.Function = Function

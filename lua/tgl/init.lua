@@ -14,11 +14,54 @@ local ffi, C = core.ffi, core.C
 
 local tgl = {}
 
--- Configuration read by the engine's Lua layer.  floatX is the default
--- float dtype of arrays and symbolic variables.
-tgl.config = {
-  floatX = os.getenv('TGL_FLOATX') or 'float32',
-}
+-- Configuration.  floatX (the default float dtype) lives in Lua; the rest
+-- are the engine's settings (tgl_config_set), so assigning one checks it
+-- at once:
+--   exclude = {'rule', ...}  rewrite rules switched off (or TGL_EXCLUDE=a,b)
+--   threads, cc, cflags, cache_dir, compile ('tiered'|'sync'|'tcc'|'cc'),
+--   cache_max_bytes
+local engine_keys = { exclude = true, threads = true, cc = true, cflags = true, cache_dir = true,
+                      compile = true, cache_max_bytes = true }
+local config_values = { floatX = os.getenv('TGL_FLOATX') or 'float32' }
+tgl.config = setmetatable({}, {
+  __index = function(_, k)
+    if engine_keys[k] then
+      local v = ffi.string(C.tgl_config_get(core.ctx, k))
+      if k == 'exclude' then
+        local list = {}
+        for name in v:gmatch('[^,]+') do list[#list + 1] = name end
+        return list
+      end
+      if k == 'threads' or k == 'cache_max_bytes' then return tonumber(v) end
+      return v
+    end
+    return config_values[k]
+  end,
+  __newindex = function(_, k, v)
+    if k == 'floatX' then
+      if v ~= 'float32' and v ~= 'float64' then
+        core.argerror('config', "floatX must be 'float32' or 'float64', got %s", tostring(v))
+      end
+      config_values.floatX = v
+    elseif engine_keys[k] then
+      if k == 'exclude' and type(v) == 'table' then v = table.concat(v, ',') end
+      if v == nil then v = '' end
+      core.check(C.tgl_config_set(core.ctx, k, tostring(v)), 'config')
+    else
+      core.argerror('config', "unknown setting '%s'", tostring(k))
+    end
+  end,
+})
+
+-- The rewrite rules: a list of {name=, stage=, synopsis=}.
+function tgl.rules()
+  local list = {}
+  for i = 0, C.tgl_rule_count() - 1 do
+    list[#list + 1] = { name = ffi.string(C.tgl_rule_name(i)), stage = ffi.string(C.tgl_rule_stage(i)),
+                        synopsis = ffi.string(C.tgl_rule_synopsis(i)) }
+  end
+  return list
+end
 
 tgl.version = ffi.string(C.tgl_version())
 
@@ -64,6 +107,8 @@ end
 -- compiling and differentiating
 tgl.compile = fun.compile
 tgl.debugprint = fun.debugprint
+tgl.todot = fun.todot
+tgl.optimize = fun.optimize
 tgl.grad = grad.grad
 tgl.jacobian = grad.jacobian
 tgl.hessian = grad.hessian

@@ -80,7 +80,7 @@ typedef struct job {
     int64_t max_bytes;
     char version[256];
     char key[TGL_CACHE_KEY_HEX + 1];
-    char err[TAIL + 200];
+    char err[TAIL + 900];
     struct tgl_kernel_ref *ref;
 } job;
 
@@ -266,7 +266,7 @@ static int job_compile(job *j, void **dl, tgl_kernel_fn *fn)
     if (!f || fputs(j->source, f) < 0 || fclose(f) != 0) {
         if (f)
             fclose(f);
-        snprintf(j->err, sizeof j->err, "cannot write %s: %s", src, strerror(errno));
+        snprintf(j->err, sizeof j->err, "cannot write %.600s: %s", src, strerror(errno));
         goto done;
     }
     char words[1400], *argv[MAX_ARGS * 2 + 8];
@@ -294,11 +294,11 @@ static int job_compile(job *j, void **dl, tgl_kernel_fn *fn)
         goto done;
     }
     if (rc != 0) {
-        snprintf(j->err, sizeof j->err, "%s exited with status %d:\n%s", j->cc, rc, tail);
+        snprintf(j->err, sizeof j->err, "%.150s exited with status %d:\n%s", j->cc, rc, tail);
         goto done;
     }
     if (rename(so, final) != 0) {
-        snprintf(j->err, sizeof j->err, "cannot rename %s: %s", so, strerror(errno));
+        snprintf(j->err, sizeof j->err, "cannot rename %.600s: %s", so, strerror(errno));
         goto done;
     }
     if (cached)
@@ -307,8 +307,7 @@ static int job_compile(job *j, void **dl, tgl_kernel_fn *fn)
     if (*dl)
         result = BUILD_OK;
     else
-        snprintf(j->err, sizeof j->err, "the compiled kernel %s does not load: %s", final,
-                 dlerror_or_none());
+        snprintf(j->err, sizeof j->err, "the compiled kernel %.600s does not load", final);
 done:
     unlink(src);
     unlink(so);
@@ -317,4 +316,245 @@ done:
         rmdir(dir);
     }
     return result;
+}
+
+/* ---- libtcc ---------------------------------------------------------------------- */
+
+typedef struct tcc_msgs {
+    char text[TAIL + 1];
+    size_t n;
+} tcc_msgs;
+
+static void on_tcc_error(void *opaque, const char *msg)
+{
+    tcc_msgs *m = opaque;
+    int k = snprintf(m->text + m->n, sizeof m->text - m->n, "%s\n", msg);
+    if (k > 0)
+        m->n = m->n + (size_t)k < sizeof m->text ? m->n + (size_t)k : sizeof m->text - 1;
+}
+
+/* Compiles source in memory; *state owns the code.  false with the
+ * messages in err on failure. */
+static bool build_tcc(const char *source, const char *symbol, TCCState **state, tgl_kernel_fn *fn,
+                      char *err, size_t size)
+{
+    tcc_msgs m = {.n = 0};
+    m.text[0] = '\0';
+    pthread_mutex_lock(&G.tcc_lock);
+    TCCState *s = tcc_new();
+    void *sym = NULL;
+    if (s) {
+        tcc_set_error_func(s, &m, on_tcc_error);
+        tcc_set_output_type(s, TCC_OUTPUT_MEMORY);
+        if (tcc_compile_string(s, source) == 0 && tcc_relocate(s, TCC_RELOCATE_AUTO) >= 0)
+            sym = tcc_get_symbol(s, symbol);
+        if (!sym) {
+            tcc_delete(s);
+            s = NULL;
+        }
+    }
+    pthread_mutex_unlock(&G.tcc_lock);
+    if (!sym) {
+        snprintf(err, size, "libtcc: %s", m.n ? m.text : "out of memory or symbol missing");
+        return false;
+    }
+    *state = s;
+    memcpy(fn, &sym, sizeof *fn);
+    return true;
+}
+
+/* ---- background compiles --------------------------------------------------------- */
+
+static int slots(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 2 ? (int)n - 1 : 1;
+}
+
+static void *background(void *arg)
+{
+    job *j = arg;
+    pthread_mutex_lock(&G.lock);
+    while (G.running >= slots())
+        pthread_cond_wait(&G.slot_free, &G.lock);
+    G.running++;
+    pthread_mutex_unlock(&G.lock);
+    void *dl = NULL;
+    tgl_kernel_fn fn = NULL;
+    int rc = job_key(j);
+    if (rc == BUILD_OK && j->dir[0] && (dl = tgl_cache_load(j->dir, j->key, j->symbol, &fn)))
+        rc = BUILD_OK;
+    else if (rc == BUILD_OK)
+        rc = job_compile(j, &dl, &fn);
+    pthread_mutex_lock(&G.lock);
+    G.running--;
+    pthread_cond_signal(&G.slot_free);
+    pthread_mutex_unlock(&G.lock);
+    if (rc == BUILD_OK) {
+        j->ref->dl = dl;
+        __atomic_store_n(&j->ref->fn, fn, __ATOMIC_RELEASE);
+        __atomic_store_n(&j->ref->tier, 2, __ATOMIC_RELEASE);
+    } else if (rc == BUILD_NOCC) {
+        warn_no_cc(j->cc, "libtcc");
+    } else {
+        /* Nobody to return an error to: the libtcc code keeps running. */
+        fprintf(stderr, "tgl: internal error (please report): a kernel does not compile with %s, "
+                        "keeping the libtcc code: %s\n", j->cc, j->err);
+    }
+    return NULL;
+}
+
+/* ---- the interface ------------------------------------------------------------------ */
+
+static job *job_new(tgl_ctx *ctx, const tgl_fprog *prog, const char *symbol)
+{
+    job *j = calloc(1, sizeof *j);
+    if (!j)
+        return NULL;
+    j->source = strdup(prog->source);
+    if (!j->source) {
+        free(j);
+        return NULL;
+    }
+    snprintf(j->symbol, sizeof j->symbol, "%s", symbol);
+    snprintf(j->cc, sizeof j->cc, "%s", ctx->config.cc);
+    snprintf(j->cflags, sizeof j->cflags, "%s", ctx->config.cflags);
+    if (tgl_cache_dir(&ctx->config, j->dir, sizeof j->dir) != 0)
+        j->dir[0] = '\0';
+    j->max_bytes = ctx->config.cache_max_bytes;
+    return j;
+}
+
+static void job_free(job *j)
+{
+    if (j) {
+        free(j->source);
+        free(j);
+    }
+}
+
+static tgl_status internal(tgl_ctx *ctx, const tgl_fprog *prog, const char *how, const char *err)
+{
+    return tgl_ctx_set_error(ctx, TGL_EINTERNAL,
+                             "cgen: the kernel of fused program %d does not compile with %s "
+                             "(a tgl bug; please report it): %s",
+                             prog->id, how, err);
+}
+
+/* Compiles prog->source in the mode asked for; see the file comment. */
+static tgl_status compile(tgl_ctx *ctx, tgl_fprog *prog, struct tgl_kernel_ref *ref,
+                          const char *symbol)
+{
+    const char *mode = ctx->config.compile;
+    char err[TAIL + 200];
+    if (strcmp(mode, "tcc") == 0) {
+        if (!build_tcc(prog->source, symbol, &ref->tcc, &ref->fn, err, sizeof err))
+            return internal(ctx, prog, "libtcc", err);
+        ref->tier = 1;
+        return TGL_OK;
+    }
+    job *j = job_new(ctx, prog, symbol);
+    if (!j)
+        return tgl_ctx_set_error(ctx, TGL_ENOMEM, "cgen: out of memory");
+    bool tiered = strcmp(mode, "tiered") == 0;
+    int rc = job_key(j);
+    if (rc == BUILD_OK && j->dir[0] && (ref->dl = tgl_cache_load(j->dir, j->key, symbol, &ref->fn))) {
+        ref->tier = 2;
+    } else if (rc == BUILD_OK && !tiered) {
+        rc = job_compile(j, &ref->dl, &ref->fn);
+        if (rc == BUILD_OK)
+            ref->tier = 2;
+    } else if (tiered) {
+        if (!build_tcc(prog->source, symbol, &ref->tcc, &ref->fn, err, sizeof err)) {
+            job_free(j);
+            return internal(ctx, prog, "libtcc", err);
+        }
+        ref->tier = 1;
+        if (rc == BUILD_OK) {
+            j->ref = ref;
+            if (pthread_create(&ref->thread, NULL, background, j) == 0) {
+                ref->has_thread = true;
+                ref->job = j;
+                return TGL_OK;
+            }
+        }
+    }
+    tgl_status st = TGL_OK;
+    if (rc == BUILD_NOCC)
+        warn_no_cc(j->cc, tiered ? "libtcc" : "reference");
+    else if (rc == BUILD_FAIL)
+        st = internal(ctx, prog, j->cc, j->err);
+    job_free(j);
+    return st;
+}
+
+tgl_status tgl_cgen_prepare(tgl_ctx *ctx, tgl_fprog *prog)
+{
+    TGL_CHECK_CTX(ctx);
+    TGL_CHECK(prog, TGL_EINVAL, "tgl_cgen_prepare: NULL program");
+    if (prog->kernel)
+        return TGL_OK; /* one kernel per program, however many functions use it */
+    char symbol[48];
+    snprintf(symbol, sizeof symbol, "tgl_fused_%016llx", (unsigned long long)tgl_cgen_digest(prog));
+    if (!prog->source) {
+        tgl_status st = tgl_cgen_render(ctx, prog, symbol, &prog->source);
+        if (st)
+            return st;
+    }
+    struct tgl_kernel_ref *ref = calloc(1, sizeof *ref);
+    if (!ref)
+        return tgl_ctx_set_error(ctx, TGL_ENOMEM, "cgen: out of memory");
+    pthread_mutex_init(&ref->lock, NULL);
+    tgl_status st = compile(ctx, prog, ref, symbol);
+    prog->kernel = ref;
+    if (st) {
+        tgl_cgen_release(prog);
+        return st;
+    }
+    return TGL_OK;
+}
+
+tgl_kernel_fn tgl_cgen_kernel(const tgl_fprog *prog)
+{
+    return prog && prog->kernel ? __atomic_load_n(&prog->kernel->fn, __ATOMIC_ACQUIRE) : NULL;
+}
+
+int tgl_cgen_tier(const tgl_fprog *prog)
+{
+    return prog && prog->kernel ? __atomic_load_n(&prog->kernel->tier, __ATOMIC_ACQUIRE) : 0;
+}
+
+void tgl_cgen_wait(tgl_fprog *prog)
+{
+    struct tgl_kernel_ref *ref = prog ? prog->kernel : NULL;
+    if (!ref)
+        return;
+    pthread_mutex_lock(&ref->lock);
+    if (ref->has_thread) {
+        pthread_join(ref->thread, NULL);
+        ref->has_thread = false;
+        job_free(ref->job);
+        ref->job = NULL;
+    }
+    pthread_mutex_unlock(&ref->lock);
+}
+
+void tgl_cgen_release(tgl_fprog *prog)
+{
+    if (!prog)
+        return;
+    struct tgl_kernel_ref *ref = prog->kernel;
+    if (ref) {
+        tgl_cgen_wait(prog);
+        if (ref->tcc) {
+            pthread_mutex_lock(&G.tcc_lock);
+            tcc_delete(ref->tcc);
+            pthread_mutex_unlock(&G.tcc_lock);
+        }
+        pthread_mutex_destroy(&ref->lock);
+        free(ref);
+        prog->kernel = NULL;
+    }
+    free(prog->source);
+    prog->source = NULL;
 }

@@ -57,6 +57,7 @@ struct tgl_function {
     bool have_inputs;        /* a call has set the input slots             */
     bool has_jumps;
     tgl_array **last_out;    /* outputs of the last run                    */
+    tgl_node **roots;        /* the optimized outputs, then update values  */
     uint64_t ncalls, total_ns;
 };
 

@@ -234,6 +234,7 @@ void tgl_function_free(tgl_function *fn)
     free(fn->out_slot);
     free(fn->upd_var);
     free(fn->upd_slot);
+    free(fn->roots);
     free(fn->name);
     tgl_ctx_release(fn->ctx);
     free(fn);
@@ -388,6 +389,11 @@ tgl_status tgl_function_new(tgl_ctx *ctx, int nin, tgl_node *const *inputs, int 
     for (int32_t pc = 0; !st && pc < fn->ncode; pc++)
         if (fn->code[pc].kind == TGL_I_OP && fn->code[pc].node->op == TGL_OP_FUSED)
             st = tgl_cgen_prepare(ctx, tgl_fprog_get(ctx, (int32_t)fn->code[pc].node->p.i[0]));
+    if (!st) {
+        fn->roots = malloc(sizeof *fn->roots * (size_t)(nout + nupd + 1));
+        if (fn->roots)
+            memcpy(fn->roots, roots + nin, sizeof *fn->roots * (size_t)(nout + nupd));
+    }
     free(roots);
     free(b.order);
     free(b.slot_of);
@@ -396,7 +402,7 @@ tgl_status tgl_function_new(tgl_ctx *ctx, int nin, tgl_node *const *inputs, int 
     free(b.mark);
     if (!st) {
         fn->last_out = calloc((size_t)nout + 1, sizeof *fn->last_out);
-        if (!fn->last_out)
+        if (!fn->last_out || !fn->roots)
             st = tgl_ctx_set_error(ctx, TGL_ENOMEM, "%s: out of memory", fn_);
     }
     if (st) {
@@ -410,6 +416,19 @@ tgl_status tgl_function_new(tgl_ctx *ctx, int nin, tgl_node *const *inputs, int 
 /* ---- calling --------------------------------------------------------- */
 
 int tgl_function_ninputs(const tgl_function *fn) { return fn->nin; }
+
+tgl_node *tgl_function_root(const tgl_function *fn, int i)
+{
+    return i >= 0 && i < fn->nout + fn->nupd ? fn->roots[i] : NULL;
+}
+
+int tgl_function_inplace(const tgl_function *fn, const tgl_node *n)
+{
+    for (int32_t pc = 0; pc < fn->ncode; pc++)
+        if (fn->code[pc].kind == TGL_I_OP && fn->code[pc].node == n)
+            return fn->code[pc].inplace >= 0;
+    return 0;
+}
 int tgl_function_noutputs(const tgl_function *fn) { return fn->nout; }
 
 static tgl_status check_input(tgl_ctx *ctx, const tgl_function *fn, int i, const tgl_array *a)
