@@ -13,6 +13,15 @@ local tgl = tgl
 
 local nan, inf = 0 / 0, math.huge
 
+-- The dtypes expected below are those of the default floatX (float32),
+-- whatever TGL_FLOATX says.
+local saved_floatX
+setup(function()
+  saved_floatX = tgl.config.floatX
+  tgl.config.floatX = 'float32'
+end)
+teardown(function() tgl.config.floatX = saved_floatX end)
+
 -- ---------------------------------------------------------------------------
 -- helpers
 
@@ -1222,6 +1231,20 @@ describe('gradients (tgl.verify_grad in float64)', function()
         return tgl.inc_subtensor(a[{ tgl.array({ 1, 1 }, 'int64') }], b) end, { A, B } },
     { 'set_subtensor with advanced indices', function(a, v)
         return tgl.set_subtensor(a[{ tgl.array({ 2 }, 'int64') }], v:dimshuffle({ 'x', 1 })) end, { A, v3 } },
+    { 'advanced indices on the second axis', function(a) return a[{ {}, tgl.array({ 3, 1, 3 }, 'int64') }] end, { A } },
+    { 'an integer matrix as index', function(a) return a[{ tgl.array({ { 1, 2 }, { 2, 2 } }, 'int64') }] end, { A } },
+    { 'inc_subtensor on repeated columns', function(a, b)
+        return tgl.inc_subtensor(a[{ {}, tgl.array({ 3, 3 }, 'int64') }], b) end, { A, { { 1, 2 }, { 3, 4 } } } },
+    { 'negative symbolic index and slice bounds', function(a)
+        local i, j = tgl.constant(-2, 'int64'), tgl.constant(-1, 'int64')
+        return tgl.concatenate({ a[{ {}, { i, j } }], a[j]:dimshuffle({ 1, 'x' })[{ { 1, 2 } }] }, 2) end, { A } },
+    { 'set_subtensor at a negative symbolic index', function(a, v)
+        return tgl.set_subtensor(a[tgl.constant(-1, 'int64')], v) end, { A, v3 } },
+    { 'indices from argmax', function(a) return a[{ tgl.arange(2), tgl.argmax(a, 2) }] end, { A } },
+    { 'a 0-d input broadcast against a matrix', function(a, s) return tgl.maximum(a, s) * s end, { A, tgl.array(0.75, 'float64') } },
+    { 'stack along the last axis', function(a, b) return tgl.stack({ a, b }, -1) end, { A, B } },
+    { 'nested ifelse', function(a)
+        return tgl.ifelse(tgl.gt(tgl.max(a), 2.5), tgl.ifelse(tgl.lt(tgl.min(a), 0), a * a, a), -a) end, { A } },
     -- nnet
     { 'softmax along the last axis', function(a) return tgl.softmax(a) end, { A } },
     { 'softmax along axis 1', function(a) return tgl.softmax(a, 1) end, { A } },

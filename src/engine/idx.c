@@ -26,7 +26,7 @@ static int idx_dtype(int code, size_t *elsize)
     }
 }
 
-/* Reads exactly n bytes; false on a short read. */
+/* Reads exactly n bytes (n small); false on a short read. */
 static bool read_all(gzFile f, void *buf, size_t n)
 {
     unsigned char *p = buf;
@@ -75,37 +75,66 @@ tgl_status tgl_idx_load(tgl_ctx *ctx, const char *path, tgl_array **out)
         }
         shape[d] = (int64_t)b[0] << 24 | (int64_t)b[1] << 16 | (int64_t)b[2] << 8 | b[3];
     }
-    if ((st = tgl_array_alloc(ctx, fn, dtype, ndim, shape, false, &a)))
+    /* The header's claim is not trusted with memory: the raw bytes are
+     * read in chunks into a buffer that grows only as data arrives, so a
+     * corrupt header claiming terabytes fails as "truncated", not as an
+     * allocation. */
+    int64_t count;
+    if ((st = tgl_check_shape(ctx, fn, dtype, ndim, shape, &count)))
         goto done;
-    size_t nbytes = (size_t)a->size * es;
-    unsigned char *raw = es == tgl_dtype_size(dtype) ? a->data : malloc(nbytes ? nbytes : 1);
-    if (!raw) {
-        st = tgl_ctx_set_error(ctx, TGL_ENOMEM, "%s: out of memory", fn);
-        goto done;
+    size_t nbytes = (size_t)count * es, have = 0, cap = 0;
+    unsigned char *raw = NULL;
+    while (have < nbytes) {
+        size_t want = nbytes - have;
+        if (want > ((size_t)1 << 24))
+            want = (size_t)1 << 24;
+        if (have + want > cap) {
+            size_t nc = cap ? cap * 2 : ((size_t)1 << 20);
+            while (nc < have + want)
+                nc *= 2;
+            if (nc > nbytes)
+                nc = nbytes;
+            unsigned char *nr = realloc(raw, nc);
+            if (!nr) {
+                free(raw);
+                st = tgl_ctx_set_error(ctx, TGL_ENOMEM, "%s: out of memory", fn);
+                goto done;
+            }
+            raw = nr;
+            cap = nc;
+        }
+        int got = gzread(f, raw + have, (unsigned)want);
+        if (got <= 0)
+            break;
+        have += (size_t)got;
     }
-    if (!read_all(f, raw, nbytes)) {
+    if (have < nbytes) {
+        free(raw);
         st = tgl_ctx_set_error(ctx, TGL_EFORMAT,
                                "%s: '%s': the header claims %" PRId64 " elements but the file "
-                               "ends before them", fn, path, a->size);
-    } else {
-        /* Big-endian to host order, widening small integers. */
-        for (int64_t i = 0; i < a->size; i++) {
-            const unsigned char *p = raw + (size_t)i * es;
-            switch (magic[2]) {
-            case 0x08: break;
-            case 0x09: ((int32_t *)a->data)[i] = (int8_t)p[0]; break;
-            case 0x0B: ((int32_t *)a->data)[i] = (int16_t)(p[0] << 8 | p[1]); break;
-            default: {
-                unsigned char tmp[8];
-                for (size_t k = 0; k < es; k++)
-                    tmp[k] = p[es - 1 - k];
-                memcpy((unsigned char *)a->data + (size_t)i * es, tmp, es);
-            }
-            }
+                               "ends before them", fn, path, count);
+        goto done;
+    }
+    if ((st = tgl_array_alloc(ctx, fn, dtype, ndim, shape, false, &a))) {
+        free(raw);
+        goto done;
+    }
+    /* Big-endian to host order, widening small integers. */
+    for (int64_t i = 0; i < a->size; i++) {
+        const unsigned char *p = raw + (size_t)i * es;
+        switch (magic[2]) {
+        case 0x08: ((uint8_t *)a->data)[i] = p[0]; break;
+        case 0x09: ((int32_t *)a->data)[i] = (int8_t)p[0]; break;
+        case 0x0B: ((int32_t *)a->data)[i] = (int16_t)(p[0] << 8 | p[1]); break;
+        default: {
+            unsigned char tmp[8];
+            for (size_t k = 0; k < es; k++)
+                tmp[k] = p[es - 1 - k];
+            memcpy((unsigned char *)a->data + (size_t)i * es, tmp, es);
+        }
         }
     }
-    if (raw != a->data)
-        free(raw);
+    free(raw);
 done:
     gzclose(f);
     if (st) {
