@@ -105,6 +105,10 @@ static tgl_node *gemm_acc(tgl_rewriter *rw, tgl_node *n)
         tgl_node *c = n->in[1 - k];
         if (c->type.dtype != n->type.dtype || c->type.ndim != n->type.ndim)
             continue;
+        /* The product must have the result's shape: c may broadcast over
+         * it, not the other way round (a 1xN product added to an MxN c). */
+        if ((n->in[k]->type.bcast & ~c->type.bcast) != 0)
+            continue;
         double beta = 1;
         if (n->op == TGL_OP_SUB) {
             if (k == 1)

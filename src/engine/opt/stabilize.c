@@ -108,19 +108,41 @@ static tgl_node *log_gather(tgl_rewriter *rw, tgl_node *n)
 }
 
 /* log(sum(exp(x), axes)) = m + log(sum(exp(x - m), axes)) with m the max
- * over the same axes: finite however large x is. */
+ * over the same axes: finite however large x is.  An infinite max is
+ * replaced by 0 (a row of -inf gives log 0 = -inf, a row with +inf gives
+ * +inf, instead of inf - inf = NaN). */
 static tgl_node *logsumexp(tgl_rewriter *rw, tgl_node *n)
 {
     tgl_node *s = n->in[0];
     if (!is_op(s, TGL_OP_SUM) || !is_op(s->in[0], TGL_OP_EXP) || s->p.n == 0)
         return NULL;
-    tgl_ctx *ctx = rw->ctx;
     tgl_node *x = s->in[0]->in[0];
+    /* Already shifted (this rule's own output): x - switch(.., max, 0). */
+    if (is_op(x, TGL_OP_SUB) && is_op(x->in[1], TGL_OP_SWITCH) &&
+        is_op(x->in[1]->in[1], TGL_OP_MAX) && x->in[1]->in[1]->in[0] == x->in[0])
+        return NULL;
+    tgl_ctx *ctx = rw->ctx;
+    int dt = x->type.dtype;
     bool keep = s->p.flags & TGL_REDUCE_KEEPDIMS;
+    tgl_node *zero = tgl_mk_scalar(ctx, dt, 0.0);
     tgl_node *mk = tgl_mk_params(ctx, TGL_OP_MAX, 1, &x, s->p.n, s->p.i, TGL_REDUCE_KEEPDIMS);
-    tgl_node *shifted = tgl_mk1(ctx, TGL_OP_EXP, tgl_mk2(ctx, TGL_OP_SUB, x, mk));
+    /* m * 0 == 0 exactly when m is finite. */
+    tgl_node *finite = tgl_mk2(ctx, TGL_OP_EQ, tgl_mk2(ctx, TGL_OP_MUL, mk, zero), zero);
+    tgl_node *shift = tgl_mk3(ctx, TGL_OP_SWITCH, finite, mk, zero);
+    tgl_node *shifted = tgl_mk1(ctx, TGL_OP_EXP, tgl_mk2(ctx, TGL_OP_SUB, x, shift));
     tgl_node *sum = tgl_mk(ctx, TGL_OP_SUM, 1, &shifted, &s->p);
-    tgl_node *m = keep ? mk : tgl_mk_params(ctx, TGL_OP_MAX, 1, &x, s->p.n, s->p.i, 0);
+    tgl_node *m = shift;
+    if (!keep && shift) {
+        int64_t order[TGL_MAX_DIMS];
+        int nd = 0;
+        uint32_t mask = 0;
+        for (int k = 0; k < s->p.n; k++)
+            mask |= 1u << s->p.i[k];
+        for (int d = 0; d < x->type.ndim; d++)
+            if (!((mask >> d) & 1u))
+                order[nd++] = d;
+        m = tgl_mk_dimshuffle(ctx, shift, nd, order);
+    }
     return tgl_if_same_type(n, tgl_mk2(ctx, TGL_OP_ADD, m, tgl_mk1(ctx, TGL_OP_LOG, sum)));
 }
 
