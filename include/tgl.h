@@ -351,7 +351,8 @@ TGL_API tgl_status tgl_grad(tgl_ctx *ctx, tgl_node *cost, int nwrt, tgl_node *co
 
 /* Sets a setting of the context (values are strings):
  *   exclude          comma-separated rewrite rules to switch off
- *   threads          kernel threads (0: one per core)
+ *   threads          threads for kernels and for BLAS (0: one per core;
+ *                    BLAS's count is process-wide)
  *   cc, cflags       the optimizing compiler and its flags
  *   cache_dir        the kernel cache ("" : $TGL_CACHE_DIR or ~/.cache/tgl)
  *   compile          tiered | sync | tcc | cc

@@ -7,9 +7,13 @@
 #include "engine/engine.h"
 
 #include <inttypes.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* OpenBLAS's own thread count (process-wide: BLAS has one pool). */
+extern void openblas_set_num_threads(int n);
 
 static tgl_status set_string(tgl_ctx *ctx, char *dst, size_t size, const char *key,
                              const char *value)
@@ -55,6 +59,10 @@ tgl_status tgl_config_set(tgl_ctx *ctx, const char *key, const char *value)
         TGL_CHECK(*value && !*end && v >= 0 && v <= 1024, TGL_EINVAL,
                   "tgl_config_set: threads must be an integer from 0 to 1024, got '%s'", value);
         c->threads = (int)v;
+        /* One thread budget for tgl's kernels and BLAS: they run one after
+         * the other, never at once, so both get the same count. */
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        openblas_set_num_threads(v > 0 ? (int)v : (int)(cpus > 0 ? cpus : 1));
         return TGL_OK;
     }
     if (strcmp(key, "cache_max_bytes") == 0) {
