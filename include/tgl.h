@@ -379,6 +379,13 @@ TGL_API const char *tgl_rule_name(int i);
 TGL_API const char *tgl_rule_stage(int i);
 TGL_API const char *tgl_rule_synopsis(int i);
 
+/* Deletes every compiled kernel in the kernel cache (config cache_dir,
+ * else $TGL_CACHE_DIR, else ~/.cache/tgl). */
+TGL_API tgl_status tgl_cache_clear(tgl_ctx *ctx);
+/* The cache as text: "directory: ...\nentries: N\nbytes: B\nmax_bytes: C\n"
+ * (malloc'd; free it with tgl_free). */
+TGL_API tgl_status tgl_cache_info(tgl_ctx *ctx, char **text);
+
 /* ------------------------------------------------------------------------ */
 /* Compiled functions and the CVM                                           */
 /* ------------------------------------------------------------------------ */

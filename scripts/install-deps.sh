@@ -4,7 +4,7 @@
 # Idempotent; safe to run as root on a fresh Debian 12 machine.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config luajit libluajit-5.1-dev libopenblas-dev
-      lua-busted libedit-dev zlib1g-dev libtcc-dev tcc dataset-fashion-mnist)
+      lua-busted libedit-dev zlib1g-dev libssl-dev libtcc-dev tcc dataset-fashion-mnist)
 # The suite adds NumPy (interop fixtures) and cmocka (C unit tests).
 if [ "${1:-}" = "--test" ]; then
   pkgs+=(python3-numpy libcmocka-dev)

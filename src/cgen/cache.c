@@ -112,7 +112,8 @@ static void cpu_read(void)
         while (fgets(line, sizeof line, f)) {
             for (int k = 0; k < 5; k++) {
                 size_t kl = strlen(keys[k]);
-                if (seen[k] || strncmp(line, keys[k], kl) != 0 || (line[kl] != ' ' && line[kl] != '\t' && line[kl] != ':'))
+                if (seen[k] || strncmp(line, keys[k], kl) != 0 ||
+                    (line[kl] != ' ' && line[kl] != '\t' && line[kl] != ':'))
                     continue;
                 seen[k] = true;
                 int w = snprintf(cpu_id + n, sizeof cpu_id - n, "%s", line);
@@ -195,7 +196,13 @@ void *tgl_cache_load(const char *dir, const char *key, const char *symbol, tgl_k
         unlink(path);
         return NULL;
     }
-    futimens(fd, NULL); /* a hit is a use: eviction goes by mtime */
+    /* A hit is a use: eviction goes by mtime.  An explicit clock reading,
+     * because the kernel stamps files with a coarse (jiffy) clock, which
+     * would tie with the entries written just before. */
+    struct timespec now[2];
+    clock_gettime(CLOCK_REALTIME, &now[0]);
+    now[1] = now[0];
+    futimens(fd, now);
     close(fd);
     /* A data pointer to a function pointer: what POSIX's dlsym needs. */
     memcpy(fn, &sym, sizeof *fn);
@@ -310,9 +317,10 @@ tgl_status tgl_cache_clear(tgl_ctx *ctx)
     entry *v = NULL;
     int n = list_entries(dir, &v, true, true);
     if (n < 0)
-        return errno == ENOENT ? TGL_OK
-                               : tgl_ctx_set_error(ctx, TGL_EIO, "tgl_cache_clear: cannot read %s: %s",
-                                                   dir, strerror(errno));
+        return errno == ENOENT
+                   ? TGL_OK
+                   : tgl_ctx_set_error(ctx, TGL_EIO, "tgl_cache_clear: cannot read %s: %s", dir,
+                                       strerror(errno));
     char path[1200];
     tgl_status st = TGL_OK;
     for (int i = 0; i < n; i++) {

@@ -35,7 +35,8 @@ tgl_kernel_fn tgl_cgen_kernel(const tgl_fprog *prog);
 int tgl_cgen_tier(const tgl_fprog *prog);
 /* Blocks until prog's background compile (if any) has finished. */
 void tgl_cgen_wait(tgl_fprog *prog);
-/* Frees prog's kernel (waiting for a background compile first). */
+/* Frees prog's kernel.  Does not wait: a background compile already
+ * running finishes into the disk cache; one not started is dropped. */
 void tgl_cgen_release(tgl_fprog *prog);
 
 /* Runs fn over the arrays: out[k] are allocated by the caller with the

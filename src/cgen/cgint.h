@@ -1,20 +1,64 @@
 /*
- * cgint.h — what the code generator's files (render.c, compile.c,
- * cache.c, launch.c) share with each other and with nothing else: the
- * layout decisions the renderer and the launcher must agree on, the
- * embedded kernel header, and the cache primitives the compiler calls
- * (from the calling thread or a background compile thread, so they take
- * no tgl_ctx).
+ * cgint.h — what the code generator's files (render.c, expr.c,
+ * compile.c, cache.c, launch.c) share with each other and with nothing
+ * else: the rendering state, the layout decisions the renderer and the
+ * launcher must agree on, the embedded kernel header, and the cache
+ * primitives the compiler calls (from the calling thread or a background
+ * compile thread, so they take no tgl_ctx).
  */
 #ifndef TGL_CGINT_H
 #define TGL_CGINT_H
 
 #include "cgen/cgen.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-/* ---- render.c ---------------------------------------------------------- */
+/* ---- render.c and expr.c -------------------------------------------------- */
+
+/* A growing string; oom is set (and output dropped) when memory runs out. */
+typedef struct tgl_sbuf {
+    char *p;
+    size_t n, cap;
+    bool oom;
+} tgl_sbuf;
+
+void tgl_sb_printf(tgl_sbuf *b, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* The state of rendering one program: which libm functions (bit per
+ * function, [0] double, [1] float) and helpers the source needs, and the
+ * first error. */
+typedef struct tgl_render {
+    tgl_ctx *ctx;
+    const tgl_fprog *p;
+    uint32_t used[2];
+    unsigned helpers;
+    tgl_status st;
+} tgl_render;
+
+/* How a row function loads inputs: unit (i<j>[k], or the value i<j> for
+ * an invariant input) or strided (i<j>[k * s<j>]). */
+enum { TGL_ROW_UNIT, TGL_ROW_STRIDED };
+
+/* The C type of a dtype's elements. */
+const char *tgl_cgen_ctype(int dtype);
+/* Sets TGL_EINTERNAL with a message naming the program (first error wins). */
+tgl_status tgl_cgen_fail(tgl_render *r, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/* A literal of dtype holding v as tgl_store_from_double stores it. */
+void tgl_cgen_literal(tgl_render *r, tgl_sbuf *b, int dtype, double v);
+/* `T v<i> = ...;` for instruction i of r->p. */
+void tgl_cgen_instr(tgl_render *r, tgl_sbuf *b, int i, int mode);
+/* Declarations of the libm functions and helpers the instructions used. */
+void tgl_cgen_prelude(tgl_render *r, tgl_sbuf *b);
 
 /* The text of tgl_kernel.h, embedded at the top of every kernel source. */
 extern const char tgl_cgen_kernel_header[];
@@ -28,8 +72,9 @@ int tgl_cgen_acc_dtype(const tgl_fprog *prog);
 
 /* Whether the kernel's unit path expects input i to be invariant along
  * the last axis (stride 0) rather than contiguous (stride 1): the input's
- * static type broadcasts the space's last axis.  The launcher makes a
- * size-1 last axis agree with this. */
+ * static type broadcasts the space's last axis.  The kernel takes its unit
+ * path only when every stride agrees (else the strided path); the launcher
+ * makes a lone size-1 axis agree. */
 int tgl_cgen_invariant(const tgl_fprog *prog, int i);
 
 /* A 64-bit digest of what prog computes (names the kernel's symbol). */

@@ -1,8 +1,10 @@
 /*
  * compile.c — making a fused program's kernel callable (cgen.h):
  *
- *   libtcc   compiles the source in memory in well under a millisecond;
- *            slow code, but at once.
+ *   libtcc   compiles the source in memory in a fraction of a millisecond;
+ *            slow code, but at once.  Looked up in the running program
+ *            (see find_tcc): a program that does not link it has no
+ *            libtcc tier.
  *   cc       the system compiler (config.cc + config.cflags + the flags
  *            below), run with posix_spawn on a temporary file, the shared
  *            object renamed into the cache (cache.c) and dlopen'ed.
@@ -16,20 +18,22 @@
  * libtcc code).  A kernel that fails to compile is a tgl bug:
  * TGL_EINTERNAL with the compiler's message.
  *
- * Process-wide state, all of it here and all behind `G.lock` except
+ * Process-wide state, all of it in `G` and behind `G.lock`, except
  * `G.tcc_lock` itself: libtcc is not thread-safe (its parser keeps global
  * state), so every libtcc call holds G.tcc_lock; "warn once per process"
- * needs a flag; the compiler's --version is probed once per process and
+ * needs flags; the compiler's --version is probed once per process and
  * command; and background compiles take one of a fixed number of slots so
  * that preparing many kernels does not start one compiler per kernel at
- * once.
+ * once.  (libtcc's entry points, `T`, are found once and then read-only.)
  */
 #include "cgen/cgint.h"
 #include "engine/ops/ops.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libtcc.h>
+#include <math.h>
 #include <pthread.h>
 #include <spawn.h>
 #include <stdarg.h>
@@ -64,11 +68,11 @@ static struct {
     pthread_mutex_t lock;
     pthread_cond_t slot_free;
     int running; /* background compiles holding a slot */
-    bool warned;
+    bool warned, warned_tcc;
     int nprobes;
     struct probe { char cc[256]; bool ok; char version[256]; } probes[MAX_PROBES];
 } G = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0,
-       false, 0, {{{0}, false, {0}}}};
+       false, false, 0, {{{0}, false, {0}}}};
 
 /* What the system-compiler path of one kernel needs; a background compile
  * owns a copy, so it never touches the context. */
@@ -81,7 +85,15 @@ typedef struct job {
     char version[256];
     char key[TGL_CACHE_KEY_HEX + 1];
     char err[TAIL + 900];
-    struct tgl_kernel_ref *ref;
+    /* Shared by the program's kernel and the background thread, each
+     * holding a reference: release does not wait for the compile (which
+     * finishes into the cache, or is dropped if it has not started). */
+    pthread_mutex_t lock;
+    pthread_cond_t done_cv;
+    bool done, cancelled;
+    bool tcc_tier; /* the program runs libtcc code meanwhile */
+    int refs;
+    struct tgl_kernel_ref *ref; /* where to publish; only while !cancelled */
 } job;
 
 struct tgl_kernel_ref {
@@ -89,10 +101,7 @@ struct tgl_kernel_ref {
     int tier;             /* atomic: 0 none, 1 libtcc, 2 cc                   */
     TCCState *tcc;        /* owns the libtcc code; freed at release           */
     void *dl;             /* the cc code; never dlclose'd (calls may be live) */
-    pthread_mutex_t lock; /* serializes joining the background compile        */
-    bool has_thread;
-    pthread_t thread;
-    job *job;
+    job *job;             /* the background compile, or NULL                 */
 };
 
 enum { BUILD_OK, BUILD_NOCC, BUILD_FAIL };
@@ -115,7 +124,8 @@ static int split(const char *s, char *buf, size_t size, char **argv, int max)
 {
     snprintf(buf, size, "%s", s);
     int n = 0;
-    for (char *t = strtok(buf, " \t\n"); t; t = strtok(NULL, " \t\n")) {
+    char *save = NULL; /* strtok_r: background compiles split at the same time */
+    for (char *t = strtok_r(buf, " \t\n", &save); t; t = strtok_r(NULL, " \t\n", &save)) {
         if (n == max)
             return -1;
         argv[n++] = t;
@@ -253,7 +263,8 @@ static int job_compile(job *j, void **dl, tgl_kernel_fn *fn)
         const char *t = getenv("TMPDIR");
         snprintf(dir, sizeof dir, "%s/tgl-XXXXXX", t && t[0] ? t : "/tmp");
         if (!mkdtemp(dir)) {
-            snprintf(j->err, sizeof j->err, "cannot make a temporary directory: %s", strerror(errno));
+            snprintf(j->err, sizeof j->err, "cannot make a temporary directory: %s",
+                     strerror(errno));
             return BUILD_FAIL;
         }
     }
@@ -333,34 +344,127 @@ static void on_tcc_error(void *opaque, const char *msg)
         m->n = m->n + (size_t)k < sizeof m->text ? m->n + (size_t)k : sizeof m->text - 1;
 }
 
-/* Compiles source in memory; *state owns the code.  false with the
- * messages in err on failure. */
-static bool build_tcc(const char *source, const char *symbol, TCCState **state, tgl_kernel_fn *fn,
-                      char *err, size_t size)
+/* The libm functions kernels may call, handed to libtcc directly: with
+ * -nostdlib it links neither libc nor its runtime library (libtcc1.a),
+ * which saves time and needs nothing installed beside libtcc.a. */
+static const struct {
+    const char *name;
+    const void *fn;
+} libm_syms[] = {
+#define F2(name) {#name, (const void *)name}, {#name "f", (const void *)name##f}
+    F2(fabs), F2(exp), F2(log), F2(log1p), F2(expm1), F2(sqrt), F2(tanh),
+    F2(sin), F2(cos), F2(floor), F2(ceil), F2(round), F2(pow),
+#undef F2
+};
+
+#if defined(__GLIBC__)
+/* glibc's <stdint.h> costs libtcc more time to parse than the whole
+ * kernel; its include guard and these typedefs stand in for it.  Only the
+ * kernel uses them, so only their sizes (the ABI) matter. */
+#define TCC_PRELUDE                                                              \
+    "#define _STDINT_H 1\n"                                                      \
+    "typedef signed char int8_t; typedef unsigned char uint8_t;\n"               \
+    "typedef int int32_t; typedef unsigned int uint32_t;\n"                      \
+    "typedef long long int64_t; typedef unsigned long long uint64_t;\n"          \
+    "typedef long long intptr_t; typedef unsigned long long uintptr_t;\n"
+_Static_assert(sizeof(long long) == 8 && sizeof(void *) == 8, "TCC_PRELUDE assumes LP64");
+#else
+#define TCC_PRELUDE ""
+#endif
+
+/* libtcc's entry points, looked up in the running program.  Debian's
+ * libtcc.a is not position-independent, so it cannot be linked into
+ * libtgl.so: the programs (the tgl host, the tests) link it and export its
+ * symbols, and a program without it simply has no libtcc tier. */
+static struct {
+    TCCState *(*new_)(void);
+    void (*delete_)(TCCState *);
+    void (*set_error_func)(TCCState *, void *, TCCErrorFunc);
+    void (*set_options)(TCCState *, const char *);
+    int (*set_output_type)(TCCState *, int);
+    int (*add_symbol)(TCCState *, const char *, const void *);
+    int (*compile_string)(TCCState *, const char *);
+    int (*relocate)(TCCState *, void *);
+    void *(*get_symbol)(TCCState *, const char *);
+    bool ok;
+} T; /* written once by find_tcc, then read-only */
+static pthread_once_t T_once = PTHREAD_ONCE_INIT;
+
+static void find_tcc(void)
 {
+    static const char *names[] = {"tcc_new", "tcc_delete", "tcc_set_error_func",
+                                  "tcc_set_options", "tcc_set_output_type", "tcc_add_symbol",
+                                  "tcc_compile_string", "tcc_relocate", "tcc_get_symbol"};
+    void *slots[] = {&T.new_, &T.delete_, &T.set_error_func, &T.set_options,
+                     &T.set_output_type, &T.add_symbol, &T.compile_string, &T.relocate,
+                     &T.get_symbol};
+    bool ok = true;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        void *f = dlsym(RTLD_DEFAULT, names[i]);
+        ok = ok && f;
+        memcpy(slots[i], &f, sizeof f); /* POSIX: a data pointer holds a function's */
+    }
+    T.ok = ok;
+}
+
+static bool have_tcc(void)
+{
+    pthread_once(&T_once, find_tcc);
+    return T.ok;
+}
+
+static void warn_no_tcc(void)
+{
+    pthread_mutex_lock(&G.lock);
+    bool first = !G.warned_tcc;
+    G.warned_tcc = true;
+    pthread_mutex_unlock(&G.lock);
+    if (first)
+        fprintf(stderr, "tgl: libtcc is not linked into this program: no libtcc kernels\n");
+}
+
+/* Compiles source in memory; *state owns the code.  BUILD_NOCC when there
+ * is no libtcc, BUILD_FAIL with the messages in err. */
+static int build_tcc(const char *source, const char *symbol, TCCState **state, tgl_kernel_fn *fn,
+                     char *err, size_t size)
+{
+    if (!have_tcc())
+        return BUILD_NOCC;
     tcc_msgs m = {.n = 0};
     m.text[0] = '\0';
+    size_t n = strlen(TCC_PRELUDE), len = strlen(source);
+    char *text = malloc(n + len + 1);
+    if (!text) {
+        snprintf(err, size, "out of memory");
+        return BUILD_FAIL;
+    }
+    memcpy(text, TCC_PRELUDE, n);
+    memcpy(text + n, source, len + 1);
     pthread_mutex_lock(&G.tcc_lock);
-    TCCState *s = tcc_new();
+    TCCState *s = T.new_();
     void *sym = NULL;
     if (s) {
-        tcc_set_error_func(s, &m, on_tcc_error);
-        tcc_set_output_type(s, TCC_OUTPUT_MEMORY);
-        if (tcc_compile_string(s, source) == 0 && tcc_relocate(s, TCC_RELOCATE_AUTO) >= 0)
-            sym = tcc_get_symbol(s, symbol);
+        T.set_error_func(s, &m, on_tcc_error);
+        T.set_options(s, "-nostdlib");
+        T.set_output_type(s, TCC_OUTPUT_MEMORY);
+        for (size_t i = 0; i < sizeof libm_syms / sizeof libm_syms[0]; i++)
+            T.add_symbol(s, libm_syms[i].name, libm_syms[i].fn);
+        if (T.compile_string(s, text) == 0 && T.relocate(s, TCC_RELOCATE_AUTO) >= 0)
+            sym = T.get_symbol(s, symbol);
         if (!sym) {
-            tcc_delete(s);
+            T.delete_(s);
             s = NULL;
         }
     }
     pthread_mutex_unlock(&G.tcc_lock);
+    free(text);
     if (!sym) {
         snprintf(err, size, "libtcc: %s", m.n ? m.text : "out of memory or symbol missing");
-        return false;
+        return BUILD_FAIL;
     }
     *state = s;
     memcpy(fn, &sym, sizeof *fn);
-    return true;
+    return BUILD_OK;
 }
 
 /* ---- background compiles --------------------------------------------------------- */
@@ -369,6 +473,18 @@ static int slots(void)
 {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 2 ? (int)n - 1 : 1;
+}
+
+static void job_free(job *j);
+
+/* Drops one of j's two references; frees it with the last. */
+static void job_unref(job *j)
+{
+    pthread_mutex_lock(&j->lock);
+    bool last = --j->refs == 0;
+    pthread_mutex_unlock(&j->lock);
+    if (last)
+        job_free(j);
 }
 
 static void *background(void *arg)
@@ -381,26 +497,33 @@ static void *background(void *arg)
     pthread_mutex_unlock(&G.lock);
     void *dl = NULL;
     tgl_kernel_fn fn = NULL;
-    int rc = job_key(j);
-    if (rc == BUILD_OK && j->dir[0] && (dl = tgl_cache_load(j->dir, j->key, j->symbol, &fn)))
-        rc = BUILD_OK;
-    else if (rc == BUILD_OK)
-        rc = job_compile(j, &dl, &fn);
+    int rc = BUILD_FAIL;
+    if (!__atomic_load_n(&j->cancelled, __ATOMIC_ACQUIRE)) {
+        rc = job_key(j);
+        if (rc == BUILD_OK && !(j->dir[0] && (dl = tgl_cache_load(j->dir, j->key, j->symbol, &fn))))
+            rc = job_compile(j, &dl, &fn);
+    }
     pthread_mutex_lock(&G.lock);
     G.running--;
     pthread_cond_signal(&G.slot_free);
     pthread_mutex_unlock(&G.lock);
-    if (rc == BUILD_OK) {
+    pthread_mutex_lock(&j->lock);
+    bool live = !j->cancelled;
+    if (rc == BUILD_OK && live) {
         j->ref->dl = dl;
         __atomic_store_n(&j->ref->fn, fn, __ATOMIC_RELEASE);
         __atomic_store_n(&j->ref->tier, 2, __ATOMIC_RELEASE);
-    } else if (rc == BUILD_NOCC) {
-        warn_no_cc(j->cc, "libtcc");
-    } else {
-        /* Nobody to return an error to: the libtcc code keeps running. */
-        fprintf(stderr, "tgl: internal error (please report): a kernel does not compile with %s, "
-                        "keeping the libtcc code: %s\n", j->cc, j->err);
     }
+    j->done = true;
+    pthread_cond_broadcast(&j->done_cv);
+    pthread_mutex_unlock(&j->lock);
+    if (rc == BUILD_NOCC)
+        warn_no_cc(j->cc, j->tcc_tier ? "libtcc" : "reference");
+    else if (rc == BUILD_FAIL && live)
+        /* Nobody to return an error to: the code that runs now stays. */
+        fprintf(stderr, "tgl: internal error (please report): a kernel does not compile with %s, "
+                        "keeping the code it runs now: %s\n", j->cc, j->err);
+    job_unref(j);
     return NULL;
 }
 
@@ -422,12 +545,16 @@ static job *job_new(tgl_ctx *ctx, const tgl_fprog *prog, const char *symbol)
     if (tgl_cache_dir(&ctx->config, j->dir, sizeof j->dir) != 0)
         j->dir[0] = '\0';
     j->max_bytes = ctx->config.cache_max_bytes;
+    pthread_mutex_init(&j->lock, NULL);
+    pthread_cond_init(&j->done_cv, NULL);
     return j;
 }
 
 static void job_free(job *j)
 {
     if (j) {
+        pthread_cond_destroy(&j->done_cv);
+        pthread_mutex_destroy(&j->lock);
         free(j->source);
         free(j);
     }
@@ -447,10 +574,14 @@ static tgl_status compile(tgl_ctx *ctx, tgl_fprog *prog, struct tgl_kernel_ref *
 {
     const char *mode = ctx->config.compile;
     char err[TAIL + 200];
+    int rt;
     if (strcmp(mode, "tcc") == 0) {
-        if (!build_tcc(prog->source, symbol, &ref->tcc, &ref->fn, err, sizeof err))
+        rt = build_tcc(prog->source, symbol, &ref->tcc, &ref->fn, err, sizeof err);
+        if (rt == BUILD_FAIL)
             return internal(ctx, prog, "libtcc", err);
-        ref->tier = 1;
+        if (rt == BUILD_NOCC)
+            warn_no_tcc();
+        ref->tier = rt == BUILD_OK;
         return TGL_OK;
     }
     job *j = job_new(ctx, prog, symbol);
@@ -458,22 +589,28 @@ static tgl_status compile(tgl_ctx *ctx, tgl_fprog *prog, struct tgl_kernel_ref *
         return tgl_ctx_set_error(ctx, TGL_ENOMEM, "cgen: out of memory");
     bool tiered = strcmp(mode, "tiered") == 0;
     int rc = job_key(j);
-    if (rc == BUILD_OK && j->dir[0] && (ref->dl = tgl_cache_load(j->dir, j->key, symbol, &ref->fn))) {
+    if (rc == BUILD_OK && j->dir[0] &&
+        (ref->dl = tgl_cache_load(j->dir, j->key, symbol, &ref->fn))) {
         ref->tier = 2;
     } else if (rc == BUILD_OK && !tiered) {
         rc = job_compile(j, &ref->dl, &ref->fn);
         if (rc == BUILD_OK)
             ref->tier = 2;
     } else if (tiered) {
-        if (!build_tcc(prog->source, symbol, &ref->tcc, &ref->fn, err, sizeof err)) {
+        /* libtcc code now (the reference path without libtcc); cc later. */
+        rt = build_tcc(prog->source, symbol, &ref->tcc, &ref->fn, err, sizeof err);
+        if (rt == BUILD_FAIL) {
             job_free(j);
             return internal(ctx, prog, "libtcc", err);
         }
-        ref->tier = 1;
+        ref->tier = rt == BUILD_OK;
         if (rc == BUILD_OK) {
             j->ref = ref;
-            if (pthread_create(&ref->thread, NULL, background, j) == 0) {
-                ref->has_thread = true;
+            j->tcc_tier = ref->tier == 1;
+            j->refs = 2;
+            pthread_t t;
+            if (pthread_create(&t, NULL, background, j) == 0) {
+                pthread_detach(t);
                 ref->job = j;
                 return TGL_OK;
             }
@@ -481,7 +618,7 @@ static tgl_status compile(tgl_ctx *ctx, tgl_fprog *prog, struct tgl_kernel_ref *
     }
     tgl_status st = TGL_OK;
     if (rc == BUILD_NOCC)
-        warn_no_cc(j->cc, tiered ? "libtcc" : "reference");
+        warn_no_cc(j->cc, ref->tier == 1 ? "libtcc" : "reference");
     else if (rc == BUILD_FAIL)
         st = internal(ctx, prog, j->cc, j->err);
     job_free(j);
@@ -504,7 +641,6 @@ tgl_status tgl_cgen_prepare(tgl_ctx *ctx, tgl_fprog *prog)
     struct tgl_kernel_ref *ref = calloc(1, sizeof *ref);
     if (!ref)
         return tgl_ctx_set_error(ctx, TGL_ENOMEM, "cgen: out of memory");
-    pthread_mutex_init(&ref->lock, NULL);
     tgl_status st = compile(ctx, prog, ref, symbol);
     prog->kernel = ref;
     if (st) {
@@ -529,14 +665,13 @@ void tgl_cgen_wait(tgl_fprog *prog)
     struct tgl_kernel_ref *ref = prog ? prog->kernel : NULL;
     if (!ref)
         return;
-    pthread_mutex_lock(&ref->lock);
-    if (ref->has_thread) {
-        pthread_join(ref->thread, NULL);
-        ref->has_thread = false;
-        job_free(ref->job);
-        ref->job = NULL;
-    }
-    pthread_mutex_unlock(&ref->lock);
+    job *j = ref->job;
+    if (!j)
+        return;
+    pthread_mutex_lock(&j->lock);
+    while (!j->done)
+        pthread_cond_wait(&j->done_cv, &j->lock);
+    pthread_mutex_unlock(&j->lock);
 }
 
 void tgl_cgen_release(tgl_fprog *prog)
@@ -545,13 +680,18 @@ void tgl_cgen_release(tgl_fprog *prog)
         return;
     struct tgl_kernel_ref *ref = prog->kernel;
     if (ref) {
-        tgl_cgen_wait(prog);
+        if (ref->job) {
+            /* The compile goes on without us (see job). */
+            pthread_mutex_lock(&ref->job->lock);
+            __atomic_store_n(&ref->job->cancelled, true, __ATOMIC_RELEASE);
+            pthread_mutex_unlock(&ref->job->lock);
+            job_unref(ref->job);
+        }
         if (ref->tcc) {
             pthread_mutex_lock(&G.tcc_lock);
-            tcc_delete(ref->tcc);
+            T.delete_(ref->tcc);
             pthread_mutex_unlock(&G.tcc_lock);
         }
-        pthread_mutex_destroy(&ref->lock);
         free(ref);
         prog->kernel = NULL;
     }

@@ -7,6 +7,7 @@
 #include "engine/engine.h"
 #include "engine/fprog.h"
 #include "engine/graph.h"
+#include "engine/pool.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -31,6 +32,7 @@ void tgl_ctx_retain(tgl_ctx *ctx)
 void tgl_ctx_release(tgl_ctx *ctx)
 {
     if (ctx && __atomic_sub_fetch(&ctx->refcount, 1, __ATOMIC_ACQ_REL) == 0) {
+        tgl_pool_free(ctx);
         tgl_fprog_free_all(ctx);
         tgl_graph_free(&ctx->graph);
         free(ctx);

@@ -297,7 +297,8 @@ static tgl_status build_prog(fuse_pass *f, int g, tgl_node **members, int nmem, 
         *outs = malloc(sizeof **outs * (size_t)(p->nout + 1));
         ok = *in && *outs;
         if (ok) {
-            memcpy(*in, p->orig_in, sizeof **in * (size_t)p->nin);
+            if (p->nin)
+                memcpy(*in, p->orig_in, sizeof **in * (size_t)p->nin);
             memcpy(*outs, p->orig_out, sizeof **outs * (size_t)p->nout);
         } else {
             free(*in);

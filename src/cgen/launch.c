@@ -1,0 +1,373 @@
+/*
+ * launch.c — running a generated kernel over arrays (tgl_cgen_launch).
+ *
+ * The launcher turns arrays into the kernel ABI (tgl_kernel.h): strides in
+ * elements, 0 along an input's broadcast axes and, for a fused reduction,
+ * along out[0]'s reduced axes.  It then simplifies the space: size-1 axes
+ * go, and neighbours that every operand steps over as one longer axis are
+ * merged (never a reduced axis with a kept one), so contiguous arrays of
+ * any shape become one row.
+ *
+ * Work is split over the context's pool (engine/pool.h) by rows when there
+ * are enough of them, else by columns of the rows; problems under
+ * PARALLEL_MIN elements stay on the calling thread, where thread wake-up
+ * would cost more than it saves.  A reduction accumulates in the kernel's
+ * accumulator dtype (render.c: double for float sums) in a buffer laid out
+ * C-contiguous over the kept axes: out[0] itself when it is already that
+ * buffer, else scratch converted into out[0] at the end.  Splitting a
+ * reduction along its kept last axis needs nothing more; any other split
+ * gives each task a private accumulator buffer, combined in task order (so
+ * results do not depend on scheduling), when out[0] is small enough.
+ */
+#include "cgen/cgint.h"
+#include "engine/ops/ops.h"
+#include "engine/pool.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Fewer elements than this run on the calling thread. */
+#define PARALLEL_MIN 32768
+/* Largest out[0] (elements) that gets one private accumulator per task. */
+#define PRIVATE_MAX 65536
+/* A column split gives each task at least this many columns. */
+#define COLS_MIN 1024
+
+typedef struct run {
+    tgl_kargs base;
+    tgl_kernel_fn fn;
+    int ntasks, nout;
+    bool by_cols;
+    int64_t rows, len;
+    tgl_kbuf *outs; /* ntasks * nout: per-task out[] (private accumulators) */
+} run;
+
+static void run_task(void *arg, int t)
+{
+    const run *r = arg;
+    tgl_kargs a = r->base;
+    if (r->by_cols) {
+        a.col_begin = r->len * t / r->ntasks;
+        a.col_end = r->len * (t + 1) / r->ntasks;
+    } else {
+        a.row_begin = r->rows * t / r->ntasks;
+        a.row_end = r->rows * (t + 1) / r->ntasks;
+    }
+    if (r->outs)
+        a.out = r->outs + (size_t)t * (size_t)r->nout;
+    if (a.row_begin < a.row_end && a.col_begin < a.col_end)
+        r->fn(&a);
+}
+
+/* ---- accumulators ---------------------------------------------------------- */
+
+/* n accumulators of dtype adt set to the identity of op. */
+static void fill_identity(void *buf, int adt, int op, int64_t n)
+{
+    bool mx = op == TGL_OP_MAX, mn = op == TGL_OP_MIN, prod = op == TGL_OP_PROD;
+    for (int64_t i = 0; i < n; i++) {
+        switch (adt) {
+        case TGL_FLOAT64:
+            ((double *)buf)[i] = mx ? -INFINITY : mn ? INFINITY : prod ? 1.0 : 0.0;
+            break;
+        case TGL_FLOAT32: ((float *)buf)[i] = mx ? -INFINITY : INFINITY; break;
+        case TGL_INT64: ((int64_t *)buf)[i] = mx ? INT64_MIN : mn ? INT64_MAX : prod; break;
+        case TGL_INT32: ((int32_t *)buf)[i] = mx ? INT32_MIN : INT32_MAX; break;
+        case TGL_UINT8: ((uint8_t *)buf)[i] = mx ? 0 : 255; break;
+        default: ((uint8_t *)buf)[i] = mn; break; /* bool */
+        }
+    }
+}
+
+/* dst[i] = dst[i] (op) src[i], with the kernel's rules: integer sums and
+ * products wrap, max/min keep NaN. */
+#define PICK(a, v, mx) ((((mx) ? (v) > (a) : (v) < (a)) || (v) != (v)) ? (v) : (a))
+static void combine(void *dst, const void *src, int adt, int op, int64_t n)
+{
+    bool mx = op == TGL_OP_MAX;
+    for (int64_t i = 0; i < n; i++) {
+        switch (adt) {
+        case TGL_FLOAT64: {
+            double *d = (double *)dst + i, s = ((const double *)src)[i];
+            *d = op == TGL_OP_SUM ? *d + s : op == TGL_OP_PROD ? *d * s : PICK(*d, s, mx);
+            break;
+        }
+        case TGL_FLOAT32: {
+            float *d = (float *)dst + i, s = ((const float *)src)[i];
+            *d = PICK(*d, s, mx);
+            break;
+        }
+        case TGL_INT64: {
+            int64_t *d = (int64_t *)dst + i, s = ((const int64_t *)src)[i];
+            *d = op == TGL_OP_SUM    ? (int64_t)((uint64_t)*d + (uint64_t)s)
+                 : op == TGL_OP_PROD ? (int64_t)((uint64_t)*d * (uint64_t)s)
+                 : (mx ? s > *d : s < *d) ? s : *d;
+            break;
+        }
+        case TGL_INT32: {
+            int32_t *d = (int32_t *)dst + i, s = ((const int32_t *)src)[i];
+            *d = (mx ? s > *d : s < *d) ? s : *d;
+            break;
+        }
+        default: { /* uint8, bool */
+            uint8_t *d = (uint8_t *)dst + i, s = ((const uint8_t *)src)[i];
+            *d = (mx ? s > *d : s < *d) ? s : *d;
+            break;
+        }
+        }
+    }
+}
+
+/* out (any strides) = acc (C order over out's shape, dtype adt). */
+static void store_out(tgl_array *out, const void *acc, int adt)
+{
+    size_t es = tgl_dtype_size(adt);
+    int64_t idx[TGL_MAX_DIMS] = {0}, off = 0;
+    for (int64_t i = 0; i < out->size; i++) {
+        if (adt == out->dtype_id)
+            memcpy((char *)out->data + off * (int64_t)es, (const char *)acc + i * (int64_t)es, es);
+        else /* a float sum's double accumulator into float32 */
+            tgl_store_from_double(out->dtype_id, out->data, off, ((const double *)acc)[i]);
+        for (int d = out->ndim - 1; d >= 0; d--) {
+            off += out->strides[d];
+            if (++idx[d] < out->shape[d])
+                break;
+            off -= out->strides[d] * out->shape[d];
+            idx[d] = 0;
+        }
+    }
+}
+
+/* ---- geometry ---------------------------------------------------------------- */
+
+static bool c_contiguous(const tgl_array *a)
+{
+    int64_t s = 1;
+    for (int d = a->ndim - 1; d >= 0; d--) {
+        if (a->shape[d] != 1 && a->strides[d] != s)
+            return false;
+        s *= a->shape[d];
+    }
+    return true;
+}
+
+/* Checks the arrays against the program and computes the space's shape. */
+static tgl_status check(tgl_ctx *ctx, const tgl_fprog *p, tgl_array *const *in,
+                        tgl_array *const *out, int64_t *space)
+{
+    int nd = p->ndim;
+    for (int d = 0; d < nd; d++)
+        space[d] = 1;
+    for (int j = 0; j < p->nin; j++) {
+        TGL_CHECK(in[j] && in[j]->ndim == nd && in[j]->dtype_id == p->in_type[j].dtype,
+                  TGL_EINTERNAL, "cgen: input %d of fused program %d has the wrong dtype or ndim",
+                  j + 1, p->id);
+        for (int d = 0; d < nd; d++)
+            if (!tgl_type_bcast(p->in_type[j], d) && in[j]->shape[d] != 1)
+                space[d] = in[j]->shape[d];
+    }
+    for (int j = 0; j < p->nin; j++)
+        for (int d = 0; d < nd; d++)
+            TGL_CHECK(in[j]->shape[d] == space[d] || in[j]->shape[d] == 1, TGL_ESHAPE,
+                      "cgen: input %d of fused program %d: size %lld on axis %d, expected %lld",
+                      j + 1, p->id, (long long)in[j]->shape[d], d + 1, (long long)space[d]);
+    for (int k = 0; k < p->nout; k++) {
+        bool red = k == 0 && p->reduce_op >= 0;
+        tgl_type t = red ? p->reduce_type : p->out_type[k];
+        TGL_CHECK(out[k] && out[k]->dtype_id == t.dtype && out[k]->ndim == t.ndim, TGL_EINTERNAL,
+                  "cgen: output %d of fused program %d has the wrong dtype or ndim", k + 1, p->id);
+        for (int d = 0, od = 0; d < nd; d++) {
+            bool r = red && ((p->reduce_mask >> d) & 1u);
+            if (r && !p->reduce_keepdims)
+                continue;
+            int64_t want = r ? 1 : space[d];
+            TGL_CHECK(out[k]->shape[od] == want, TGL_ESHAPE,
+                      "cgen: output %d of fused program %d: size %lld on axis %d, expected %lld",
+                      k + 1, p->id, (long long)out[k]->shape[od], od + 1, (long long)want);
+            od++;
+        }
+    }
+    return TGL_OK;
+}
+
+/* Fills kb (nin + nout buffers) and the kernel's shape: strides over the
+ * space, size-1 axes dropped, mergeable neighbours merged.  out[0] of a
+ * reduction is described by the accumulator layout (C order over the kept
+ * axes), its data set later.  Returns the kernel's ndim. */
+static int geometry(const tgl_fprog *p, tgl_array *const *in, tgl_array *const *out,
+                    const int64_t *space, tgl_kbuf *kb, int64_t *shape)
+{
+    int nop = p->nin + p->nout, nd = 0;
+    bool red = p->reduce_op >= 0;
+    /* Accumulator strides: C order over the kept axes. */
+    int64_t acc[TGL_MAX_DIMS], s = 1;
+    for (int d = p->ndim - 1; d >= 0; d--) {
+        bool r = red && ((p->reduce_mask >> d) & 1u);
+        acc[d] = r ? 0 : s;
+        s *= r ? 1 : space[d];
+    }
+    uint32_t redk = 0; /* reduced kernel axes */
+    for (int d = 0; d < p->ndim; d++) {
+        if (space[d] == 1)
+            continue;
+        bool r = red && ((p->reduce_mask >> d) & 1u);
+        for (int j = 0; j < nop; j++) {
+            int64_t st;
+            if (j < p->nin)
+                st = in[j]->shape[d] == 1 ? 0 : in[j]->strides[d];
+            else if (j == p->nin && red)
+                st = acc[d];
+            else
+                st = out[j - p->nin]->strides[d];
+            kb[j].strides[nd] = st;
+        }
+        /* Merge into the previous axis when every operand steps over the
+         * pair as one axis. */
+        bool merge = nd > 0 && ((redk >> (nd - 1)) & 1u) == r;
+        for (int j = 0; merge && j < nop; j++)
+            merge = kb[j].strides[nd - 1] == kb[j].strides[nd] * space[d];
+        if (merge) {
+            shape[nd - 1] *= space[d];
+            for (int j = 0; j < nop; j++)
+                kb[j].strides[nd - 1] = kb[j].strides[nd];
+            continue;
+        }
+        shape[nd] = space[d];
+        redk |= (uint32_t)r << nd;
+        nd++;
+    }
+    if (nd == 0) {
+        /* One element: any stride reads it; give each operand the one the
+         * unit path expects. */
+        shape[0] = 1;
+        for (int j = 0; j < nop; j++)
+            kb[j].strides[0] = j < p->nin ? !tgl_cgen_invariant(p, j) : !(red && j == p->nin);
+        nd = 1;
+    }
+    return nd;
+}
+
+/* ---- the launch ----------------------------------------------------------------- */
+
+tgl_status tgl_cgen_launch(tgl_ctx *ctx, const tgl_fprog *prog, tgl_kernel_fn fn,
+                           tgl_array *const *in, tgl_array *const *out)
+{
+    TGL_CHECK_CTX(ctx);
+    TGL_CHECK(prog && fn && (in || prog->nin == 0) && out, TGL_EINVAL,
+              "tgl_cgen_launch: NULL argument");
+    int64_t space[TGL_MAX_DIMS];
+    tgl_status st = check(ctx, prog, in, out, space);
+    if (st)
+        return st;
+    if (tgl_ctx_interrupted(ctx))
+        return tgl_ctx_set_error(ctx, TGL_EINTERRUPT, "interrupted");
+    int64_t total = 1;
+    for (int d = 0; d < prog->ndim; d++)
+        total *= space[d];
+    bool red = prog->reduce_op >= 0;
+    int adt = tgl_cgen_acc_dtype(prog), op = prog->reduce_op;
+    tgl_array *o0 = out[0];
+    size_t aes = red ? tgl_dtype_size(adt) : 0;
+    if (total == 0) {
+        if (!red || o0->size == 0)
+            return TGL_OK;
+        TGL_CHECK(op != TGL_OP_MAX && op != TGL_OP_MIN, TGL_ESHAPE,
+                  "zero-size reduction (%s of no elements is undefined)", tgl_op_name(op));
+        void *a = malloc((size_t)o0->size * aes);
+        TGL_CHECK(a, TGL_ENOMEM, "cgen: out of memory");
+        fill_identity(a, adt, op, o0->size);
+        store_out(o0, a, adt);
+        free(a);
+        return TGL_OK;
+    }
+
+    int nop = prog->nin + prog->nout;
+    tgl_kbuf *kb = calloc((size_t)nop, sizeof *kb);
+    TGL_CHECK(kb, TGL_ENOMEM, "cgen: out of memory");
+    run r = {.fn = fn, .nout = prog->nout};
+    tgl_kargs *a = &r.base;
+    a->ndim = geometry(prog, in, out, space, kb, a->shape);
+    int L = a->ndim - 1;
+    a->unit = 1;
+    for (int j = 0; j < nop; j++) {
+        kb[j].data = j < prog->nin ? in[j]->data : out[j - prog->nin]->data;
+        a->unit &= kb[j].strides[L] == 0 || kb[j].strides[L] == 1;
+    }
+    a->in = kb;
+    a->out = kb + prog->nin;
+    r.len = a->shape[L];
+    r.rows = total / r.len;
+    a->row_begin = 0;
+    a->row_end = r.rows;
+    a->col_begin = 0;
+    a->col_end = r.len;
+
+    /* How to split. */
+    int nth = total < PARALLEL_MIN ? 1 : tgl_pool_threads(ctx);
+    bool privat = false;
+    r.ntasks = 1;
+    if (nth > 1) {
+        bool cols_ok = r.len >= (int64_t)nth * COLS_MIN;
+        bool kept_last = !red || kb[prog->nin].strides[L] != 0;
+        if (!red && r.rows >= nth) {
+            r.ntasks = nth;
+        } else if (kept_last && cols_ok) {
+            r.ntasks = nth; /* each column is its own output element(s) */
+            r.by_cols = true;
+        } else if (!red && r.rows > 1) {
+            r.ntasks = (int)r.rows; /* fewer rows than threads, short ones */
+        } else if (red && o0->size <= PRIVATE_MAX && (r.rows >= nth || cols_ok)) {
+            r.ntasks = nth;
+            r.by_cols = r.rows < nth;
+            privat = true;
+        }
+    }
+
+    /* Accumulator buffers: task 0 writes out[0] itself when it already has
+     * the accumulator's dtype and layout. */
+    void *scratch = NULL;
+    char *acc0 = NULL;
+    if (red) {
+        bool direct = adt == o0->dtype_id && c_contiguous(o0);
+        int nbuf = privat ? r.ntasks : 1;
+        size_t n = (size_t)o0->size * aes;
+        scratch = malloc(n * (size_t)(nbuf - direct) + 1);
+        r.outs = privat ? malloc((size_t)nbuf * (size_t)prog->nout * sizeof *r.outs) : NULL;
+        if (!scratch || (privat && !r.outs)) {
+            free(scratch);
+            free(r.outs);
+            free(kb);
+            return tgl_ctx_set_error(ctx, TGL_ENOMEM, "cgen: out of memory");
+        }
+        acc0 = direct ? o0->data : scratch;
+        char *next = direct ? scratch : (char *)scratch + n;
+        kb[prog->nin].data = acc0;
+        for (int t = 0; t < nbuf; t++) {
+            char *buf = t == 0 ? acc0 : next + (size_t)(t - 1) * n;
+            fill_identity(buf, adt, op, o0->size);
+            if (privat) {
+                memcpy(r.outs + (size_t)t * (size_t)prog->nout, a->out,
+                       (size_t)prog->nout * sizeof *r.outs);
+                r.outs[(size_t)t * (size_t)prog->nout].data = buf;
+            }
+        }
+    }
+
+    if (r.ntasks > 1)
+        tgl_pool_run(ctx, r.ntasks, run_task, &r);
+    else
+        fn(a);
+
+    if (red) {
+        if (privat)
+            for (int t = 1; t < r.ntasks; t++)
+                combine(acc0, r.outs[(size_t)t * (size_t)prog->nout].data, adt, op, o0->size);
+        if (acc0 != o0->data)
+            store_out(o0, acc0, adt);
+    }
+    free(scratch);
+    free(r.outs);
+    free(kb);
+    return TGL_OK;
+}
