@@ -174,6 +174,7 @@ typedef struct host {
     int script;       /* argv index of the script ("-" = stdin), 0 if none */
     int interactive;  /* -i */
     int version;      /* -v */
+    int cache;        /* --cache-info (1) or --cache-clear (2)              */
     int exec;         /* at least one -e */
     int libs;         /* at least one -l */
     int status;       /* the exit status, set by host_main */
@@ -189,6 +190,8 @@ static void usage(FILE *f)
           "  -i         enter the REPL after running the script and chunks,\n"
           "             also when stdin is a pipe\n"
           "  -v         print the versions of tgl, LuaJIT, BLAS and CUDA\n"
+          "  --cache-info   print the kernel cache's directory, entries and size\n"
+          "  --cache-clear  delete every compiled kernel in the cache\n"
           "  -h, --help print this help\n"
           "  --         stop handling options\n"
           "  -          run stdin as a script and stop handling options\n"
@@ -217,6 +220,10 @@ static int collect_args(host *h, const char **bad, const char **why)
         }
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0)
             return ARGS_HELP;
+        if (strcmp(a, "--cache-info") == 0 || strcmp(a, "--cache-clear") == 0) {
+            h->cache = a[8] == 'i' ? 1 : 2;
+            continue;
+        }
         if (strcmp(a, "-i") == 0) {
             h->interactive = 1;
         } else if (strcmp(a, "-v") == 0) {
@@ -239,6 +246,36 @@ static int collect_args(host *h, const char **bad, const char **why)
         }
     }
     return ARGS_OK;
+}
+
+/* --cache-info / --cache-clear: the kernel cache of a fresh context
+ * (settings from the environment, e.g. TGL_CACHE_DIR). */
+static int cache_command(int which)
+{
+    tgl_ctx *ctx = tgl_ctx_new();
+    if (!ctx) {
+        fputs("tgl: out of memory\n", stderr);
+        return 1;
+    }
+    char *text = NULL;
+    tgl_status st = tgl_cache_info(ctx, &text);
+    if (!st && which == 2) {
+        tgl_free(text);
+        text = NULL;
+        st = tgl_cache_clear(ctx);
+        if (!st)
+            st = tgl_cache_info(ctx, &text);
+        if (!st)
+            fputs("cache cleared\n", stdout);
+    }
+    if (!st)
+        fputs(text, stdout);
+    else
+        fprintf(stderr, "tgl: %s\n", tgl_ctx_error(ctx));
+    tgl_free(text);
+    tgl_ctx_free(ctx);
+    fflush(stdout);
+    return st ? 1 : 0;
 }
 
 static void print_version(void)
@@ -485,6 +522,11 @@ int main(int argc, char **argv)
         return 1;
     default:
         break;
+    }
+    if (h.cache) {
+        int crc = cache_command(h.cache);
+        if (crc || (!h.script && !h.exec && !h.libs && !h.interactive && !h.version))
+            return crc;
     }
     if (h.version) {
         print_version();

@@ -109,6 +109,8 @@ typedef struct tgl_compile_options { int linker; int profile; const char *name; 
 tgl_status tgl_config_set(tgl_ctx *ctx, const char *key, const char *value);
 const char *tgl_config_get(tgl_ctx *ctx, const char *key);
 tgl_status tgl_optimize(tgl_ctx *ctx, int level, int n, tgl_node *const *in, tgl_node **out);
+tgl_status tgl_cache_clear(tgl_ctx *ctx);
+tgl_status tgl_cache_info(tgl_ctx *ctx, char **text);
 int tgl_rule_count(void);
 const char *tgl_rule_name(int i);
 const char *tgl_rule_stage(int i);

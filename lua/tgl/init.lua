@@ -53,6 +53,22 @@ tgl.config = setmetatable({}, {
   end,
 })
 
+-- The kernel cache: tgl.cache_info() as a table {directory=, entries=,
+-- bytes=, max_bytes=}; tgl.cache_clear() deletes every compiled kernel.
+function tgl.cache_info()
+  local text = ffi.new('char *[1]')
+  core.check(C.tgl_cache_info(core.ctx, text), 'cache_info')
+  local s = ffi.string(text[0])
+  C.tgl_free(text[0])
+  local info = {}
+  for k, v in s:gmatch('(%w+): ([^\n]*)') do info[k] = tonumber(v) or v end
+  return info
+end
+
+function tgl.cache_clear()
+  core.check(C.tgl_cache_clear(core.ctx), 'cache_clear')
+end
+
 -- The rewrite rules: a list of {name=, stage=, synopsis=}.
 function tgl.rules()
   local list = {}
