@@ -351,7 +351,7 @@ TGL_API tgl_status tgl_grad(tgl_ctx *ctx, tgl_node *cost, int nwrt, tgl_node *co
 
 /* Sets a setting of the context (values are strings):
  *   exclude          comma-separated rewrite rules to switch off
- *   threads          threads for kernels and for BLAS (0: one per core;
+ *   threads          threads for kernels and for BLAS, 0..256 (0: one per core;
  *                    BLAS's count is process-wide)
  *   cc, cflags       the optimizing compiler and its flags
  *   cache_dir        the kernel cache ("" : $TGL_CACHE_DIR or ~/.cache/tgl)
@@ -422,7 +422,9 @@ TGL_API tgl_status tgl_function_new(tgl_ctx *ctx, int nin, tgl_node *const *inpu
 /* Frees a function (NULL is ignored). */
 TGL_API void tgl_function_free(tgl_function *fn);
 /* Runs fn on in[0..nin-1]; out[i] receives a new reference to output i.
- * Checks every input's dtype and shape unless trust is nonzero.  On
+ * Every input's dtype and rank are checked (trust is accepted for the
+ * Lua layer's trust_input, which skips only its own conversions).  Outputs
+ * never share memory with inputs, constants or shared variables.  On
  * failure no shared variable changes. */
 TGL_API tgl_status tgl_function_call(tgl_ctx *ctx, tgl_function *fn, tgl_array *const *in,
                                      tgl_array **out, int trust);

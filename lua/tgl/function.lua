@@ -315,6 +315,9 @@ end
 -- tgl.optimize(x or {x, ...} [, 'FAST_RUN'|'FAST_COMPILE']): the graph the
 -- compiler would run (rewritten: stable forms, GEMMs, fused kernels).
 function M.optimize(x, mode)
+  if mode ~= nil and mode ~= 'FAST_RUN' and mode ~= 'FAST_COMPILE' then
+    argerror('optimize', "mode must be 'FAST_RUN' or 'FAST_COMPILE', got %s", tostring(mode))
+  end
   local roots, single = as_list(x)
   if not roots then argerror('optimize', 'expected a variable or a table of variables') end
   local n = #roots

@@ -650,8 +650,9 @@ end
 
 function M.binary_crossentropy(p, t)
   if is_array(p) and is_array(t) and table.concat(p:shape(), ',') ~= table.concat(t:shape(), ',') then
-    argerror('binary_crossentropy', 'targets of shape (%s,) for probabilities of shape (%s,)',
-             table.concat(t:shape(), ','), table.concat(p:shape(), ','))
+    argerror('binary_crossentropy', 'targets of shape (%s) for probabilities of shape (%s)',
+             table.concat(t:shape(), ',') .. (t:dim() == 1 and ',' or ''),
+             table.concat(p:shape(), ',') .. (p:dim() == 1 and ',' or ''))
   end
   return M.neg(M.add(M.mul(t, M.log(p)), M.mul(M.sub(1, t), M.log(M.sub(1, p)))))
 end
@@ -800,6 +801,16 @@ local function inc_like(fname, sub, v, set)
   if is_array(sub) and view_origin[sub] then
     -- eager: a copy of the indexed array with the region set or added to
     local base, spec = unpack(view_origin[sub])
+    local adv = false
+    for _, s in ipairs(type(spec) == 'table' and not is_array(spec) and spec or { spec }) do
+      if is_index_tensor(s) then adv = true end
+    end
+    if adv then
+      local flags, idx = adv_index(fname, base, type(spec) == 'table' and not is_array(spec) and spec or { spec })
+      local args = { base, v }
+      for _, t in ipairs(idx) do args[#args + 1] = t end
+      return apply(fname, 'adv_inc_subtensor', args, #args, { i = flags, flags = set and 1 or 0 })
+    end
     local r = base:clone()
     local region = M.index_raw(r, spec)
     if set then

@@ -44,7 +44,17 @@ tgl.config = setmetatable({}, {
       end
       config_values.floatX = v
     elseif engine_keys[k] then
-      if k == 'exclude' and type(v) == 'table' then v = table.concat(v, ',') end
+      if k == 'exclude' then
+        -- unknown names are a typo, not a no-op: refuse them
+        local known = {}
+        for i = 0, C.tgl_rule_count() - 1 do known[ffi.string(C.tgl_rule_name(i))] = true end
+        local names = type(v) == 'table' and v or {}
+        if type(v) == 'string' then for nm in v:gmatch('[^,%s]+') do names[#names + 1] = nm end end
+        for _, nm in ipairs(names) do
+          if not known[nm] then core.argerror('config', "exclude: unknown rewrite rule '%s' (see tgl.rules())", tostring(nm)) end
+        end
+        if type(v) == 'table' then v = table.concat(v, ',') end
+      end
       if v == nil then v = '' end
       core.check(C.tgl_config_set(core.ctx, k, tostring(v)), 'config')
     else
@@ -61,7 +71,7 @@ function tgl.cache_info()
   local s = ffi.string(text[0])
   C.tgl_free(text[0])
   local info = {}
-  for k, v in s:gmatch('(%w+): ([^\n]*)') do info[k] = tonumber(v) or v end
+  for k, v in s:gmatch('([%w_]+): ([^\n]*)') do info[k] = tonumber(v) or v end
   return info
 end
 

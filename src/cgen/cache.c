@@ -264,7 +264,10 @@ static int list_entries(const char *dir, entry **out, bool sweep, bool clear)
         if (stat(path, &st) != 0)
             continue;
         if (tmp) {
-            if (clear || (sweep && now - st.st_mtim.tv_sec > STALE_SECONDS))
+            /* A temp file is a compile in progress (its writer renames it
+             * into place): only stale ones are removed, even by a clear. */
+            (void)clear;
+            if (sweep && now - st.st_mtim.tv_sec > STALE_SECONDS)
                 unlink(path);
             continue;
         }

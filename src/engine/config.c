@@ -56,8 +56,8 @@ tgl_status tgl_config_set(tgl_ctx *ctx, const char *key, const char *value)
     if (strcmp(key, "threads") == 0) {
         char *end;
         long v = strtol(value, &end, 10);
-        TGL_CHECK(*value && !*end && v >= 0 && v <= 1024, TGL_EINVAL,
-                  "tgl_config_set: threads must be an integer from 0 to 1024, got '%s'", value);
+        TGL_CHECK(*value && !*end && v >= 0 && v <= 256, TGL_EINVAL,
+                  "tgl_config_set: threads must be an integer from 0 to 256, got '%s'", value);
         c->threads = (int)v;
         /* One thread budget for tgl's kernels and BLAS: they run one after
          * the other, never at once, so both get the same count. */

@@ -12,8 +12,8 @@
  * together (every update sees the old values; a failed call changes
  * nothing).
  *
- * (The rewrite stages and generated kernels of the next issue slot in
- * between sorting and emitting.)
+ * Between the two, tgl_optimize rewrites the outputs and update values
+ * (opt/), and the fused groups get their generated kernels (cgen/).
  */
 #include "engine/cvm.h"
 #include "engine/fprog.h"

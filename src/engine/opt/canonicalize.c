@@ -4,8 +4,10 @@
  * need not be done at run time.
  *
  *   constant_fold       op(constants...) -> constant
- *   add_zero            x + 0, 0 + x, x - 0 -> x
- *   mul_one             x * 1, 1 * x, x / 1 -> x ; x * -1 -> -x
+ *   add_zero            x + 0, 0 + x -> x
+ *   sub_zero            x - 0 -> x
+ *   mul_one             x * 1, 1 * x -> x ; x * -1 -> -x
+ *   div_one             x / 1 -> x
  *   neg_neg             -(-x) -> x
  *   sub_zero_left       0 - x -> -x
  *   mul_self            x * x -> sqr(x)

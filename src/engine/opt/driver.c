@@ -80,6 +80,9 @@ static tgl_node *apply_rules(stage_run *s, tgl_node *m, int depth)
         if (rep->type.dtype != m->type.dtype || rep->type.ndim != m->type.ndim)
             continue; /* a rule must not change the type: ignore it */
         inherit_clients(s, m, rep);
+        /* Errors at run time name the line the user wrote. */
+        if (!rep->source && m->source)
+            rep->source = strdup(m->source);
         tgl_node *fin = rewrite(s, rep, depth + 1);
         return fin ? fin : m;
     }
@@ -255,6 +258,8 @@ tgl_status tgl_optimize(tgl_ctx *ctx, int level, int n, tgl_node *const *in, tgl
 
 static const tgl_rule *rule_at(int i, const char **stage)
 {
+    if (i < 0)
+        return NULL;
     static const char *names[] = {"canonicalize", "stabilize", "specialize"};
     const tgl_rule *tables[] = {tgl_rules_canonicalize, tgl_rules_stabilize,
                                 tgl_rules_specialize};

@@ -3,14 +3,18 @@
  * specialized ops that run them fastest.  Dot products absorb the scale
  * factors and accumulations around them into one BLAS call:
  *
- *   gemm_acc     c + s a.b, c - s a.b, s a.b - c   -> gemm(a, b, c; +-s, +-1)
+ *   gemm_add     c + s a.b                          -> gemm(a, b, c; s, 1)
+ *   gemm_sub     c - s a.b, s a.b - c               -> gemm(a, b, c; -s, 1 / s, -1)
  *   gemm_scale   s * a.b                            -> gemm(a, b; s)
- *   gemv_acc     c + s A.x, x.B (as B'.x), ...      -> gemv(A, x, c; ...)
- *   ger_acc      A + s x y', A - s x y'             -> ger(A, x, y; +-s)
+ *                (each also makes gemv for matrix.vector and vector.matrix)
+ *   ger_add      A + s x y'                         -> ger(A, x, y; s)
+ *   ger_sub      A - s x y'                         -> ger(A, x, y; -s)
  *
  * A product used by more than one node is left alone (folding it into
  * each user would compute it twice).  The SGD update W - lr * (x'.d)
- * becomes one gemm, which the memory planner may then run in place.
+ * becomes one gemm; the memory planner runs it in place when its
+ * accumulator is an intermediate (shared variables are never overwritten,
+ * so a weight update copies W into the output first).
  */
 #include "engine/opt/opt.h"
 
