@@ -63,7 +63,10 @@ static tgl_status take_buffer(tgl_ctx *ctx, tgl_function *fn, const tgl_instr *i
     if (ins->inplace >= 0) {
         tgl_array **src = &fn->slot[ins->in[ins->inplace]];
         tgl_array *a = *src;
-        if (a && a->refcount == 1 && a->storage->refcount == 1 && a->dtype_id == dtype &&
+        /* A deferred update may write over its shared variable's value,
+         * held by the variable and the slot, and by nobody else. */
+        int owners = ins->update >= 0 ? 2 : 1;
+        if (a && a->refcount == owners && a->storage->refcount == 1 && a->dtype_id == dtype &&
             same_shape(a, ndim, shape) && (a->flags & TGL_ARRAY_CONTIGUOUS)) {
             /* Move: the input slot is not read again (plan.c). */
             tgl_array_release(o);
@@ -142,11 +145,30 @@ static tgl_status run_op(tgl_ctx *ctx, tgl_function *fn, tgl_instr *ins)
     return st;
 }
 
-tgl_status tgl_cvm_run(tgl_ctx *ctx, tgl_function *fn)
+tgl_status tgl_cvm_check_deferred(tgl_ctx *ctx, tgl_function *fn)
+{
+    if (tgl_ctx_interrupted(ctx))
+        return tgl_ctx_set_error(ctx, TGL_EINTERRUPT, "%s: interrupted", fn->name);
+    for (int32_t pc = fn->defer_start; pc < fn->ncode; pc++) {
+        tgl_instr *ins = &fn->code[pc];
+        tgl_array *args[16];
+        if (ins->nin > 16 || ins->impl->view || ins->nouts)
+            continue;
+        for (int i = 0; i < ins->nin; i++)
+            args[i] = fn->slot[ins->in[i]];
+        int64_t shape[TGL_MAX_DIMS];
+        tgl_status st = ins->impl->shape(ctx, ins->node, args, shape);
+        if (st)
+            return st;
+    }
+    return TGL_OK;
+}
+
+tgl_status tgl_cvm_run(tgl_ctx *ctx, tgl_function *fn, int32_t from, int32_t to)
 {
     tgl_instr *code = fn->code;
-    int32_t pc = 0, end = fn->ncode;
-    const bool gc = fn->linker == TGL_LINKER_CVM && !fn->has_jumps;
+    int32_t pc = from, end = to;
+    const bool gc = fn->linker != TGL_LINKER_VM && !fn->has_jumps;
     const bool profile = fn->profile;
     while (pc < end) {
         tgl_instr *ins = &code[pc];

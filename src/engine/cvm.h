@@ -26,6 +26,7 @@ typedef struct tgl_instr {
     const tgl_node *node;    /* for TGL_I_OP: what it computes             */
     const tgl_opimpl *impl;
     int32_t inplace;         /* input whose buffer the output takes, or -1 */
+    int32_t update;          /* deferred in-place update of update k, or -1 */
     int32_t nouts;           /* fused: slot of each program output, or -1  */
     int32_t *outs;
     uint64_t calls, ns;      /* profile                                    */
@@ -56,6 +57,7 @@ struct tgl_function {
     int32_t ncode;
     bool have_inputs;        /* a call has set the input slots             */
     bool has_jumps;
+    int32_t defer_start;     /* first deferred update instruction (ncode: none) */
     tgl_array **last_out;    /* outputs of the last run                    */
     tgl_node **roots;        /* the optimized outputs, then update values  */
     uint64_t ncalls, total_ns;
@@ -64,8 +66,11 @@ struct tgl_function {
 /* The memory plan (plan.c): early releases and in-place steps. */
 tgl_status tgl_plan_memory(tgl_ctx *ctx, tgl_function *fn, bool inplace);
 
-/* Runs the program once on the current slots; applies nothing. */
-tgl_status tgl_cvm_run(tgl_ctx *ctx, tgl_function *fn);
+/* Runs instructions [from, to) of the program on the current slots. */
+tgl_status tgl_cvm_run(tgl_ctx *ctx, tgl_function *fn, int32_t from, int32_t to);
+/* Checks that the deferred update instructions will not fail on shapes:
+ * run before any of them writes into a shared variable. */
+tgl_status tgl_cvm_check_deferred(tgl_ctx *ctx, tgl_function *fn);
 
 /* Monotonic nanoseconds. */
 uint64_t tgl_now_ns(void);

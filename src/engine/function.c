@@ -92,6 +92,7 @@ static tgl_status emit_op(builder *b, tgl_node *n, size_t pos, size_t hi)
     ins.impl = tgl_op_impl(n->op);
     ins.out = b->slot_of[n->id];
     ins.inplace = -1;
+    ins.update = -1;
     if (n->op == TGL_OP_FUSED) {
         tgl_status st = gather_fused(b, n, pos + 1, hi, &ins);
         if (st)
@@ -120,6 +121,7 @@ static tgl_status emit_simple(builder *b, int kind, int32_t in0, int32_t out)
     ins.out = out;
     ins.target = -1;
     ins.inplace = -1;
+    ins.update = -1;
     if (in0 >= 0) {
         ins.in = malloc(sizeof *ins.in);
         if (!ins.in)
@@ -383,6 +385,7 @@ tgl_status tgl_function_new(tgl_ctx *ctx, int nin, tgl_node *const *inputs, int 
     }
     if (!st && nroots)
         st = emit_nodes(&b, nroots, roots, false);
+    fn->defer_start = fn->ncode;
     if (!st)
         st = tgl_plan_memory(ctx, fn, fn->mode != TGL_MODE_DEBUG);
     /* Generated kernels for the fused groups (not in FAST_COMPILE). */
@@ -505,14 +508,27 @@ static tgl_status run_once(tgl_ctx *ctx, tgl_function *fn)
         fn->last_out[i] = NULL;
     }
     uint64_t t0 = fn->profile ? tgl_now_ns() : 0;
-    tgl_status st = tgl_cvm_run(ctx, fn);
+    /* The program but the deferred in-place updates (plan.c), which run
+     * last: after the outputs and the other new values are taken (so
+     * none of them sees a variable's new value), and after every shape
+     * they need is known to fit (so a failure leaves the variables as
+     * they were). */
+    tgl_status st = tgl_cvm_run(ctx, fn, 0, fn->defer_start);
     tgl_array *newval[64], **nv = fn->nupd <= 64 ? newval : calloc((size_t)fn->nupd, sizeof *nv);
     if (!st && !nv)
         st = tgl_ctx_set_error(ctx, TGL_ENOMEM, "%s: out of memory", fn->name);
-    int made = 0;
-    /* New values of the updates: the variable's own value may stay (an
-     * identity update); anything else aliased is copied. */
+    if (nv)
+        for (int k = 0; k < fn->nupd; k++)
+            nv[k] = NULL;
+    bool *deferred = fn->nupd ? calloc((size_t)fn->nupd, sizeof *deferred) : NULL;
+    for (int32_t pc = fn->defer_start; deferred && pc < fn->ncode; pc++)
+        if (fn->code[pc].update >= 0)
+            deferred[fn->code[pc].update] = true;
+    /* New values of the updates computed so far: the variable's own value
+     * may stay (an identity update); anything else aliased is copied. */
     for (int k = 0; k < fn->nupd && !st; k++) {
+        if (deferred && deferred[k])
+            continue;
         tgl_array *v = fn->slot[fn->upd_slot[k]];
         if (v == fn->upd_var[k]->value) {
             tgl_array_retain(v);
@@ -520,20 +536,38 @@ static tgl_status run_once(tgl_ctx *ctx, tgl_function *fn)
         } else {
             st = own(ctx, fn, v, nv, k, &nv[k]);
         }
-        made = k + 1;
     }
     for (int i = 0; i < fn->nout && !st; i++) {
         tgl_array *o = fn->slot[fn->out_slot[i]];
         tgl_array *seen[64];
         int ns = 0;
         for (int k = 0; k < fn->nupd && ns < 64; k++)
-            seen[ns++] = nv[k];
+            if (nv[k])
+                seen[ns++] = nv[k];
         for (int j = 0; j < i && ns < 64; j++)
             seen[ns++] = fn->last_out[j];
         st = own(ctx, fn, o, seen, ns, &fn->last_out[i]);
     }
+    if (!st && fn->defer_start < fn->ncode) {
+        st = tgl_cvm_check_deferred(ctx, fn);
+        if (!st)
+            st = tgl_cvm_run(ctx, fn, fn->defer_start, fn->ncode);
+        for (int k = 0; k < fn->nupd && !st; k++) {
+            if (!deferred[k])
+                continue;
+            tgl_array *v = fn->slot[fn->upd_slot[k]];
+            if (v == fn->upd_var[k]->value) {
+                tgl_array_retain(v); /* updated in place */
+                nv[k] = v;
+            } else {
+                st = own(ctx, fn, v, nv, k, &nv[k]);
+            }
+        }
+    }
+    free(deferred);
+    int made = fn->nupd;
     if (st) {
-        for (int k = 0; k < made; k++)
+        for (int k = 0; nv && k < made; k++)
             tgl_array_release(nv[k]);
         if (nv != newval)
             free(nv);
