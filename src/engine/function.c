@@ -582,6 +582,12 @@ static tgl_status run_once(tgl_ctx *ctx, tgl_function *fn)
     }
     if (nv != newval)
         free(nv);
+    /* A deferred update's slot holds the variable's own buffer: keeping it
+     * (cvm_nogc) would make a third owner and stop the next in-place run. */
+    for (int32_t pc = fn->defer_start; pc < fn->ncode; pc++) {
+        tgl_array_release(fn->slot[fn->code[pc].out]);
+        fn->slot[fn->code[pc].out] = NULL;
+    }
     release_temps(fn);
     if (fn->profile) {
         fn->total_ns += tgl_now_ns() - t0;

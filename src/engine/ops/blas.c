@@ -200,7 +200,14 @@ enum { PROD_MM, PROD_MV, PROD_VM, PROD_VV };
 static void blas_product(int dt, int kind, const mat *A, const mat *B, const mat *C, int64_t k)
 {
     bool ta = false, tb = false, single = dt == TGL_FLOAT32;
-    int64_t lda = 0, ldb = 0, inc_a = 0, inc_b = 0, inc_c = 0;
+    int64_t lda = 0, ldb = 0, inc_a = 0, inc_b = 0, inc_c = 0, inc;
+    /* A matrix product with one row or one column is a matrix-vector
+     * product: gemv streams the matrix once, where gemm (tuned for
+     * blocks) runs several times slower on it (batch-1 training). */
+    if (kind == PROD_MM && A->rows == 1 && B->cols > 1 && blas_inc(k, A->cs, &inc))
+        kind = PROD_VM;
+    else if (kind == PROD_MM && B->cols == 1 && A->rows > 1 && blas_inc(k, B->rs, &inc))
+        kind = PROD_MV;
     if (kind == PROD_MM || kind == PROD_MV)
         blas_layout(A, &ta, &lda);
     if (kind == PROD_MM || kind == PROD_VM)

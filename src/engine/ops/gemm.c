@@ -146,7 +146,22 @@ static tgl_status gemm_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *const 
         return st;
     }
     enum CBLAS_TRANSPOSE A = transa ? CblasTrans : CblasNoTrans, B = transb ? CblasTrans : CblasNoTrans;
-    if (out->dtype_id == TGL_FLOAT32)
+    /* One output row (batch 1): out = alpha a.B + beta out is a gemv on
+     * B, which streams B once (gemm runs several times slower on it). */
+    int64_t inc_a = a->strides[1];
+    if (m == 1 && nn > 1 && (k == 1 || (inc_a > 0 && inc_a <= INT32_MAX))) {
+        /* a's one row has k elements at stride inc_a; B is stored as
+         * itself (k x nn: Trans) or as its transpose (nn x k: NoTrans). */
+        int incx = k == 1 ? 1 : (int)inc_a;
+        enum CBLAS_TRANSPOSE f = transb ? CblasNoTrans : CblasTrans;
+        int r = transb ? nn : k, c = transb ? k : nn;
+        if (out->dtype_id == TGL_FLOAT32)
+            cblas_sgemv(CblasRowMajor, f, r, c, (float)alpha, b->data, ldb, a->data, incx,
+                        (float)beta, out->data, 1);
+        else
+            cblas_dgemv(CblasRowMajor, f, r, c, alpha, b->data, ldb, a->data, incx, beta,
+                        out->data, 1);
+    } else if (out->dtype_id == TGL_FLOAT32)
         cblas_sgemm(CblasRowMajor, A, B, m, nn, k, (float)alpha, a->data, lda, b->data, ldb,
                     (float)beta, out->data, nn);
     else

@@ -1,0 +1,294 @@
+-- bench/lib/mlp_report.lua — turns bench/results/mlp.csv (and the run's
+-- mlp_meta.csv) into the Markdown table (mlp.md) and the bar chart
+-- (mlp.svg, written by hand: no plotting dependency), and prints the table.
+--   tgl bench/lib/mlp_report.lua mlp.csv mlp_meta.csv mlp.md mlp.svg
+package.path = (arg[0]:match('^(.*)/[^/]*$') or '.') .. '/?.lua;' .. package.path
+local common = require 'mlp_common'
+local svg = require 'svg'
+
+local csv_path, meta_path, md_path, svg_path = arg[1], arg[2], arg[3], arg[4]
+assert(csv_path and meta_path and md_path and svg_path,
+       'usage: tgl bench/lib/mlp_report.lua mlp.csv mlp_meta.csv mlp.md mlp.svg')
+
+local function split(line)
+  local t = {}
+  for f in (line .. ','):gmatch('([^,]*),') do t[#t + 1] = f end
+  return t
+end
+
+-- The measurements.
+local rows, cols = {}, nil
+for line in io.lines(csv_path) do
+  if line ~= '' then
+    local f = split(line)
+    if not cols then cols = f else
+      local r = {}
+      for i, c in ipairs(cols) do r[c] = tonumber(f[i]) or f[i] end
+      rows[#rows + 1] = r
+    end
+  end
+end
+
+-- The run's facts (key,value; values may hold no commas).
+local meta, meta_order = {}, {}
+for line in io.lines(meta_path) do
+  local k, v = line:match('^([^,]+),(.*)$')
+  if k and k ~= 'key' then meta[k] = v; meta_order[#meta_order + 1] = k end
+end
+
+-- Columns: the systems' variants in a fixed order, those present.
+local ORDER = {
+  'tgl/cvm', 'tgl/cvm_nogc', 'tgl/trust_input', 'tgl/n_calls',
+  'pytensor/cvm', 'pytensor/trust_input', 'pytensor/n_calls',
+  'torch/eager', 'torch/compile', 'jax/jit', 'jax/loop', 'numpy/numpy', 'torch7/nn',
+}
+local LABEL = { ['numpy/numpy'] = 'numpy', ['torch7/nn'] = 'torch7' }
+local COLOR = {
+  ['tgl/cvm'] = '#9ecae1', ['tgl/cvm_nogc'] = '#6baed6', ['tgl/trust_input'] = '#3182bd',
+  ['tgl/n_calls'] = '#08519c', ['pytensor/cvm'] = '#dadaeb', ['pytensor/trust_input'] = '#9e9ac8',
+  ['pytensor/n_calls'] = '#6a51a3', ['torch/eager'] = '#fd8d3c', ['torch/compile'] = '#d94801',
+  ['jax/jit'] = '#74c476', ['jax/loop'] = '#238b45', ['numpy/numpy'] = '#969696', ['torch7/nn'] = '#e7298a',
+}
+local present, systems = {}, {}
+for _, r in ipairs(rows) do present[r.system .. '/' .. r.variant] = true end
+for _, s in ipairs(ORDER) do if present[s] then systems[#systems + 1] = s; present[s] = nil end end
+for s in pairs(present) do systems[#systems + 1] = s end          -- unknown ones last
+local function label(s) return LABEL[s] or s end
+
+-- cell[threads][model][batch][system] = row
+local cell, threads_list, tseen = {}, {}, {}
+local batches, bseen = {}, {}
+for _, r in ipairs(rows) do
+  if not tseen[r.threads] then tseen[r.threads] = true; threads_list[#threads_list + 1] = r.threads end
+  if not bseen[r.batch] then bseen[r.batch] = true; batches[#batches + 1] = r.batch end
+  cell[r.threads] = cell[r.threads] or {}
+  cell[r.threads][r.model] = cell[r.threads][r.model] or {}
+  cell[r.threads][r.model][r.batch] = cell[r.threads][r.model][r.batch] or {}
+  cell[r.threads][r.model][r.batch][r.system .. '/' .. r.variant] = r
+end
+table.sort(threads_list); table.sort(batches)
+local models = {}
+for _, m in ipairs(common.MODEL_NAMES) do
+  for _, r in ipairs(rows) do if r.model == m then models[#models + 1] = m; break end end
+end
+
+local function fmt_rate(v)
+  if not v then return '—' end
+  if v >= 1e6 then return (('%.2f'):format(v / 1e6):gsub('%.?0+$', '')) .. 'M' end
+  if v >= 1e5 then return ('%.0fk'):format(v / 1e3) end
+  if v >= 1e4 then return ('%.1fk'):format(v / 1e3) end
+  return ('%.0f'):format(v)
+end
+
+local out = {}
+local function w(...) out[#out + 1] = table.concat({ ... }) end
+
+w('# MLP benchmark (the 2012 Theano paper\'s feed-forward benchmark)')
+w('')
+w('Training speed in **examples per second** (higher is better): one pass of plain SGD ',
+  '(learning rate 0.01, float32) over 6000 random Gaussian examples with random labels, ',
+  'timed after a warm-up. Models: logistic regression 784-10, MLP 784-500-10, MLP ',
+  '784-1000-1000-1000-10 (tanh hidden units, softmax + negative log-likelihood). ',
+  'Every system starts from the same data and Glorot-uniform weights (`bench/.data/*.npz`). ',
+  'Made by `bench/run mlp`; see `bench/README.md`.')
+w('')
+w('- Date: ', meta.date or '?', '; CPU: ', meta.cpu or '?')
+w('- tgl ', meta['version.tgl'] or '?', ' (commit ', meta.tgl_commit or '?', '), BLAS: ', meta.blas or '?')
+local peers = {}
+for _, k in ipairs(meta_order) do
+  local s = k:match('^version%.(.+)$')
+  if s and s ~= 'tgl' then peers[#peers + 1] = s .. ' ' .. meta[k] end
+end
+w('- Peers: ', #peers > 0 and table.concat(peers, ', ') or 'none')
+for _, k in ipairs(meta_order) do
+  local s = k:match('^missing%.(.+)$')
+  if s then w('- Missing: **', s, '** — ', meta[k]) end
+  local sv = k:match('^missing_variant%.(.+)$')
+  if sv then w('- Missing variant: **', sv, '** — ', meta[k]) end
+end
+if meta.load_before then
+  w('- Load average (1, 5, 15 min) before the run: ', meta.load_before, '; after: ', meta.load_after or '?',
+    ' (other work on the machine skews the figures, the 2-thread ones most)')
+end
+if (tonumber(meta.budget) or 0) > 0 then
+  w('- Passes cut after ', meta.budget, ' s (`--budget`): see the `examples` column of mlp.csv')
+end
+local sg = {}
+for _, t in ipairs(threads_list) do
+  local s = ('%s thread%s: %.1f GFLOP/s'):format(t, t == 1 and '' or 's', tonumber(meta['sgemm.' .. t]) or 0)
+  if meta['sgemm_auto.' .. t] then
+    s = s .. (' (%.1f with OPENBLAS_CORETYPE unset, core %s; not used)'):format(
+      tonumber(meta['sgemm_auto.' .. t]), meta.openblas_core_auto or '?')
+  end
+  sg[#sg + 1] = s
+end
+if meta.openblas_coretype and meta.openblas_coretype ~= '' then
+  w('- OpenBLAS core type forced by the environment: `OPENBLAS_CORETYPE=', meta.openblas_coretype,
+    '` (tgl, NumPy, PyTorch and PyTensor use it; JAX has its own kernels)')
+end
+w('- sgemm rate (tgl `a:dot(b)`, float32 2048³, OpenBLAS): ', table.concat(sg, '; '))
+w('')
+w('Variants: tgl and PyTensor as in the paper — `cvm` (a call from the host language per ',
+  'minibatch, inputs checked), `cvm_nogc` (intermediates kept between calls), `trust_input` ',
+  '(`cvm_nogc` + no input checks), `n_calls` (a shared step counter picks the minibatch and ',
+  '`fn{n_calls=N}` runs the whole pass in C); PyTorch `eager`; JAX `jit` (one jitted step ',
+  'per minibatch) and `loop` (a jitted `fori_loop` over the steps: JAX\'s C outer loop); ',
+  'hand-written NumPy. **tgl/best peer**: tgl\'s best variant over the best peer variant. ',
+  '**sgemm share**: tgl\'s best FLOP rate (forward + backward + update, formula in ',
+  '`bench/lib/mlp_common.lua`) over the sgemm rate at the same thread count.')
+w('')
+
+local head = { 'threads', 'model', 'batch' }
+for _, s in ipairs(systems) do head[#head + 1] = label(s) end
+for _, h in ipairs({ 'best peer', 'tgl/best peer', 'tgl GFLOP/s', 'sgemm share' }) do head[#head + 1] = h end
+w('| ', table.concat(head, ' | '), ' |')
+local sep = {}
+for i = 1, #head do sep[i] = i <= 3 and '---' or '---:' end
+w('| ', table.concat(sep, ' | '), ' |')
+
+local summary = {}           -- for the chart and the printout
+for _, t in ipairs(threads_list) do
+  for _, m in ipairs(models) do
+    for _, B in ipairs(batches) do
+      local c = cell[t] and cell[t][m] and cell[t][m][B]
+      if c then
+        local best_tgl, best_peer, best_peer_name = nil, nil, nil
+        local line = { tostring(t), m, tostring(B) }
+        for _, s in ipairs(systems) do
+          local r = c[s]
+          local v = r and r.examples_per_s
+          if v then
+            if s:match('^tgl/') then
+              if not best_tgl or v > best_tgl then best_tgl = v end
+            else
+              if not best_peer or v > best_peer then best_peer, best_peer_name = v, s end
+            end
+          end
+          local txt = fmt_rate(v)
+          if r and r.loss_down ~= 'yes' then txt = txt .. ' (loss up)' end
+          line[#line + 1] = txt
+        end
+        local ratio = (best_tgl and best_peer) and best_tgl / best_peer
+        local flops = common.flops_per_step(m, B) / B
+        local gf = best_tgl and best_tgl * flops / 1e9
+        local rate = tonumber(meta['sgemm.' .. t])
+        line[#line + 1] = best_peer_name and label(best_peer_name) or '—'
+        line[#line + 1] = ratio and ('%.2f×'):format(ratio) or '—'
+        line[#line + 1] = gf and ('%.1f'):format(gf) or '—'
+        line[#line + 1] = (gf and rate) and ('%.0f%%'):format(100 * gf / rate) or '—'
+        for i = 4, 3 + #systems do
+          if c[systems[i - 3]] and c[systems[i - 3]].examples_per_s == best_tgl and systems[i - 3]:match('^tgl/') then
+            line[i] = '**' .. line[i] .. '**'
+          end
+        end
+        w('| ', table.concat(line, ' | '), ' |')
+        summary[#summary + 1] = { t = t, m = m, B = B, c = c }
+      end
+    end
+  end
+end
+w('')
+
+-- Loss check: the loss on all 6000 examples before and after the pass must
+-- go down, and all systems (same data, weights and order) must agree.
+w('## Loss check')
+w('')
+local bad, worst, worst_at = {}, 0, nil
+for _, e in ipairs(summary) do
+  local ref = e.c['tgl/n_calls'] or e.c['tgl/cvm']
+  for s, r in pairs(e.c) do
+    if r.loss_down ~= 'yes' then bad[#bad + 1] = ('%s %s batch %d threads %d (%.4f → %.4f)'):format(
+      label(s), e.m, e.B, e.t, r.loss_before, r.loss_after) end
+    if ref and s ~= 'torch7/nn' then
+      local d = math.abs(r.loss_after - ref.loss_after)
+      if d > worst then worst, worst_at = d, ('%s %s batch %d threads %d'):format(label(s), e.m, e.B, e.t) end
+    end
+  end
+end
+if #bad == 0 then
+  w('The loss on the 6000 examples went down in every cell, for every system.')
+else
+  table.sort(bad)
+  w('The loss did **not** go down in ', #bad, ' cell(s): ', table.concat(bad, '; '), '.')
+end
+w('')
+if worst == 0 then
+  w('Every system\'s loss after the pass equals tgl\'s to the 6 decimals of mlp.csv (same data, ',
+    'initial weights and minibatch order).')
+else
+  w(('Largest difference between a system\'s loss after the pass and tgl\'s: %.2g%s ' ..
+     '(same data, initial weights and minibatch order; float32 rounding differs).'):format(
+    worst, worst_at and (' (' .. worst_at .. ')') or ''))
+end
+w('')
+w('![examples/s](mlp.svg)')
+w('')
+
+local f = assert(io.open(md_path, 'w'))
+f:write(table.concat(out, '\n'), '\n')
+f:close()
+print(table.concat(out, '\n'))
+
+-- The chart: one panel per (threads, model); groups = batch sizes; one bar
+-- per system variant; log scale.
+local PW, PH, ML, MT, MB = 430, 250, 56, 34, 38
+local ncol, nrow = #models, #threads_list
+local W = ncol * (PW + 20) + 20
+local legend_rows = math.ceil(#systems / 5)
+local H = nrow * (PH + MT + MB) + 40 + legend_rows * 20 + 20
+local doc = svg.new(W, H)
+doc:text(W / 2, 22, 'Training speed, examples/s (log scale; higher is better)', { size = 15, anchor = 'middle', weight = 'bold' })
+for ti, t in ipairs(threads_list) do
+  for mi, m in ipairs(models) do
+    local x0 = 20 + (mi - 1) * (PW + 20)
+    local y0 = 40 + (ti - 1) * (PH + MT + MB)
+    local lo, hi = math.huge, 0
+    for _, B in ipairs(batches) do
+      local c = cell[t] and cell[t][m] and cell[t][m][B] or {}
+      for _, r in pairs(c) do lo = math.min(lo, r.examples_per_s); hi = math.max(hi, r.examples_per_s) end
+    end
+    if hi > 0 then
+      local d0, d1 = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+      if d1 == d0 then d1 = d0 + 1 end
+      local px, py, pw, ph = x0 + ML, y0 + MT, PW - ML, PH - MT
+      local function Y(v) return py + ph - (math.log10(v) - d0) / (d1 - d0) * ph end
+      doc:text(x0 + PW / 2 + ML / 2, y0 + 18, ('%s — %d thread%s'):format(common.MODEL_LABEL[m], t, t == 1 and '' or 's'),
+               { size = 13, anchor = 'middle', weight = 'bold' })
+      for d = d0, d1 do
+        local yy = Y(10 ^ d)
+        doc:line(px, yy, px + pw, yy, { stroke = '#ddd' })
+        doc:text(px - 6, yy + 4, fmt_rate(10 ^ d), { size = 10, anchor = 'end' })
+        if d < d1 then
+          for k = 2, 9 do local y2 = Y(k * 10 ^ d); doc:line(px, y2, px + pw, y2, { stroke = '#f2f2f2' }) end
+        end
+      end
+      doc:line(px, py + ph, px + pw, py + ph, { stroke = '#333' })
+      doc:line(px, py, px, py + ph, { stroke = '#333' })
+      local gw = pw / #batches
+      local bw = (gw - 10) / #systems
+      for bi, B in ipairs(batches) do
+        local gx = px + (bi - 1) * gw + 5
+        local c = cell[t] and cell[t][m] and cell[t][m][B] or {}
+        for si, s in ipairs(systems) do
+          local r = c[s]
+          if r then
+            local yy = Y(math.max(r.examples_per_s, 10 ^ d0))
+            doc:rect(gx + (si - 1) * bw, yy, math.max(1, bw - 0.5), py + ph - yy,
+                     { fill = COLOR[s] or '#444', title = ('%s, %s, batch %d, %d thread(s): %s examples/s'):format(
+                       label(s), m, B, t, fmt_rate(r.examples_per_s)) })
+          end
+        end
+        doc:text(gx + (gw - 10) / 2, py + ph + 14, 'batch ' .. B, { size = 11, anchor = 'middle' })
+      end
+    end
+  end
+end
+local ly = H - legend_rows * 20 - 10
+for i, s in ipairs(systems) do
+  local lx = 30 + ((i - 1) % 5) * ((W - 60) / 5)
+  local yy = ly + math.floor((i - 1) / 5) * 20
+  doc:rect(lx, yy - 10, 12, 12, { fill = COLOR[s] or '#444' })
+  doc:text(lx + 17, yy, label(s), { size = 12 })
+end
+doc:save(svg_path)
+print(('\nwrote %s, %s'):format(md_path, svg_path))
