@@ -27,38 +27,7 @@
 /* helpers                                                                  */
 /* ------------------------------------------------------------------------ */
 
-typedef struct {
-    tgl_ctx *ctx;
-    int64_t live_at_start;
-} fixture;
-
-static int setup(void **state)
-{
-    fixture *f = malloc(sizeof *f);
-    if (!f || !(f->ctx = tgl_ctx_new())) {
-        free(f);
-        return -1;
-    }
-    f->live_at_start = tgl_memory_live_bytes();
-    *state = f;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    fixture *f = *state;
-    int64_t live = tgl_memory_live_bytes();
-    /* The context owns constants; arrays the test made must be gone. */
-    tgl_ctx_free(f->ctx);
-    int64_t start = f->live_at_start;
-    free(f);
-    if (live != start) {
-        print_error("live bytes %lld after the test, %lld before: an array was not released\n",
-                    (long long)live, (long long)start);
-        return -1;
-    }
-    return 0;
-}
+#include "tgl_fixture.h"
 
 #define CTX (((fixture *)*state)->ctx)
 
