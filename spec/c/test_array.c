@@ -71,26 +71,6 @@ const char *__asan_default_options(void)
             fail_msg("message of %s does not mention '%s': %s", #call, needle, msg_); \
     } while (0)
 
-#define assert_ok(ctx, call)                                                          \
-    do {                                                                              \
-        tgl_status st_ = (call);                                                      \
-        if (st_ != TGL_OK)                                                            \
-            fail_msg("%s failed with status %d: %s", #call, (int)st_, tgl_ctx_error(ctx)); \
-    } while (0)
-
-/* Element i (C order over a's shape) of a, read through the public API. */
-static double elem(tgl_ctx *ctx, const tgl_array *a, int64_t i)
-{
-    int64_t idx[TGL_MAX_DIMS];
-    for (int d = a->ndim - 1; d >= 0; d--) {
-        idx[d] = i % a->shape[d];
-        i /= a->shape[d];
-    }
-    double v = NAN;
-    assert_int_equal(tgl_array_get(ctx, a, idx, &v), TGL_OK);
-    return v;
-}
-
 static void assert_elements(tgl_ctx *ctx, const tgl_array *a, const double *want, int64_t n)
 {
     assert_int_equal(a->size, n);

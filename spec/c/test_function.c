@@ -37,13 +37,6 @@
 #define SENTINEL ((tgl_array *)(uintptr_t)0x5e47)
 #define NODE_SENTINEL ((tgl_node *)(uintptr_t)0x5e48)
 
-#define assert_ok(ctx, call)                                                          \
-    do {                                                                              \
-        tgl_status st_ = (call);                                                      \
-        if (st_ != TGL_OK)                                                            \
-            fail_msg("%s failed with status %d: %s", #call, (int)st_, tgl_ctx_error(ctx)); \
-    } while (0)
-
 /* A failed call: the status, and a message that starts with prefix and
  * contains needle. */
 #define assert_fails(ctx, call, want_status, prefix, needle)                          \
@@ -90,28 +83,6 @@ static tgl_array *f64_scalar(tgl_ctx *ctx, double v)
     tgl_array *a = NULL;
     assert_ok(ctx, tgl_array_full(ctx, TGL_FLOAT64, 0, NULL, v, &a));
     return a;
-}
-
-/* Element i (C order over a's shape) of a. */
-static double elem(tgl_ctx *ctx, const tgl_array *a, int64_t i)
-{
-    int64_t idx[TGL_MAX_DIMS];
-    for (int d = a->ndim - 1; d >= 0; d--) {
-        idx[d] = i % a->shape[d];
-        i /= a->shape[d];
-    }
-    double v = NAN;
-    assert_ok(ctx, tgl_array_get(ctx, a, idx, &v));
-    return v;
-}
-
-static void assert_shape(const tgl_array *a, int ndim, const int64_t *shape)
-{
-    assert_int_equal(a->ndim, ndim);
-    for (int d = 0; d < ndim; d++)
-        if (a->shape[d] != shape[d])
-            fail_msg("axis %d has size %lld, expected %lld", d, (long long)a->shape[d],
-                     (long long)shape[d]);
 }
 
 static void assert_values(tgl_ctx *ctx, const tgl_array *a, const double *want, int64_t n,

@@ -45,13 +45,6 @@
 
 #define CTX (((fixture *)*state)->ctx)
 
-#define assert_ok(ctx, call)                                                          \
-    do {                                                                              \
-        tgl_status st_ = (call);                                                      \
-        if (st_ != TGL_OK)                                                            \
-            fail_msg("%s failed with status %d: %s", #call, (int)st_, tgl_ctx_error(ctx)); \
-    } while (0)
-
 /* A failed call: the status, and a message that starts with prefix and
  * contains needle. */
 #define assert_fails(ctx, call, want_status, prefix, needle)                          \
@@ -118,28 +111,6 @@ static tgl_array *ints(tgl_ctx *ctx, int64_t n, const int64_t *vals)
     if (n)
         memcpy(a->data, vals, sizeof *vals * (size_t)n);
     return a;
-}
-
-/* Element i (C order over a's shape) of a. */
-static double elem(tgl_ctx *ctx, const tgl_array *a, int64_t i)
-{
-    int64_t idx[TGL_MAX_DIMS];
-    for (int d = a->ndim - 1; d >= 0; d--) {
-        idx[d] = i % a->shape[d];
-        i /= a->shape[d];
-    }
-    double v = NAN;
-    assert_ok(ctx, tgl_array_get(ctx, a, idx, &v));
-    return v;
-}
-
-static void assert_shape(const tgl_array *a, int ndim, const int64_t *shape)
-{
-    assert_int_equal(a->ndim, ndim);
-    for (int d = 0; d < ndim; d++)
-        if (a->shape[d] != shape[d])
-            fail_msg("axis %d has size %lld, expected %lld", d, (long long)a->shape[d],
-                     (long long)shape[d]);
 }
 
 static void assert_elements(tgl_ctx *ctx, const tgl_array *a, const double *want, int64_t n)
