@@ -291,8 +291,11 @@ TGL_API tgl_status tgl_node_shared(tgl_ctx *ctx, tgl_array *value, uint32_t bcas
                                    const char *name, tgl_node **out);
 /* The current value of a shared variable (a new reference). */
 TGL_API tgl_status tgl_shared_get(tgl_ctx *ctx, const tgl_node *s, tgl_array **out);
-/* Replaces a shared variable's value with value (retained).  The type must
- * match: same dtype and ndim, size 1 on broadcastable axes. */
+/* Sets a shared variable's value.  The type must match: same dtype and
+ * ndim, size 1 on broadcastable axes.  With the current shape, value's
+ * elements are copied into the variable's storage (which it keeps, so
+ * arrays borrowed from it see them); with a new shape, value (retained)
+ * replaces it. */
 TGL_API tgl_status tgl_shared_set(tgl_ctx *ctx, tgl_node *s, tgl_array *value);
 /* op applied to in[0..nin-1] with parameters p (NULL: none).  Type-checks
  * and infers the result type; returns the existing node when an identical
@@ -316,6 +319,32 @@ TGL_API tgl_status tgl_node_set_name(tgl_ctx *ctx, tgl_node *n, const char *name
 TGL_API const char *tgl_node_source(const tgl_node *n);
 /* A constant's value (borrowed), or NULL for other nodes. */
 TGL_API tgl_array *tgl_node_value(const tgl_node *n);
+
+/* Multi-output nodes.  A node of a multi-output op (a fused group with
+ * several outputs, later scan) produces tgl_node_noutputs(n) values; other
+ * nodes read value k through the node tgl_node_output returns (n itself
+ * when n has one output). */
+TGL_API int tgl_node_noutputs(const tgl_node *n);
+TGL_API tgl_status tgl_node_output(tgl_ctx *ctx, tgl_node *n, int k, tgl_node **out);
+/* A label for the node's payload ("fused#3{mul add tanh}") written into
+ * buf; returns 0 (and writes "") when the node has none. */
+TGL_API int tgl_node_payload_label(const tgl_node *n, char *buf, size_t size);
+
+/* Node lifetime.  Nodes belong to their context.  A caller that keeps a
+ * node across tgl_graph_collect retains it (the Lua layer retains every
+ * node it holds); the collector frees every node that no retained node,
+ * and no compiled function, depends on.  Without tgl_graph_collect nodes
+ * live as long as the context. */
+TGL_API void tgl_node_retain(tgl_node *n);
+TGL_API void tgl_node_release(tgl_node *n);
+/* Frees the nodes nothing retained depends on.  Node pointers not
+ * retained may dangle afterwards. */
+TGL_API tgl_status tgl_graph_collect(tgl_ctx *ctx);
+/* Collects when the live nodes have doubled since the last collection
+ * (and number at least 64k); returns 1 when it collected. */
+TGL_API int tgl_graph_maybe_collect(tgl_ctx *ctx);
+/* Nodes currently alive in ctx. */
+TGL_API size_t tgl_graph_live_nodes(const tgl_ctx *ctx);
 
 /* Applies op eagerly to arrays: the reference kernel, no graph kept. */
 TGL_API tgl_status tgl_eval(tgl_ctx *ctx, int op, int nin, tgl_array *const *in,
@@ -428,6 +457,18 @@ TGL_API void tgl_function_free(tgl_function *fn);
  * failure no shared variable changes. */
 TGL_API tgl_status tgl_function_call(tgl_ctx *ctx, tgl_function *fn, tgl_array *const *in,
                                      tgl_array **out, int trust);
+/* Frames.  A function is an immutable program plus a default frame (its
+ * buffers and registers); more frames let one program run several
+ * executions, e.g. on two threads (updates to shared variables are the
+ * callers' to serialize). */
+typedef struct tgl_frame tgl_frame;
+/* A new frame for fn's program. */
+TGL_API tgl_status tgl_function_frame_new(tgl_ctx *ctx, const tgl_function *fn, tgl_frame **out);
+/* Frees a frame (NULL is ignored); free frames before their function. */
+TGL_API void tgl_frame_free(tgl_frame *frame);
+/* tgl_function_call on the given frame instead of the default one. */
+TGL_API tgl_status tgl_function_call_frame(tgl_ctx *ctx, tgl_function *fn, tgl_frame *frame,
+                                           tgl_array *const *in, tgl_array **out);
 /* Runs fn n_calls times with the inputs of the last call, applying the
  * updates each time; outputs of the last run are kept for
  * tgl_function_output. */

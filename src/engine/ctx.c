@@ -33,7 +33,6 @@ void tgl_ctx_release(tgl_ctx *ctx)
 {
     if (ctx && __atomic_sub_fetch(&ctx->refcount, 1, __ATOMIC_ACQ_REL) == 0) {
         tgl_pool_free(ctx);
-        tgl_fprog_free_all(ctx);
         tgl_graph_free(&ctx->graph);
         free(ctx);
     }

@@ -1,17 +1,20 @@
 /*
- * cvm.c — the C virtual machine: runs a compiled function's program, a
- * flat array of instructions over storage slots, in one C loop that never
- * returns to Lua.  Each TGL_I_OP instruction asks its op for the output
- * shape, takes a buffer (reused from the last call under cvm_nogc when
- * nobody else holds it), and runs the reference kernel; view ops return a
- * view instead.  Jumps implement the lazy ifelse.
+ * cvm.c — the C virtual machine: runs a compiled program (program.h) on a
+ * frame, a flat array of instructions over storage slots, in one C loop
+ * that never returns to Lua.  Each TGL_I_OP instruction asks its op for
+ * the output shape, takes a buffer (the frame's pool, last call's buffer
+ * under cvm_nogc, or the in-place input's), and runs the kernel; view ops
+ * return a view instead; multi-output ops fill all their outputs at once.
+ * Jumps implement the lazy ifelse.  After any instruction, the slots the
+ * plan releases there go back to the frame's pool.
  *
- * Linkers: cvm releases each intermediate after its last reader; cvm_nogc
- * keeps them for the next call; vm runs each op as a checked thunk (the
- * result's dtype, rank and broadcastable axes are verified), for
- * debugging.
+ * Linkers: cvm releases each intermediate after its last reader (into the
+ * pool: buffers are reused, not reallocated, call after call); cvm_nogc
+ * keeps every intermediate in its slot for the next call; vm runs each op
+ * as a checked thunk (the result's dtype, rank and broadcastable axes are
+ * verified), for debugging.
  */
-#include "engine/cvm.h"
+#include "engine/program.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
@@ -37,31 +40,84 @@ static bool same_shape(const tgl_array *a, int ndim, const int64_t *shape)
 
 /* The vm linker's check: the result matches the node's static type. */
 static tgl_status check_result(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
-                               const tgl_array *r)
+                               const tgl_array *r, tgl_type t)
 {
     char want[96], got[96];
-    bool ok = r->dtype_id == n->type.dtype && r->ndim == n->type.ndim;
+    bool ok = r->dtype_id == t.dtype && r->ndim == t.ndim;
     for (int i = 0; ok && i < r->ndim; i++)
-        ok = !tgl_type_bcast(n->type, i) || r->shape[i] == 1;
+        ok = !tgl_type_bcast(t, i) || r->shape[i] == 1;
     if (!ok)
         return tgl_op_error(ctx, n, in, TGL_EINTERNAL, "produced %s where %s was inferred",
-                            tgl_array_str(r, got, sizeof got),
-                            tgl_type_str(n->type, want, sizeof want));
+                            tgl_array_str(r, got, sizeof got), tgl_type_str(t, want, sizeof want));
     return TGL_OK;
+}
+
+/* A buffer from the frame's pool that fits nbytes without wasting more
+ * than half of it, laid out as a contiguous array of the given shape; or
+ * NULL. */
+static tgl_array *from_pool(tgl_frame *fr, int dtype, int ndim, const int64_t *shape)
+{
+    int64_t size = 1;
+    for (int i = 0; i < ndim; i++)
+        size *= shape[i];
+    size_t nbytes = (size_t)size * tgl_dtype_size(dtype);
+    int best = -1;
+    for (int i = 0; i < fr->npool; i++) {
+        size_t have = fr->pool[i]->storage->nbytes;
+        if (have >= nbytes && have <= 2 * nbytes + 256 &&
+            (best < 0 || have < fr->pool[best]->storage->nbytes))
+            best = i;
+    }
+    if (best < 0)
+        return NULL;
+    tgl_array *a = fr->pool[best];
+    fr->pool[best] = fr->pool[--fr->npool];
+    a->data = a->storage->base;
+    a->dtype_id = dtype;
+    a->ndim = ndim;
+    a->size = size;
+    memcpy(a->shape, shape, sizeof *shape * (size_t)ndim);
+    tgl_contiguous_strides(ndim, shape, a->strides);
+    a->flags = TGL_ARRAY_CONTIGUOUS;
+    return a;
+}
+
+void tgl_frame_recycle(tgl_frame *fr, tgl_array *a)
+{
+    if (!a)
+        return;
+    /* Only a buffer nobody else sees: one owner of the descriptor and of
+     * its storage, and the storage's own layout. */
+    if (a->refcount == 1 && a->storage && a->storage->refcount == 1 &&
+        a->data == a->storage->base && a->storage->nbytes > 0) {
+        if (fr->npool == fr->pool_cap) {
+            int32_t nc = fr->pool_cap ? fr->pool_cap * 2 : 16;
+            tgl_array **p = realloc(fr->pool, sizeof *p * (size_t)nc);
+            if (!p) {
+                tgl_array_release(a);
+                return;
+            }
+            fr->pool = p;
+            fr->pool_cap = nc;
+        }
+        fr->pool[fr->npool++] = a;
+        return;
+    }
+    tgl_array_release(a);
 }
 
 /* The buffer for output slot dst of the given shape: last call's buffer
  * when nobody else holds it (cvm_nogc), the in-place input's buffer when
- * the plan allows and nobody else holds it, else a new one. */
-static tgl_status take_buffer(tgl_ctx *ctx, tgl_function *fn, const tgl_instr *ins,
+ * the plan allows and nobody else holds it, a pooled one, else a new one. */
+static tgl_status take_buffer(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins, int inplace,
                               tgl_array **dst, int dtype, int ndim, const int64_t *shape)
 {
     tgl_array *o = *dst;
     if (o && o->refcount == 1 && o->storage->refcount == 1 && o->dtype_id == dtype &&
         same_shape(o, ndim, shape) && (o->flags & TGL_ARRAY_CONTIGUOUS))
         return TGL_OK;
-    if (ins->inplace >= 0) {
-        tgl_array **src = &fn->slot[ins->in[ins->inplace]];
+    if (inplace >= 0) {
+        tgl_array **src = &fr->slot[ins->in[inplace]];
         tgl_array *a = *src;
         /* A deferred update may write over its shared variable's value,
          * held by the variable and the slot, and by nobody else. */
@@ -69,42 +125,55 @@ static tgl_status take_buffer(tgl_ctx *ctx, tgl_function *fn, const tgl_instr *i
         if (a && a->refcount == owners && a->storage->refcount == 1 && a->dtype_id == dtype &&
             same_shape(a, ndim, shape) && (a->flags & TGL_ARRAY_CONTIGUOUS)) {
             /* Move: the input slot is not read again (plan.c). */
-            tgl_array_release(o);
+            tgl_frame_recycle(fr, o);
             *dst = a;
             tgl_array_retain(a);
             return TGL_OK;
         }
     }
-    tgl_array_release(o);
-    *dst = NULL;
+    tgl_frame_recycle(fr, o);
+    *dst = from_pool(fr, dtype, ndim, shape);
+    if (*dst)
+        return TGL_OK;
     return tgl_array_alloc(ctx, tgl_op_name(ins->node->op), dtype, ndim, shape, false, dst);
 }
 
-/* A fused instruction: every program output wanted gets a buffer, then
- * one pass of the generated kernel (or the reference path) fills them. */
-static tgl_status run_fused(tgl_ctx *ctx, tgl_function *fn, tgl_instr *ins, tgl_array **in)
+/* A multi-output instruction: every output gets a buffer (unwanted ones a
+ * scratch buffer, when the kernel needs one: it decides, getting NULL),
+ * then the kernel fills them in one pass. */
+static tgl_status run_multi(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins, tgl_array **in)
 {
     const tgl_node *n = ins->node;
-    tgl_array *outs[16] = {NULL};
-    if (ins->nouts > 16)
-        return tgl_ctx_set_error(ctx, TGL_EINTERNAL, "fused: too many outputs");
-    for (int k = 0; k < ins->nouts; k++) {
+    const tgl_opimpl *impl = ins->impl;
+    tgl_array *stackout[8] = {NULL};
+    tgl_array **outs = ins->nouts <= 8 ? stackout : calloc((size_t)ins->nouts, sizeof *outs);
+    if (!outs)
+        return tgl_ctx_set_error(ctx, TGL_ENOMEM, "%s: out of memory", tgl_op_name(n->op));
+    tgl_status st = TGL_OK;
+    for (int k = 0; k < ins->nouts && !st; k++) {
+        outs[k] = NULL;
         if (ins->outs[k] < 0)
             continue;
         int64_t shape[TGL_MAX_DIMS];
-        const tgl_node *on = fn->slot_node[ins->outs[k]];
-        tgl_status st = tgl_fused_output_shape(ctx, n, in, k, shape);
+        tgl_type t = n->nout > 1 ? impl->out_type(n, k) : n->type;
+        st = impl->shape_k(ctx, n, in, k, shape);
         if (!st)
-            st = take_buffer(ctx, fn, k == n->p.i[1] ? ins : &(tgl_instr){.inplace = -1, .node = n},
-                             &fn->slot[ins->outs[k]], on->type.dtype, on->type.ndim, shape);
-        if (st)
-            return st;
-        outs[k] = fn->slot[ins->outs[k]];
+            st = take_buffer(ctx, fr, ins, k == 0 ? ins->inplace : -1, &fr->slot[ins->outs[k]],
+                             t.dtype, t.ndim, shape);
+        if (!st)
+            outs[k] = fr->slot[ins->outs[k]];
     }
-    return tgl_fused_run(ctx, n, in, outs, fn->mode == TGL_MODE_DEBUG);
+    if (!st)
+        st = impl->kernel_n(ctx, n, in, outs, fr->prog->mode == TGL_MODE_DEBUG);
+    for (int k = 0; k < ins->nouts && !st && fr->prog->linker == TGL_LINKER_VM; k++)
+        if (outs[k])
+            st = check_result(ctx, n, in, outs[k], n->nout > 1 ? impl->out_type(n, k) : n->type);
+    if (outs != stackout)
+        free(outs);
+    return st;
 }
 
-static tgl_status run_op(tgl_ctx *ctx, tgl_function *fn, tgl_instr *ins)
+static tgl_status run_op(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins)
 {
     const tgl_node *n = ins->node;
     const tgl_opimpl *impl = ins->impl;
@@ -113,49 +182,50 @@ static tgl_status run_op(tgl_ctx *ctx, tgl_function *fn, tgl_instr *ins)
     if (!in)
         return tgl_ctx_set_error(ctx, TGL_ENOMEM, "%s: out of memory", tgl_op_name(n->op));
     for (int i = 0; i < ins->nin; i++)
-        in[i] = fn->slot[ins->in[i]];
+        in[i] = fr->slot[ins->in[i]];
     tgl_status st;
-    tgl_array **dst = &fn->slot[ins->out];
-    if (ins->nouts > 0) {
-        st = run_fused(ctx, fn, ins, in);
+    tgl_array **dst = &fr->slot[ins->out];
+    if (impl->kernel_n) {
+        st = run_multi(ctx, fr, ins, in);
     } else if (impl->view) {
         tgl_array *v = NULL;
         st = impl->view(ctx, n, in, &v);
         if (!st) {
-            tgl_array_release(*dst);
+            tgl_frame_recycle(fr, *dst);
             *dst = v;
         }
     } else {
         int64_t shape[TGL_MAX_DIMS];
         st = impl->shape(ctx, n, in, shape);
         if (!st)
-            st = take_buffer(ctx, fn, ins, dst, n->type.dtype, n->type.ndim, shape);
+            st = take_buffer(ctx, fr, ins, ins->inplace, dst, n->type.dtype, n->type.ndim, shape);
         if (!st)
             st = impl->kernel(ctx, n, in, *dst);
     }
-    if (!st && ins->inplace >= 0 && fn->slot[ins->in[ins->inplace]] == *dst) {
+    if (!st && ins->inplace >= 0 && fr->slot[ins->in[ins->inplace]] == fr->slot[ins->out]) {
         /* The input's slot gave its buffer away: it is not read again. */
-        tgl_array_release(fn->slot[ins->in[ins->inplace]]);
-        fn->slot[ins->in[ins->inplace]] = NULL;
+        tgl_array_release(fr->slot[ins->in[ins->inplace]]);
+        fr->slot[ins->in[ins->inplace]] = NULL;
     }
-    if (!st && fn->linker == TGL_LINKER_VM)
-        st = check_result(ctx, n, in, *dst);
+    if (!st && fr->prog->linker == TGL_LINKER_VM && !impl->kernel_n)
+        st = check_result(ctx, n, in, *dst, n->type);
     if (in != args)
         free(in);
     return st;
 }
 
-tgl_status tgl_cvm_check_deferred(tgl_ctx *ctx, tgl_function *fn)
+tgl_status tgl_cvm_check_deferred(tgl_ctx *ctx, tgl_frame *fr)
 {
+    const tgl_program *prog = fr->prog;
     if (tgl_ctx_interrupted(ctx))
-        return tgl_ctx_set_error(ctx, TGL_EINTERRUPT, "%s: interrupted", fn->name);
-    for (int32_t pc = fn->defer_start; pc < fn->ncode; pc++) {
-        tgl_instr *ins = &fn->code[pc];
+        return tgl_ctx_set_error(ctx, TGL_EINTERRUPT, "%s: interrupted", prog->name);
+    for (int32_t pc = prog->defer_start; pc < prog->ncode; pc++) {
+        const tgl_instr *ins = &prog->code[pc];
         tgl_array *args[16];
-        if (ins->nin > 16 || ins->impl->view || ins->nouts)
+        if (ins->nin > 16 || ins->impl->view || ins->impl->kernel_n)
             continue;
         for (int i = 0; i < ins->nin; i++)
-            args[i] = fn->slot[ins->in[i]];
+            args[i] = fr->slot[ins->in[i]];
         int64_t shape[TGL_MAX_DIMS];
         tgl_status st = ins->impl->shape(ctx, ins->node, args, shape);
         if (st)
@@ -164,55 +234,58 @@ tgl_status tgl_cvm_check_deferred(tgl_ctx *ctx, tgl_function *fn)
     return TGL_OK;
 }
 
-tgl_status tgl_cvm_run(tgl_ctx *ctx, tgl_function *fn, int32_t from, int32_t to)
+tgl_status tgl_cvm_run(tgl_ctx *ctx, tgl_frame *fr, int32_t from, int32_t to)
 {
-    tgl_instr *code = fn->code;
+    const tgl_program *prog = fr->prog;
+    const tgl_instr *code = prog->code;
     int32_t pc = from, end = to;
-    const bool gc = fn->linker != TGL_LINKER_VM && !fn->has_jumps;
-    const bool profile = fn->profile;
+    const bool profile = prog->profile;
+    const bool gc = prog->linker != TGL_LINKER_VM;
+    tgl_array **slot = fr->slot;
     while (pc < end) {
-        tgl_instr *ins = &code[pc];
+        const tgl_instr *ins = &code[pc];
+        int32_t next = pc + 1;
         switch (ins->kind) {
         case TGL_I_OP: {
             if (tgl_ctx_interrupted(ctx))
                 return tgl_ctx_set_error(ctx, TGL_EINTERRUPT, "%s: interrupted",
                                          tgl_op_name(ins->node->op));
             uint64_t t0 = profile ? tgl_now_ns() : 0;
-            tgl_status st = run_op(ctx, fn, ins);
+            tgl_status st = run_op(ctx, fr, ins);
             if (st)
                 return st;
             if (profile) {
-                ins->ns += tgl_now_ns() - t0;
-                ins->calls++;
+                fr->ins_ns[pc] += tgl_now_ns() - t0;
+                fr->ins_calls[pc]++;
             }
-            if (gc)
-                for (int k = 0; k < ins->nfree; k++) {
-                    tgl_array_release(fn->slot[ins->free_slots[k]]);
-                    fn->slot[ins->free_slots[k]] = NULL;
-                }
-            pc++;
             break;
         }
         case TGL_I_JUMPZ: {
-            const tgl_array *c = fn->slot[ins->in[0]];
-            pc = tgl_load_as_double(c->dtype_id, c->data, 0) != 0 ? pc + 1 : ins->target;
+            const tgl_array *c = slot[ins->in[0]];
+            if (tgl_load_as_double(c->dtype_id, c->data, 0) == 0)
+                next = ins->target;
             break;
         }
         case TGL_I_JUMP:
-            pc = ins->target;
+            next = ins->target;
             break;
         case TGL_I_MOVE: {
-            tgl_array *v = fn->slot[ins->in[0]];
+            tgl_array *v = slot[ins->in[0]];
             tgl_array_retain(v);
-            tgl_array_release(fn->slot[ins->out]);
-            fn->slot[ins->out] = v;
-            pc++;
+            tgl_array_release(slot[ins->out]);
+            slot[ins->out] = v;
             break;
         }
         default:
             return tgl_ctx_set_error(ctx, TGL_EINTERNAL, "cvm: bad instruction %d at %d",
                                      ins->kind, pc);
         }
+        if (gc)
+            for (int k = 0; k < ins->nfree; k++) {
+                tgl_frame_recycle(fr, slot[ins->free_slots[k]]);
+                slot[ins->free_slots[k]] = NULL;
+            }
+        pc = next;
     }
     return TGL_OK;
 }

@@ -14,13 +14,19 @@
 /* The error message buffer of a context. */
 #define TGL_ERRMSG_SIZE 1024
 
-/* The node table (graph.h). */
+/* The node table (graph.h): the hash-consed nodes by identity, every
+ * node in one list (for the collector), and the interned payloads. */
 struct tgl_graph_table {
     struct tgl_node **buckets;
     size_t nbuckets;
-    size_t count;
+    size_t count;          /* hash-consed nodes in the buckets             */
+    size_t live;           /* every node not yet collected                 */
+    size_t live_after_gc;  /* live after the last tgl_graph_collect        */
     uint32_t next_id;
     struct tgl_node *all;
+    struct tgl_payload **pbuckets;
+    size_t npbuckets, npayloads;
+    uint32_t next_payload_id;
 };
 
 /* Settings read by the compiler and code generator (tgl_config_set). */
@@ -39,8 +45,6 @@ struct tgl_ctx {
     struct tgl_config config;
     int32_t refcount;      /* the owner, plus every compiled function        */
     struct tgl_graph_table graph;  /* every node built with this context     */
-    struct tgl_fprog **fprogs;     /* fused programs (fprog.h), by id         */
-    int32_t nfprogs, fprogs_cap;
     uint64_t rng_seed;     /* key of the counter-based generator            */
     uint64_t rng_offset;   /* counter blocks used since the seed was set    */
     volatile int *interrupt;  /* set by the host's SIGINT handler; may be NULL */

@@ -1,21 +1,19 @@
 /*
- * fprog.c — the context's table of fused programs.  Programs are interned
- * by content, so two fused groups that compute the same thing share one
- * program (and one compiled kernel), and a FUSED node's identity is its
- * program id plus its inputs.
+ * fprog.c — fused programs as node payloads.  Programs are interned by
+ * content (graph.c's payload table), so two fused groups that compute
+ * the same thing share one program (and one compiled kernel), and a FUSED
+ * node's identity is its program plus its inputs.  A program lives while
+ * a node carries it; it keeps the nodes it was built from alive (the
+ * reference path runs them).
  */
 #include "engine/fprog.h"
 #include "cgen/cgen.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static uint64_t mix(uint64_t h, uint64_t v)
-{
-    h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
-    h *= 0xff51afd7ed558ccdull;
-    return h ^ (h >> 33);
-}
+#define mix tgl_hash_mix
 
 static uint64_t prog_hash(const tgl_fprog *p)
 {
@@ -40,7 +38,7 @@ static uint64_t prog_hash(const tgl_fprog *p)
 
 static bool same_prog(const tgl_fprog *a, const tgl_fprog *b)
 {
-    if (a->hash != b->hash || a->ndim != b->ndim || a->nin != b->nin || a->ninstr != b->ninstr ||
+    if (a->base.hash != b->base.hash || a->ndim != b->ndim || a->nin != b->nin || a->ninstr != b->ninstr ||
         a->nout != b->nout || a->reduce_op != b->reduce_op || a->reduce_mask != b->reduce_mask ||
         a->reduce_keepdims != b->reduce_keepdims)
         return false;
@@ -61,6 +59,7 @@ static bool same_prog(const tgl_fprog *a, const tgl_fprog *b)
 
 static void free_prog(tgl_fprog *p)
 {
+    /* (a program that fails to build is freed before it is a payload) */
     if (!p)
         return;
     tgl_cgen_release(p);
@@ -75,43 +74,54 @@ static void free_prog(tgl_fprog *p)
     free(p);
 }
 
+static bool payload_equal(const tgl_payload *a, const tgl_payload *b)
+{
+    return same_prog((const tgl_fprog *)a, (const tgl_fprog *)b);
+}
+
+static void payload_destroy(tgl_payload *p)
+{
+    free_prog((tgl_fprog *)p);
+}
+
+static void payload_nodes(const tgl_payload *pl, void (*visit)(tgl_node *, void *), void *arg)
+{
+    const tgl_fprog *p = (const tgl_fprog *)pl;
+    for (int i = 0; i < p->norig; i++)
+        visit(p->orig[i], arg);
+    for (int i = 0; i < p->nin; i++)
+        visit(p->orig_in[i], arg);
+    for (int i = 0; i < p->nout; i++)
+        visit(p->orig_out[i], arg);
+}
+
+static void payload_describe(const tgl_payload *pl, char *buf, size_t size)
+{
+    const tgl_fprog *p = (const tgl_fprog *)pl;
+    int k = snprintf(buf, size, "fused#%d{", p->id);
+    for (int j = 0; j < p->norig && k > 0 && (size_t)k < size; j++)
+        k += snprintf(buf + k, size - (size_t)k, "%s%s", j ? " " : "", tgl_op_name(p->orig[j]->op));
+    if (k > 0 && (size_t)k < size)
+        snprintf(buf + k, size - (size_t)k, "}");
+}
+
+static const tgl_payload_vt fprog_vt = {
+    .kind = "fused",
+    .equal = payload_equal,
+    .destroy = payload_destroy,
+    .nodes = payload_nodes,
+    .describe = payload_describe,
+};
+
 tgl_status tgl_fprog_intern(tgl_ctx *ctx, tgl_fprog *prog, tgl_fprog **out)
 {
-    prog->hash = prog_hash(prog);
-    for (int32_t i = 0; i < ctx->nfprogs; i++)
-        if (same_prog(ctx->fprogs[i], prog)) {
-            /* The equal program keeps its original nodes: they compute the
-             * same values. */
-            free_prog(prog);
-            *out = ctx->fprogs[i];
-            return TGL_OK;
-        }
-    if (ctx->nfprogs == ctx->fprogs_cap) {
-        int32_t cap = ctx->fprogs_cap ? ctx->fprogs_cap * 2 : 16;
-        tgl_fprog **t = realloc(ctx->fprogs, sizeof *t * (size_t)cap);
-        if (!t) {
-            free_prog(prog);
-            return tgl_ctx_set_error(ctx, TGL_ENOMEM, "fusion: out of memory");
-        }
-        ctx->fprogs = t;
-        ctx->fprogs_cap = cap;
-    }
-    prog->id = ctx->nfprogs;
-    ctx->fprogs[ctx->nfprogs++] = prog;
-    *out = prog;
+    prog->base.vt = &fprog_vt;
+    prog->base.hash = prog_hash(prog);
+    tgl_payload *pl;
+    tgl_status st = tgl_payload_intern(ctx, &prog->base, &pl);
+    if (st)
+        return st;
+    *out = (tgl_fprog *)pl;
+    (*out)->id = (int32_t)pl->id;
     return TGL_OK;
-}
-
-tgl_fprog *tgl_fprog_get(const tgl_ctx *ctx, int32_t id)
-{
-    return id >= 0 && id < ctx->nfprogs ? ctx->fprogs[id] : NULL;
-}
-
-void tgl_fprog_free_all(tgl_ctx *ctx)
-{
-    for (int32_t i = 0; i < ctx->nfprogs; i++)
-        free_prog(ctx->fprogs[i]);
-    free(ctx->fprogs);
-    ctx->fprogs = NULL;
-    ctx->nfprogs = ctx->fprogs_cap = 0;
 }

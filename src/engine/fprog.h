@@ -2,7 +2,7 @@
  * fprog.h — fused programs: what a group of elementwise ops (optionally
  * feeding one reduction) computes, as a small scalar instruction list.
  * The fusion pass (opt/fuse.c) builds them, interns them in the context
- * (a FUSED node's p.i[0] is the program's id), the code generator
+ * as the payload of a FUSED node (graph.h), the code generator
  * (src/cgen) renders and compiles them, and ops/fused.c runs them: the
  * generated kernel when there is one, the original nodes' reference
  * kernels otherwise (and in DEBUG mode, both, compared).
@@ -31,8 +31,8 @@ typedef struct tgl_finstr {
 struct tgl_kernel_ref; /* cgen: a compiled kernel, swappable */
 
 typedef struct tgl_fprog {
-    int32_t id;
-    uint64_t hash;
+    tgl_payload base;          /* first: a FUSED node's payload is a program */
+    int32_t id;                /* = base.id, for printouts                   */
     int32_t ndim;              /* axes of the elementwise space             */
     int32_t nin;
     tgl_type *in_type;         /* ndim each; bcast: stride 0 on that axis   */
@@ -57,12 +57,18 @@ typedef struct tgl_fprog {
     struct tgl_kernel_ref *kernel;
 } tgl_fprog;
 
-/* Interns prog in the context (taking ownership of its arrays) and
+/* Interns prog in the context (taking ownership of it and its arrays) and
  * returns the interned program: an equal one already there, or prog. */
 tgl_status tgl_fprog_intern(tgl_ctx *ctx, tgl_fprog *prog, tgl_fprog **out);
-/* The program with this id. */
-tgl_fprog *tgl_fprog_get(const tgl_ctx *ctx, int32_t id);
-/* Frees every program of the context (at context teardown). */
-void tgl_fprog_free_all(tgl_ctx *ctx);
+/* The program of a FUSED node. */
+static inline tgl_fprog *tgl_fprog_of(const tgl_node *n)
+{
+    return (tgl_fprog *)n->payload;
+}
+/* The type of output k of a program (output 0 is the reduction's, if any). */
+static inline tgl_type tgl_fprog_out_type(const tgl_fprog *p, int k)
+{
+    return k == 0 && p->reduce_op >= 0 ? p->reduce_type : p->out_type[k];
+}
 
 #endif /* TGL_FPROG_H */

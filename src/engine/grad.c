@@ -96,21 +96,22 @@ tgl_status tgl_grad(tgl_ctx *ctx, tgl_node *cost, int nwrt, tgl_node *const *wrt
         return st;
 
     /* Which nodes lie on a path to some wrt: only those get pullbacks. */
-    uint32_t nids = ctx->graph.next_id;
-    unsigned char *reaches = calloc(nids + 1, 1);
-    tgl_node_map acc = {0};
-    if (!reaches || tgl_node_map_init(ctx, &acc) != TGL_OK) {
-        free(reaches);
+    tgl_node_map acc = {0}, reach = {0};
+    if (tgl_node_map_init(ctx, &acc) || tgl_node_map_init(ctx, &reach)) {
+        tgl_node_map_free(&acc);
         free(order);
         return tgl_ctx_set_error(ctx, TGL_ENOMEM, "%s: out of memory", fn);
     }
-    for (int k = 0; k < nwrt; k++)
-        if (wrt[k]->id < nids)
-            reaches[wrt[k]->id] = 1;
-    for (size_t i = 0; i < count; i++) {
+#define REACHES(n) tgl_node_map_has(&reach, (n))
+    for (int k = 0; k < nwrt && !st; k++)
+        st = tgl_node_map_seti(ctx, &reach, wrt[k], 1);
+    for (size_t i = 0; i < count && !st; i++) {
         tgl_node *n = order[i];
-        for (int k = 0; k < n->nin && !reaches[n->id]; k++)
-            reaches[n->id] = reaches[n->in[k]->id];
+        for (int k = 0; k < n->nin && !st; k++)
+            if (REACHES(n->in[k])) {
+                st = tgl_node_map_seti(ctx, &reach, n, 1);
+                break;
+            }
     }
 
     /* Seeds: d cost / d cost = 1, and the known gradients. */
@@ -127,9 +128,31 @@ tgl_status tgl_grad(tgl_ctx *ctx, tgl_node *cost, int nwrt, tgl_node *const *wrt
      * node's gradient is complete before its pullback runs. */
     for (size_t i = count; i-- > 0 && !st;) {
         tgl_node *n = order[i];
+        if (n->kind != TGL_NODE_APPLY || n->op == TGL_OP_OUTPUT || !REACHES(n))
+            continue; /* an OUTPUT's gradient goes to its node's pullback */
         tgl_node *g = tgl_node_map_get(&acc, n);
-        if (!g || n->kind != TGL_NODE_APPLY || !reaches[n->id])
+        tgl_node **gouts = NULL;
+        if (n->nout > 1) {
+            /* A multi-output node: the gradients of all its outputs. */
+            gouts = calloc((size_t)n->nout, sizeof *gouts);
+            if (!gouts) {
+                st = tgl_ctx_set_error(ctx, TGL_ENOMEM, "%s: out of memory", fn);
+                break;
+            }
+            bool any = false;
+            for (int k = 0; k < n->nout && !st; k++) {
+                tgl_node *o;
+                st = tgl_node_output(ctx, n, k, &o);
+                if (!st && (gouts[k] = tgl_node_map_get(&acc, o)))
+                    any = true;
+            }
+            if (st || !any) {
+                free(gouts);
+                continue;
+            }
+        } else if (!g) {
             continue;
+        }
         tgl_node *stackgin[8];
         tgl_node **gin = n->nin <= 8 ? stackgin : calloc((size_t)n->nin, sizeof *gin);
         if (!gin) {
@@ -139,15 +162,20 @@ tgl_status tgl_grad(tgl_ctx *ctx, tgl_node *cost, int nwrt, tgl_node *const *wrt
         memset(gin, 0, sizeof *gin * (size_t)n->nin);
         tgl_ctx_clear_error(ctx);
         const tgl_opimpl *impl = tgl_op_impl(n->op);
-        if (!impl->grad) {
+        if (gouts ? !impl->grad_n : !impl->grad && !impl->grad_n) {
             st = tgl_ctx_set_error(ctx, TGL_EINVAL, "%s: %s has no gradient (%s)", fn,
                                    tgl_op_name(n->op), describe(n, buf, sizeof buf));
-        } else {
+        } else if (gouts) {
+            st = impl->grad_n(ctx, n, gouts, gin);
+        } else if (impl->grad) {
             st = impl->grad(ctx, n, g, gin);
+        } else {
+            st = impl->grad_n(ctx, n, &g, gin);
         }
+        free(gouts);
         for (int k = 0; k < n->nin && !st; k++) {
             tgl_node *x = n->in[k];
-            if (!gin[k] || !reaches[x->id] || !tgl_dtype_is_float(x->type.dtype))
+            if (!gin[k] || !REACHES(x) || !tgl_dtype_is_float(x->type.dtype))
                 continue;
             tgl_node *c = fit(ctx, gin[k], x);
             tgl_node *prev = tgl_node_map_get(&acc, x);
@@ -190,8 +218,9 @@ tgl_status tgl_grad(tgl_ctx *ctx, tgl_node *cost, int nwrt, tgl_node *const *wrt
         }
         grads[k] = g;
     }
+#undef REACHES
     tgl_node_map_free(&acc);
-    free(reaches);
+    tgl_node_map_free(&reach);
     free(order);
     return st;
 }

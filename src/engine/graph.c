@@ -16,13 +16,6 @@
 
 /* ---- hashing --------------------------------------------------------- */
 
-static uint64_t mix(uint64_t h, uint64_t v)
-{
-    h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
-    h *= 0xff51afd7ed558ccdull;
-    return h ^ (h >> 33);
-}
-
 static uint64_t hash_bytes(uint64_t h, const void *p, size_t n)
 {
     const unsigned char *b = p;
@@ -37,14 +30,17 @@ static uint64_t hash_bytes(uint64_t h, const void *p, size_t n)
 
 uint64_t tgl_node_hash(const tgl_node *n)
 {
-    uint64_t h = mix(0x1234567ull, (uint64_t)n->kind);
-    h = mix(h, (uint64_t)n->op);
-    h = mix(h, (uint64_t)n->type.dtype | (uint64_t)n->type.ndim << 8 | (uint64_t)n->type.bcast << 16);
+    uint64_t h = tgl_hash_mix(0x1234567ull, (uint64_t)n->kind);
+    h = tgl_hash_mix(h, (uint64_t)n->op);
+    h = tgl_hash_mix(h, (uint64_t)n->type.dtype | (uint64_t)n->type.ndim << 8 |
+                            (uint64_t)n->type.bcast << 16);
     for (int i = 0; i < n->nin; i++)
-        h = mix(h, n->in[i]->id);
-    h = mix(h, (uint64_t)n->p.n | (uint64_t)(uint32_t)n->p.flags << 32);
+        h = tgl_hash_mix(h, n->in[i]->id);
+    h = tgl_hash_mix(h, (uint64_t)n->p.n | (uint64_t)(uint32_t)n->p.flags << 32);
     for (int i = 0; i < n->p.n; i++)
-        h = mix(h, (uint64_t)n->p.i[i]);
+        h = tgl_hash_mix(h, (uint64_t)n->p.i[i]);
+    if (n->payload)
+        h = tgl_hash_mix(h, n->payload->hash);
     h = hash_bytes(h, n->p.f, sizeof n->p.f);
     if (n->kind == TGL_NODE_CONSTANT) {
         const tgl_array *a = n->value;
@@ -57,6 +53,7 @@ uint64_t tgl_node_hash(const tgl_node *n)
 static bool same_identity(const tgl_node *a, const tgl_node *b)
 {
     if (a->hash != b->hash || a->kind != b->kind || a->op != b->op || a->nin != b->nin ||
+        a->payload != b->payload ||
         !tgl_type_eq(a->type, b->type) || a->p.n != b->p.n || a->p.flags != b->p.flags ||
         memcmp(a->p.f, b->p.f, sizeof a->p.f) != 0)
         return false;
@@ -83,6 +80,13 @@ static tgl_node *table_find(struct tgl_graph_table *g, const tgl_node *probe)
     return NULL;
 }
 
+/* Puts n in its bucket (the table has room). */
+static void table_link(struct tgl_graph_table *g, tgl_node *n)
+{
+    n->hnext = g->buckets[n->hash & (g->nbuckets - 1)];
+    g->buckets[n->hash & (g->nbuckets - 1)] = n;
+}
+
 static tgl_status table_insert(tgl_ctx *ctx, struct tgl_graph_table *g, tgl_node *n)
 {
     if (g->count + 1 > g->nbuckets / 2) {
@@ -100,24 +104,207 @@ static tgl_status table_insert(tgl_ctx *ctx, struct tgl_graph_table *g, tgl_node
         g->buckets = b;
         g->nbuckets = nb;
     }
-    n->hnext = g->buckets[n->hash & (g->nbuckets - 1)];
-    g->buckets[n->hash & (g->nbuckets - 1)] = n;
+    table_link(g, n);
     g->count++;
     return TGL_OK;
+}
+
+static void payload_release(struct tgl_graph_table *g, tgl_payload *p);
+
+static void node_destroy(struct tgl_graph_table *g, tgl_node *n)
+{
+    tgl_array_release(n->value);
+    if (n->payload)
+        payload_release(g, n->payload);
+    free(n->in);
+    free(n->name);
+    free(n->source);
+    free(n);
 }
 
 void tgl_graph_free(struct tgl_graph_table *g)
 {
     for (tgl_node *n = g->all, *next; n; n = next) {
         next = n->all_next;
-        tgl_array_release(n->value);
-        free(n->in);
-        free(n->name);
-        free(n->source);
-        free(n);
+        node_destroy(g, n);
     }
+    /* Payloads no node carried any more are gone; these were interned but
+     * never carried. */
+    for (size_t i = 0; i < g->npbuckets; i++)
+        for (tgl_payload *p = g->pbuckets[i], *next; p; p = next) {
+            next = p->hnext;
+            p->vt->destroy(p);
+        }
+    free(g->pbuckets);
     free(g->buckets);
     memset(g, 0, sizeof *g);
+}
+
+/* ---- payloads -------------------------------------------------------- */
+
+static void payload_unlink(struct tgl_graph_table *g, tgl_payload *p)
+{
+    tgl_payload **pp = &g->pbuckets[p->hash & (g->npbuckets - 1)];
+    while (*pp && *pp != p)
+        pp = &(*pp)->hnext;
+    if (*pp) {
+        *pp = p->hnext;
+        g->npayloads--;
+    }
+}
+
+static void payload_release(struct tgl_graph_table *g, tgl_payload *p)
+{
+    if (--p->refcount > 0)
+        return;
+    payload_unlink(g, p);
+    p->vt->destroy(p);
+}
+
+tgl_status tgl_payload_intern(tgl_ctx *ctx, tgl_payload *p, tgl_payload **out)
+{
+    struct tgl_graph_table *g = &ctx->graph;
+    if (g->npbuckets)
+        for (tgl_payload *q = g->pbuckets[p->hash & (g->npbuckets - 1)]; q; q = q->hnext)
+            if (q->vt == p->vt && q->hash == p->hash && p->vt->equal(q, p)) {
+                p->vt->destroy(p);
+                *out = q;
+                return TGL_OK;
+            }
+    if (g->npayloads + 1 > g->npbuckets / 2) {
+        size_t nb = g->npbuckets ? g->npbuckets * 2 : 64;
+        tgl_payload **b = calloc(nb, sizeof *b);
+        if (!b) {
+            p->vt->destroy(p);
+            return tgl_ctx_set_error(ctx, TGL_ENOMEM, "tgl: out of memory interning a payload");
+        }
+        for (size_t i = 0; i < g->npbuckets; i++)
+            for (tgl_payload *q = g->pbuckets[i], *next; q; q = next) {
+                next = q->hnext;
+                q->hnext = b[q->hash & (nb - 1)];
+                b[q->hash & (nb - 1)] = q;
+            }
+        free(g->pbuckets);
+        g->pbuckets = b;
+        g->npbuckets = nb;
+    }
+    p->refcount = 0;
+    p->id = g->next_payload_id++;
+    p->hnext = g->pbuckets[p->hash & (g->npbuckets - 1)];
+    g->pbuckets[p->hash & (g->npbuckets - 1)] = p;
+    g->npayloads++;
+    *out = p;
+    return TGL_OK;
+}
+
+/* ---- reclaiming nodes ------------------------------------------------ */
+
+void tgl_node_retain(tgl_node *n)
+{
+    if (n)
+        n->extref++;
+}
+
+void tgl_node_release(tgl_node *n)
+{
+    if (n && n->extref > 0)
+        n->extref--;
+}
+
+typedef struct mark_stack {
+    tgl_node **v;
+    size_t n, cap;
+    bool failed;
+} mark_stack;
+
+static void mark_push(tgl_node *n, void *arg)
+{
+    mark_stack *s = arg;
+    if (!n || (n->flags & TGL_NODEF_MARK))
+        return;
+    if (s->n == s->cap) {
+        size_t nc = s->cap ? s->cap * 2 : 256;
+        tgl_node **v = realloc(s->v, sizeof *v * nc);
+        if (!v) {
+            s->failed = true;
+            return;
+        }
+        s->v = v;
+        s->cap = nc;
+    }
+    n->flags |= TGL_NODEF_MARK;
+    s->v[s->n++] = n;
+}
+
+tgl_status tgl_graph_collect(tgl_ctx *ctx)
+{
+    TGL_CHECK_CTX(ctx);
+    struct tgl_graph_table *g = &ctx->graph;
+    mark_stack s = {0};
+    for (tgl_node *n = g->all; n && !s.failed; n = n->all_next)
+        if (n->extref > 0)
+            mark_push(n, &s);
+    while (s.n && !s.failed) {
+        tgl_node *n = s.v[--s.n];
+        for (int k = 0; k < n->nin; k++)
+            mark_push(n->in[k], &s);
+        if (n->payload && n->payload->vt->nodes)
+            n->payload->vt->nodes(n->payload, mark_push, &s);
+    }
+    free(s.v);
+    if (s.failed) {
+        for (tgl_node *n = g->all; n; n = n->all_next)
+            n->flags &= ~TGL_NODEF_MARK;
+        return tgl_ctx_set_error(ctx, TGL_ENOMEM, "tgl_graph_collect: out of memory");
+    }
+    /* Sweep, then relink the survivors' hash chains. */
+    tgl_node **link = &g->all;
+    size_t live = 0, hashed = 0;
+    memset(g->buckets, 0, sizeof *g->buckets * g->nbuckets);
+    for (tgl_node *n = g->all, *next; n; n = next) {
+        next = n->all_next;
+        if (n->flags & TGL_NODEF_MARK) {
+            n->flags &= ~TGL_NODEF_MARK;
+            *link = n;
+            link = &n->all_next;
+            live++;
+            if (n->flags & TGL_NODEF_HASHCONSED) {
+                table_link(g, n);
+                hashed++;
+            }
+        } else {
+            node_destroy(g, n);
+        }
+    }
+    *link = NULL;
+    g->count = hashed;
+    g->live = g->live_after_gc = live;
+    /* Payloads interned but never carried by a surviving node. */
+    for (size_t i = 0; i < g->npbuckets; i++)
+        for (tgl_payload *p = g->pbuckets[i], *next; p; p = next) {
+            next = p->hnext;
+            if (p->refcount <= 0) {
+                payload_unlink(g, p);
+                p->vt->destroy(p);
+            }
+        }
+    return TGL_OK;
+}
+
+int tgl_graph_maybe_collect(tgl_ctx *ctx)
+{
+    if (!ctx)
+        return 0;
+    struct tgl_graph_table *g = &ctx->graph;
+    size_t floor = g->live_after_gc > 32768 ? g->live_after_gc : 32768;
+    if (g->live < 2 * floor)
+        return 0;
+    return tgl_graph_collect(ctx) == TGL_OK;
+}
+
+size_t tgl_graph_live_nodes(const tgl_ctx *ctx)
+{
+    return ctx ? ctx->graph.live : 0;
 }
 
 static char *dup_or_null(const char *s)
@@ -147,6 +334,10 @@ static tgl_status commit_node(tgl_ctx *ctx, const tgl_node *probe, const char *n
     n->source = dup_or_null(source);
     n->id = g->next_id++;
     n->hnext = NULL;
+    n->flags = hashcons ? TGL_NODEF_HASHCONSED : 0;
+    n->extref = 0;
+    if (n->nout < 1)
+        n->nout = 1;
     if (hashcons && table_insert(ctx, g, n) != TGL_OK) {
         free(n->in);
         free(n->name);
@@ -155,8 +346,11 @@ static tgl_status commit_node(tgl_ctx *ctx, const tgl_node *probe, const char *n
         return TGL_ENOMEM;
     }
     tgl_array_retain(n->value);
+    if (n->payload)
+        n->payload->refcount++;
     n->all_next = g->all;
     g->all = n;
+    g->live++;
     *out = n;
     return TGL_OK;
 }
@@ -257,8 +451,28 @@ tgl_status tgl_shared_set(tgl_ctx *ctx, tgl_node *s, tgl_array *value)
     TGL_CHECK(ok, TGL_ESHAPE, "tgl_shared_set: %s%s%sexpects %s, got %s",
               s->name ? "'" : "", s->name ? s->name : "", s->name ? "' " : "",
               tgl_type_str(s->type, want, sizeof want), tgl_array_str(value, got, sizeof got));
+    tgl_array *old = s->value;
+    if (value == old)
+        return TGL_OK;
+    bool same = old && old->ndim == value->ndim &&
+                memcmp(old->shape, value->shape, sizeof *old->shape * (size_t)old->ndim) == 0;
+    if (same) {
+        /* The variable keeps its storage (arrays borrowed from it, views
+         * of it, see the new values); a source overlapping it is copied
+         * first. */
+        if (value->storage == old->storage) {
+            tgl_array *tmp;
+            tgl_status st = tgl_array_copy(ctx, value, value->dtype_id, &tmp);
+            if (st)
+                return st;
+            st = tgl_array_assign(ctx, old, tmp);
+            tgl_array_release(tmp);
+            return st;
+        }
+        return tgl_array_assign(ctx, old, value);
+    }
     tgl_array_retain(value);
-    tgl_array_release(s->value);
+    tgl_array_release(old);
     s->value = value;
     return TGL_OK;
 }
@@ -293,7 +507,7 @@ static tgl_status pad_elemwise(tgl_ctx *ctx, int nin, tgl_node *const *in, tgl_n
 /* Fills probe (on the stack, inputs pointing at in) and infers its type;
  * failures name the op. */
 static tgl_status infer_probe(tgl_ctx *ctx, const char *fn, int op, int nin, tgl_node **in,
-                              const tgl_params *p, tgl_node *probe)
+                              const tgl_params *p, tgl_payload *payload, tgl_node *probe)
 {
     TGL_CHECK(op >= 0 && op < TGL_NOPS, TGL_EINVAL, "%s: unknown op id %d", fn, op);
     const tgl_opimpl *d = tgl_op_impl(op);
@@ -309,6 +523,13 @@ static tgl_status infer_probe(tgl_ctx *ctx, const char *fn, int op, int nin, tgl
     probe->op = (int16_t)op;
     probe->nin = nin;
     probe->in = in;
+    probe->nout = 1;
+    probe->payload = payload;
+    for (int i = 0; i < nin; i++)
+        if (in[i]->nout > 1 && op != TGL_OP_OUTPUT)
+            return tgl_ctx_set_error(ctx, TGL_EINVAL,
+                                     "%s: %s: input %d has %d outputs; take one with "
+                                     "tgl_node_output", fn, name, i + 1, in[i]->nout);
     if (p) {
         probe->p.n = p->n;
         probe->p.flags = p->flags;
@@ -327,6 +548,48 @@ static tgl_status infer_probe(tgl_ctx *ctx, const char *fn, int op, int nin, tgl
 tgl_status tgl_apply(tgl_ctx *ctx, int op, int nin, tgl_node *const *in, const tgl_params *p,
                      const char *source, tgl_node **out)
 {
+    return tgl_apply_payload(ctx, op, nin, in, p, NULL, source, out);
+}
+
+tgl_status tgl_node_output(tgl_ctx *ctx, tgl_node *n, int k, tgl_node **out)
+{
+    TGL_CHECK_CTX(ctx);
+    TGL_CHECK(n && out, TGL_EINVAL, "tgl_node_output: NULL argument");
+    TGL_CHECK(k >= 0 && k < n->nout, TGL_EINVAL, "tgl_node_output: %s has %d output%s, not %d",
+              n->kind == TGL_NODE_APPLY ? tgl_op_name(n->op) : "the node", n->nout,
+              n->nout == 1 ? "" : "s", k + 1);
+    if (n->nout == 1) {
+        *out = n;
+        return TGL_OK;
+    }
+    tgl_params p = {0};
+    p.n = 1;
+    p.i[0] = k;
+    return tgl_apply(ctx, TGL_OP_OUTPUT, 1, &n, &p, n->source, out);
+}
+
+int tgl_node_noutputs(const tgl_node *n)
+{
+    return n ? n->nout : 0;
+}
+
+int tgl_node_payload_label(const tgl_node *n, char *buf, size_t size)
+{
+    if (size)
+        buf[0] = '\0';
+    if (!n || !n->payload || !size)
+        return 0;
+    if (n->payload->vt->describe)
+        n->payload->vt->describe(n->payload, buf, size);
+    else
+        snprintf(buf, size, "%s#%u", n->payload->vt->kind, n->payload->id);
+    return 1;
+}
+
+tgl_status tgl_apply_payload(tgl_ctx *ctx, int op, int nin, tgl_node *const *in,
+                             const tgl_params *p, tgl_payload *payload, const char *source,
+                             tgl_node **out)
+{
     TGL_CHECK_CTX(ctx);
     TGL_CHECK(out && (nin == 0 || in) && nin >= 0 && nin <= 1024, TGL_EINVAL,
               "tgl_apply: bad arguments");
@@ -344,7 +607,7 @@ tgl_status tgl_apply(tgl_ctx *ctx, int op, int nin, tgl_node *const *in, const t
         memcpy(ins, in, sizeof *ins * (size_t)nin);
     tgl_node probe;
     if (!st)
-        st = infer_probe(ctx, "tgl_apply", op, nin, ins, p, &probe);
+        st = infer_probe(ctx, "tgl_apply", op, nin, ins, p, payload, &probe);
     if (!st) {
         probe.hash = tgl_node_hash(&probe);
         tgl_node *found = table_find(&ctx->graph, &probe);
@@ -523,8 +786,13 @@ tgl_status tgl_eval(tgl_ctx *ctx, int op, int nin, tgl_array *const *in, const t
         lp[i] = &leaves[i];
     }
     tgl_node probe;
-    if (!st && !(st = infer_probe(ctx, "tgl_eval", op, nin, lp, p, &probe)))
-        st = run_node(ctx, &probe, args, out);
+    if (!st && !(st = infer_probe(ctx, "tgl_eval", op, nin, lp, p, NULL, &probe))) {
+        if (probe.nout > 1 || !(d->view || d->kernel))
+            st = tgl_ctx_set_error(ctx, TGL_EINVAL, "tgl_eval: %s needs a graph (compile it)",
+                                   tgl_op_name(op));
+        else
+            st = run_node(ctx, &probe, args, out);
+    }
     for (int i = 0; i < made; i++)
         if (args[i] != in[i])
             tgl_array_release(args[i]);
@@ -626,100 +894,7 @@ tgl_node *tgl_mk_dimshuffle(tgl_ctx *ctx, tgl_node *x, int n, const int64_t *ord
     return tgl_mk(ctx, TGL_OP_DIMSHUFFLE, 1, &x, &p);
 }
 
-/* ---- traversal ------------------------------------------------------- */
-
-tgl_status tgl_node_map_init(tgl_ctx *ctx, tgl_node_map *m)
-{
-    m->size = ctx->graph.next_id + 1;
-    m->slot = calloc(m->size, sizeof *m->slot);
-    if (!m->slot)
-        return tgl_ctx_set_error(ctx, TGL_ENOMEM, "tgl: out of memory");
-    return TGL_OK;
-}
-
-void tgl_node_map_free(tgl_node_map *m)
-{
-    free(m->slot);
-    m->slot = NULL;
-    m->size = 0;
-}
-
-tgl_node *tgl_node_map_get(const tgl_node_map *m, const tgl_node *key)
-{
-    return key->id < m->size ? m->slot[key->id] : NULL;
-}
-
-tgl_status tgl_node_map_set(tgl_ctx *ctx, tgl_node_map *m, const tgl_node *key, tgl_node *val)
-{
-    if (key->id >= m->size) {
-        uint32_t ns = ctx->graph.next_id + 1 > key->id + 1 ? ctx->graph.next_id + 1 : key->id + 1;
-        ns = ns * 2;
-        tgl_node **s = realloc(m->slot, sizeof *s * ns);
-        if (!s)
-            return tgl_ctx_set_error(ctx, TGL_ENOMEM, "tgl: out of memory");
-        memset(s + m->size, 0, sizeof *s * (ns - m->size));
-        m->slot = s;
-        m->size = ns;
-    }
-    m->slot[key->id] = val;
-    return TGL_OK;
-}
-
-tgl_status tgl_toposort(tgl_ctx *ctx, int nroots, tgl_node *const *roots, tgl_node ***order,
-                        size_t *count)
-{
-    uint32_t nids = ctx->graph.next_id;
-    unsigned char *state = calloc(nids + 1, 1); /* 0 new, 1 on stack, 2 done */
-    size_t cap = 64, n = 0, sp = 0, scap = 64;
-    tgl_node **out = malloc(sizeof *out * cap);
-    struct frame { tgl_node *node; int next; } *stack = malloc(sizeof *stack * scap);
-    if (!state || !out || !stack)
-        goto nomem;
-    for (int r = 0; r < nroots; r++) {
-        if (!roots[r] || state[roots[r]->id])
-            continue;
-        stack[sp++] = (struct frame){roots[r], 0};
-        state[roots[r]->id] = 1;
-        while (sp) {
-            struct frame *f = &stack[sp - 1];
-            if (f->next < f->node->nin) {
-                tgl_node *c = f->node->in[f->next++];
-                if (state[c->id])
-                    continue;
-                if (sp == scap) {
-                    scap *= 2;
-                    void *ns = realloc(stack, sizeof *stack * scap);
-                    if (!ns)
-                        goto nomem;
-                    stack = ns;
-                }
-                state[c->id] = 1;
-                stack[sp++] = (struct frame){c, 0};
-                continue;
-            }
-            if (n == cap) {
-                cap *= 2;
-                void *no = realloc(out, sizeof *out * cap);
-                if (!no)
-                    goto nomem;
-                out = no;
-            }
-            state[f->node->id] = 2;
-            out[n++] = f->node;
-            sp--;
-        }
-    }
-    free(state);
-    free(stack);
-    *order = out;
-    *count = n;
-    return TGL_OK;
-nomem:
-    free(state);
-    free(out);
-    free(stack);
-    return tgl_ctx_set_error(ctx, TGL_ENOMEM, "tgl: out of memory sorting the graph");
-}
+/* ---- cloning --------------------------------------------------------- */
 
 tgl_status tgl_clone_replace(tgl_ctx *ctx, int n, tgl_node *const *outs, int nrep,
                              tgl_node *const *from, tgl_node *const *to, tgl_node **result)
@@ -752,24 +927,7 @@ tgl_status tgl_clone_replace(tgl_ctx *ctx, int n, tgl_node *const *outs, int nre
         if (tgl_node_map_get(&map, node))
             continue;
         tgl_node *repl = node;
-        if (node->kind == TGL_NODE_APPLY) {
-            tgl_node *stackin[8];
-            tgl_node **ins = node->nin <= 8 ? stackin : malloc(sizeof *ins * (size_t)node->nin);
-            if (!ins) {
-                st = tgl_ctx_set_error(ctx, TGL_ENOMEM, "tgl_clone_replace: out of memory");
-                break;
-            }
-            bool changed = false;
-            for (int k = 0; k < node->nin; k++) {
-                tgl_node *m = tgl_node_map_get(&map, node->in[k]);
-                ins[k] = m ? m : node->in[k];
-                changed |= ins[k] != node->in[k];
-            }
-            if (changed)
-                st = tgl_apply(ctx, node->op, node->nin, ins, &node->p, node->source, &repl);
-            if (ins != stackin)
-                free(ins);
-        }
+        st = tgl_rebuild(ctx, node, &map, &repl);
         if (!st)
             st = tgl_node_map_set(ctx, &map, node, repl);
     }

@@ -8,6 +8,37 @@
 
 #include "engine/engine.h"
 
+/* A payload: data an op node carries beyond its integer parameters (a
+ * fused program, an inner graph, a layout struct).  Payloads are interned
+ * per context by content (vt->equal, hash) and reference counted by the
+ * nodes that carry them; a node's identity includes its payload.  A
+ * payload that refers to graph nodes lists them through vt->nodes so the
+ * collector keeps them alive while a node carries the payload. */
+typedef struct tgl_payload tgl_payload;
+typedef struct tgl_payload_vt {
+    const char *kind;                                   /* "fused", "scan", ... */
+    bool (*equal)(const tgl_payload *a, const tgl_payload *b);
+    void (*destroy)(tgl_payload *p);                    /* frees p itself too   */
+    void (*nodes)(const tgl_payload *p, void (*visit)(tgl_node *n, void *arg), void *arg);
+    /* A short label for printouts, e.g. "fused#3{mul add tanh}". */
+    void (*describe)(const tgl_payload *p, char *buf, size_t size);
+} tgl_payload_vt;
+
+struct tgl_payload {
+    const tgl_payload_vt *vt;
+    uint64_t hash;             /* set by the payload's maker                */
+    int32_t refcount;          /* nodes carrying it                          */
+    uint32_t id;               /* per context, for printouts                 */
+    tgl_payload *hnext;        /* the context's payload table                */
+};
+
+/* Node flags. */
+#define TGL_NODEF_HASHCONSED 1u   /* in the context's hash table           */
+#define TGL_NODEF_MARK 2u         /* collector's mark                       */
+
+/* A node.  Its identity (kind, op, inputs, params, payload, type) never
+ * changes after creation; name, source and origin1 are annotations for
+ * messages and printouts, not part of the identity. */
 struct tgl_node {
     uint64_t hash;
     uint32_t id;           /* creation order: stable names in printouts     */
@@ -15,10 +46,15 @@ struct tgl_node {
     int16_t op;            /* for TGL_NODE_APPLY: the op id                 */
     int16_t origin1;       /* 1 + the op the user wrote, when a rewrite made
                               this node from it (0: none); names errors     */
+    int16_t nout;          /* values it produces: 1, or more for a
+                              multi-output op (read through OUTPUT nodes)   */
+    uint32_t flags;        /* TGL_NODEF_*                                    */
     int32_t nin;
+    int32_t extref;        /* owners outside the graph (tgl_node_retain)    */
     tgl_node **in;
     tgl_params p;
-    tgl_type type;
+    tgl_type type;         /* for a multi-output node: output 0's type      */
+    tgl_payload *payload;  /* interned, or NULL                             */
     char *name;            /* NULL when unnamed                             */
     char *source;          /* "file:line" or NULL                           */
     tgl_array *value;      /* constant's value / shared variable's value    */
@@ -80,8 +116,27 @@ tgl_node *tgl_mk_sum(tgl_ctx *ctx, tgl_node *x, int naxes, const int64_t *axes, 
  * axis; input axes left out must be broadcastable. */
 tgl_node *tgl_mk_dimshuffle(tgl_ctx *ctx, tgl_node *x, int n, const int64_t *order);
 
-/* The hash of a node's identity (kind, op, inputs, params, type). */
+/* The hash of a node's identity (kind, op, inputs, params, payload, type). */
 uint64_t tgl_node_hash(const tgl_node *n);
+
+/* tgl_apply with a payload (may be NULL; the node takes a reference). */
+tgl_status tgl_apply_payload(tgl_ctx *ctx, int op, int nin, tgl_node *const *in,
+                             const tgl_params *p, tgl_payload *payload, const char *source,
+                             tgl_node **out);
+
+/* Interns a payload: *out is an equal payload already in the context (and
+ * p is destroyed), or p itself, now registered.  The caller then passes
+ * *out to tgl_apply_payload; a payload no node carries is destroyed by
+ * the next tgl_graph_collect. */
+tgl_status tgl_payload_intern(tgl_ctx *ctx, tgl_payload *p, tgl_payload **out);
+
+/* The mixer every identity hash uses (graph, payloads). */
+static inline uint64_t tgl_hash_mix(uint64_t h, uint64_t v)
+{
+    h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    h *= 0xff51afd7ed558ccdull;
+    return h ^ (h >> 33);
+}
 
 /* Every node the roots depend on, inputs before users, each once
  * (iterative: deep graphs do not overflow the C stack).  *order is
@@ -89,18 +144,33 @@ uint64_t tgl_node_hash(const tgl_node *n);
 tgl_status tgl_toposort(tgl_ctx *ctx, int nroots, tgl_node *const *roots, tgl_node ***order,
                         size_t *count);
 
-/* A node id -> pointer map sized for the context's current nodes (ids are
- * dense), for memo tables in passes over the graph. */
+/* A node-keyed hash map (walk.c) for memo tables in passes: its size
+ * follows what the pass stores, never the context's node count.  Values
+ * are node pointers (get/set) or integers (geti/seti). */
 typedef struct tgl_node_map {
-    tgl_node **slot;
-    uint32_t size;
+    uint32_t *keys;        /* node id + 1; 0: empty                         */
+    int64_t *vals;
+    uint32_t cap, count;
 } tgl_node_map;
 
 tgl_status tgl_node_map_init(tgl_ctx *ctx, tgl_node_map *m);
 void tgl_node_map_free(tgl_node_map *m);
-/* Grows the map when nodes were added since init; NULL for unknown. */
+bool tgl_node_map_has(const tgl_node_map *m, const tgl_node *key);
+/* NULL for a key not in the map. */
 tgl_node *tgl_node_map_get(const tgl_node_map *m, const tgl_node *key);
 tgl_status tgl_node_map_set(tgl_ctx *ctx, tgl_node_map *m, const tgl_node *key, tgl_node *val);
+/* dflt for a key not in the map. */
+int64_t tgl_node_map_geti(const tgl_node_map *m, const tgl_node *key, int64_t dflt);
+tgl_status tgl_node_map_seti(tgl_ctx *ctx, tgl_node_map *m, const tgl_node *key, int64_t val);
+
+/* A map from each node of order[0..count-1] to its position. */
+tgl_status tgl_index_order(tgl_ctx *ctx, tgl_node *const *order, size_t count,
+                           tgl_node_map *index);
+
+/* n rebuilt on its inputs mapped through map (inputs not in the map stay):
+ * the same op, params and payload, through tgl_apply (so an equal node is
+ * found, not duplicated).  *out is n itself when no input changed. */
+tgl_status tgl_rebuild(tgl_ctx *ctx, tgl_node *n, const tgl_node_map *map, tgl_node **out);
 
 /* Input node types of an array: dtype, ndim, and size-1 axes broadcastable. */
 tgl_type tgl_array_type(const tgl_array *a);

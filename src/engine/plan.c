@@ -4,13 +4,12 @@
  *
  *   release: under the cvm linker each intermediate is released right
  *            after the instruction that reads it last, so its buffer
- *            returns to the allocator for the instructions that follow.
+ *            returns to the frame's pool for the instructions that follow.
  *   in place: an instruction may take over an input's buffer for its
- *            output when that input is an intermediate read for the last
- *            time here, the op allows it (tgl_opimpl.inplace) and the
- *            types match.  At run time the CVM still checks that nobody
- *            else holds the buffer (reference count 1, not a view).
- *
+ *            (first) output when that input is an intermediate read for
+ *            the last time here, the op allows it (tgl_opimpl.inplace)
+ *            and the types match.  At run time the CVM still checks that
+ *            nobody else holds the buffer (reference count 1, not a view).
  *   deferred updates: an update whose value an op computes from the
  *            variable itself (W - lr g as a gemm accumulating into W,
  *            b - lr g as a fused kernel over b), when nothing else reads
@@ -18,181 +17,285 @@
  *            the variable's own buffer: no new buffer, no copy of W.  The
  *            CVM runs these last, after the outputs are taken and after
  *            checking that their shapes fit, so a failing call still
- *            leaves every variable as it was.  At run time the buffer is
- *            taken only if the variable and its slot are its only owners.
+ *            leaves every variable as it was.
+ *
+ * Branches.  An ifelse compiles to jumps around two regions (compile.c);
+ * the plan works per region, so one ifelse does not switch anything off
+ * elsewhere.  A slot is defined in one region (the one its writer sits
+ * in; leaves in region 0) and read there or in regions nested inside it.
+ * A read in a nested region counts, for the defining region, as a read
+ * by the whole ifelse it is part of; when that is the last read, the slot
+ * is released at the end of both branches (exactly one of them runs).  In
+ * place steps need the input defined in the instruction's own region;
+ * deferred updates need the instruction in region 0.
  *
  * Graph inputs, constants, outputs and update values are never released
  * early nor overwritten; shared variables only by their own deferred
  * update.  DEBUG mode plans no in-place steps: it reruns the reference
  * kernels on the inputs afterwards.
  */
-#include "engine/cvm.h"
+#include "engine/program.h"
 #include "engine/fprog.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-/* True when instruction pc reads slot s. */
-static bool reads(const tgl_instr *ins, int32_t s)
+/* Marks the deferred updates and moves them to the end of the program
+ * (jump targets follow). */
+static tgl_status plan_deferred(tgl_ctx *ctx, tgl_program *prog)
 {
-    for (int k = 0; k < ins->nin; k++)
-        if (ins->in[k] == s)
-            return true;
-    return false;
-}
-
-/* Marks the deferred updates and moves them to the end of the program. */
-static tgl_status plan_deferred(tgl_ctx *ctx, tgl_function *fn)
-{
-    fn->defer_start = fn->ncode;
-    if (fn->has_jumps || fn->nupd == 0)
+    prog->defer_start = prog->ncode;
+    if (prog->nupd == 0)
         return TGL_OK;
-    bool *move = calloc((size_t)fn->ncode + 1, sizeof *move);
-    if (!move)
-        return tgl_ctx_set_error(ctx, TGL_ENOMEM, "tgl_function_new: out of memory");
+    bool *move = calloc((size_t)prog->ncode + 1, sizeof *move);
+    int32_t *writer = malloc(sizeof *writer * (size_t)(prog->nslots + 1));
+    int32_t *var_slot = malloc(sizeof *var_slot * (size_t)(prog->nupd + 1));
+    /* How many instructions read each slot, and the last reader. */
+    int32_t *nreaders = calloc((size_t)prog->nslots + 1, sizeof *nreaders);
+    int32_t *last_read = malloc(sizeof *last_read * (size_t)(prog->nslots + 1));
+    tgl_status st = TGL_OK;
+    if (!move || !writer || !var_slot || !nreaders || !last_read) {
+        st = tgl_ctx_set_error(ctx, TGL_ENOMEM, "tgl_function_new: out of memory");
+        goto done;
+    }
+    for (int32_t s = 0; s < prog->nslots; s++)
+        writer[s] = last_read[s] = -1;
+    for (int32_t pc = 0; pc < prog->ncode; pc++) {
+        const tgl_instr *ins = &prog->code[pc];
+        if (ins->kind == TGL_I_OP && ins->nouts == 1)
+            writer[ins->out] = pc;
+        for (int k = 0; k < ins->nin; k++) {
+            nreaders[ins->in[k]]++;
+            last_read[ins->in[k]] = pc;
+        }
+    }
+    for (int k = 0; k < prog->nupd; k++)
+        var_slot[k] = -1;
+    for (int32_t s = 0; s < prog->nslots; s++)
+        if (prog->slot_kind[s] == TGL_SLOT_SHARED)
+            for (int k = 0; k < prog->nupd; k++)
+                if (prog->slot_node[s] == prog->upd_var[k])
+                    var_slot[k] = s;
+    /* How many roots (outputs, updates) each slot is. */
     int nmove = 0;
-    for (int k = 0; k < fn->nupd; k++) {
-        int32_t u = fn->upd_slot[k], w = -1;
-        for (int32_t s = 0; s < fn->nslots; s++)
-            if (fn->slot_node[s] == fn->upd_var[k])
-                w = s;
-        int32_t at = -1;
-        for (int32_t pc = 0; pc < fn->ncode; pc++)
-            if (fn->code[pc].kind == TGL_I_OP && fn->code[pc].out == u && !fn->code[pc].nouts)
-                at = pc;
+    for (int k = 0; k < prog->nupd; k++) {
+        int32_t u = prog->upd_slot[k], w = var_slot[k];
+        int32_t at = writer[u];
         if (w < 0 || at < 0)
             continue;
-        tgl_instr *ins = &fn->code[at];
-        if (!ins->impl->inplace || ins->impl->view)
+        tgl_instr *ins = &prog->code[at];
+        if (ins->region != 0 || !ins->impl->inplace || ins->impl->view || ins->impl->kernel_n)
             continue;
         int i = ins->impl->inplace(ins->node);
-        if (i < 0 || ins->in[i] != w || !tgl_type_eq(ins->node->type, fn->upd_var[k]->type))
+        if (i < 0 || ins->in[i] != w || !tgl_type_eq(ins->node->type, prog->upd_var[k]->type))
             continue;
-        /* The variable is read once here; nothing reads the new value
-         * (no instruction, no output, no other update). */
-        bool ok = true;
+        /* The variable is read once here and by nothing later; nothing
+         * reads the new value (no instruction, no output, no other
+         * update). */
         int uses = 0;
         for (int kk = 0; kk < ins->nin; kk++)
             uses += ins->in[kk] == w;
-        ok = uses == 1;
-        for (int32_t pc = 0; ok && pc < fn->ncode; pc++)
-            ok = !reads(&fn->code[pc], u) && (pc <= at || !reads(&fn->code[pc], w));
-        for (int o = 0; ok && o < fn->nout; o++)
-            ok = fn->out_slot[o] != u;
-        for (int kk = 0; ok && kk < fn->nupd; kk++)
-            ok = kk == k || fn->upd_slot[kk] != u;
+        bool ok = uses == 1 && nreaders[u] == 0 && last_read[w] == at;
+        for (int o = 0; ok && o < prog->nout; o++)
+            ok = prog->out_slot[o] != u;
+        for (int kk = 0; ok && kk < prog->nupd; kk++)
+            ok = kk == k || prog->upd_slot[kk] != u;
         if (!ok)
             continue;
         ins->inplace = i;
         ins->update = k;
+        prog->upd_deferred[k] = true;
         move[at] = true;
         nmove++;
     }
     if (nmove) {
-        /* Stable partition: the deferred ones keep their order, last. */
-        tgl_instr *code = malloc(sizeof *code * (size_t)fn->ncode);
-        if (!code) {
-            free(move);
-            return tgl_ctx_set_error(ctx, TGL_ENOMEM, "tgl_function_new: out of memory");
+        /* Stable partition: the deferred ones keep their order, last.  A
+         * jump to pc goes to the first kept instruction at or after pc. */
+        tgl_instr *code = malloc(sizeof *code * (size_t)prog->ncode);
+        int32_t *newpc = malloc(sizeof *newpc * (size_t)(prog->ncode + 1));
+        if (!code || !newpc) {
+            free(code);
+            free(newpc);
+            st = tgl_ctx_set_error(ctx, TGL_ENOMEM, "tgl_function_new: out of memory");
+            goto done;
         }
         int32_t n = 0;
-        for (int32_t pc = 0; pc < fn->ncode; pc++)
+        for (int32_t pc = 0; pc < prog->ncode; pc++) {
+            newpc[pc] = n;
             if (!move[pc])
-                code[n++] = fn->code[pc];
-        fn->defer_start = n;
-        for (int32_t pc = 0; pc < fn->ncode; pc++)
+                code[n++] = prog->code[pc];
+        }
+        newpc[prog->ncode] = n;
+        prog->defer_start = n;
+        for (int32_t pc = 0; pc < prog->ncode; pc++)
             if (move[pc])
-                code[n++] = fn->code[pc];
-        memcpy(fn->code, code, sizeof *code * (size_t)fn->ncode);
+                code[n++] = prog->code[pc];
+        for (int32_t pc = 0; pc < prog->defer_start; pc++)
+            if (code[pc].kind == TGL_I_JUMP || code[pc].kind == TGL_I_JUMPZ)
+                code[pc].target = newpc[code[pc].target];
+        for (int32_t r = 1; r < prog->nregions; r++)
+            prog->region[r].end = newpc[prog->region[r].end];
+        prog->region[0].end = prog->defer_start - 1;
+        memcpy(prog->code, code, sizeof *code * (size_t)prog->ncode);
         free(code);
+        free(newpc);
     }
+done:
     free(move);
+    free(writer);
+    free(var_slot);
+    free(nreaders);
+    free(last_read);
+    return st;
+}
+
+/* Appends s to the instruction's release list (once). */
+static tgl_status add_free(tgl_ctx *ctx, tgl_instr *ins, int32_t s)
+{
+    for (int j = 0; j < ins->nfree; j++)
+        if (ins->free_slots[j] == s)
+            return TGL_OK;
+    int32_t *f = realloc(ins->free_slots, sizeof *f * (size_t)(ins->nfree + 1));
+    if (!f)
+        return tgl_ctx_set_error(ctx, TGL_ENOMEM, "tgl_function_new: out of memory");
+    f[ins->nfree++] = s;
+    ins->free_slots = f;
     return TGL_OK;
 }
 
-tgl_status tgl_plan_memory(tgl_ctx *ctx, tgl_function *fn, bool inplace)
+/* The child of region `of` on the path from region r up to it, or -1
+ * when r is `of` itself. */
+static int32_t child_under(const tgl_program *prog, int32_t r, int32_t of)
+{
+    int32_t c = -1;
+    while (r != of && r > 0) {
+        c = r;
+        r = prog->region[r].parent;
+    }
+    return r == of ? c : -2; /* -2: not nested (should not happen) */
+}
+
+tgl_status tgl_plan_memory(tgl_ctx *ctx, tgl_program *prog, bool inplace)
 {
     if (inplace) {
-        tgl_status st0 = plan_deferred(ctx, fn);
+        tgl_status st0 = plan_deferred(ctx, prog);
         if (st0)
             return st0;
     }
-    int32_t *last = malloc(sizeof *last * (size_t)(fn->nslots + 1));
-    bool *kept = calloc((size_t)fn->nslots + 1, sizeof *kept);
-    if (!last || !kept) {
-        free(last);
-        free(kept);
-        return tgl_ctx_set_error(ctx, TGL_ENOMEM, "tgl_function_new: out of memory");
-    }
-    for (int32_t s = 0; s < fn->nslots; s++) {
-        last[s] = -1;
-        kept[s] = fn->slot_kind[s] != TGL_SLOT_TEMP;
-    }
-    for (int i = 0; i < fn->nout; i++)
-        kept[fn->out_slot[i]] = true;
-    for (int i = 0; i < fn->nupd; i++)
-        kept[fn->upd_slot[i]] = true;
-    for (int32_t pc = 0; pc < fn->ncode; pc++)
-        for (int k = 0; k < fn->code[pc].nin; k++)
-            last[fn->code[pc].in[k]] = pc;
-
+    int32_t n = prog->nslots + 1;
+    int32_t *def = malloc(sizeof *def * (size_t)n);     /* defining region    */
+    int32_t *last = malloc(sizeof *last * (size_t)n);   /* last (lifted) read */
+    int32_t *lastc = malloc(sizeof *lastc * (size_t)n); /* its branch, or -1  */
+    int32_t *nread = calloc((size_t)n, sizeof *nread);  /* reads at `last`    */
+    int32_t *producer = malloc(sizeof *producer * (size_t)n);
+    bool *kept = calloc((size_t)n, sizeof *kept);
     tgl_status st = TGL_OK;
-    for (int32_t pc = 0; pc < fn->ncode && !st; pc++) {
-        tgl_instr *ins = &fn->code[pc];
-        if (ins->update >= 0)
-            continue; /* planned by plan_deferred */
-        ins->inplace = -1;
-        if (ins->kind != TGL_I_OP)
-            continue;
-        const tgl_opimpl *impl = ins->impl;
-        if (inplace && !fn->has_jumps && impl->inplace && !impl->view) {
-            int i = impl->inplace(ins->node);
-            bool reduces = ins->node->op == TGL_OP_FUSED &&
-                           tgl_fprog_get(ctx, (int32_t)ins->node->p.i[0])->reduce_op >= 0;
-            if (i >= 0 && !reduces) {
-                int32_t s = ins->in[i];
-                /* The slot must be read only here (once) and be a temp. */
-                int uses = 0;
-                for (int k = 0; k < ins->nin; k++)
-                    uses += ins->in[k] == s;
-                if (!kept[s] && last[s] == pc && uses == 1)
-                    ins->inplace = i;
-            }
+    if (!def || !last || !lastc || !nread || !producer || !kept) {
+        st = tgl_ctx_set_error(ctx, TGL_ENOMEM, "tgl_function_new: out of memory");
+        goto done;
+    }
+    for (int32_t s = 0; s < prog->nslots; s++) {
+        def[s] = 0;
+        last[s] = lastc[s] = producer[s] = -1;
+        kept[s] = prog->slot_kind[s] != TGL_SLOT_TEMP;
+    }
+    for (int i = 0; i < prog->nout; i++)
+        kept[prog->out_slot[i]] = true;
+    for (int i = 0; i < prog->nupd; i++)
+        kept[prog->upd_slot[i]] = true;
+    /* Defining regions: an ifelse's result is written by the MOVEs at the
+     * end of its branches and belongs to the region around them. */
+    for (int32_t pc = 0; pc < prog->ncode; pc++) {
+        const tgl_instr *ins = &prog->code[pc];
+        if (ins->kind == TGL_I_OP) {
+            for (int k = 0; k < ins->nouts; k++)
+                if (ins->outs[k] >= 0) {
+                    def[ins->outs[k]] = ins->region;
+                    producer[ins->outs[k]] = pc;
+                }
+        } else if (ins->kind == TGL_I_MOVE) {
+            def[ins->out] = ins->region > 0 ? prog->region[ins->region].parent : 0;
         }
-        /* cvm_nogc keeps buffers for reuse; views own none, and a view
-         * kept alive would pin its base's storage (blocking in-place
-         * updates): they are released after their last reader too. */
-        bool views_only = fn->linker == TGL_LINKER_CVM_NOGC;
-        if ((fn->linker != TGL_LINKER_CVM && !views_only) || fn->has_jumps)
-            continue;
+    }
+    /* Last reads, lifted to the defining region: a read inside a nested
+     * branch stands at the end of the ifelse that holds it. */
+    for (int32_t pc = 0; pc < prog->ncode; pc++) {
+        const tgl_instr *ins = &prog->code[pc];
         for (int k = 0; k < ins->nin; k++) {
             int32_t s = ins->in[k];
-            if (kept[s] || last[s] != pc || (ins->inplace == k))
+            int32_t c = child_under(prog, ins->region, def[s]);
+            if (c == -2) {
+                kept[s] = true; /* unexpected shape: keep it, be safe */
                 continue;
-            if (views_only) {
-                /* the producer of s: a view op? */
-                bool is_view = false;
-                for (int32_t q = 0; q < pc && !is_view; q++)
-                    is_view = fn->code[q].kind == TGL_I_OP && fn->code[q].out == s &&
-                              fn->code[q].impl->view;
-                if (!is_view)
-                    continue;
             }
-            bool dup = false;
-            for (int j = 0; j < ins->nfree; j++)
-                dup |= ins->free_slots[j] == s;
-            if (dup)
-                continue;
-            int32_t *f = realloc(ins->free_slots, sizeof *f * (size_t)(ins->nfree + 1));
-            if (!f) {
-                st = tgl_ctx_set_error(ctx, TGL_ENOMEM, "tgl_function_new: out of memory");
-                break;
+            int32_t at = pc, branch = -1;
+            if (c >= 0) {
+                /* The else branch of that ifelse ends last. */
+                int32_t other = prog->region[c].sibling >= 0 ? prog->region[c].sibling : c;
+                at = prog->region[c].end > prog->region[other].end ? prog->region[c].end
+                                                                   : prog->region[other].end;
+                branch = c;
             }
-            f[ins->nfree++] = s;
-            ins->free_slots = f;
+            if (at > last[s]) {
+                last[s] = at;
+                lastc[s] = branch;
+                nread[s] = 0;
+            }
+            if (at == last[s])
+                nread[s]++;
         }
     }
+
+    bool gc = prog->linker == TGL_LINKER_CVM;
+    bool views_only = prog->linker == TGL_LINKER_CVM_NOGC;
+    for (int32_t pc = 0; pc < prog->ncode && !st; pc++) {
+        tgl_instr *ins = &prog->code[pc];
+        if (ins->update >= 0)
+            continue; /* planned by plan_deferred */
+        if (ins->kind == TGL_I_OP) {
+            ins->inplace = -1;
+            const tgl_opimpl *impl = ins->impl;
+            if (inplace && impl->inplace && !impl->view) {
+                int i = impl->inplace(ins->node);
+                if (i >= 0) {
+                    int32_t s = ins->in[i];
+                    /* Read only here (once), a temp of this region. */
+                    if (!kept[s] && last[s] == pc && lastc[s] < 0 && nread[s] == 1 &&
+                        def[s] == ins->region)
+                        ins->inplace = i;
+                }
+            }
+        }
+    }
+    /* Releases.  cvm_nogc keeps buffers for reuse; views own none, and a
+     * view kept alive would pin its base's storage (blocking in-place
+     * updates): they are released after their last reader too. */
+    for (int32_t s = 0; s < prog->nslots && !st && (gc || views_only); s++) {
+        if (kept[s] || last[s] < 0)
+            continue;
+        if (views_only && !(producer[s] >= 0 && prog->code[producer[s]].impl &&
+                            prog->code[producer[s]].impl->view))
+            continue;
+        if (lastc[s] < 0) {
+            tgl_instr *ins = &prog->code[last[s]];
+            if (ins->kind == TGL_I_OP && ins->inplace >= 0 && ins->in[ins->inplace] == s)
+                continue; /* its buffer moved to the output */
+            st = add_free(ctx, ins, s);
+        } else {
+            /* Read inside an ifelse: released at the end of both
+             * branches (the MOVE of each branch's value). */
+            int32_t c = lastc[s], other = prog->region[c].sibling;
+            st = add_free(ctx, &prog->code[prog->region[c].end], s);
+            if (!st && other >= 0)
+                st = add_free(ctx, &prog->code[prog->region[other].end], s);
+        }
+    }
+done:
+    free(def);
     free(last);
+    free(lastc);
+    free(nread);
+    free(producer);
     free(kept);
     return st;
 }

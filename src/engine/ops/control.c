@@ -1,8 +1,10 @@
 /*
- * control.c — control flow: ifelse, the lazy conditional.  The CVM
- * evaluates only the branch the condition picks (it compiles ifelse to
- * jumps); the kernel here serves eager evaluation and the debugging
- * linker, where both branches are already computed.
+ * control.c — control flow and structure: ifelse, the lazy conditional
+ * (the CVM evaluates only the branch the condition picks: it compiles
+ * ifelse to jumps; the kernel here serves eager evaluation and the
+ * debugging linker, where both branches are already computed), and
+ * output, which reads one value of a multi-output node (the CVM's
+ * instruction for the multi-output node writes it; output runs nothing).
  */
 #include "engine/ops/ops.h"
 
@@ -59,4 +61,25 @@ static tgl_status ifelse_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *g, tgl_node *
 const tgl_opimpl tgl_impl_ifelse = {
     .family = TGL_FAM_CONTROL, .nin_min = 3, .nin_max = 3, .flags = TGL_OPF_LAZY,
     .infer = ifelse_infer, .view = ifelse_view, .grad = ifelse_grad,
+};
+
+/* ---- output: value k of a multi-output node --------------------------- */
+
+static tgl_status output_infer(tgl_ctx *ctx, tgl_node *n)
+{
+    const tgl_node *m = n->in[0];
+    TGL_CHECK(m->kind == TGL_NODE_APPLY && m->nout > 1, TGL_EINVAL,
+              "its input is not a multi-output node");
+    TGL_CHECK(n->p.n == 1 && n->p.i[0] >= 0 && n->p.i[0] < m->nout, TGL_EINVAL,
+              "%s has %d outputs; there is no output %lld", tgl_op_name(m->op), m->nout,
+              (long long)n->p.i[0] + 1);
+    const tgl_opimpl *d = tgl_op_impl(m->op);
+    TGL_CHECK(d->out_type, TGL_EINTERNAL, "%s gives no output types", tgl_op_name(m->op));
+    n->type = d->out_type(m, (int)n->p.i[0]);
+    return TGL_OK;
+}
+
+const tgl_opimpl tgl_impl_output = {
+    .family = TGL_FAM_CONTROL, .nin_min = 1, .nin_max = 1,
+    .infer = output_infer,
 };

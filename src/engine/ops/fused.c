@@ -1,9 +1,8 @@
 /*
- * fused.c — the fused op: output p.i[1] of fused program p.i[0]
- * (engine/fprog.h) applied to the node's inputs.  The fuse stage builds
- * these; nodes of one program on the same inputs are one group with
- * several outputs, and the CVM runs them as one instruction
- * (tgl_fused_run fills every output in one pass).
+ * fused.c — the fused op: a multi-output node whose payload is a fused
+ * program (engine/fprog.h), applied to the node's inputs.  The fuse stage
+ * builds these; the CVM runs one as one instruction that fills every
+ * output in one pass (other nodes read its outputs through OUTPUT nodes).
  *
  * Two ways to run: the generated kernel (src/cgen), when one is loaded;
  * otherwise the reference path, which runs the group's original nodes with
@@ -18,33 +17,37 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const tgl_fprog *prog_of(const tgl_ctx *ctx, const tgl_node *n)
-{
-    return tgl_fprog_get(ctx, (int32_t)n->p.i[0]);
-}
+static tgl_status tgl_fused_run(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
+                                tgl_array *const *out, bool debug);
+static tgl_status tgl_fused_output_shape(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
+                                         int k, int64_t *shape);
 
-/* The type of output k of a program. */
-static tgl_type output_type(const tgl_fprog *p, int k)
-{
-    return k == 0 && p->reduce_op >= 0 ? p->reduce_type : p->out_type[k];
-}
+#define prog_of(ctx, n) ((void)(ctx), (const tgl_fprog *)tgl_fprog_of(n))
+#define output_type tgl_fprog_out_type
 
 static tgl_status fused_infer(tgl_ctx *ctx, tgl_node *n)
 {
-    TGL_CHECK(n->p.n == 2, TGL_EINVAL, "needs a program id and an output index");
-    const tgl_fprog *p = prog_of(ctx, n);
-    TGL_CHECK(p, TGL_EINVAL, "no fused program %" PRId64, n->p.i[0]);
+    TGL_CHECK(n->p.n == 0, TGL_EINVAL, "takes no parameters");
+    TGL_CHECK(n->payload && n->payload->vt->kind && strcmp(n->payload->vt->kind, "fused") == 0,
+              TGL_EINVAL, "needs a fused program as its payload");
+    const tgl_fprog *p = tgl_fprog_of(n);
     TGL_CHECK(n->nin == p->nin, TGL_EINVAL, "program %d takes %d inputs, got %d", p->id, p->nin,
               n->nin);
-    TGL_CHECK(n->p.i[1] >= 0 && n->p.i[1] < p->nout, TGL_EINVAL, "no output %" PRId64,
-              n->p.i[1] + 1);
+    TGL_CHECK(p->nout >= 1 && p->nout < INT16_MAX, TGL_EINVAL, "program %d has %d outputs",
+              p->id, p->nout);
     for (int i = 0; i < n->nin; i++) {
         tgl_type t = n->in[i]->type, want = p->in_type[i];
         TGL_CHECK(t.dtype == want.dtype && t.ndim == want.ndim && (t.bcast & want.bcast) == want.bcast,
                   TGL_EDTYPE, "input %d does not have the program's type", i + 1);
     }
-    n->type = output_type(p, (int)n->p.i[1]);
+    n->type = output_type(p, 0);
+    n->nout = (int16_t)p->nout;
     return TGL_OK;
+}
+
+static tgl_type fused_out_type(const tgl_node *n, int k)
+{
+    return output_type(tgl_fprog_of(n), k);
 }
 
 /* The shape of the elementwise space: non-broadcast axes agree. */
@@ -78,8 +81,8 @@ static tgl_status space_shape(tgl_ctx *ctx, const tgl_node *n, const tgl_fprog *
 static tgl_status tgl_fused_reference(tgl_ctx *ctx, const tgl_fprog *p, tgl_array *const *in,
                                       tgl_array *const *out);
 
-tgl_status tgl_fused_output_shape(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in, int k,
-                                  int64_t *shape)
+static tgl_status tgl_fused_output_shape(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
+                                         int k, int64_t *shape)
 {
     const tgl_fprog *p = prog_of(ctx, n);
     int64_t space[TGL_MAX_DIMS];
@@ -87,8 +90,10 @@ tgl_status tgl_fused_output_shape(tgl_ctx *ctx, const tgl_node *n, tgl_array *co
     if (st) {
         /* The user wrote the original ops: let the one that fails say so,
          * with its name and line (the reference path stops at it). */
-        tgl_array *none[16] = {NULL};
-        tgl_status rst = tgl_fused_reference(ctx, p, in, none);
+        tgl_array **none = calloc((size_t)p->nout, sizeof *none);
+        tgl_status rst = none ? tgl_fused_reference(ctx, p, in, none)
+                              : tgl_ctx_set_error(ctx, TGL_ENOMEM, "fused: out of memory");
+        free(none);
         return rst ? rst : space_shape(ctx, n, p, in, space);
     }
     if (k != 0 || p->reduce_op < 0) {
@@ -106,11 +111,6 @@ tgl_status tgl_fused_output_shape(tgl_ctx *ctx, const tgl_node *n, tgl_array *co
     return TGL_OK;
 }
 
-static tgl_status fused_shape(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
-                              int64_t *shape)
-{
-    return tgl_fused_output_shape(ctx, n, in, (int)n->p.i[1], shape);
-}
 
 /* The reference path: the group's original nodes, one reference kernel at
  * a time, on the inputs; out[k] (non-NULL ones) receive the outputs. */
@@ -123,8 +123,11 @@ static tgl_status tgl_fused_reference(tgl_ctx *ctx, const tgl_fprog *p, tgl_arra
     tgl_status st = TGL_OK;
     for (int j = 0; j < p->norig && !st; j++) {
         const tgl_node *node = p->orig[j];
-        tgl_array *args[16];
-        for (int k = 0; k < node->nin && k < 16; k++) {
+        tgl_array *args[3];
+        if (node->nin > 3)
+            st = tgl_ctx_set_error(ctx, TGL_EINTERNAL, "fused: %s has %d inputs",
+                                   tgl_op_name(node->op), node->nin);
+        for (int k = 0; k < node->nin && !st; k++) {
             tgl_node *x = node->in[k];
             args[k] = NULL;
             for (int i = 0; i < p->nin && !args[k]; i++)
@@ -194,15 +197,16 @@ static tgl_status compare(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
     return TGL_OK;
 }
 
-tgl_status tgl_fused_run(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
-                         tgl_array *const *out, bool debug)
+static tgl_status tgl_fused_run(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
+                                tgl_array *const *out, bool debug)
 {
     const tgl_fprog *p = prog_of(ctx, n);
     tgl_kernel_fn fn = tgl_cgen_kernel(p);
     /* Outputs nobody asked for still need a buffer for the kernel. */
-    tgl_array *all[16], *tmp[16] = {NULL};
-    if (p->nout > 16)
-        return tgl_ctx_set_error(ctx, TGL_EINTERNAL, "fused: too many outputs");
+    tgl_array **all = calloc((size_t)p->nout * 3, sizeof *all);
+    if (!all)
+        return tgl_ctx_set_error(ctx, TGL_ENOMEM, "fused: out of memory");
+    tgl_array **tmp = all + p->nout, **ref = all + 2 * p->nout;
     tgl_status st = TGL_OK;
     for (int k = 0; k < p->nout && !st; k++) {
         all[k] = out[k];
@@ -220,7 +224,6 @@ tgl_status tgl_fused_run(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
         } else {
             st = tgl_cgen_launch(ctx, p, fn, in, all);
             if (!st && debug) {
-                tgl_array *ref[16] = {NULL};
                 for (int k = 0; k < p->nout && !st; k++)
                     st = tgl_array_copy(ctx, all[k], all[k]->dtype_id, &ref[k]);
                 if (!st)
@@ -234,29 +237,55 @@ tgl_status tgl_fused_run(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
     }
     for (int k = 0; k < p->nout; k++)
         tgl_array_release(tmp[k]);
+    free(all);
     return st;
 }
 
-static tgl_status fused_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
-                               tgl_array *out)
+static tgl_status fused_kernel_n(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
+                                 tgl_array *const *out, bool debug)
 {
-    const tgl_fprog *p = prog_of(ctx, n);
-    tgl_array *outs[16] = {NULL};
-    outs[n->p.i[1]] = out;
-    (void)p;
-    return tgl_fused_run(ctx, n, in, outs, false);
+    return tgl_fused_run(ctx, n, in, out, debug);
 }
 
-/* Fused nodes appear only after differentiation; for completeness the
- * pullback is that of the original nodes, rebuilt on the inputs. */
-static tgl_status fused_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *g, tgl_node **gin)
+/* Fused nodes appear in optimized graphs; their pullback is that of the
+ * nodes the program was built from, with the program's inputs standing
+ * for the fused node's (so an optimized graph can be differentiated). */
+static tgl_status fused_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *const *gout, tgl_node **gin)
 {
-    (void)g;
-    for (int i = 0; i < n->nin; i++)
+    const tgl_fprog *p = tgl_fprog_of(n);
+    int nk = 0, nw = 0;
+    tgl_node **buf = calloc((size_t)(2 * p->nout + 3 * p->nin + 1), sizeof *buf);
+    if (!buf)
+        return tgl_ctx_set_error(ctx, TGL_ENOMEM, "fused: out of memory");
+    tgl_node **kv = buf, **kg = buf + p->nout, **wrt = buf + 2 * p->nout,
+             **g = wrt + p->nin, **to = g + p->nin;
+    for (int k = 0; k < p->nout; k++)
+        if (gout[k]) {
+            kv[nk] = p->orig_out[k];
+            kg[nk++] = gout[k];
+        }
+    int *which = calloc((size_t)p->nin + 1, sizeof *which);
+    tgl_status st = which ? TGL_OK : tgl_ctx_set_error(ctx, TGL_ENOMEM, "fused: out of memory");
+    for (int i = 0; i < p->nin && !st; i++) {
         gin[i] = NULL;
-    return tgl_ctx_set_error(ctx, TGL_EINVAL,
-                             "fused nodes come from compiled graphs; differentiate the graph "
-                             "before compiling it");
+        if (tgl_dtype_is_float(p->orig_in[i]->type.dtype)) {
+            which[nw] = i;
+            wrt[nw++] = p->orig_in[i];
+        }
+    }
+    if (!st && nk && nw)
+        st = tgl_grad(ctx, NULL, nw, wrt, nk, kv, kg, TGL_DISCONNECTED_ZERO, g);
+    /* The gradients are in terms of the program's original inputs. */
+    for (int i = 0; i < p->nin; i++)
+        to[i] = n->in[i];
+    tgl_node **orig_in = p->orig_in;
+    if (!st && nk && nw)
+        st = tgl_clone_replace(ctx, nw, g, p->nin, orig_in, to, g);
+    for (int j = 0; j < nw && !st && nk; j++)
+        gin[which[j]] = g[j];
+    free(which);
+    free(buf);
+    return st;
 }
 
 /* Output 0 of an elementwise program may overwrite an input of its type
@@ -264,7 +293,7 @@ static tgl_status fused_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *g, tgl_node **
 static int fused_inplace(const tgl_node *n)
 {
     /* A reduction's output is smaller than its inputs: never. */
-    if (n->p.i[1] != 0 || n->type.ndim == 0)
+    if (tgl_fprog_of(n)->reduce_op >= 0 || n->type.ndim == 0)
         return -1;
     for (int i = 0; i < n->nin; i++)
         if (tgl_type_eq(n->in[i]->type, n->type) && n->in[i]->type.ndim > 0)
@@ -274,5 +303,6 @@ static int fused_inplace(const tgl_node *n)
 
 const tgl_opimpl tgl_impl_fused = {
     .family = TGL_FAM_FUSED, .nin_min = 0, .nin_max = -1, .inplace = fused_inplace,
-    .infer = fused_infer, .shape = fused_shape, .kernel = fused_kernel, .grad = fused_grad,
+    .infer = fused_infer, .out_type = fused_out_type, .shape_k = tgl_fused_output_shape,
+    .kernel_n = fused_kernel_n, .grad_n = fused_grad,
 };

@@ -19,6 +19,18 @@
  *            gets none (integer inputs, indices, disconnected).
  *   rop    — the pushforward (forward mode); NULL means "derive it from
  *            the pullback" (the later Rop issue).
+ *
+ * Multi-output ops (nouts given) produce several values: infer sets
+ * n->nout and n->type (output 0's type), out_type gives every output's
+ * type, and users read output k through an OUTPUT node
+ * (tgl_node_output).  Instead of shape/kernel/grad they give:
+ *   shape_k     — the shape of output k;
+ *   kernel_n    — fills every wanted output at once (out[k] NULL: not
+ *                 wanted; the others allocated with shape_k's shapes);
+ *   grad_n      — the pullback given every output's gradient at once
+ *                 (gout[k] NULL: output k gets none).
+ * A payload (graph.h) carries what such an op needs beyond params: an
+ * inner program, a layout.
  */
 #ifndef TGL_OPS_H
 #define TGL_OPS_H
@@ -104,8 +116,10 @@
       "y[i] = -log softmax(x[i])[labels[i]] (1-based labels), stable")         \
     /* control */                                                               \
     _(IFELSE, "ifelse", ifelse, "y = c ? a : b, computing only the branch taken")      \
+    /* multi-output nodes: one of their values */                             \
+    _(OUTPUT, "output", output, "y = output p.i[0] of the multi-output node x")  \
     /* fused elementwise groups (the fuse stage builds them) */                 \
-    _(FUSED, "fused", fused, "y = output p.i[1] of fused program p.i[0] on the inputs")
+    _(FUSED, "fused", fused, "y0, y1, ... = the outputs of the fused program (payload) on the inputs")
 
 enum {
 #define TGL_OP_ENUM(ID, name, impl, syn) TGL_OP_##ID,
@@ -164,9 +178,17 @@ typedef struct tgl_opimpl {
     tgl_status (*view)(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in, tgl_array **out);
     tgl_status (*grad)(tgl_ctx *ctx, tgl_node *n, tgl_node *gout, tgl_node **gin);
     tgl_status (*rop)(tgl_ctx *ctx, tgl_node *n, tgl_node *const *tin, tgl_node **tout);
-    /* The input whose buffer the output may take over when that input is
-     * not read again (in-place execution), or -1; NULL means never. */
+    /* The input whose buffer the output (output 0 of a multi-output op)
+     * may take over when that input is not read again (in-place
+     * execution), or -1; NULL means never. */
     int (*inplace)(const tgl_node *n);
+    /* Multi-output ops (see above); NULL for single-output ones. */
+    tgl_type (*out_type)(const tgl_node *n, int k);
+    tgl_status (*shape_k)(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in, int k,
+                          int64_t *shape);
+    tgl_status (*kernel_n)(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
+                           tgl_array *const *out, bool debug);
+    tgl_status (*grad_n)(tgl_ctx *ctx, tgl_node *n, tgl_node *const *gout, tgl_node **gin);
 } tgl_opimpl;
 
 /* The first input of n with n's exact type, or -1: elementwise ops may
@@ -201,14 +223,6 @@ tgl_status tgl_op_error(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in, t
 #endif
     ;
 
-/* Fused nodes (fused.c): runs every output of n's program on in; out[k]
- * (NULL: not wanted) are allocated by the caller with the output shapes.
- * debug: also run the reference path and fail on a mismatch. */
-tgl_status tgl_fused_run(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
-                         tgl_array *const *out, bool debug);
-/* The shape of output k of fused node n's program on in. */
-tgl_status tgl_fused_output_shape(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in, int k,
-                                  int64_t *shape);
 
 /* The dtype elementwise node n converts input i to before computing (the
  * kernel's compute dtype; bool for switch's condition). */

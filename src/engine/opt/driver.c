@@ -46,17 +46,10 @@ static tgl_node *rewrite(stage_run *s, tgl_node *root, int depth);
 static void inherit_clients(stage_run *s, const tgl_node *old, const tgl_node *rep)
 {
     tgl_rewriter *rw = &s->rw;
-    if (rep->id >= rw->nclients) {
-        uint32_t n = rep->id * 2 + 64;
-        uint32_t *c = realloc(rw->clients, sizeof *c * n);
-        if (!c)
-            return; /* counts stay unknown (0): rules then do not fuse */
-        memset(c + rw->nclients, 0, sizeof *c * (n - rw->nclients));
-        rw->clients = c;
-        rw->nclients = n;
-    }
-    if (rw->clients[rep->id] == 0)
-        rw->clients[rep->id] = tgl_rw_clients(rw, old);
+    /* On failure the count stays unknown (0): rules then do not fuse. */
+    if (tgl_rw_clients(rw, rep) == 0 &&
+        tgl_node_map_seti(rw->ctx, &rw->clients, rep, tgl_rw_clients(rw, old)))
+        tgl_ctx_clear_error(rw->ctx);
 }
 
 /* Tries the stage's rules on m until one fires; returns the rewritten
@@ -144,24 +137,12 @@ static tgl_node *rewrite(stage_run *s, tgl_node *root, int depth)
             continue; /* finished by a nested rewrite meanwhile */
         tgl_node *m = node;
         if (node->kind == TGL_NODE_APPLY) {
-            tgl_node *stackin[8];
-            tgl_node **ins = node->nin <= 8 ? stackin : malloc(sizeof *ins * (size_t)node->nin);
-            if (!ins)
-                goto nomem_late;
-            bool changed = false;
-            for (int k = 0; k < node->nin; k++) {
-                tgl_node *r = tgl_node_map_get(&s->memo, node->in[k]);
-                ins[k] = r ? r : node->in[k];
-                changed |= ins[k] != node->in[k];
-            }
-            if (changed && tgl_apply(ctx, node->op, node->nin, ins, &node->p, node->source, &m)) {
+            if (tgl_rebuild(ctx, node, &s->memo, &m)) {
                 /* The rewritten inputs no longer type-check: keep the node
                  * as it was (should not happen with type-preserving rules). */
                 tgl_ctx_clear_error(ctx);
                 m = node;
             }
-            if (ins != stackin)
-                free(ins);
             if (m != node)
                 inherit_clients(s, node, m);
             m = apply_rules(s, m, depth);
@@ -184,23 +165,22 @@ nomem_late:
 }
 
 /* Client counts over the graph under the roots (each root counts one). */
-static uint32_t *count_clients(tgl_ctx *ctx, int n, tgl_node *const *roots, uint32_t *size)
+static tgl_status count_clients(tgl_ctx *ctx, int n, tgl_node *const *roots, tgl_node_map *c)
 {
     tgl_node **order;
     size_t count;
-    if (tgl_toposort(ctx, n, roots, &order, &count))
-        return NULL;
-    *size = ctx->graph.next_id + 1;
-    uint32_t *c = calloc(*size, sizeof *c);
-    if (c) {
-        for (size_t i = 0; i < count; i++)
-            for (int k = 0; k < order[i]->nin; k++)
-                c[order[i]->in[k]->id]++;
-        for (int r = 0; r < n; r++)
-            c[roots[r]->id]++;
-    }
+    tgl_status st = tgl_toposort(ctx, n, roots, &order, &count);
+    if (st)
+        return st;
+    st = tgl_node_map_init(ctx, c);
+    for (size_t i = 0; i < count && !st; i++)
+        for (int k = 0; k < order[i]->nin && !st; k++)
+            st = tgl_node_map_seti(ctx, c, order[i]->in[k],
+                                   tgl_node_map_geti(c, order[i]->in[k], 0) + 1);
+    for (int r = 0; r < n && !st; r++)
+        st = tgl_node_map_seti(ctx, c, roots[r], tgl_node_map_geti(c, roots[r], 0) + 1);
     free(order);
-    return c;
+    return st;
 }
 
 static tgl_status run_stage(tgl_ctx *ctx, const tgl_rule *rules, int nrules, int n,
@@ -210,12 +190,12 @@ static tgl_status run_stage(tgl_ctx *ctx, const tgl_rule *rules, int nrules, int
     s.rw.ctx = ctx;
     s.rules = rules;
     s.nrules = nrules;
-    uint32_t *clients = count_clients(ctx, n, roots, &s.rw.nclients);
-    if (!clients || tgl_node_map_init(ctx, &s.memo)) {
-        free(clients);
+    if (count_clients(ctx, n, roots, &s.rw.clients))
+        return tgl_ctx_set_error(ctx, TGL_ENOMEM, "tgl_optimize: out of memory");
+    if (tgl_node_map_init(ctx, &s.memo)) {
+        tgl_node_map_free(&s.rw.clients);
         return tgl_ctx_set_error(ctx, TGL_ENOMEM, "tgl_optimize: out of memory");
     }
-    s.rw.clients = clients;
     tgl_status st = TGL_OK;
     for (int i = 0; i < n; i++) {
         tgl_node *r = rewrite(&s, roots[i], 0);
@@ -227,7 +207,7 @@ static tgl_status run_stage(tgl_ctx *ctx, const tgl_rule *rules, int nrules, int
         roots[i] = r;
     }
     tgl_node_map_free(&s.memo);
-    free(s.rw.clients);
+    tgl_node_map_free(&s.rw.clients);
     return st;
 }
 

@@ -15,6 +15,15 @@
  * Scalar constants become immediates of the program; every operand is
  * converted to its op's compute dtype by an explicit cast instruction, so
  * the code generator never promotes.
+ *
+ * A group becomes one FUSED node (its program is the node's payload) with
+ * one output per value read outside the group; other nodes read them
+ * through OUTPUT nodes.  Every table here is indexed by the node's
+ * position in the pass's topological order, so the pass costs in
+ * proportion to the graph it rewrites, and no walk recurses.  Groups are
+ * capped at MAX_GROUP members (a generated loop body that long gains
+ * nothing, and compilers slow down on huge functions); a longer chain
+ * becomes several groups.
  */
 #include "engine/opt/opt.h"
 #include "engine/fprog.h"
@@ -22,20 +31,37 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define MAX_GROUP 256
+
 typedef struct fuse_pass {
     tgl_ctx *ctx;
     tgl_node **order;
     size_t count;
-    int32_t *pos;           /* node id -> position in order, -1 outside      */
-    int32_t **clients;      /* node id -> ids of clients (-1: a graph root)  */
+    tgl_node_map index;     /* node -> position in order                     */
+    int32_t **clients;      /* position -> positions of clients (-1: a root) */
     int32_t *nclients;
-    int32_t *group;         /* node id -> group index, -1 none               */
+    int32_t *group;         /* position -> group index, -1 none              */
     int32_t ngroups;
     tgl_node **reduce;      /* group -> the reduction folded in, or NULL     */
     tgl_node **root;        /* group -> its elementwise root                 */
+    bool *extra;            /* group -> a member other than the root has
+                               clients outside the group                     */
     tgl_node_map built;     /* old node -> rebuilt node                      */
-    unsigned char *seen;    /* scratch for the ancestor search              */
+    unsigned char *seen;    /* position -> scratch for the ancestor search   */
+    int32_t *touched;       /* positions marked in seen                      */
+    size_t budget;          /* ancestor-search steps left                    */
 } fuse_pass;
+
+static int32_t pos(const fuse_pass *f, const tgl_node *n)
+{
+    return (int32_t)tgl_node_map_geti(&f->index, n, -1);
+}
+
+static int32_t group_of(const fuse_pass *f, const tgl_node *n)
+{
+    int32_t p = pos(f, n);
+    return p < 0 ? -1 : f->group[p];
+}
 
 static bool is_elemwise(const tgl_node *n)
 {
@@ -60,37 +86,49 @@ static bool same_space(const tgl_node *x, const tgl_node *root)
     return x->type.ndim == root->type.ndim && x->type.bcast == root->type.bcast;
 }
 
+static bool all_clients_in(const fuse_pass *f, const tgl_node *x, int g)
+{
+    int32_t p = pos(f, x);
+    for (int c = 0; c < f->nclients[p]; c++) {
+        int32_t q = f->clients[p][c];
+        if (q < 0 || f->group[q] != g)
+            return false;
+    }
+    return true;
+}
+
 /* True when a node outside group g that consumes a member of g is also an
  * ancestor of a node of `from` (members): the fused node would depend on
- * itself.  Only nodes at positions >= lowest can be such ancestors. */
+ * itself.  Only nodes at positions >= lowest can be such ancestors.  Also
+ * true (do not fuse) when the pass's search budget is spent. */
 static bool reaches(fuse_pass *f, tgl_node **from, int nfrom, int g, int32_t lowest)
 {
-    size_t cap = 64, sp = 0;
+    size_t cap = (size_t)nfrom + 64, sp = 0, nt = 0;
     tgl_node **stack = malloc(sizeof *stack * cap);
-    int32_t *touched = malloc(sizeof *touched * (f->count + 1));
-    size_t nt = 0;
     bool found = false;
-    if (!stack || !touched) {
-        free(stack);
-        free(touched);
+    if (!stack)
         return true; /* be safe: do not fuse */
-    }
     for (int i = 0; i < nfrom; i++)
         stack[sp++] = from[i];
     while (sp && !found) {
         tgl_node *n = stack[--sp];
-        for (int k = 0; k < n->nin; k++) {
+        for (int k = 0; k < n->nin && !found; k++) {
             tgl_node *x = n->in[k];
-            int32_t p = f->pos[x->id];
-            if (p < lowest || f->seen[x->id])
+            int32_t p = pos(f, x);
+            if (p < lowest || f->seen[p])
                 continue;
-            f->seen[x->id] = 1;
-            touched[nt++] = (int32_t)x->id;
-            if (f->group[x->id] != g) {
+            if (f->budget == 0) {
+                found = true;
+                break;
+            }
+            f->budget--;
+            f->seen[p] = 1;
+            f->touched[nt++] = p;
+            if (f->group[p] != g) {
                 /* an outside node on a path into the group: is it a client
                  * of a group member? */
                 for (int c = 0; c < x->nin && !found; c++)
-                    found = f->group[x->in[c]->id] == g;
+                    found = group_of(f, x->in[c]) == g;
             }
             if (sp == cap) {
                 cap *= 2;
@@ -105,43 +143,42 @@ static bool reaches(fuse_pass *f, tgl_node **from, int nfrom, int g, int32_t low
         }
     }
     for (size_t i = 0; i < nt; i++)
-        f->seen[touched[i]] = 0;
+        f->seen[f->touched[i]] = 0;
     free(stack);
-    free(touched);
     return found;
 }
 
-static bool all_clients_in(const fuse_pass *f, const tgl_node *x, int g)
-{
-    for (int c = 0; c < f->nclients[x->id]; c++) {
-        int32_t id = f->clients[x->id][c];
-        if (id < 0 || f->group[id] != g)
-            return false;
-    }
-    return true;
-}
-
-/* Grows group g from its members toward the inputs.  Every addition is
- * checked for cycles: an outside client of any member (the root, an extra
- * output, or the new node) must not also be an ancestor of a member. */
+/* Grows group g from its members toward the inputs.  A node whose clients
+ * are all in the group joins at once when no member but the root has
+ * clients outside: every path out of the group leaves through the root,
+ * and the root's descendants cannot be ancestors of its ancestors.
+ * Otherwise the addition is checked for cycles: an outside client of a
+ * member must not also be an ancestor of a member (only paths through x
+ * are new, so a node whose clients are all inside needs only its own
+ * ancestors searched). */
 static void grow(fuse_pass *f, int g, tgl_node **members, int *nmem, int cap)
 {
     tgl_node *root = f->root[g];
-    int32_t lowest = f->pos[root->id];
+    int32_t lowest = pos(f, root);
     for (int i = 0; i < *nmem; i++) {
         tgl_node *m = members[i];
         for (int k = 0; k < m->nin; k++) {
             tgl_node *x = m->in[k];
-            if (!is_elemwise(x) || f->group[x->id] >= 0 || f->pos[x->id] < 0 ||
-                !same_space(x, root) || *nmem >= cap)
+            int32_t px = pos(f, x);
+            if (*nmem >= cap || px < 0 || !is_elemwise(x) || f->group[px] >= 0 ||
+                !same_space(x, root))
                 continue;
-            f->group[x->id] = g;
+            f->group[px] = g;
+            bool inside = all_clients_in(f, x, g);
+            int32_t low = px < lowest ? px : lowest;
             members[*nmem] = x;
-            int32_t low = f->pos[x->id] < lowest ? f->pos[x->id] : lowest;
-            if (reaches(f, members, *nmem + 1, g, low)) {
-                f->group[x->id] = -1;
+            bool cycle = !inside ? reaches(f, members, *nmem + 1, g, low)
+                         : f->extra[g] ? reaches(f, &members[*nmem], 1, g, low) : false;
+            if (cycle) {
+                f->group[px] = -1;
                 continue;
             }
+            f->extra[g] |= !inside;
             lowest = low;
             (*nmem)++;
         }
@@ -190,7 +227,7 @@ static int32_t operand(prog_builder *b, fuse_pass *f, int g, tgl_node *x, int dt
         double v;
         tgl_finstr ins = {0};
         ins.dtype = x->type.dtype;
-        if (f->group[x->id] != g && is_immediate(x, &v)) {
+        if (group_of(f, x) != g && is_immediate(x, &v)) {
             ins.op = TGL_FP_CONST;
             ins.value = v;
         } else {
@@ -321,23 +358,14 @@ static tgl_status build_prog(fuse_pass *f, int g, tgl_node **members, int nmem, 
 
 /* ---- rebuilding the graph ---------------------------------------------- */
 
-static tgl_node *build(fuse_pass *f, tgl_node *n);
-
-static tgl_status build_group(fuse_pass *f, int g)
+/* Builds group g (members in topological order) into one FUSED node and
+ * maps each member read outside the group to its output. */
+static tgl_status build_group(fuse_pass *f, int g, tgl_node **members, int nmem)
 {
     tgl_ctx *ctx = f->ctx;
-    /* Members in topological order. */
-    int nmem = 0;
-    tgl_node **members = malloc(sizeof *members * (f->count + 1));
-    if (!members)
-        return tgl_ctx_set_error(ctx, TGL_ENOMEM, "fusion: out of memory");
-    for (size_t i = 0; i < f->count; i++)
-        if (f->group[f->order[i]->id] == g && f->order[i] != f->reduce[g])
-            members[nmem++] = f->order[i];
     tgl_fprog *p;
     tgl_node **gin = NULL, **gout = NULL;
     tgl_status st = build_prog(f, g, members, nmem, &p, &gin, &gout);
-    free(members);
     if (st)
         return st;
     tgl_node **ins = malloc(sizeof *ins * (size_t)(p->nin + 1));
@@ -346,18 +374,18 @@ static tgl_status build_group(fuse_pass *f, int g)
         free(gout);
         return tgl_ctx_set_error(ctx, TGL_ENOMEM, "fusion: out of memory");
     }
-    for (int i = 0; i < p->nin && !st; i++)
-        if (!(ins[i] = build(f, gin[i])))
-            st = TGL_EINVAL;
+    for (int i = 0; i < p->nin; i++) {
+        tgl_node *b = tgl_node_map_get(&f->built, gin[i]);
+        ins[i] = b ? b : gin[i];
+    }
+    tgl_node *fused = NULL;
+    st = tgl_apply_payload(ctx, TGL_OP_FUSED, p->nin, ins, NULL, &p->base, gout[0]->source,
+                           &fused);
     for (int k = 0; k < p->nout && !st; k++) {
-        tgl_params prm = {0};
-        prm.n = 2;
-        prm.i[0] = p->id;
-        prm.i[1] = k;
-        tgl_node *fused;
-        st = tgl_apply(ctx, TGL_OP_FUSED, p->nin, ins, &prm, gout[k]->source, &fused);
+        tgl_node *o;
+        st = tgl_node_output(ctx, fused, k, &o);
         if (!st)
-            st = tgl_node_map_set(ctx, &f->built, gout[k], fused);
+            st = tgl_node_map_set(ctx, &f->built, gout[k], o);
     }
     free(ins);
     free(gin);
@@ -365,41 +393,115 @@ static tgl_status build_group(fuse_pass *f, int g)
     return st;
 }
 
-/* The rebuilt form of n (recursive over the graph; depth is the graph's
- * depth in groups and non-fused nodes). */
-static tgl_node *build(fuse_pass *f, tgl_node *n)
+/* Rebuilds the graph under the roots with the groups fused, in a
+ * topological order of "units" (a node outside groups, or a whole group,
+ * whose inputs are the outside inputs of its members): an iterative
+ * depth-first walk from the roots, building each unit after its inputs. */
+typedef struct unit_frame {
+    int32_t unit;          /* position (node), or -1 - group               */
+    int32_t member, input; /* the next child to visit                      */
+} unit_frame;
+
+static int32_t unit_of(const fuse_pass *f, int32_t p)
 {
-    tgl_node *done = tgl_node_map_get(&f->built, n);
-    if (done)
-        return done;
-    int g = f->pos[n->id] >= 0 ? f->group[n->id] : -1;
-    if (g >= 0) {
-        if (build_group(f, g))
-            return NULL;
-        return tgl_node_map_get(&f->built, n);
+    return f->group[p] >= 0 ? -1 - f->group[p] : p;
+}
+
+static tgl_status rebuild_all(fuse_pass *f, int nroots, tgl_node **roots)
+{
+    tgl_ctx *ctx = f->ctx;
+    size_t ng = (size_t)f->ngroups + 1;
+    int32_t *count = calloc(ng, sizeof *count), *start = calloc(ng + 1, sizeof *start);
+    tgl_node **members = malloc(sizeof *members * (f->count + 1));
+    unsigned char *state = calloc(f->count + ng, 1); /* nodes, then groups */
+    size_t cap = 64, sp = 0;
+    unit_frame *stack = malloc(sizeof *stack * cap);
+    tgl_status st = TGL_OK;
+    if (!count || !start || !members || !state || !stack) {
+        st = tgl_ctx_set_error(ctx, TGL_ENOMEM, "fusion: out of memory");
+        goto out;
     }
-    tgl_node *r = n;
-    if (n->kind == TGL_NODE_APPLY) {
-        tgl_node *stackin[8];
-        tgl_node **ins = n->nin <= 8 ? stackin : malloc(sizeof *ins * (size_t)n->nin);
-        if (!ins)
-            return NULL;
-        bool changed = false, failed = false;
-        for (int k = 0; k < n->nin && !failed; k++) {
-            ins[k] = build(f, n->in[k]);
-            failed = !ins[k];
-            changed |= !failed && ins[k] != n->in[k];
+    for (size_t i = 0; i < f->count; i++) {
+        int g = f->group[i];
+        if (g >= 0 && f->order[i] != f->reduce[g])
+            count[g]++;
+    }
+    for (int g = 0; g < f->ngroups; g++)
+        start[g + 1] = start[g] + count[g];
+    memset(count, 0, sizeof *count * ng);
+    for (size_t i = 0; i < f->count; i++) {
+        int g = f->group[i];
+        if (g >= 0 && f->order[i] != f->reduce[g])
+            members[start[g] + count[g]++] = f->order[i];
+    }
+#define STATE(u) state[(u) >= 0 ? (size_t)(u) : f->count + (size_t)(-1 - (u))]
+    for (int r = 0; r < nroots && !st; r++) {
+        int32_t u0 = unit_of(f, pos(f, roots[r]));
+        if (STATE(u0))
+            continue;
+        STATE(u0) = 1;
+        stack[sp++] = (unit_frame){u0, 0, 0};
+        while (sp && !st) {
+            unit_frame *fr = &stack[sp - 1];
+            tgl_node *child = NULL;
+            if (fr->unit >= 0) {
+                tgl_node *n = f->order[fr->unit];
+                if (fr->input < n->nin)
+                    child = n->in[fr->input++];
+            } else {
+                int g = -1 - fr->unit;
+                while (!child && fr->member < count[g]) {
+                    tgl_node *m = members[start[g] + fr->member];
+                    if (fr->input < m->nin) {
+                        tgl_node *x = m->in[fr->input++];
+                        if (group_of(f, x) != g)
+                            child = x;
+                    } else {
+                        fr->member++;
+                        fr->input = 0;
+                    }
+                }
+            }
+            if (child) {
+                int32_t u = unit_of(f, pos(f, child));
+                if (STATE(u))
+                    continue; /* done (a cycle is impossible: grow checks) */
+                if (sp == cap) {
+                    unit_frame *ns = realloc(stack, sizeof *ns * cap * 2);
+                    if (!ns) {
+                        st = tgl_ctx_set_error(ctx, TGL_ENOMEM, "fusion: out of memory");
+                        break;
+                    }
+                    stack = ns;
+                    cap *= 2;
+                }
+                STATE(u) = 1;
+                stack[sp++] = (unit_frame){u, 0, 0};
+                continue;
+            }
+            /* Every input is built: build this unit. */
+            int32_t u = fr->unit;
+            sp--;
+            if (u < 0) {
+                int g = -1 - u;
+                st = build_group(f, g, members + start[g], count[g]);
+            } else {
+                tgl_node *n = f->order[u], *b;
+                st = tgl_rebuild(ctx, n, &f->built, &b);
+                if (!st && b != n)
+                    st = tgl_node_map_set(ctx, &f->built, n, b);
+            }
+            STATE(u) = 2;
         }
-        if (!failed && changed && tgl_apply(f->ctx, n->op, n->nin, ins, &n->p, n->source, &r))
-            failed = true;
-        if (ins != stackin)
-            free(ins);
-        if (failed)
-            return NULL;
     }
-    if (tgl_node_map_set(f->ctx, &f->built, n, r))
-        return NULL;
-    return r;
+#undef STATE
+out:
+    free(count);
+    free(start);
+    free(members);
+    free(state);
+    free(stack);
+    return st;
 }
 
 tgl_status tgl_fuse_elemwise(tgl_ctx *ctx, int nroots, tgl_node **roots)
@@ -409,91 +511,96 @@ tgl_status tgl_fuse_elemwise(tgl_ctx *ctx, int nroots, tgl_node **roots)
     tgl_status st = tgl_toposort(ctx, nroots, roots, &f.order, &f.count);
     if (st)
         return st;
-    uint32_t nids = ctx->graph.next_id + 1;
-    f.pos = malloc(sizeof *f.pos * nids);
-    f.clients = calloc(nids, sizeof *f.clients);
-    f.nclients = calloc(nids, sizeof *f.nclients);
-    f.group = malloc(sizeof *f.group * nids);
-    f.seen = calloc(nids, 1);
-    f.reduce = calloc(f.count + 1, sizeof *f.reduce);
-    f.root = calloc(f.count + 1, sizeof *f.root);
-    tgl_node **members = malloc(sizeof *members * (f.count + 1));
-    if (!f.pos || !f.clients || !f.nclients || !f.group || !f.seen || !f.reduce || !f.root ||
-        !members || tgl_node_map_init(ctx, &f.built)) {
+    size_t n = f.count + 1;
+    f.clients = calloc(n, sizeof *f.clients);
+    f.nclients = calloc(n, sizeof *f.nclients);
+    f.group = malloc(sizeof *f.group * n);
+    f.seen = calloc(n, 1);
+    f.touched = malloc(sizeof *f.touched * n);
+    f.reduce = calloc(n, sizeof *f.reduce);
+    f.root = calloc(n, sizeof *f.root);
+    f.extra = calloc(n, sizeof *f.extra);
+    f.budget = 64 * n + 100000;
+    tgl_node **members = malloc(sizeof *members * n);
+    bool have_index = false, have_built = false;
+    if (!f.clients || !f.nclients || !f.group || !f.seen || !f.touched || !f.reduce || !f.root ||
+        !f.extra || !members || !(have_index = !tgl_index_order(ctx, f.order, f.count, &f.index)) ||
+        !(have_built = !tgl_node_map_init(ctx, &f.built))) {
         st = tgl_ctx_set_error(ctx, TGL_ENOMEM, "fusion: out of memory");
         goto done;
     }
-    for (uint32_t i = 0; i < nids; i++) {
-        f.pos[i] = -1;
-        f.group[i] = -1;
-    }
     for (size_t i = 0; i < f.count; i++)
-        f.pos[f.order[i]->id] = (int32_t)i;
+        f.group[i] = -1;
     /* Client lists (a root of the graph counts as an outside client). */
     for (size_t i = 0; i < f.count; i++)
         for (int k = 0; k < f.order[i]->nin; k++)
-            f.nclients[f.order[i]->in[k]->id]++;
+            f.nclients[pos(&f, f.order[i]->in[k])]++;
     for (int r = 0; r < nroots; r++)
-        f.nclients[roots[r]->id]++;
-    for (uint32_t i = 0; i < nids; i++)
+        f.nclients[pos(&f, roots[r])]++;
+    for (size_t i = 0; i < f.count; i++)
         if (f.nclients[i] && !(f.clients[i] = malloc(sizeof **f.clients * (size_t)f.nclients[i]))) {
             st = tgl_ctx_set_error(ctx, TGL_ENOMEM, "fusion: out of memory");
             goto done;
         }
-    memset(f.nclients, 0, sizeof *f.nclients * nids);
+    memset(f.nclients, 0, sizeof *f.nclients * n);
     for (size_t i = 0; i < f.count; i++)
         for (int k = 0; k < f.order[i]->nin; k++) {
-            uint32_t x = f.order[i]->in[k]->id;
-            f.clients[x][f.nclients[x]++] = (int32_t)f.order[i]->id;
+            int32_t x = pos(&f, f.order[i]->in[k]);
+            f.clients[x][f.nclients[x]++] = (int32_t)i;
         }
-    for (int r = 0; r < nroots; r++)
-        f.clients[roots[r]->id][f.nclients[roots[r]->id]++] = -1;
+    for (int r = 0; r < nroots; r++) {
+        int32_t x = pos(&f, roots[r]);
+        f.clients[x][f.nclients[x]++] = -1;
+    }
 
     /* Groups, from the outputs toward the inputs. */
     for (size_t i = f.count; i-- > 0;) {
-        tgl_node *n = f.order[i];
-        if (f.group[n->id] >= 0)
+        tgl_node *nd = f.order[i];
+        if (f.group[i] >= 0)
             continue;
         tgl_node *root = NULL, *red = NULL;
-        if (is_elemwise(n)) {
-            root = n;
-        } else if (is_foldable_reduce(n) && is_elemwise(n->in[0]) && f.group[n->in[0]->id] < 0 &&
-                   f.nclients[n->in[0]->id] == 1 && n->in[0]->type.ndim > 0) {
-            root = n->in[0];
-            red = n;
+        if (is_elemwise(nd)) {
+            root = nd;
+        } else if (is_foldable_reduce(nd) && is_elemwise(nd->in[0]) && group_of(&f, nd->in[0]) < 0 &&
+                   f.nclients[pos(&f, nd->in[0])] == 1 && nd->in[0]->type.ndim > 0) {
+            root = nd->in[0];
+            red = nd;
         }
         if (!root)
             continue;
         int g = f.ngroups++;
         f.root[g] = root;
         f.reduce[g] = red;
-        f.group[root->id] = g;
+        f.group[pos(&f, root)] = g;
         if (red)
-            f.group[red->id] = g;
+            f.group[i] = g;
         int nmem = 1;
         members[0] = root;
-        grow(&f, g, members, &nmem, (int)f.count);
+        grow(&f, g, members, &nmem, MAX_GROUP);
     }
+    st = rebuild_all(&f, nroots, roots);
     for (int r = 0; r < nroots && !st; r++) {
-        tgl_node *b = build(&f, roots[r]);
-        if (!b)
-            st = ctx->errmsg[0] ? TGL_EINVAL : tgl_ctx_set_error(ctx, TGL_EINTERNAL, "fusion failed");
-        else
+        tgl_node *b = tgl_node_map_get(&f.built, roots[r]);
+        if (b)
             roots[r] = b;
     }
 done:
     if (f.clients)
-        for (uint32_t i = 0; i < nids; i++)
+        for (size_t i = 0; i < n; i++)
             free(f.clients[i]);
     free(f.clients);
     free(f.nclients);
-    free(f.pos);
     free(f.group);
     free(f.seen);
+    free(f.touched);
     free(f.reduce);
     free(f.root);
+    free(f.extra);
     free(members);
     free(f.order);
-    tgl_node_map_free(&f.built);
+    if (have_index)
+        tgl_node_map_free(&f.index);
+    if (have_built)
+        tgl_node_map_free(&f.built);
     return st;
 }

@@ -39,17 +39,16 @@ typedef struct tgl_rule {
 /* What rules may ask the driver. */
 struct tgl_rewriter {
     tgl_ctx *ctx;
-    /* How many nodes of the graph being rewritten use each node (by id);
-     * a replacement inherits the count of the node it replaces.  A rule
+    /* How many nodes of the graph being rewritten use each node; a
+     * replacement inherits the count of the node it replaces.  A rule
      * that would duplicate work (folding a product used twice into two
      * GEMMs) checks it. */
-    uint32_t *clients;
-    uint32_t nclients;
+    tgl_node_map clients;
 };
 
 static inline uint32_t tgl_rw_clients(const tgl_rewriter *rw, const tgl_node *n)
 {
-    return n->id < rw->nclients ? rw->clients[n->id] : 0;
+    return (uint32_t)tgl_node_map_geti(&rw->clients, n, 0);
 }
 
 /* True when the named rule is switched off in the context's config. */

@@ -1,0 +1,400 @@
+/*
+ * call.c — running compiled functions: frames, calls, outputs, updates.
+ *
+ * A call checks and binds the inputs, reads the shared variables, runs
+ * the program on a frame (cvm.c), hands out the outputs, and only then
+ * applies the updates, all together: every update sees the old values,
+ * and a failed call changes nothing.  A shared variable keeps its storage
+ * across updates: the new value is written into the variable's buffer
+ * (in place by the program itself for the deferred updates of plan.c,
+ * else copied in at the end), so arrays the user borrowed see it.  Only a
+ * new shape replaces the storage.
+ *
+ * Outputs never share memory with inputs, constants, shared variables or
+ * each other: whatever the caller does with an output cannot change the
+ * function's state, and vice versa.
+ */
+#include "engine/program.h"
+#include "engine/fprog.h"
+#include "cgen/cgen.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- frames ---------------------------------------------------------- */
+
+tgl_status tgl_frame_new(tgl_ctx *ctx, const tgl_program *prog, tgl_frame **out)
+{
+    tgl_frame *fr = calloc(1, sizeof *fr);
+    if (!fr)
+        return tgl_ctx_set_error(ctx, TGL_ENOMEM, "%s: out of memory", prog->name);
+    fr->prog = prog;
+    fr->slot = calloc((size_t)prog->nslots + 1, sizeof *fr->slot);
+    fr->last_out = calloc((size_t)prog->nout + 1, sizeof *fr->last_out);
+    fr->newval = calloc((size_t)prog->nupd + 1, sizeof *fr->newval);
+    fr->seen = calloc((size_t)(prog->nupd + prog->nout) + 1, sizeof *fr->seen);
+    if (prog->profile) {
+        fr->ins_ns = calloc((size_t)prog->ncode + 1, sizeof *fr->ins_ns);
+        fr->ins_calls = calloc((size_t)prog->ncode + 1, sizeof *fr->ins_calls);
+    }
+    if (!fr->slot || !fr->last_out || !fr->newval || !fr->seen ||
+        (prog->profile && (!fr->ins_ns || !fr->ins_calls))) {
+        tgl_frame_free(fr);
+        return tgl_ctx_set_error(ctx, TGL_ENOMEM, "%s: out of memory", prog->name);
+    }
+    for (int32_t s = 0; s < prog->nslots; s++)
+        if (prog->slot_kind[s] == TGL_SLOT_CONSTANT) {
+            tgl_array_retain(prog->slot_node[s]->value);
+            fr->slot[s] = prog->slot_node[s]->value;
+        }
+    *out = fr;
+    return TGL_OK;
+}
+
+void tgl_frame_free(tgl_frame *fr)
+{
+    if (!fr)
+        return;
+    const tgl_program *prog = fr->prog;
+    if (fr->slot)
+        for (int32_t s = 0; s < prog->nslots; s++)
+            tgl_array_release(fr->slot[s]);
+    if (fr->last_out)
+        for (int i = 0; i < prog->nout; i++)
+            tgl_array_release(fr->last_out[i]);
+    for (int i = 0; i < fr->npool; i++)
+        tgl_array_release(fr->pool[i]);
+    free(fr->pool);
+    free(fr->slot);
+    free(fr->last_out);
+    free(fr->newval);
+    free(fr->seen);
+    free(fr->ins_ns);
+    free(fr->ins_calls);
+    free(fr);
+}
+
+/* ---- functions ------------------------------------------------------- */
+
+tgl_status tgl_function_new(tgl_ctx *ctx, int nin, tgl_node *const *inputs, int nout,
+                            tgl_node *const *outputs, int nupd, tgl_node *const *upd_vars,
+                            tgl_node *const *upd_exprs, const tgl_compile_options *opt,
+                            tgl_function **out)
+{
+    TGL_CHECK_CTX(ctx);
+    TGL_CHECK(out, TGL_EINVAL, "tgl_function_new: out is NULL");
+    tgl_function *fn = calloc(1, sizeof *fn);
+    if (!fn)
+        return tgl_ctx_set_error(ctx, TGL_ENOMEM, "tgl_function_new: out of memory");
+    tgl_status st = tgl_program_new(ctx, nin, inputs, nout, outputs, nupd, upd_vars, upd_exprs,
+                                    opt, &fn->prog);
+    if (!st)
+        st = tgl_frame_new(ctx, fn->prog, &fn->frame);
+    if (st) {
+        tgl_function_free(fn);
+        return st;
+    }
+    *out = fn;
+    return TGL_OK;
+}
+
+void tgl_function_free(tgl_function *fn)
+{
+    if (!fn)
+        return;
+    tgl_frame_free(fn->frame);
+    tgl_program_free(fn->prog);
+    free(fn);
+}
+
+tgl_status tgl_function_frame_new(tgl_ctx *ctx, const tgl_function *fn, tgl_frame **out)
+{
+    TGL_CHECK_CTX(ctx);
+    TGL_CHECK(fn && out, TGL_EINVAL, "tgl_function_frame_new: NULL argument");
+    return tgl_frame_new(ctx, fn->prog, out);
+}
+
+int tgl_function_ninputs(const tgl_function *fn) { return fn->prog->nin; }
+int tgl_function_noutputs(const tgl_function *fn) { return fn->prog->nout; }
+
+tgl_node *tgl_function_root(const tgl_function *fn, int i)
+{
+    return i >= 0 && i < fn->prog->nout + fn->prog->nupd ? fn->prog->roots[i] : NULL;
+}
+
+int tgl_function_inplace(const tgl_function *fn, const tgl_node *n)
+{
+    const tgl_program *prog = fn->prog;
+    for (int32_t pc = 0; pc < prog->ncode; pc++)
+        if (prog->code[pc].kind == TGL_I_OP && prog->code[pc].node == n)
+            return prog->code[pc].inplace >= 0;
+    return 0;
+}
+
+tgl_status tgl_function_wait_compiled(tgl_ctx *ctx, tgl_function *fn)
+{
+    TGL_CHECK_CTX(ctx);
+    TGL_CHECK(fn, TGL_EINVAL, "tgl_function_wait_compiled: NULL function");
+    const tgl_program *prog = fn->prog;
+    for (int32_t pc = 0; pc < prog->ncode; pc++)
+        if (prog->code[pc].kind == TGL_I_OP && prog->code[pc].node->op == TGL_OP_FUSED)
+            tgl_cgen_wait(tgl_fprog_of(prog->code[pc].node));
+    return TGL_OK;
+}
+
+/* ---- calling --------------------------------------------------------- */
+
+static tgl_status check_input(tgl_ctx *ctx, const tgl_program *prog, int i, const tgl_array *a)
+{
+    const tgl_node *n = prog->slot_node[prog->in_slot[i]];
+    char want[96], got[96], label[128];
+    if (!a)
+        return tgl_ctx_set_error(ctx, TGL_EINVAL, "%s: input %d is missing", prog->name, i + 1);
+    bool ok = a->dtype_id == n->type.dtype && a->ndim == n->type.ndim;
+    for (int d = 0; ok && d < a->ndim; d++)
+        ok = !tgl_type_bcast(n->type, d) || a->shape[d] == 1;
+    if (!ok) {
+        if (n->name)
+            snprintf(label, sizeof label, "'%s'", n->name);
+        else
+            snprintf(label, sizeof label, "an unnamed input");
+        return tgl_ctx_set_error(ctx, TGL_EINVAL, "%s: input %d (%s) expects %s, got %s",
+                                 prog->name, i + 1, label,
+                                 tgl_type_str(n->type, want, sizeof want),
+                                 tgl_array_str(a, got, sizeof got));
+    }
+    return TGL_OK;
+}
+
+/* Drops the slots that do not outlive a run: shared variables' values
+ * always; intermediates under cvm (into the pool) but not cvm_nogc. */
+static void release_temps(tgl_frame *fr)
+{
+    const tgl_program *prog = fr->prog;
+    for (int32_t i = 0; i < prog->nshared; i++) {
+        int32_t s = prog->shared_slot[i];
+        tgl_array_release(fr->slot[s]);
+        fr->slot[s] = NULL;
+    }
+    if (prog->linker == TGL_LINKER_CVM_NOGC)
+        return;
+    for (int32_t i = 0; i < prog->ntemp; i++) {
+        int32_t s = prog->temp_slot[i];
+        tgl_frame_recycle(fr, fr->slot[s]);
+        fr->slot[s] = NULL;
+    }
+}
+
+/* True when a shares storage with an array the function does not own (an
+ * input, a constant, a shared variable's value) or with one of the first
+ * `nother` arrays of other[]. */
+static bool aliased(const tgl_frame *fr, const tgl_array *a, tgl_array *const *other, int nother)
+{
+    const tgl_program *prog = fr->prog;
+    for (int32_t i = 0; i < prog->nforeign; i++) {
+        const tgl_array *f = fr->slot[prog->foreign_slot[i]];
+        if (f && f->storage == a->storage)
+            return true;
+    }
+    for (int i = 0; i < nother; i++)
+        if (other[i] && other[i]->storage == a->storage)
+            return true;
+    return false;
+}
+
+/* A new reference to a, or to a copy of it when it is aliased. */
+static tgl_status own(tgl_ctx *ctx, const tgl_frame *fr, tgl_array *a, tgl_array *const *other,
+                      int nother, tgl_array **out)
+{
+    if (!aliased(fr, a, other, nother)) {
+        tgl_array_retain(a);
+        *out = a;
+        return TGL_OK;
+    }
+    return tgl_array_copy(ctx, a, a->dtype_id, out);
+}
+
+/* The new value of update k (not deferred) as the frame holds it: the
+ * variable's own array (an identity update), or an array nobody else
+ * shares. */
+static tgl_status take_newval(tgl_ctx *ctx, tgl_frame *fr, int k)
+{
+    const tgl_program *prog = fr->prog;
+    tgl_array *v = fr->slot[prog->upd_slot[k]];
+    if (v == prog->upd_var[k]->value) {
+        tgl_array_retain(v);
+        fr->newval[k] = v;
+        return TGL_OK;
+    }
+    return own(ctx, fr, v, fr->newval, k, &fr->newval[k]);
+}
+
+/* Writes update k's new value into the variable: into its storage when
+ * the shape is unchanged (borrowed arrays stay live), else replacing it. */
+static tgl_status commit_update(tgl_ctx *ctx, tgl_node *var, tgl_array *nv)
+{
+    tgl_array *old = var->value;
+    if (nv == old)
+        return TGL_OK;
+    bool same = old && old->dtype_id == nv->dtype_id && old->ndim == nv->ndim &&
+                memcmp(old->shape, nv->shape, sizeof *old->shape * (size_t)old->ndim) == 0;
+    if (same)
+        return tgl_array_assign(ctx, old, nv);
+    tgl_array_retain(nv);
+    tgl_array_release(old);
+    var->value = nv;
+    return TGL_OK;
+}
+
+/* One run on the bound inputs: program, outputs, then the updates. */
+static tgl_status run_once(tgl_ctx *ctx, tgl_frame *fr)
+{
+    const tgl_program *prog = fr->prog;
+    for (int32_t i = 0; i < prog->nshared; i++) {
+        int32_t s = prog->shared_slot[i];
+        tgl_array_retain(prog->slot_node[s]->value);
+        tgl_array_release(fr->slot[s]);
+        fr->slot[s] = prog->slot_node[s]->value;
+    }
+    /* Last run's outputs go first, so their buffers can be reused. */
+    for (int i = 0; i < prog->nout; i++) {
+        tgl_array_release(fr->last_out[i]);
+        fr->last_out[i] = NULL;
+    }
+    for (int k = 0; k < prog->nupd; k++)
+        fr->newval[k] = NULL;
+    uint64_t t0 = prog->profile ? tgl_now_ns() : 0;
+    /* The program but the deferred in-place updates (plan.c), which run
+     * last: after the outputs and the other new values are taken (so none
+     * of them sees a variable's new value), and after every shape they
+     * need is known to fit (so a failure leaves the variables as they
+     * were). */
+    tgl_status st = tgl_cvm_run(ctx, fr, 0, prog->defer_start);
+    for (int k = 0; k < prog->nupd && !st; k++)
+        if (!prog->upd_deferred[k])
+            st = take_newval(ctx, fr, k);
+    for (int i = 0; i < prog->nout && !st; i++) {
+        int ns = 0;
+        for (int k = 0; k < prog->nupd; k++)
+            if (fr->newval[k])
+                fr->seen[ns++] = fr->newval[k];
+        for (int j = 0; j < i; j++)
+            fr->seen[ns++] = fr->last_out[j];
+        st = own(ctx, fr, fr->slot[prog->out_slot[i]], fr->seen, ns, &fr->last_out[i]);
+    }
+    if (!st && prog->defer_start < prog->ncode) {
+        st = tgl_cvm_check_deferred(ctx, fr);
+        if (!st)
+            st = tgl_cvm_run(ctx, fr, prog->defer_start, prog->ncode);
+        for (int k = 0; k < prog->nupd && !st; k++)
+            if (prog->upd_deferred[k])
+                st = take_newval(ctx, fr, k);
+    }
+    if (st) {
+        for (int k = 0; k < prog->nupd; k++) {
+            tgl_array_release(fr->newval[k]);
+            fr->newval[k] = NULL;
+        }
+        release_temps(fr);
+        return st;
+    }
+    /* Every update read the values of this run before any is written; a
+     * new value never shares memory with a variable (own), so writing one
+     * variable cannot change another's new value. */
+    for (int k = 0; k < prog->nupd; k++) {
+        tgl_status cst = commit_update(ctx, prog->upd_var[k], fr->newval[k]);
+        if (cst && !st)
+            st = cst; /* a copy between equal shapes cannot fail; kept honest */
+        tgl_array_release(fr->newval[k]);
+        fr->newval[k] = NULL;
+    }
+    /* A deferred update's slot holds the variable's own buffer: keeping it
+     * (cvm_nogc) would make a third owner and stop the next in-place run. */
+    for (int32_t pc = prog->defer_start; pc < prog->ncode; pc++) {
+        tgl_array_release(fr->slot[prog->code[pc].out]);
+        fr->slot[prog->code[pc].out] = NULL;
+    }
+    release_temps(fr);
+    if (prog->profile) {
+        fr->total_ns += tgl_now_ns() - t0;
+        fr->ncalls++;
+    }
+    return st;
+}
+
+static tgl_status call_on(tgl_ctx *ctx, tgl_function *fn, tgl_frame *fr, tgl_array *const *in,
+                          tgl_array **out)
+{
+    const tgl_program *prog = fn->prog;
+    TGL_CHECK(fr->prog == prog, TGL_EINVAL, "%s: the frame belongs to another function",
+              prog->name);
+    /* The type check costs a few ns per input and keeps kernels in
+     * bounds, so trust_input (which skips the Lua-side conversions) does
+     * not skip it. */
+    for (int i = 0; i < prog->nin; i++) {
+        tgl_status st = check_input(ctx, prog, i, in[i]);
+        if (st)
+            return st;
+    }
+    for (int i = 0; i < prog->nin; i++) {
+        int32_t s = prog->in_slot[i];
+        tgl_array_retain(in[i]);
+        tgl_array_release(fr->slot[s]);
+        fr->slot[s] = in[i];
+    }
+    fr->have_inputs = true;
+    tgl_status st = run_once(ctx, fr);
+    if (st)
+        return st;
+    for (int i = 0; i < prog->nout; i++) {
+        tgl_array_retain(fr->last_out[i]);
+        out[i] = fr->last_out[i];
+    }
+    return TGL_OK;
+}
+
+tgl_status tgl_function_call(tgl_ctx *ctx, tgl_function *fn, tgl_array *const *in,
+                             tgl_array **out, int trust)
+{
+    TGL_CHECK_CTX(ctx);
+    TGL_CHECK(fn && (fn->prog->nin == 0 || in) && (fn->prog->nout == 0 || out), TGL_EINVAL,
+              "tgl_function_call: bad arguments");
+    (void)trust;
+    return call_on(ctx, fn, fn->frame, in, out);
+}
+
+tgl_status tgl_function_call_frame(tgl_ctx *ctx, tgl_function *fn, tgl_frame *frame,
+                                   tgl_array *const *in, tgl_array **out)
+{
+    TGL_CHECK_CTX(ctx);
+    TGL_CHECK(fn && frame && (fn->prog->nin == 0 || in) && (fn->prog->nout == 0 || out),
+              TGL_EINVAL, "tgl_function_call_frame: bad arguments");
+    return call_on(ctx, fn, frame, in, out);
+}
+
+tgl_status tgl_function_run(tgl_ctx *ctx, tgl_function *fn, int64_t n_calls)
+{
+    TGL_CHECK_CTX(ctx);
+    TGL_CHECK(fn, TGL_EINVAL, "tgl_function_run: NULL function");
+    TGL_CHECK(n_calls >= 0, TGL_EINVAL, "tgl_function_run: n_calls is negative");
+    TGL_CHECK(fn->frame->have_inputs || fn->prog->nin == 0, TGL_EINVAL,
+              "%s: call it once with its inputs before running it n_calls times", fn->prog->name);
+    for (int64_t k = 0; k < n_calls; k++) {
+        tgl_status st = run_once(ctx, fn->frame);
+        if (st)
+            return st;
+    }
+    return TGL_OK;
+}
+
+tgl_status tgl_function_output(tgl_ctx *ctx, tgl_function *fn, int i, tgl_array **out)
+{
+    TGL_CHECK_CTX(ctx);
+    TGL_CHECK(fn && out && i >= 0 && i < fn->prog->nout, TGL_EINVAL,
+              "tgl_function_output: no output %d", i + 1);
+    TGL_CHECK(fn->frame->last_out[i], TGL_EINVAL, "tgl_function_output: the function has not run");
+    tgl_array_retain(fn->frame->last_out[i]);
+    *out = fn->frame->last_out[i];
+    return TGL_OK;
+}

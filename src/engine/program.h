@@ -1,0 +1,139 @@
+/*
+ * program.h — internal header of compiled functions: the CVM program, the
+ * frame one execution runs on, and the function that pairs them.
+ *
+ *   program  compile.c builds it from a graph (emit, then plan.c's memory
+ *            plan); immutable afterwards and shareable: instructions over
+ *            numbered storage slots, which slots are inputs, constants,
+ *            shared variables and temporaries, the outputs and updates.
+ *   frame    one execution's state: the slot arrays, a pool of buffers
+ *            the cvm linker reuses, the outputs of the last run, profile
+ *            counters.  cvm.c runs a program on a frame; two frames of one
+ *            program may run on two threads (updates to shared variables
+ *            aside: those are the caller's to serialize).
+ *   function a program and its default frame (call.c): what tgl.compile
+ *            returns.  print.c renders programs and profiles as text.
+ */
+#ifndef TGL_PROGRAM_H
+#define TGL_PROGRAM_H
+
+#include "engine/ops/ops.h"
+
+typedef enum tgl_instr_kind {
+    TGL_I_OP,      /* s[outs...] = op(s[in...])                              */
+    TGL_I_JUMPZ,   /* if not s[in[0]] then pc = target                       */
+    TGL_I_JUMP,    /* pc = target                                            */
+    TGL_I_MOVE     /* s[out] = s[in[0]] (a new reference, no copy)            */
+} tgl_instr_kind;
+
+typedef struct tgl_instr {
+    int32_t kind;
+    int32_t out;             /* the slot written (outs[0] for an op)       */
+    int32_t nin;
+    int32_t target;          /* jumps: the pc to go to                     */
+    int32_t *in;
+    int32_t nfree;           /* slots released after this one runs         */
+    int32_t *free_slots;
+    const tgl_node *node;    /* for TGL_I_OP: what it computes             */
+    const tgl_opimpl *impl;
+    int32_t inplace;         /* input whose buffer outs[0] takes, or -1   */
+    int32_t update;          /* deferred in-place update of update k, or -1 */
+    int32_t nouts;           /* ops: slot of each output, -1 when nobody
+                                reads it (multi-output ops; else 1)        */
+    int32_t *outs;
+    int32_t region;          /* 0: straight-line code; else the ifelse
+                                branch it sits in (plan.c)                 */
+} tgl_instr;
+
+/* What a slot holds between calls. */
+typedef enum tgl_slot_kind {
+    TGL_SLOT_TEMP,      /* an intermediate                                  */
+    TGL_SLOT_INPUT,     /* an argument of the call                          */
+    TGL_SLOT_CONSTANT,  /* set once when the frame is made                  */
+    TGL_SLOT_SHARED     /* a shared variable's value, read at each call     */
+} tgl_slot_kind;
+
+/* An ifelse branch: its parent region and its last instruction (the MOVE
+ * of the branch's value).  Region 0 is the straight-line code. */
+typedef struct tgl_region {
+    int32_t parent;
+    int32_t end;
+    int32_t sibling;         /* the other branch of the same ifelse        */
+} tgl_region;
+
+typedef struct tgl_program {
+    tgl_ctx *ctx;            /* retained                                   */
+    char *name;
+    int linker, profile, mode;
+    int nin, nout, nupd;
+    int32_t nslots;
+    tgl_node **slot_node;
+    uint8_t *slot_kind;
+    int32_t *in_slot;        /* per input                                  */
+    int32_t *out_slot;       /* per output                                 */
+    tgl_node **upd_var;      /* per update: the shared variable            */
+    int32_t *upd_slot;       /* per update: the slot of its new value      */
+    bool *upd_deferred;      /* per update: done in place, last            */
+    int32_t *shared_slot, nshared;   /* slots read from shared variables   */
+    int32_t *temp_slot, ntemp;       /* slots written by instructions      */
+    int32_t *foreign_slot, nforeign; /* inputs, constants, shared: never
+                                        handed out without a copy          */
+    tgl_instr *code;
+    int32_t ncode;
+    int32_t defer_start;     /* first deferred update instruction (ncode: none) */
+    tgl_region *region;
+    int32_t nregions;
+    tgl_node **roots;        /* the optimized outputs, then update values  */
+    tgl_node **owned;        /* nodes retained for the program's life      */
+    size_t nowned;
+} tgl_program;
+
+/* A free buffer a frame keeps for the next instruction that fits. */
+typedef struct tgl_pool_buf {
+    tgl_array *a;            /* sole owner of its storage                  */
+} tgl_pool_buf;
+
+typedef struct tgl_frame {
+    const tgl_program *prog;
+    tgl_array **slot;
+    tgl_array **last_out;    /* outputs of the last run                    */
+    tgl_array **newval;      /* per update: scratch of one run             */
+    tgl_array **seen;        /* nupd + nout: scratch of the alias check    */
+    bool have_inputs;        /* a call has set the input slots             */
+    tgl_array **pool;        /* free buffers (cvm linker)                  */
+    int32_t npool, pool_cap;
+    uint64_t *ins_ns, *ins_calls;   /* profile, per instruction            */
+    uint64_t ncalls, total_ns;
+} tgl_frame;
+
+struct tgl_function {
+    tgl_program *prog;
+    tgl_frame *frame;        /* the default frame                          */
+};
+
+/* compile.c: a program for the graph (rewritten at opt's level). */
+tgl_status tgl_program_new(tgl_ctx *ctx, int nin, tgl_node *const *inputs, int nout,
+                           tgl_node *const *outputs, int nupd, tgl_node *const *upd_vars,
+                           tgl_node *const *upd_exprs, const tgl_compile_options *opt,
+                           tgl_program **out);
+void tgl_program_free(tgl_program *prog);
+
+/* plan.c: the memory plan (releases, in-place steps, deferred updates). */
+tgl_status tgl_plan_memory(tgl_ctx *ctx, tgl_program *prog, bool inplace);
+
+/* call.c: a new frame for prog (constants bound), and its end. */
+tgl_status tgl_frame_new(tgl_ctx *ctx, const tgl_program *prog, tgl_frame **out);
+void tgl_frame_free(tgl_frame *fr);
+/* Gives a buffer back to the frame's pool (or releases it). */
+void tgl_frame_recycle(tgl_frame *fr, tgl_array *a);
+
+/* cvm.c: runs instructions [from, to) of fr's program on fr. */
+tgl_status tgl_cvm_run(tgl_ctx *ctx, tgl_frame *fr, int32_t from, int32_t to);
+/* Checks that the deferred update instructions will not fail on shapes:
+ * run before any of them writes into a shared variable. */
+tgl_status tgl_cvm_check_deferred(tgl_ctx *ctx, tgl_frame *fr);
+
+/* Monotonic nanoseconds. */
+uint64_t tgl_now_ns(void);
+
+#endif /* TGL_PROGRAM_H */
