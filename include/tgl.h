@@ -334,9 +334,12 @@ TGL_API int tgl_node_payload_label(const tgl_node *n, char *buf, size_t size);
  * node across tgl_graph_collect retains it (the Lua layer retains every
  * node it holds); the collector frees every node that no retained node,
  * and no compiled function, depends on.  Without tgl_graph_collect nodes
- * live as long as the context. */
-TGL_API void tgl_node_retain(tgl_node *n);
-TGL_API void tgl_node_release(tgl_node *n);
+ * live as long as the context.  A retained node also keeps its context
+ * alive. */
+TGL_API void tgl_node_retain(tgl_ctx *ctx, tgl_node *n);
+/* Drops a reference taken by tgl_node_retain (the node's and its
+ * context's: the last one may free the context, after tgl_ctx_free). */
+TGL_API void tgl_node_release(tgl_ctx *ctx, tgl_node *n);
 /* Frees the nodes nothing retained depends on.  Node pointers not
  * retained may dangle afterwards. */
 TGL_API tgl_status tgl_graph_collect(tgl_ctx *ctx);

@@ -75,7 +75,7 @@ tgl_status tgl_idx_load(tgl_ctx *ctx, const char *path, tgl_array **out);
 typedef struct tgl_type { int32_t dtype; int32_t ndim; uint32_t bcast; } tgl_type;
 typedef struct tgl_params { int32_t n; int32_t flags; int64_t i[40]; double f[2]; } tgl_params;
 typedef struct tgl_node tgl_node;
-/* What Lua holds for a graph node (nodes live as long as the context). */
+/* What Lua holds for a graph node (retained while the box lives). */
 typedef struct tgl_vref { tgl_node *n; } tgl_vref;
 int tgl_op_lookup(const char *name);
 const char *tgl_op_name(int op);
@@ -98,6 +98,14 @@ const char *tgl_node_name(const tgl_node *n);
 tgl_status tgl_node_set_name(tgl_ctx *ctx, tgl_node *n, const char *name);
 const char *tgl_node_source(const tgl_node *n);
 tgl_array *tgl_node_value(const tgl_node *n);
+int tgl_node_noutputs(const tgl_node *n);
+tgl_status tgl_node_output(tgl_ctx *ctx, tgl_node *n, int k, tgl_node **out);
+int tgl_node_payload_label(const tgl_node *n, char *buf, size_t size);
+void tgl_node_retain(tgl_ctx *ctx, tgl_node *n);
+void tgl_node_release(tgl_ctx *ctx, tgl_node *n);
+tgl_status tgl_graph_collect(tgl_ctx *ctx);
+int tgl_graph_maybe_collect(tgl_ctx *ctx);
+size_t tgl_graph_live_nodes(const tgl_ctx *ctx);
 tgl_status tgl_eval(tgl_ctx *ctx, int op, int nin, tgl_array *const *in, const tgl_params *p, tgl_array **out);
 tgl_status tgl_clone_replace(tgl_ctx *ctx, int n, tgl_node *const *outs, int nrep,
                              tgl_node *const *from, tgl_node *const *to, tgl_node **result);
@@ -122,6 +130,11 @@ tgl_status tgl_function_new(tgl_ctx *ctx, int nin, tgl_node *const *inputs, int 
 void tgl_function_free(tgl_function *fn);
 tgl_status tgl_function_call(tgl_ctx *ctx, tgl_function *fn, tgl_array *const *in, tgl_array **out, int trust);
 tgl_status tgl_function_run(tgl_ctx *ctx, tgl_function *fn, int64_t n_calls);
+typedef struct tgl_frame tgl_frame;
+tgl_status tgl_function_frame_new(tgl_ctx *ctx, const tgl_function *fn, tgl_frame **out);
+void tgl_frame_free(tgl_frame *frame);
+tgl_status tgl_function_call_frame(tgl_ctx *ctx, tgl_function *fn, tgl_frame *frame,
+                                   tgl_array *const *in, tgl_array **out);
 tgl_status tgl_function_output(tgl_ctx *ctx, tgl_function *fn, int i, tgl_array **out);
 tgl_status tgl_function_wait_compiled(tgl_ctx *ctx, tgl_function *fn);
 tgl_node *tgl_function_root(const tgl_function *fn, int i);

@@ -258,6 +258,37 @@ local function scalar_value(a)
   return tonumber(ffi.cast(PTR[a.dtype_id], a._data)[0])
 end
 
+local label_buf = ffi.new('char[256]')
+
+-- Calls visit(n, depth) on every node under the roots (raw tgl_node *),
+-- depth-first, each node's inputs in order; a node seen before is passed
+-- again (with again = true) but not descended into.  Iterative: deep
+-- graphs do not exhaust the Lua stack.
+local function walk(roots, visit)
+  local seen = {}
+  local stack, depths, sp = {}, {}, 0
+  for r = #roots, 1, -1 do sp = sp + 1; stack[sp] = roots[r]; depths[sp] = 0 end
+  while sp > 0 do
+    local n, d = stack[sp], depths[sp]
+    sp = sp - 1
+    local key = tonumber(C.tgl_node_id(n))
+    local again = seen[key]
+    visit(n, d, again)
+    if not again then
+      seen[key] = true
+      for i = C.tgl_node_ninputs(n) - 1, 0, -1 do
+        sp = sp + 1
+        stack[sp] = C.tgl_node_input_at(n, i)
+        depths[sp] = d + 1
+      end
+    end
+  end
+end
+
+-- Indentation deeper than this is shown as a number, so that a deep chain
+-- prints in size proportional to its length.
+local MAX_INDENT = 40
+
 local function node_line(n, ids)
   local id = ids[tonumber(C.tgl_node_id(n))]
   local t = C.tgl_node_type(n)
@@ -265,7 +296,12 @@ local function node_line(n, ids)
   for i = 1, t.ndim do bc[i] = bit.band(t.bcast, 2 ^ (i - 1)) ~= 0 and '1' or '?' end
   local kind = C.tgl_node_kind_of(n)
   local label
-  if kind == 3 then label = ffi.string(C.tgl_op_name(C.tgl_node_op(n)))
+  if kind == 3 then
+    label = ffi.string(C.tgl_op_name(C.tgl_node_op(n)))
+    if C.tgl_node_payload_label(n, label_buf, 256) ~= 0 then label = ffi.string(label_buf) end
+    if label == 'output' then label = ('output %d'):format(tonumber(C.tgl_node_params(n).i[0]) + 1) end
+    local nout = C.tgl_node_noutputs(n)
+    if nout > 1 then label = ('%s (%d outputs)'):format(label, nout) end
   elseif kind == 1 then
     local v = C.tgl_node_value(n)
     if v._size == 1 then label = ('constant{%g}'):format(scalar_value(v)) else label = 'constant' end
@@ -293,22 +329,19 @@ function M.debugprint(x)
   if getmetatable(x) == Function then return x:program() end
   local roots = as_list(x)
   if not roots then argerror('debugprint', 'expected a variable, a table of variables or a function') end
-  local ids, count, seen, lines = {}, 0, {}, {}
-  local function visit(n, prefix, depth)
+  local ids, count, lines = {}, 0, {}
+  local raw = {}
+  for i, r in ipairs(roots) do
+    if not is_var(r) then argerror('debugprint', 'expected variables, got %s', type(r)) end
+    raw[i] = r.n
+  end
+  walk(raw, function(n, depth)
     local key = tonumber(C.tgl_node_id(n))
     if not ids[key] then count = count + 1; ids[key] = letters(count) end
+    local prefix = depth <= MAX_INDENT and (' |'):rep(depth)
+      or (' |'):rep(MAX_INDENT) .. (' ~%d |'):format(depth)
     lines[#lines + 1] = prefix .. node_line(n, ids)
-    if seen[key] then return end
-    seen[key] = true
-    local nin = C.tgl_node_ninputs(n)
-    for i = 0, nin - 1 do
-      visit(C.tgl_node_input_at(n, i), (prefix:gsub('[^ |]', ' ')) .. ' |', depth + 1)
-    end
-  end
-  for _, r in ipairs(roots) do
-    if not is_var(r) then argerror('debugprint', 'expected variables, got %s', type(r)) end
-    visit(r.n, '', 0)
-  end
+  end)
   return table.concat(lines, '\n')
 end
 
@@ -348,22 +381,24 @@ function M.todot(x, path)
     end
     inplace = setmetatable({}, { __index = function(_, key) return false end })
     local fnp = x._fn
-    local function mark(n)
-      if C.tgl_function_inplace(fnp, n) ~= 0 then inplace[tonumber(C.tgl_node_id(n))] = true end
-      for i = 0, C.tgl_node_ninputs(n) - 1 do mark(C.tgl_node_input_at(n, i)) end
-    end
-    for _, r in ipairs(roots) do mark(r.n) end
+    local raw = {}
+    for i, r in ipairs(roots) do raw[i] = r.n end
+    walk(raw, function(n, _, again)
+      if not again and C.tgl_function_inplace(fnp, n) ~= 0 then
+        inplace[tonumber(C.tgl_node_id(n))] = true
+      end
+    end)
   else
     roots = as_list(x)
     if not roots then argerror('todot', 'expected a variable, a table of variables or a function') end
   end
   local lines = { 'digraph tgl {', '  rankdir=BT;', '  node [fontname="Helvetica", fontsize=10];' }
-  local seen = {}
   local function id(n) return 'n' .. tonumber(C.tgl_node_id(n)) end
-  local function visit(n)
+  local raw = {}
+  for i, r in ipairs(roots) do raw[i] = r.n end
+  walk(raw, function(n, _, again)
+    if again then return end
     local key = tonumber(C.tgl_node_id(n))
-    if seen[key] then return end
-    seen[key] = true
     local kind = C.tgl_node_kind_of(n)
     local t = C.tgl_node_type(n)
     local name = ffi.string(C.tgl_node_name(n))
@@ -371,6 +406,8 @@ function M.todot(x, path)
     if kind == 3 then
       local op = ffi.string(C.tgl_op_name(C.tgl_node_op(n)))
       label = op
+      if C.tgl_node_payload_label(n, label_buf, 256) ~= 0 then label = ffi.string(label_buf) end
+      if op == 'output' then label = ('output %d'):format(tonumber(C.tgl_node_params(n).i[0]) + 1) end
       shape = (op == 'fused' or op == 'gemm' or op == 'gemv' or op == 'ger') and 'box' or 'ellipse'
       if op == 'fused' then style = ', style=filled, fillcolor="#dde8f7"' end
       if op == 'gemm' or op == 'gemv' or op == 'ger' then style = ', style=filled, fillcolor="#f7e3c8"' end
@@ -381,12 +418,9 @@ function M.todot(x, path)
     label = label .. '\\n' .. array.DTYPE_NAME[t.dtype] .. ' ' .. t.ndim .. '-d'
     lines[#lines + 1] = ('  %s [label="%s", shape=%s%s];'):format(id(n), label:gsub('"', '\\"'), shape, style)
     for i = 0, C.tgl_node_ninputs(n) - 1 do
-      local c = C.tgl_node_input_at(n, i)
-      visit(c)
-      lines[#lines + 1] = ('  %s -> %s;'):format(id(c), id(n))
+      lines[#lines + 1] = ('  %s -> %s;'):format(id(C.tgl_node_input_at(n, i)), id(n))
     end
-  end
-  for _, r in ipairs(roots) do visit(r.n) end
+  end)
   lines[#lines + 1] = '}'
   local text = table.concat(lines, '\n') .. '\n'
   if not path then return text end

@@ -66,7 +66,17 @@ end
 -- ---------------------------------------------------------------------------
 -- nodes
 
-local function wrap_node(n) return vref_t(n) end
+-- A box for node n: it holds a reference to the node (and so to the
+-- context) until the garbage collector takes the box.  Nodes nothing
+-- holds are reclaimed by tgl_graph_collect, which `apply` runs when the
+-- graph has doubled since the last collection (at that point every node
+-- Lua knows is boxed).
+local ctx_raw = core.ctx
+local function release_vref(v) C.tgl_node_release(ctx_raw, v.n) end
+local function wrap_node(n)
+  C.tgl_node_retain(ctx_raw, n)
+  return ffi.gc(vref_t(n), release_vref)
+end
 M.wrap_node = wrap_node
 
 local function node_type(x) return C.tgl_node_type(x.n) end
@@ -163,6 +173,7 @@ local function apply(fname, opname, args, n, p)
   local symbolic = false
   for i = 1, n do if is_var(args[i]) then symbolic = true break end end
   if symbolic then
+    C.tgl_graph_maybe_collect(ctx_raw)
     local ins = node_list(n)
     local keep = {}
     for i = 1, n do

@@ -252,7 +252,7 @@ void tgl_program_free(tgl_program *prog)
         free(prog->code[pc].outs);
     }
     for (size_t i = 0; i < prog->nowned; i++)
-        tgl_node_release(prog->owned[i]);
+        tgl_node_unref(prog->owned[i]);
     free(prog->owned);
     free(prog->code);
     free(prog->region);
@@ -445,11 +445,11 @@ tgl_status tgl_program_new(tgl_ctx *ctx, int nin, tgl_node *const *inputs, int n
     }
     /* The program keeps the nodes it runs alive. */
     for (size_t i = 0; !st && i < b.count; i++) {
-        tgl_node_retain(b.order[i]);
+        tgl_node_ref(b.order[i]);
         prog->owned[prog->nowned++] = b.order[i];
     }
     for (int k = 0; !st && k < nupd; k++) {
-        tgl_node_retain(upd_vars[k]);
+        tgl_node_ref(upd_vars[k]);
         prog->owned[prog->nowned++] = upd_vars[k];
     }
     /* Slots: one per node; leaves are available from the start.  The

@@ -199,16 +199,20 @@ tgl_status tgl_payload_intern(tgl_ctx *ctx, tgl_payload *p, tgl_payload **out)
 
 /* ---- reclaiming nodes ------------------------------------------------ */
 
-void tgl_node_retain(tgl_node *n)
+void tgl_node_retain(tgl_ctx *ctx, tgl_node *n)
 {
-    if (n)
-        n->extref++;
+    if (!ctx || !n)
+        return;
+    tgl_node_ref(n);
+    tgl_ctx_retain(ctx);
 }
 
-void tgl_node_release(tgl_node *n)
+void tgl_node_release(tgl_ctx *ctx, tgl_node *n)
 {
-    if (n && n->extref > 0)
-        n->extref--;
+    if (!ctx || !n)
+        return;
+    tgl_node_unref(n);
+    tgl_ctx_release(ctx);
 }
 
 typedef struct mark_stack {

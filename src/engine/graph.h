@@ -119,6 +119,18 @@ tgl_node *tgl_mk_dimshuffle(tgl_ctx *ctx, tgl_node *x, int n, const int64_t *ord
 /* The hash of a node's identity (kind, op, inputs, params, payload, type). */
 uint64_t tgl_node_hash(const tgl_node *n);
 
+/* References to a node from inside the engine (compiled programs): the
+ * collector keeps it, and everything it depends on, alive. */
+static inline void tgl_node_ref(tgl_node *n)
+{
+    n->extref++;
+}
+static inline void tgl_node_unref(tgl_node *n)
+{
+    if (n->extref > 0)
+        n->extref--;
+}
+
 /* tgl_apply with a payload (may be NULL; the node takes a reference). */
 tgl_status tgl_apply_payload(tgl_ctx *ctx, int op, int nin, tgl_node *const *in,
                              const tgl_params *p, tgl_payload *payload, const char *source,
