@@ -295,13 +295,13 @@ local function node_line(n, ids)
   local bc = {}
   for i = 1, t.ndim do bc[i] = bit.band(t.bcast, 2 ^ (i - 1)) ~= 0 and '1' or '?' end
   local kind = C.tgl_node_kind_of(n)
-  local label
+  local label, extra = nil, ''
   if kind == 3 then
     label = ffi.string(C.tgl_op_name(C.tgl_node_op(n)))
-    if C.tgl_node_payload_label(n, label_buf, 256) ~= 0 then label = ffi.string(label_buf) end
-    if label == 'output' then label = ('output %d'):format(tonumber(C.tgl_node_params(n).i[0]) + 1) end
+    if C.tgl_node_payload_label(n, label_buf, 256) ~= 0 then extra = ' ' .. ffi.string(label_buf) end
+    if label == 'output' then extra = (' #%d'):format(tonumber(C.tgl_node_params(n).i[0]) + 1) end
     local nout = C.tgl_node_noutputs(n)
-    if nout > 1 then label = ('%s (%d outputs)'):format(label, nout) end
+    if nout > 1 then extra = extra .. (' (%d outputs)'):format(nout) end
   elseif kind == 1 then
     local v = C.tgl_node_value(n)
     if v._size == 1 then label = ('constant{%g}'):format(scalar_value(v)) else label = 'constant' end
@@ -309,8 +309,8 @@ local function node_line(n, ids)
   else label = 'input' end
   local name = ffi.string(C.tgl_node_name(n))
   local src = ffi.string(C.tgl_node_source(n))
-  return ('%s [id %s]%s %s (%s%s)%s'):format(label, id, name ~= '' and (" '" .. name .. "'") or '',
-    array.DTYPE_NAME[t.dtype], table.concat(bc, ','), t.ndim == 1 and ',' or '',
+  return ('%s [id %s]%s %s (%s%s)%s%s'):format(label, id, name ~= '' and (" '" .. name .. "'") or '',
+    array.DTYPE_NAME[t.dtype], table.concat(bc, ','), t.ndim == 1 and ',' or '', extra,
     src ~= '' and ('  ' .. src) or '')
 end
 
