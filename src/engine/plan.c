@@ -163,6 +163,16 @@ static tgl_status add_free(tgl_ctx *ctx, tgl_instr *ins, int32_t s)
     return TGL_OK;
 }
 
+/* The innermost region containing both a and b. */
+static int32_t common_region(const tgl_program *prog, int32_t a, int32_t b)
+{
+    for (int32_t x = a; x >= 0; x = x > 0 ? prog->region[x].parent : -1)
+        for (int32_t y = b; y >= 0; y = y > 0 ? prog->region[y].parent : -1)
+            if (x == y)
+                return x;
+    return 0;
+}
+
 /* The child of region `of` on the path from region r up to it, or -1
  * when r is `of` itself. */
 static int32_t child_under(const tgl_program *prog, int32_t r, int32_t of)
@@ -204,19 +214,30 @@ tgl_status tgl_plan_memory(tgl_ctx *ctx, tgl_program *prog, bool inplace)
     for (int i = 0; i < prog->nupd; i++)
         kept[prog->upd_slot[i]] = true;
     /* Defining regions: an ifelse's result is written by the MOVEs at the
-     * end of its branches and belongs to the region around them. */
+     * end of its branches and belongs to the region around them; a node
+     * both branches need is computed in each, and belongs to the region
+     * that holds both. */
+    for (int32_t s = 0; s < prog->nslots; s++)
+        def[s] = -1;
     for (int32_t pc = 0; pc < prog->ncode; pc++) {
         const tgl_instr *ins = &prog->code[pc];
-        if (ins->kind == TGL_I_OP) {
-            for (int k = 0; k < ins->nouts; k++)
-                if (ins->outs[k] >= 0) {
-                    def[ins->outs[k]] = ins->region;
-                    producer[ins->outs[k]] = pc;
-                }
-        } else if (ins->kind == TGL_I_MOVE) {
-            def[ins->out] = ins->region > 0 ? prog->region[ins->region].parent : 0;
+        int32_t r = -1;
+        if (ins->kind == TGL_I_OP)
+            r = ins->region;
+        else if (ins->kind == TGL_I_MOVE)
+            r = ins->region > 0 ? prog->region[ins->region].parent : 0;
+        for (int k = 0; r >= 0 && k < (ins->kind == TGL_I_OP ? ins->nouts : 1); k++) {
+            int32_t s = ins->kind == TGL_I_OP ? ins->outs[k] : ins->out;
+            if (s < 0)
+                continue;
+            def[s] = def[s] < 0 ? r : common_region(prog, def[s], r);
+            if (ins->kind == TGL_I_OP)
+                producer[s] = pc;
         }
     }
+    for (int32_t s = 0; s < prog->nslots; s++)
+        if (def[s] < 0)
+            def[s] = 0;
     /* Last reads, lifted to the defining region: a read inside a nested
      * branch stands at the end of the ifelse that holds it. */
     for (int32_t pc = 0; pc < prog->ncode; pc++) {
