@@ -867,6 +867,162 @@ static void shared_values_check_their_type(void **state)
     assert_ptr_equal(v, SENTINEL);
 }
 
+/* ------------------------------------------------------------------------ */
+/* engine core: frames, multi-output nodes with a payload, the collector    */
+/* ------------------------------------------------------------------------ */
+
+/* y = tanh(x * w) + b over a matrix, run on two frames of one function:
+ * the same bits, and neither frame disturbs the other's outputs. */
+static void two_frames_of_one_program_give_identical_results(void **state)
+{
+    tgl_ctx *ctx = CTX;
+    tgl_node *x = input(ctx, TGL_FLOAT64, 2, 0, "x");
+    int64_t s2[2] = {2, 3};
+    double wv[6] = {0.5, -1, 2, 0.25, 3, -0.5};
+    tgl_node *w = constant(ctx, f64(ctx, 2, s2, wv));
+    tgl_node *y = ap1(ctx, "tanh", ap2(ctx, "mul", x, w));
+    tgl_node *s = ap1(ctx, "exp", y);
+    tgl_node *outs[2] = {y, s};
+    tgl_function *fn = NULL;
+    tgl_compile_options opt = {TGL_LINKER_CVM, 0, "frames", TGL_MODE_FAST_RUN};
+    assert_ok(ctx, tgl_function_new(ctx, 1, &x, 2, outs, 0, NULL, NULL, &opt, &fn));
+    tgl_frame *f2 = NULL;
+    assert_ok(ctx, tgl_function_frame_new(ctx, fn, &f2));
+    double av[6] = {1, 2, 3, 4, 5, 6}, bv[6] = {-1, 0.5, 0, 2, -3, 1};
+    tgl_array *a = f64(ctx, 2, s2, av), *b = f64(ctx, 2, s2, bv);
+    tgl_array *r1[2] = {NULL}, *r2[2] = {NULL}, *r3[2] = {NULL};
+    assert_ok(ctx, tgl_function_call(ctx, fn, &a, r1, 0));
+    assert_ok(ctx, tgl_function_call_frame(ctx, fn, f2, &b, r2));
+    assert_ok(ctx, tgl_function_call_frame(ctx, fn, f2, &a, r3));
+    for (int k = 0; k < 2; k++) {
+        assert_true(tgl_array_equal_bits(r1[k], r3[k]));
+        assert_false(r1[k]->storage == r3[k]->storage);
+    }
+    for (int i = 0; i < 6; i++) {
+        assert_near(elem(ctx, r1[0], i), tanh(av[i] * wv[i]), 1e-12);
+        assert_near(elem(ctx, r2[0], i), tanh(bv[i] * wv[i]), 1e-12);
+        assert_near(elem(ctx, r2[1], i), exp(tanh(bv[i] * wv[i])), 1e-12);
+    }
+    /* A frame of another function is refused. */
+    tgl_function *other = NULL;
+    assert_ok(ctx, tgl_function_new(ctx, 1, &x, 1, &y, 0, NULL, NULL, &opt, &other));
+    tgl_array *r4 = SENTINEL;
+    assert_fails(ctx, tgl_function_call_frame(ctx, other, f2, &a, &r4), TGL_EINVAL, "frames",
+                 "another function");
+    assert_ptr_equal(r4, SENTINEL);
+    for (int k = 0; k < 2; k++) {
+        tgl_array_release(r1[k]);
+        tgl_array_release(r2[k]);
+        tgl_array_release(r3[k]);
+    }
+    tgl_array_release(a);
+    tgl_array_release(b);
+    tgl_frame_free(f2);
+    tgl_function_free(fn);
+    tgl_function_free(other);
+}
+
+/* A fused group with two outputs is one node (its program is the payload)
+ * read through OUTPUT nodes: it prints its payload, compiles to one
+ * instruction, and differentiates (the pullback gets both outputs'
+ * gradients at once). */
+static void a_multi_output_node_with_a_payload_compiles_and_differentiates(void **state)
+{
+    tgl_ctx *ctx = CTX;
+    tgl_node *x = input(ctx, TGL_FLOAT64, 1, 0, "x");
+    tgl_node *two = constant(ctx, f64_scalar(ctx, 2));
+    tgl_node *y = ap2(ctx, "mul", ap1(ctx, "exp", x), two); /* 2 e^x        */
+    tgl_node *z = ap1(ctx, "tanh", y);                      /* tanh(2 e^x)  */
+    tgl_node *roots[2] = {y, z}, *opt[2] = {NULL, NULL};
+    assert_ok(ctx, tgl_optimize(ctx, TGL_OPT_FAST_RUN, 2, roots, opt));
+    tgl_node *m = tgl_node_input_at(opt[0], 0);
+    assert_int_equal(tgl_node_op(opt[0]), op("output"));
+    assert_ptr_equal(tgl_node_input_at(opt[1], 0), m);
+    assert_int_equal(tgl_node_op(m), op("fused"));
+    assert_int_equal(tgl_node_noutputs(m), 2);
+    char label[256];
+    assert_int_equal(tgl_node_payload_label(m, label, sizeof label), 1);
+    assert_non_null(strstr(label, "exp mul tanh"));
+    tgl_node *again = NULL;
+    int k1 = (int)tgl_node_params(opt[1])->i[0];
+    assert_ok(ctx, tgl_node_output(ctx, m, k1, &again));
+    assert_ptr_equal(again, opt[1]);
+    assert_fails(ctx, tgl_node_output(ctx, m, 2, &again), TGL_EINVAL, "tgl_node_output", "2 outputs");
+    /* A multi-output node is not a value: using it directly is refused. */
+    tgl_node *bad = NODE_SENTINEL;
+    tgl_node *in1[1] = {m};
+    assert_fails(ctx, tgl_apply(ctx, op("exp"), 1, in1, NULL, NULL, &bad), TGL_EINVAL, "tgl_apply",
+                 "has 2 outputs");
+    /* cost = sum(y * z); d cost/dx = sum over the chain rule. */
+    tgl_node *prod = ap2(ctx, "mul", opt[0], opt[1]);
+    int64_t ax = 0;
+    tgl_params ps = {0};
+    ps.n = 1;
+    ps.i[0] = ax;
+    tgl_node *cost = apply(ctx, "sum", 1, &prod, &ps, NULL);
+    tgl_node *g = NULL;
+    assert_ok(ctx, tgl_grad(ctx, cost, 1, &x, 0, NULL, NULL, TGL_DISCONNECTED_RAISE, &g));
+    tgl_node *outs[2] = {cost, g};
+    tgl_function *fn = NULL;
+    assert_ok(ctx, tgl_function_new(ctx, 1, &x, 2, outs, 0, NULL, NULL, NULL, &fn));
+    int64_t s1[1] = {3};
+    double xv[3] = {0.1, -0.4, 0.7};
+    tgl_array *a = f64(ctx, 1, s1, xv), *r[2] = {NULL, NULL};
+    assert_ok(ctx, tgl_function_call(ctx, fn, &a, r, 0));
+    double want = 0;
+    for (int i = 0; i < 3; i++) {
+        double yy = 2 * exp(xv[i]), zz = tanh(yy);
+        want += yy * zz;
+        /* d(y z)/dx = y' z + y z' with y' = y, z' = (1 - z^2) y */
+        double d = yy * zz + yy * (1 - zz * zz) * yy;
+        assert_near(elem(ctx, r[1], i), d, 1e-10);
+    }
+    assert_near(elem(ctx, r[0], 0), want, 1e-12);
+    char *text = NULL;
+    assert_ok(ctx, tgl_function_program(ctx, fn, &text));
+    assert_non_null(strstr(text, "fused#"));
+    tgl_free(text);
+    tgl_array_release(a);
+    tgl_array_release(r[0]);
+    tgl_array_release(r[1]);
+    tgl_function_free(fn);
+}
+
+/* The collector frees what nothing retained depends on, keeps what a
+ * retained node or a compiled function needs, and the kept graph still
+ * computes. */
+static void the_collector_keeps_what_is_retained_and_frees_the_rest(void **state)
+{
+    tgl_ctx *ctx = CTX;
+    tgl_node *x = input(ctx, TGL_FLOAT64, 1, 0, "x");
+    tgl_node_retain(ctx, x);
+    tgl_node *keep = ap1(ctx, "exp", x);
+    tgl_node_retain(ctx, keep);
+    tgl_node *fnout = ap1(ctx, "tanh", ap1(ctx, "sin", x));
+    tgl_function *fn = NULL;
+    assert_ok(ctx, tgl_function_new(ctx, 1, &x, 1, &fnout, 0, NULL, NULL, NULL, &fn));
+    size_t before = tgl_graph_live_nodes(ctx);
+    for (int i = 0; i < 1000; i++)
+        (void)ap1(ctx, "cos", ap1(ctx, "log1p", x)); /* garbage: nothing keeps it */
+    assert_true(tgl_graph_live_nodes(ctx) >= before + 2);
+    assert_ok(ctx, tgl_graph_collect(ctx));
+    assert_true(tgl_graph_live_nodes(ctx) <= before);
+    assert_true(tgl_graph_live_nodes(ctx) >= 4); /* x, exp, and the function's sin, tanh */
+    /* Building the same expression again gives a node that works. */
+    tgl_node *again = ap1(ctx, "exp", x);
+    assert_ptr_equal(again, keep);
+    int64_t s1[1] = {2};
+    double xv[2] = {0.5, -1};
+    tgl_array *a = f64(ctx, 1, s1, xv), *r = NULL;
+    assert_ok(ctx, tgl_function_call(ctx, fn, &a, &r, 0));
+    assert_near(elem(ctx, r, 1), tanh(sin(-1.0)), 1e-12);
+    tgl_array_release(a);
+    tgl_array_release(r);
+    tgl_function_free(fn);
+    tgl_node_release(ctx, keep);
+    tgl_node_release(ctx, x);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -891,6 +1047,9 @@ int main(void)
         T(compile_errors_name_the_problem),
         T(call_errors_name_the_input_and_change_nothing),
         T(shared_values_check_their_type),
+        T(two_frames_of_one_program_give_identical_results),
+        T(a_multi_output_node_with_a_payload_compiles_and_differentiates),
+        T(the_collector_keeps_what_is_retained_and_frees_the_rest),
 #undef T
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
