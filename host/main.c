@@ -27,6 +27,9 @@
 #ifndef TGL_SOURCE_LUA_DIR
 #error "TGL_SOURCE_LUA_DIR must name the source tree's lua/ directory"
 #endif
+#ifndef TGL_BUILD_LUA_DIR
+#error "TGL_BUILD_LUA_DIR must name the build tree's lua/ directory (generated modules)"
+#endif
 #ifndef TGL_INSTALL_LUA_SUBDIR
 #error "TGL_INSTALL_LUA_SUBDIR must name the installed lua dir, relative to the prefix"
 #endif
@@ -317,8 +320,9 @@ static int file_exists(const char *path)
 
 /* Finds tgl's Lua directory: the installed one next to the executable
  * (<exe_dir>/../TGL_INSTALL_LUA_SUBDIR) when it holds tgl/init.lua, else
- * the source tree's.  Writes it to buf (size bytes). */
-static void find_lua_dir(char *buf, size_t size)
+ * the source tree's.  Writes it to buf (size bytes); returns 1 for the
+ * installed one, 0 for the source tree's. */
+static int find_lua_dir(char *buf, size_t size)
 {
     char exe[PATH_MAX], cand[PATH_MAX], probe[PATH_MAX + 32];
     const char *sub = TGL_INSTALL_LUA_SUBDIR;
@@ -339,21 +343,27 @@ static void find_lua_dir(char *buf, size_t size)
                     snprintf(buf, size, "%s", exe);
                 else
                     snprintf(buf, size, "%s", cand);
-                return;
+                return 1;
             }
         }
     }
     snprintf(buf, size, "%s", TGL_SOURCE_LUA_DIR);
+    return 0;
 }
 
 /* Puts DIR/?.lua and DIR/?/init.lua in front of package.path (which
- * luaL_openlibs already built from LUA_PATH or the default). */
-static void prepend_package_path(lua_State *L, const char *dir)
+ * luaL_openlibs already built from LUA_PATH or the default), for dir and
+ * then, when not NULL, for gen (the build tree's generated modules). */
+static void prepend_package_path(lua_State *L, const char *dir, const char *gen)
 {
     lua_getglobal(L, "package");
     lua_getfield(L, -1, "path");
-    lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;%s", dir, dir,
-                    lua_isstring(L, -1) ? lua_tostring(L, -1) : "");
+    if (gen)
+        lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;%s/?.lua;%s/?/init.lua;%s", dir, dir, gen,
+                        gen, lua_isstring(L, -1) ? lua_tostring(L, -1) : "");
+    else
+        lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;%s", dir, dir,
+                        lua_isstring(L, -1) ? lua_tostring(L, -1) : "");
     lua_setfield(L, -3, "path");
     lua_pop(L, 2);
 }
@@ -471,8 +481,13 @@ static int host_main(lua_State *L)
     lua_gc(L, LUA_GCRESTART, -1);
     wrap_os_exit(L);
     create_arg_table(L, h->argv, h->argc, h->script ? h->script : h->argc);
-    find_lua_dir(luadir, sizeof luadir);
-    prepend_package_path(L, luadir);
+    /* The source tree's lua/ holds what is written by hand; the build
+     * tree's holds what the build generates (tgl/cdef.lua).  An install
+     * puts both in one directory. */
+    if (find_lua_dir(luadir, sizeof luadir))
+        prepend_package_path(L, luadir, NULL);
+    else
+        prepend_package_path(L, luadir, TGL_BUILD_LUA_DIR);
 
     status = require_global(L, "tgl");
     if (status != 0) {

@@ -8,10 +8,7 @@
 
 #include <lua.h>
 
-/* Exported for the engine's Lua layer (ffi.C): the flag the SIGINT handler
- * sets to 1.  tgl's long-running C calls poll it and fail with an
- * "interrupted" error. */
-__attribute__((visibility("default"))) volatile int *tgl_host_interrupt_flag(void);
+#include "tgl_host.h"  /* what the host exports to the Lua layer */
 
 /* ---- provided by main.c ------------------------------------------------ */
 

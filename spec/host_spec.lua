@@ -120,15 +120,20 @@ io.write(arg[0], '|', arg[1], '|', arg[2], '|', arg[-1], '|',
       assert.are.equal('table true', out)
     end)
 
-    it('puts its lua directory first on package.path, then LUA_PATH', function()
+    it('puts its lua directories first on package.path, then LUA_PATH', function()
       local out, _, code = sh('LUA_PATH=' .. q('/nonexistent/?.lua') .. ' ' .. q(TGL)
                               .. [[ -e 'io.write(package.path)']])
       assert.are.equal(0, code)
-      local dir = out:match('^([^;]+)/%?%.lua;')
+      -- run from the build tree: the source tree's lua/, then the build
+      -- tree's (generated modules)
+      local dir, gen = out:match('^([^;]+)/%?%.lua;[^;]+;([^;]+)/%?%.lua;')
       assert.truthy(dir, out)
-      assert.are.equal(dir .. '/?.lua;' .. dir .. '/?/init.lua;/nonexistent/?.lua', out)
-      -- the directory holds tgl/init.lua, so require 'tgl' and 'nn' resolve there
+      assert.are.equal(dir .. '/?.lua;' .. dir .. '/?/init.lua;' .. gen .. '/?.lua;'
+                       .. gen .. '/?/init.lua;/nonexistent/?.lua', out)
+      -- the first holds tgl/init.lua, so require 'tgl' and 'nn' resolve
+      -- there; the second the FFI declarations generated from the headers
       assert.truthy(read_file(dir .. '/tgl/init.lua'))
+      assert.truthy(read_file(gen .. '/tgl/cdef.lua'))
     end)
 
     it('prefers the installed lua directory next to the executable', function()

@@ -25,11 +25,11 @@ local PTR_T = {
 }
 M.DTYPE, M.DTYPE_NAME = DTYPE, DTYPE_NAME
 
+local MAX_DIMS = core.MAX_DIMS  -- TGL_MAX_DIMS
 local out_array = core.out_array_t
-local shape_buf = ffi.new('int64_t[8]')
-local strides_buf = ffi.new('int64_t[8]')
-local idx_buf = ffi.new('int64_t[8]')
-local perm_buf = ffi.new('int[8]')
+local dims_t = ffi.typeof('int64_t[$]', MAX_DIMS)
+local shape_buf, strides_buf, idx_buf = dims_t(), dims_t(), dims_t()
+local perm_buf = ffi.typeof('int[$]', MAX_DIMS)()
 
 local function floatX()
   local tgl = package.loaded.tgl
@@ -61,7 +61,9 @@ local function parse_shape(fname, ...)
   if opts ~= nil and type(opts) ~= 'table' then
     argerror(fname, 'options must be a table, got %s', type(opts))
   end
-  if #shape > 8 then argerror(fname, '%d dimensions (at most 8 are supported)', #shape) end
+  if #shape > MAX_DIMS then
+    argerror(fname, '%d dimensions (at most %d are supported)', #shape, MAX_DIMS)
+  end
   for i, v in ipairs(shape) do
     if not is_int(v) or v < 0 then
       argerror(fname, 'size %s of dimension %d is not a non-negative integer', tostring(v), i)
@@ -206,7 +208,9 @@ function M.array(data, dtype)
   local probe = data
   while type(probe) == 'table' do
     shape[#shape + 1] = #probe
-    if #shape > 8 then argerror('array', 'nested tables deeper than 8 levels') end
+    if #shape > MAX_DIMS then
+      argerror('array', 'nested tables deeper than %d levels', MAX_DIMS)
+    end
     probe = probe[1]
   end
   if probe ~= nil and type(probe) ~= 'number' and type(probe) ~= 'boolean' then
@@ -369,7 +373,9 @@ end
 function methods.reshape(a, ...)
   local first = ...
   local dims = type(first) == 'table' and first or { ... }
-  if #dims > 8 then argerror('reshape', '%d dimensions (at most 8 are supported)', #dims) end
+  if #dims > MAX_DIMS then
+    argerror('reshape', '%d dimensions (at most %d are supported)', #dims, MAX_DIMS)
+  end
   for i, v in ipairs(dims) do
     if not is_int(v) or v < -1 then
       argerror('reshape', 'size %s of dimension %d is not a non-negative integer or -1', tostring(v), i)

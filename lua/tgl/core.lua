@@ -2,158 +2,59 @@
 -- tgl module uses: the engine namespace (C), this Lua state's context (ctx),
 -- error raising (check) and array ownership (wrap).
 --
--- The declarations below mirror include/tgl.h; keep them in the same order.
--- The array descriptor's fields data/shape/strides/size carry a leading
--- underscore here (same layout): struct fields shadow methods on cdata, and
--- users call a:data(), a:shape(), a:size(d).
+-- The declarations come from the headers, not from this file: the build
+-- generates the module tgl.cdef (cmake/tgl_cdef.cmake) from include/tgl.h
+-- and host/tgl_host.h, and an install puts it next to this file.  A
+-- function added to tgl.h is in ffi.C after the next build.  Declare no
+-- tgl_* function or type by hand: LuaJIT keeps a function's first
+-- declaration and ignores later ones, and rejects a second struct.
 local ffi = require 'ffi'
 
+local ok_cdef, cdef = pcall(require, 'tgl.cdef')
+if not ok_cdef then
+  error('tgl: the generated FFI declarations (module tgl.cdef) are missing: build tgl '
+        .. '(it writes <build>/lua/tgl/cdef.lua) and run scripts with the tgl host, or put '
+        .. "the build's lua/ directory on LUA_PATH: " .. tostring(cdef), 0)
+end
+
+-- The array descriptor's fields data/shape/strides/size are _data, _shape,
+-- _strides and _size here (same layout; spec/cdef_spec.lua checks the
+-- offsets against C): struct fields shadow methods on cdata, and users call
+-- a:data(), a:shape(), a:size(d).
+local function underscore_array_fields(decls)
+  local shadowed = { data = true, shape = true, strides = true, size = true }
+  local renamed = 0
+  local out, found = decls:gsub('(typedef struct tgl_array%s*{)(.-)(}%s*tgl_array%s*;)',
+    function(open, body, close)
+      body = body:gsub('%f[%w_]([%a_][%w_]*)(%s*[;%[])', function(name, rest)
+        if shadowed[name] then
+          renamed = renamed + 1
+          return '_' .. name .. rest
+        end
+      end)
+      return open .. body .. close
+    end)
+  assert(found == 1 and renamed == 4,
+         'tgl: tgl.h no longer has struct tgl_array with data, shape, strides and size')
+  return out
+end
+
+ffi.cdef(underscore_array_fields(cdef.declarations))
+ffi.cdef(cdef.host)
 ffi.cdef [[
-typedef enum tgl_status {
-    TGL_OK = 0, TGL_EINVAL, TGL_ESHAPE, TGL_EDTYPE, TGL_ENOMEM, TGL_EIO,
-    TGL_EFORMAT, TGL_EINTERRUPT, TGL_EINTERNAL
-} tgl_status;
-
-typedef struct tgl_ctx tgl_ctx;
-tgl_ctx *tgl_ctx_new(void);
-void tgl_ctx_free(tgl_ctx *ctx);
-const char *tgl_ctx_error(const tgl_ctx *ctx);
-void tgl_ctx_clear_error(tgl_ctx *ctx);
-void tgl_ctx_manual_seed(tgl_ctx *ctx, uint64_t seed);
-void tgl_ctx_rng_state(const tgl_ctx *ctx, uint64_t *seed, uint64_t *offset);
-void tgl_ctx_set_rng_state(tgl_ctx *ctx, uint64_t seed, uint64_t offset);
-void tgl_ctx_set_interrupt_flag(tgl_ctx *ctx, volatile int *flag);
-
-const char *tgl_dtype_name(int dtype);
-int tgl_dtype_from_name(const char *name);
-size_t tgl_dtype_size(int dtype);
-
-typedef struct tgl_storage tgl_storage;
-typedef struct tgl_array {
-    void *_data;
-    int64_t _shape[8];
-    int64_t _strides[8];
-    int64_t _size;
-    int32_t ndim;
-    int32_t dtype_id;
-    int32_t refcount;
-    int32_t flags;
-    tgl_storage *storage;
-} tgl_array;
 /* What Lua holds: a box around the pointer.  Pointer cdata would turn
    a + 1 and a - b into pointer arithmetic; a struct gets the metamethods. */
 typedef struct tgl_aref { tgl_array *p; } tgl_aref;
-
-tgl_status tgl_array_empty(tgl_ctx *ctx, int dtype, int ndim, const int64_t *shape, tgl_array **out);
-tgl_status tgl_array_zeros(tgl_ctx *ctx, int dtype, int ndim, const int64_t *shape, tgl_array **out);
-tgl_status tgl_array_full(tgl_ctx *ctx, int dtype, int ndim, const int64_t *shape, double value, tgl_array **out);
-tgl_status tgl_array_arange(tgl_ctx *ctx, int dtype, double start, double stop, double step, tgl_array **out);
-tgl_status tgl_array_rand(tgl_ctx *ctx, int dtype, int ndim, const int64_t *shape, double lo, double hi, tgl_array **out);
-tgl_status tgl_array_randn(tgl_ctx *ctx, int dtype, int ndim, const int64_t *shape, double mean, double std, tgl_array **out);
-void tgl_array_retain(tgl_array *a);
-void tgl_array_release(tgl_array *a);
-tgl_status tgl_array_view(tgl_ctx *ctx, tgl_array *a, int ndim, const int64_t *shape, const int64_t *strides, int64_t offset, tgl_array **out);
-tgl_status tgl_array_reshape(tgl_ctx *ctx, tgl_array *a, int ndim, const int64_t *shape, tgl_array **out);
-tgl_status tgl_array_transpose(tgl_ctx *ctx, tgl_array *a, const int *perm, tgl_array **out);
-tgl_status tgl_array_copy(tgl_ctx *ctx, const tgl_array *a, int dtype, tgl_array **out);
-tgl_status tgl_array_assign(tgl_ctx *ctx, tgl_array *dst, const tgl_array *src);
-tgl_status tgl_array_get(tgl_ctx *ctx, const tgl_array *a, const int64_t *idx, double *out);
-tgl_status tgl_array_set(tgl_ctx *ctx, tgl_array *a, const int64_t *idx, double value);
-int tgl_array_is_contiguous(const tgl_array *a);
-int tgl_array_equal_bits(const tgl_array *a, const tgl_array *b);
-int64_t tgl_memory_live_bytes(void);
-
-tgl_status tgl_npy_save(tgl_ctx *ctx, const char *path, const tgl_array *a);
-tgl_status tgl_npy_load(tgl_ctx *ctx, const char *path, tgl_array **out);
-tgl_status tgl_npz_save(tgl_ctx *ctx, const char *path, int n, const char *const *names,
-                        const tgl_array *const *arrays, int compress);
-typedef struct tgl_npz { int n; char **names; tgl_array **arrays; } tgl_npz;
-tgl_status tgl_npz_load(tgl_ctx *ctx, const char *path, tgl_npz **out);
-void tgl_npz_free(tgl_npz *npz);
-tgl_status tgl_idx_load(tgl_ctx *ctx, const char *path, tgl_array **out);
-
-typedef struct tgl_type { int32_t dtype; int32_t ndim; uint32_t bcast; } tgl_type;
-typedef struct tgl_params { int32_t n; int32_t flags; int64_t i[40]; double f[2]; } tgl_params;
-typedef struct tgl_node tgl_node;
-/* What Lua holds for a graph node (retained while the box lives). */
+/* What Lua holds for a graph node (nodes live as long as the context). */
 typedef struct tgl_vref { tgl_node *n; } tgl_vref;
-int tgl_op_lookup(const char *name);
-const char *tgl_op_name(int op);
-int tgl_op_count(void);
-tgl_status tgl_node_input(tgl_ctx *ctx, tgl_type type, const char *name, tgl_node **out);
-tgl_status tgl_node_constant(tgl_ctx *ctx, tgl_array *value, tgl_node **out);
-tgl_status tgl_node_shared(tgl_ctx *ctx, tgl_array *value, uint32_t bcast, const char *name, tgl_node **out);
-tgl_status tgl_shared_get(tgl_ctx *ctx, const tgl_node *s, tgl_array **out);
-tgl_status tgl_shared_set(tgl_ctx *ctx, tgl_node *s, tgl_array *value);
-tgl_status tgl_apply(tgl_ctx *ctx, int op, int nin, tgl_node *const *in, const tgl_params *p,
-                     const char *source, tgl_node **out);
-tgl_type tgl_node_type(const tgl_node *n);
-int tgl_node_kind_of(const tgl_node *n);
-int tgl_node_op(const tgl_node *n);
-int tgl_node_ninputs(const tgl_node *n);
-tgl_node *tgl_node_input_at(const tgl_node *n, int i);
-const tgl_params *tgl_node_params(const tgl_node *n);
-uint32_t tgl_node_id(const tgl_node *n);
-const char *tgl_node_name(const tgl_node *n);
-tgl_status tgl_node_set_name(tgl_ctx *ctx, tgl_node *n, const char *name);
-const char *tgl_node_source(const tgl_node *n);
-tgl_array *tgl_node_value(const tgl_node *n);
-int tgl_node_noutputs(const tgl_node *n);
-tgl_status tgl_node_output(tgl_ctx *ctx, tgl_node *n, int k, tgl_node **out);
-int tgl_node_payload_label(const tgl_node *n, char *buf, size_t size);
-void tgl_node_retain(tgl_ctx *ctx, tgl_node *n);
-void tgl_node_release(tgl_ctx *ctx, tgl_node *n);
-tgl_status tgl_graph_collect(tgl_ctx *ctx);
-int tgl_graph_maybe_collect(tgl_ctx *ctx);
-size_t tgl_graph_live_nodes(const tgl_ctx *ctx);
-tgl_status tgl_eval(tgl_ctx *ctx, int op, int nin, tgl_array *const *in, const tgl_params *p, tgl_array **out);
-tgl_status tgl_clone_replace(tgl_ctx *ctx, int n, tgl_node *const *outs, int nrep,
-                             tgl_node *const *from, tgl_node *const *to, tgl_node **result);
-tgl_status tgl_grad(tgl_ctx *ctx, tgl_node *cost, int nwrt, tgl_node *const *wrt, int nknown,
-                    tgl_node *const *known_vars, tgl_node *const *known_grads, int disconnected,
-                    tgl_node **grads);
-typedef struct tgl_function tgl_function;
-typedef struct tgl_compile_options { int linker; int profile; const char *name; int mode; } tgl_compile_options;
-tgl_status tgl_config_set(tgl_ctx *ctx, const char *key, const char *value);
-const char *tgl_config_get(tgl_ctx *ctx, const char *key);
-tgl_status tgl_optimize(tgl_ctx *ctx, int level, int n, tgl_node *const *in, tgl_node **out);
-tgl_status tgl_cache_clear(tgl_ctx *ctx);
-tgl_status tgl_cache_info(tgl_ctx *ctx, char **text);
-int tgl_rule_count(void);
-const char *tgl_rule_name(int i);
-const char *tgl_rule_stage(int i);
-const char *tgl_rule_synopsis(int i);
-tgl_status tgl_function_new(tgl_ctx *ctx, int nin, tgl_node *const *inputs, int nout,
-                            tgl_node *const *outputs, int nupd, tgl_node *const *upd_vars,
-                            tgl_node *const *upd_exprs, const tgl_compile_options *opt,
-                            tgl_function **out);
-void tgl_function_free(tgl_function *fn);
-tgl_status tgl_function_call(tgl_ctx *ctx, tgl_function *fn, tgl_array *const *in, tgl_array **out, int trust);
-tgl_status tgl_function_run(tgl_ctx *ctx, tgl_function *fn, int64_t n_calls);
-typedef struct tgl_frame tgl_frame;
-tgl_status tgl_function_frame_new(tgl_ctx *ctx, const tgl_function *fn, tgl_frame **out);
-void tgl_frame_free(tgl_frame *frame);
-tgl_status tgl_function_call_frame(tgl_ctx *ctx, tgl_function *fn, tgl_frame *frame,
-                                   tgl_array *const *in, tgl_array **out);
-tgl_status tgl_function_output(tgl_ctx *ctx, tgl_function *fn, int i, tgl_array **out);
-tgl_status tgl_function_wait_compiled(tgl_ctx *ctx, tgl_function *fn);
-tgl_node *tgl_function_root(const tgl_function *fn, int i);
-int tgl_function_inplace(const tgl_function *fn, const tgl_node *n);
-int tgl_function_ninputs(const tgl_function *fn);
-int tgl_function_noutputs(const tgl_function *fn);
-tgl_status tgl_function_program(tgl_ctx *ctx, const tgl_function *fn, char **text);
-tgl_status tgl_function_profile(tgl_ctx *ctx, const tgl_function *fn, char **text);
-void tgl_free(void *p);
-
-const char *tgl_version(void);
-double tgl_wall_time(void);
-const char *tgl_blas_info(void);
-int tgl_cuda_built(void);
-int tgl_cuda_device_count(void);
-const char *tgl_cuda_version(void);
 ]]
 
 local core = { ffi = ffi }
+
+-- The headers' TGL_* constants (tgl.h's #defines), e.g. TGL_MAX_DIMS.
+core.defines = cdef.defines
+core.MAX_DIMS = cdef.defines.TGL_MAX_DIMS
+core.MAX_PARAMS = cdef.defines.TGL_MAX_PARAMS
 
 -- The engine: the host links libtgl, so its symbols are in ffi.C; plain
 -- luajit loads the shared library instead.
@@ -172,11 +73,11 @@ core.C = C
 core.ctx = ffi.gc(C.tgl_ctx_new(), C.tgl_ctx_free)
 assert(core.ctx ~= nil, 'tgl: out of memory creating the context')
 
--- The host's Ctrl-C flag, when running inside the tgl host.
+-- The host's Ctrl-C flag, when running inside the tgl host (declared by
+-- host/tgl_host.h; plain luajit has no such symbol).
 do
-  local ok = pcall(ffi.cdef, 'volatile int *tgl_host_interrupt_flag(void);')
   local okf, flag = pcall(function() return ffi.C.tgl_host_interrupt_flag() end)
-  if ok and okf and flag ~= nil then
+  if okf and flag ~= nil then
     C.tgl_ctx_set_interrupt_flag(core.ctx, flag)
     core.interrupt_flag = flag
   end

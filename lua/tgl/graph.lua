@@ -100,7 +100,7 @@ local function make_params(p)
   local P = scratch_params
   ffi.fill(P, ffi.sizeof(params_t))
   local ints = p.i or {}
-  if #ints > 40 then error('tgl: too many op parameters', 3) end
+  if #ints > core.MAX_PARAMS then error('tgl: too many op parameters', 3) end
   P.n = #ints
   for k = 1, #ints do P.i[k - 1] = ints[k] end
   P.flags = p.flags or 0
@@ -230,8 +230,9 @@ function M.tensor(spec)
   if type(spec) ~= 'table' then argerror('tensor', 'expected a table {dtype=, ndim=, name=}') end
   local bc = spec.broadcastable
   local ndim = spec.ndim or (bc and #bc) or 0
-  if not is_int(ndim) or ndim < 0 or ndim > 8 then
-    argerror('tensor', 'ndim must be an integer from 0 to 8, got %s', tostring(ndim))
+  if not is_int(ndim) or ndim < 0 or ndim > core.MAX_DIMS then
+    argerror('tensor', 'ndim must be an integer from 0 to %d, got %s', core.MAX_DIMS,
+             tostring(ndim))
   end
   if bc ~= nil and (type(bc) ~= 'table' or #bc ~= ndim) then
     argerror('tensor', 'broadcastable must be a table of %d booleans', ndim)

@@ -31,56 +31,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-/* tgl_kernel.h, verbatim (spec/c/test_cgen.c checks it against the file). */
-const char tgl_cgen_kernel_header[] =
-    "/*\n"
-    " * tgl_kernel.h — the one header generated kernels see: the argument block\n"
-    " * the engine passes to every generated kernel.  Nothing else from the\n"
-    " * engine leaks into generated code.  cgen embeds this text at the top of\n"
-    " * every kernel source, so compiling a kernel needs no include path.\n"
-    " *\n"
-    " * A kernel computes a fused elementwise program over an output space of\n"
-    " * `ndim` axes that the launcher has already coalesced: adjacent axes that\n"
-    " * are contiguous in every operand are merged, so the common case is one\n"
-    " * axis.  The space is walked as rows: the last axis is the row, the\n"
-    " * others are the \"outer\" index.  A kernel call covers rows\n"
-    " * [row_begin, row_end) and, within each row, columns [col_begin, col_end)\n"
-    " * (the launcher splits a single long row by columns across threads).\n"
-    " *\n"
-    " * Strides count elements.  An operand whose static type broadcasts an axis\n"
-    " * has stride 0 there.  `unit` is 1 when every operand's last-axis stride is\n"
-    " * 0 or 1 (the vectorizable path); otherwise kernels use the strides.\n"
-    " * Reductions fused into a kernel accumulate into out[0] (whose strides are\n"
-    " * 0 along reduced axes); the launcher has initialized it.\n"
-    " */\n"
-    "#ifndef TGL_KERNEL_H\n"
-    "#define TGL_KERNEL_H\n"
-    "\n"
-    "#include <stdint.h>\n"
-    "\n"
-    "#define TGL_KERNEL_ABI 1\n"
-    "#define TGL_KERNEL_MAX_DIMS 8\n"
-    "\n"
-    "typedef struct tgl_kbuf {\n"
-    "    void *data;                           /* element (0, ..., 0)         */\n"
-    "    int64_t strides[TGL_KERNEL_MAX_DIMS]; /* per axis of the space       */\n"
-    "} tgl_kbuf;\n"
-    "\n"
-    "typedef struct tgl_kargs {\n"
-    "    int32_t ndim;                         /* >= 1 (a scalar is 1 x 1)    */\n"
-    "    int32_t unit;                         /* last-axis strides in {0, 1} */\n"
-    "    int64_t shape[TGL_KERNEL_MAX_DIMS];\n"
-    "    int64_t row_begin, row_end;           /* rows: the outer index, flat */\n"
-    "    int64_t col_begin, col_end;\n"
-    "    const tgl_kbuf *in;\n"
-    "    tgl_kbuf *out;\n"
-    "} tgl_kargs;\n"
-    "\n"
-    "typedef void (*tgl_kernel_fn)(const tgl_kargs *args);\n"
-    "\n"
-    "#endif /* TGL_KERNEL_H */\n";
-_Static_assert(TGL_KERNEL_ABI == 1,
-               "tgl_kernel.h changed: update tgl_cgen_kernel_header in render.c");
+#include "tgl_kernel_text.h"  /* generated: TGL_KERNEL_H_TEXT */
+
+/* tgl_kernel.h, verbatim: the build embeds the file's text
+ * (cmake/tgl_embed_text.cmake), and spec/c/test_cgen.c checks it against
+ * the file. */
+const char tgl_cgen_kernel_header[] = TGL_KERNEL_H_TEXT;
 
 /* Rows of a row-reduction go through a buffer of this many values into
  * this many accumulator lanes. */

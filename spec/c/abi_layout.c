@@ -1,0 +1,50 @@
+/*
+ * abi_layout.c — the C compiler's view of tgl.h's public structs and
+ * constants, printed for spec/cdef_spec.lua, which compares it with what
+ * LuaJIT makes of the generated FFI declarations (tgl.cdef).  The spec
+ * fails when a struct or field of tgl.h is missing below, so this list
+ * grows with the header.
+ *
+ * Output, one tab-separated record per line:
+ *   struct  <name> <sizeof> <alignof>
+ *   field   <struct> <field> <offsetof> <sizeof>
+ *   define  <name> <integer value>
+ *   string  <name> <text>
+ */
+#include <stdalign.h>
+#include <stddef.h>
+#include <stdio.h>
+
+#include "tgl.h"
+
+#define STRUCTS(S, F)                                                     \
+    S(tgl_array)                                                          \
+    F(tgl_array, data) F(tgl_array, shape) F(tgl_array, strides)          \
+    F(tgl_array, size) F(tgl_array, ndim) F(tgl_array, dtype_id)          \
+    F(tgl_array, refcount) F(tgl_array, flags) F(tgl_array, storage)      \
+    S(tgl_npz)                                                            \
+    F(tgl_npz, n) F(tgl_npz, names) F(tgl_npz, arrays)                    \
+    S(tgl_type)                                                           \
+    F(tgl_type, dtype) F(tgl_type, ndim) F(tgl_type, bcast)               \
+    S(tgl_params)                                                         \
+    F(tgl_params, n) F(tgl_params, flags) F(tgl_params, i) F(tgl_params, f) \
+    S(tgl_compile_options)                                                \
+    F(tgl_compile_options, linker) F(tgl_compile_options, profile)        \
+    F(tgl_compile_options, name) F(tgl_compile_options, mode)
+
+#define DEFINES(D)                                                        \
+    D(TGL_VERSION_MAJOR) D(TGL_VERSION_MINOR) D(TGL_VERSION_PATCH)        \
+    D(TGL_MAX_DIMS) D(TGL_ALIGN) D(TGL_ARRAY_CONTIGUOUS) D(TGL_MAX_PARAMS)
+
+#define PRINT_STRUCT(s) printf("struct\t%s\t%zu\t%zu\n", #s, sizeof(s), alignof(s));
+#define PRINT_FIELD(s, f) \
+    printf("field\t%s\t%s\t%zu\t%zu\n", #s, #f, offsetof(s, f), sizeof(((s *)0)->f));
+#define PRINT_DEFINE(d) printf("define\t%s\t%lld\n", #d, (long long)(d));
+
+int main(void)
+{
+    STRUCTS(PRINT_STRUCT, PRINT_FIELD)
+    DEFINES(PRINT_DEFINE)
+    printf("string\tTGL_VERSION\t%s\n", TGL_VERSION);
+    return fflush(stdout) == 0 ? 0 : 1;
+}
