@@ -25,6 +25,7 @@
  * max and min keep any NaN they meet.
  */
 #include "cgen/cgint.h"
+#include "engine/hash.h"
 #include "engine/ops/ops.h"
 
 #include <math.h>
@@ -396,19 +397,12 @@ tgl_status tgl_cgen_render(tgl_ctx *ctx, const tgl_fprog *prog, const char *symb
 
 /* ---- digest ---------------------------------------------------------------- */
 
-static uint64_t fnv(uint64_t h, const void *data, size_t n)
-{
-    const unsigned char *c = data;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ c[i]) * 1099511628211ull;
-    return h;
-}
-
-#define MIX(h, v) do { int64_t v_ = (int64_t)(v); (h) = fnv((h), &v_, sizeof v_); } while (0)
+#define MIX(h, v) \
+    do { int64_t v_ = (int64_t)(v); (h) = tgl_hash_bytes((h), &v_, sizeof v_); } while (0)
 
 uint64_t tgl_cgen_digest(const tgl_fprog *p)
 {
-    uint64_t h = 14695981039346656037ull;
+    uint64_t h = TGL_HASH_FNV_BASIS;
     MIX(h, p->ndim);
     MIX(h, p->nin);
     for (int j = 0; j < p->nin; j++) {
@@ -422,7 +416,7 @@ uint64_t tgl_cgen_digest(const tgl_fprog *p)
         MIX(h, c->dtype);
         for (int a = 0; a < 3; a++)
             MIX(h, c->arg[a]);
-        h = fnv(h, &c->value, sizeof c->value);
+        h = tgl_hash_bytes(h, &c->value, sizeof c->value);
     }
     MIX(h, p->nout);
     for (int k = 0; k < p->nout; k++) {
