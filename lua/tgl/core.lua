@@ -27,6 +27,7 @@ void tgl_ctx_set_interrupt_flag(tgl_ctx *ctx, volatile int *flag);
 const char *tgl_dtype_name(int dtype);
 int tgl_dtype_from_name(const char *name);
 size_t tgl_dtype_size(int dtype);
+int tgl_dtype_promote(int a, int b);
 
 typedef struct tgl_storage tgl_storage;
 typedef struct tgl_array {
