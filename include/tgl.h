@@ -127,6 +127,10 @@ TGL_API const char *tgl_dtype_name(int dtype);
 TGL_API int tgl_dtype_from_name(const char *name);
 /* Bytes per element; 0 for an invalid dtype. */
 TGL_API size_t tgl_dtype_size(int dtype);
+/* The dtype that a and b promote to: the later of the two in bool < uint8 <
+ * int32 < int64 < float32 < float64 (so int64 with float32 is float32);
+ * -1 if either is not a dtype.  Symmetric. */
+TGL_API int tgl_dtype_promote(int a, int b);
 
 /* ------------------------------------------------------------------------ */
 /* Arrays                                                                   */

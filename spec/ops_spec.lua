@@ -320,6 +320,20 @@ describe('arithmetic', function()
          'float64', { 0.5, 1 })
   end)
 
+  it('promotes an integer with a float to that float (int64 + float32 is float32, unlike NumPy)', function()
+    both(function(a, b) return a + b end, { arr({ 1, 2 }, 'int64'), arr({ 0.5, 1 }, 'float32') },
+         'float32', { 1.5, 3 })
+  end)
+
+  it('gives a number the dtype its tensor arguments promote to', function()
+    -- int64 with float32 promotes to float32, so 2.5 is a float32 constant
+    both(function(x, lo) return tgl.clip(x, lo, 2.5) end,
+         { arr({ 1, 5 }, 'int64'), arr({ 1.5, 1.5 }, 'float32') }, 'float32', { 1.5, 2.5 })
+    -- bool with uint8 is uint8, which cannot hold 300: int32
+    both(function(b, u) return tgl.clip(b, u, 300) end,
+         { arr({ true, false }, 'bool'), arr({ 0, 0 }, 'uint8') }, 'int32', { 1, 0 })
+  end)
+
   it('computes on 0-d scalars', function()
     both(function(a, b) return a * b + 1 end, { arr(2.5), arr(4) }, 'float32', 11, {})
     expect(tgl.add(1, 2), 'float32', 3, {})

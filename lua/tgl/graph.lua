@@ -23,7 +23,6 @@ local params_t = ffi.typeof('tgl_params')
 local out_array = core.out_array_t
 
 local DTYPE, DTYPE_NAME = array.DTYPE, array.DTYPE_NAME
-local RANK = { [5] = 0, [4] = 1, [2] = 2, [3] = 3, [0] = 4, [1] = 5 } -- by dtype id
 local KIND = { input = 0, constant = 1, shared = 2, apply = 3 }
 M.KIND = KIND
 
@@ -138,14 +137,15 @@ local function weak_dtype(v, dt)
   return DTYPE[floatX()]
 end
 
--- Promoted dtype id of the tensor arguments (nil when there are none).
+-- Promoted dtype id of the tensor arguments (nil when there are none),
+-- by the engine's rule (tgl_dtype_promote).
 local function tensor_dtype(args, n)
   local dt
   for i = 1, n do
     local a = args[i]
     if is_var(a) or is_array(a) then
       local d = dt_of(a)
-      if dt == nil or RANK[d] > RANK[dt] then dt = d end
+      dt = dt == nil and d or C.tgl_dtype_promote(dt, d)
     end
   end
   return dt

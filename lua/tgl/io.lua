@@ -7,7 +7,7 @@
 --   tgl.load('w.npy')  --> array ;  tgl.load('ckpt.npz')  --> {W = ..., b = ...}
 --
 -- load tells the formats apart by the file's first bytes, not its name.
--- The C side (src/engine/npy.c, npz.c) writes atomically and checks every
+-- The C side (src/io/npy.c, npz.c) writes atomically and checks every
 -- byte it reads; this file checks arguments and converts to and from Lua.
 local core = require 'tgl.core'
 local ffi, C = core.ffi, core.C

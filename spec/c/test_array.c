@@ -267,6 +267,18 @@ static void dtype_invalid_ids_have_no_name_and_size_zero(void **state)
     assert_int_equal(tgl_dtype_size(TGL_NDTYPES), 0);
 }
 
+static void dtype_promote_takes_the_later_in_bool_uint8_int32_int64_float32_float64(void **state)
+{
+    (void)state;
+    static const int order[] = {TGL_BOOL, TGL_UINT8, TGL_INT32, TGL_INT64, TGL_FLOAT32, TGL_FLOAT64};
+    for (int i = 0; i < 6; i++)
+        for (int j = 0; j < 6; j++)
+            assert_int_equal(tgl_dtype_promote(order[i], order[j]), order[i > j ? i : j]);
+    assert_int_equal(tgl_dtype_promote(TGL_INT64, TGL_FLOAT32), TGL_FLOAT32);
+    assert_int_equal(tgl_dtype_promote(-1, TGL_FLOAT32), -1);
+    assert_int_equal(tgl_dtype_promote(TGL_FLOAT32, TGL_NDTYPES), -1);
+}
+
 static void dtype_from_name_accepts_the_torch_aliases(void **state)
 {
     (void)state;
@@ -1796,6 +1808,7 @@ int main(void)
         /* dtypes */
         T(dtype_names_and_sizes_follow_the_abi_order),
         T(dtype_invalid_ids_have_no_name_and_size_zero),
+        T(dtype_promote_takes_the_later_in_bool_uint8_int32_int64_float32_float64),
         T(dtype_from_name_accepts_the_torch_aliases),
         T(dtype_from_name_rejects_unknown_names),
         /* creation */

@@ -10,25 +10,13 @@
 #define TGL_CGINT_H
 
 #include "cgen/cgen.h"
+#include "engine/strbuf.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 /* ---- render.c and expr.c -------------------------------------------------- */
-
-/* A growing string; oom is set (and output dropped) when memory runs out. */
-typedef struct tgl_sbuf {
-    char *p;
-    size_t n, cap;
-    bool oom;
-} tgl_sbuf;
-
-void tgl_sb_printf(tgl_sbuf *b, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
 
 /* The state of rendering one program: which libm functions (bit per
  * function, [0] double, [1] float) and helpers the source needs, and the
@@ -54,11 +42,11 @@ tgl_status tgl_cgen_fail(tgl_render *r, const char *fmt, ...)
 #endif
     ;
 /* A literal of dtype holding v as tgl_store_from_double stores it. */
-void tgl_cgen_literal(tgl_render *r, tgl_sbuf *b, int dtype, double v);
+void tgl_cgen_literal(tgl_render *r, tgl_sb *b, int dtype, double v);
 /* `T v<i> = ...;` for instruction i of r->p. */
-void tgl_cgen_instr(tgl_render *r, tgl_sbuf *b, int i, int mode);
+void tgl_cgen_instr(tgl_render *r, tgl_sb *b, int i, int mode);
 /* Declarations of the libm functions and helpers the instructions used. */
-void tgl_cgen_prelude(tgl_render *r, tgl_sbuf *b);
+void tgl_cgen_prelude(tgl_render *r, tgl_sb *b);
 
 /* The text of tgl_kernel.h, embedded at the top of every kernel source. */
 extern const char tgl_cgen_kernel_header[];

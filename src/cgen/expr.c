@@ -28,38 +28,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- a growing string ------------------------------------------------------ */
-
-void tgl_sb_printf(tgl_sbuf *b, const char *fmt, ...)
-{
-    if (b->oom)
-        return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int k = vsnprintf(b->p ? b->p + b->n : NULL, b->p ? b->cap - b->n : 0, fmt, ap);
-        va_end(ap);
-        if (k < 0) {
-            b->oom = true;
-            return;
-        }
-        if (b->p && b->n + (size_t)k < b->cap) {
-            b->n += (size_t)k;
-            return;
-        }
-        size_t cap = b->cap ? b->cap * 2 : 4096;
-        while (cap < b->n + (size_t)k + 1)
-            cap *= 2;
-        char *q = realloc(b->p, cap);
-        if (!q) {
-            b->oom = true;
-            return;
-        }
-        b->p = q;
-        b->cap = cap;
-    }
-}
-
 /* ---- libm and helpers the source may need ------------------------------ */
 
 /* vec: glibc's libmvec has vector variants (2.22: exp log sin cos pow;
@@ -142,7 +110,7 @@ tgl_status tgl_cgen_fail(tgl_render *r, const char *fmt, ...)
 
 /* A literal of dtype dt holding v as the reference's constant array holds
  * it (tgl_store_from_double), exactly: hex floats, no decimal rounding. */
-void tgl_cgen_literal(tgl_render *r, tgl_sbuf *b, int dt, double v)
+void tgl_cgen_literal(tgl_render *r, tgl_sb *b, int dt, double v)
 {
     union { float f; double d; int32_t i32; int64_t i64; uint8_t u8; } x;
     tgl_store_from_double(dt, &x, 0, v);
@@ -184,7 +152,7 @@ void tgl_cgen_literal(tgl_render *r, tgl_sbuf *b, int dt, double v)
 /* `T v<i> = x converted from dtype from to dtype to`, as copy_elements in
  * array.c converts: integers wrap, int64 -> float32 rounds once, the rest
  * goes through double with saturating, NaN-to-0 float-to-int. */
-static void cast(tgl_render *r, tgl_sbuf *b, int i, int from, int to, const char *x)
+static void cast(tgl_render *r, tgl_sb *b, int i, int from, int to, const char *x)
 {
     const char *T = tgl_cgen_ctype(to);
     if (from == to) {
@@ -238,7 +206,7 @@ static int arity(int op)
 }
 
 /* Float math of instruction i (result dtype dt, operands x y z). */
-static bool float_op(tgl_render *r, tgl_sbuf *b, int i, int op, int dt, const char *x,
+static bool float_op(tgl_render *r, tgl_sb *b, int i, int op, int dt, const char *x,
                      const char *y, const char *z)
 {
     const char *T = tgl_cgen_ctype(dt);
@@ -305,7 +273,7 @@ static bool float_op(tgl_render *r, tgl_sbuf *b, int i, int op, int dt, const ch
 
 /* Integer arithmetic of instruction i: wraps through uint64 as the
  * reference does, so overflow is defined. */
-static bool int_op(tgl_render *r, tgl_sbuf *b, int i, int op, int dt, const char *x, const char *y,
+static bool int_op(tgl_render *r, tgl_sb *b, int i, int op, int dt, const char *x, const char *y,
                    const char *z)
 {
     const char *T = tgl_cgen_ctype(dt);
@@ -360,7 +328,7 @@ static bool int_op(tgl_render *r, tgl_sbuf *b, int i, int op, int dt, const char
 }
 
 /* `T v<i> = ...;` for instruction i; mode says how inputs are loaded. */
-void tgl_cgen_instr(tgl_render *r, tgl_sbuf *b, int i, int mode)
+void tgl_cgen_instr(tgl_render *r, tgl_sb *b, int i, int mode)
 {
     const tgl_fprog *p = r->p;
     const tgl_finstr *in = &p->code[i];
@@ -439,7 +407,7 @@ void tgl_cgen_instr(tgl_render *r, tgl_sbuf *b, int i, int mode)
 /* ---- the prelude ---------------------------------------------------------- */
 
 /* Declarations of the libm functions used, and the helpers. */
-void tgl_cgen_prelude(tgl_render *r, tgl_sbuf *b)
+void tgl_cgen_prelude(tgl_render *r, tgl_sb *b)
 {
     for (int s = 0; s < 2; s++)
         for (int f = 0; f < LM_COUNT; f++) {

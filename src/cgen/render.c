@@ -25,6 +25,7 @@
  * max and min keep any NaN they meet.
  */
 #include "cgen/cgint.h"
+#include "engine/hash.h"
 #include "engine/ops/ops.h"
 
 #include <math.h>
@@ -58,7 +59,7 @@ int tgl_cgen_acc_dtype(const tgl_fprog *p)
  * accumulator's dtype adt): reduce.c's rules — integer sums and products
  * wrap, max/min keep any NaN they have met.  l and w are evaluated more
  * than once: pass plain lvalues. */
-static void comb(tgl_sbuf *b, int op, int adt, const char *l, const char *w)
+static void comb(tgl_sb *b, int op, int adt, const char *l, const char *w)
 {
     bool fl = tgl_dtype_is_float(adt);
     switch (op) {
@@ -86,7 +87,7 @@ static void comb(tgl_sbuf *b, int op, int adt, const char *l, const char *w)
 }
 
 /* Value v (dtype vdt) as the accumulator's dtype; bools count as 0/1. */
-static void conv(tgl_sbuf *b, int adt, int vdt, const char *v)
+static void conv(tgl_sb *b, int adt, int vdt, const char *v)
 {
     if (vdt == TGL_BOOL)
         tgl_sb_printf(b, "(%s)(%s != 0)", tgl_cgen_ctype(adt), v);
@@ -95,7 +96,7 @@ static void conv(tgl_sbuf *b, int adt, int vdt, const char *v)
 }
 
 /* The identity of the reduction in the accumulator's dtype. */
-static void identity(tgl_render *r, tgl_sbuf *b, int op, int adt)
+static void identity(tgl_render *r, tgl_sb *b, int op, int adt)
 {
     bool mx = op == TGL_OP_MAX;
     if (op == TGL_OP_SUM || op == TGL_OP_PROD) {
@@ -122,7 +123,7 @@ static int out_dtype(const tgl_fprog *p, int k)
     return k == 0 && p->reduce_op >= 0 ? tgl_cgen_acc_dtype(p) : p->out_type[k].dtype;
 }
 
-static void params(tgl_render *r, tgl_sbuf *b, int mode, bool racc)
+static void params(tgl_render *r, tgl_sb *b, int mode, bool racc)
 {
     const tgl_fprog *p = r->p;
     tgl_sb_printf(b, "int64_t c0, int64_t c1");
@@ -147,7 +148,7 @@ static void params(tgl_render *r, tgl_sbuf *b, int mode, bool racc)
 }
 
 /* The loop body for column k: every instruction, then the stores. */
-static void body(tgl_render *r, tgl_sbuf *b, int mode, bool racc)
+static void body(tgl_render *r, tgl_sb *b, int mode, bool racc)
 {
     const tgl_fprog *p = r->p;
     for (int i = 0; i < p->ninstr && !r->st; i++) {
@@ -190,7 +191,7 @@ static void body(tgl_render *r, tgl_sbuf *b, int mode, bool racc)
 }
 
 /* tgl_row_r: the row folded into LANES accumulators through a buffer. */
-static void row_reduce(tgl_render *r, tgl_sbuf *b)
+static void row_reduce(tgl_render *r, tgl_sb *b)
 {
     const tgl_fprog *p = r->p;
     int op = p->reduce_op, adt = tgl_cgen_acc_dtype(p);
@@ -226,7 +227,7 @@ static void row_reduce(tgl_render *r, tgl_sbuf *b)
     tgl_sb_printf(b, "; }\n}\n\n");
 }
 
-static void row(tgl_render *r, tgl_sbuf *b, const char *name, int mode)
+static void row(tgl_render *r, tgl_sb *b, const char *name, int mode)
 {
     tgl_sb_printf(b, "static void %s(", name);
     params(r, b, mode, false);
@@ -236,7 +237,7 @@ static void row(tgl_render *r, tgl_sbuf *b, const char *name, int mode)
 }
 
 /* Arguments of a row call from the kernel's loop. */
-static void call_args(tgl_render *r, tgl_sbuf *b, int mode)
+static void call_args(tgl_render *r, tgl_sb *b, int mode)
 {
     const tgl_fprog *p = r->p;
     tgl_sb_printf(b, "c0, c1");
@@ -257,7 +258,7 @@ static void call_args(tgl_render *r, tgl_sbuf *b, int mode)
     }
 }
 
-static void kernel(tgl_render *r, tgl_sbuf *b, const char *symbol)
+static void kernel(tgl_render *r, tgl_sb *b, const char *symbol)
 {
     const tgl_fprog *p = r->p;
     bool red = p->reduce_op >= 0;
@@ -328,7 +329,7 @@ tgl_status tgl_cgen_render(tgl_ctx *ctx, const tgl_fprog *prog, const char *symb
         return tgl_cgen_fail(&r, "reduction op %d", prog->reduce_op);
     /* Functions first: rendering them records which declarations and
      * helpers the prelude needs. */
-    tgl_sbuf fns = {0}, out = {0};
+    tgl_sb fns = {0}, out = {0};
     row(&r, &fns, "tgl_row_u", TGL_ROW_UNIT);
     if (prog->reduce_op >= 0)
         row_reduce(&r, &fns);
@@ -341,31 +342,23 @@ tgl_status tgl_cgen_render(tgl_ctx *ctx, const tgl_fprog *prog, const char *symb
                       (unsigned)prog->reduce_mask);
     tgl_sb_printf(&out, " */\n%s\n", tgl_cgen_kernel_header);
     tgl_cgen_prelude(&r, &out);
-    tgl_sb_printf(&out, "%s", fns.p ? fns.p : "");
-    free(fns.p);
-    if (r.st || out.oom || fns.oom) {
-        free(out.p);
-        return r.st ? r.st : tgl_ctx_set_error(ctx, TGL_ENOMEM, "cgen: out of memory");
+    tgl_sb_cat(&out, &fns);
+    tgl_sb_free(&fns);
+    if (r.st) {
+        tgl_sb_free(&out);
+        return r.st;
     }
-    *source = out.p;
-    return TGL_OK;
+    return tgl_sb_finish(&out, ctx, "cgen", source);
 }
 
 /* ---- digest ---------------------------------------------------------------- */
 
-static uint64_t fnv(uint64_t h, const void *data, size_t n)
-{
-    const unsigned char *c = data;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ c[i]) * 1099511628211ull;
-    return h;
-}
-
-#define MIX(h, v) do { int64_t v_ = (int64_t)(v); (h) = fnv((h), &v_, sizeof v_); } while (0)
+#define MIX(h, v) \
+    do { int64_t v_ = (int64_t)(v); (h) = tgl_hash_bytes((h), &v_, sizeof v_); } while (0)
 
 uint64_t tgl_cgen_digest(const tgl_fprog *p)
 {
-    uint64_t h = 14695981039346656037ull;
+    uint64_t h = TGL_HASH_FNV_BASIS;
     MIX(h, p->ndim);
     MIX(h, p->nin);
     for (int j = 0; j < p->nin; j++) {
@@ -379,7 +372,7 @@ uint64_t tgl_cgen_digest(const tgl_fprog *p)
         MIX(h, c->dtype);
         for (int a = 0; a < 3; a++)
             MIX(h, c->arg[a]);
-        h = fnv(h, &c->value, sizeof c->value);
+        h = tgl_hash_bytes(h, &c->value, sizeof c->value);
     }
     MIX(h, p->nout);
     for (int k = 0; k < p->nout; k++) {

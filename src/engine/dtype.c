@@ -1,23 +1,27 @@
 /*
- * dtype.c — the six element types: names, sizes, and the conversions to
- * and from double that the reference paths (fill, get/set, cast) use.
+ * dtype.c — the six element types: names, sizes, the promotion order
+ * every op and the Lua layer share, and the conversions to and from double
+ * that the reference paths (fill, get/set, cast) use.
  */
 #include "engine/engine.h"
 
 #include <math.h>
 #include <string.h>
 
-/* One row per dtype, in tgl_dtype order. */
+/* One row per dtype, in tgl_dtype order.  rank orders promotion as NumPy
+ * does among these six, except that an integer with a float gives that
+ * float (int64 + float32 is float32). */
 static const struct {
     const char *name;
     size_t size;
+    int rank;
 } dtype_table[] = {
-    [TGL_FLOAT32] = {"float32", 4},
-    [TGL_FLOAT64] = {"float64", 8},
-    [TGL_INT32] = {"int32", 4},
-    [TGL_INT64] = {"int64", 8},
-    [TGL_UINT8] = {"uint8", 1},
-    [TGL_BOOL] = {"bool", 1},
+    [TGL_FLOAT32] = {"float32", 4, 4},
+    [TGL_FLOAT64] = {"float64", 8, 5},
+    [TGL_INT32] = {"int32", 4, 2},
+    [TGL_INT64] = {"int64", 8, 3},
+    [TGL_UINT8] = {"uint8", 1, 1},
+    [TGL_BOOL] = {"bool", 1, 0},
 };
 _Static_assert(sizeof dtype_table / sizeof dtype_table[0] == TGL_NDTYPES,
                "dtype_table must list every dtype");
@@ -52,6 +56,13 @@ int tgl_dtype_from_name(const char *name)
 size_t tgl_dtype_size(int dtype)
 {
     return dtype >= 0 && dtype < TGL_NDTYPES ? dtype_table[dtype].size : 0;
+}
+
+int tgl_dtype_promote(int a, int b)
+{
+    if (a < 0 || a >= TGL_NDTYPES || b < 0 || b >= TGL_NDTYPES)
+        return -1;
+    return dtype_table[a].rank >= dtype_table[b].rank ? a : b;
 }
 
 double tgl_load_as_double(int dtype, const void *p, int64_t i)

@@ -7,33 +7,32 @@
  * reference path runs them).
  */
 #include "engine/fprog.h"
+#include "engine/hash.h"
 #include "cgen/cgen.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define mix tgl_hash_mix
-
 static uint64_t prog_hash(const tgl_fprog *p)
 {
-    uint64_t h = mix(0xf00dull, (uint64_t)p->ndim);
-    h = mix(h, (uint64_t)p->nin);
+    uint64_t h = tgl_hash_mix(0xf00dull, (uint64_t)p->ndim);
+    h = tgl_hash_mix(h, (uint64_t)p->nin);
     for (int i = 0; i < p->nin; i++)
-        h = mix(h, (uint64_t)p->in_type[i].dtype << 40 | (uint64_t)p->in_type[i].bcast);
+        h = tgl_hash_mix(h, (uint64_t)p->in_type[i].dtype << 40 | (uint64_t)p->in_type[i].bcast);
     for (int i = 0; i < p->ninstr; i++) {
         const tgl_finstr *c = &p->code[i];
         uint64_t v;
         memcpy(&v, &c->value, sizeof v);
-        h = mix(h, (uint64_t)(uint32_t)c->op << 32 | (uint32_t)c->dtype);
-        h = mix(h, (uint64_t)(uint32_t)c->arg[0] << 32 | (uint32_t)c->arg[1]);
-        h = mix(h, (uint64_t)(uint32_t)c->arg[2] ^ v);
+        h = tgl_hash_mix(h, (uint64_t)(uint32_t)c->op << 32 | (uint32_t)c->dtype);
+        h = tgl_hash_mix(h, (uint64_t)(uint32_t)c->arg[0] << 32 | (uint32_t)c->arg[1]);
+        h = tgl_hash_mix(h, (uint64_t)(uint32_t)c->arg[2] ^ v);
     }
     for (int i = 0; i < p->nout; i++)
-        h = mix(h, (uint64_t)p->out_instr[i] << 40 | (uint64_t)p->out_type[i].dtype << 32 |
-                       p->out_type[i].bcast);
-    h = mix(h, (uint64_t)(uint32_t)p->reduce_op << 32 | p->reduce_mask);
-    return mix(h, (uint64_t)p->reduce_keepdims);
+        h = tgl_hash_mix(h, (uint64_t)p->out_instr[i] << 40 |
+                                (uint64_t)p->out_type[i].dtype << 32 | p->out_type[i].bcast);
+    h = tgl_hash_mix(h, (uint64_t)(uint32_t)p->reduce_op << 32 | p->reduce_mask);
+    return tgl_hash_mix(h, (uint64_t)p->reduce_keepdims);
 }
 
 static bool same_prog(const tgl_fprog *a, const tgl_fprog *b)

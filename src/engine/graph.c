@@ -16,13 +16,7 @@
 
 /* ---- hashing --------------------------------------------------------- */
 
-static uint64_t hash_bytes(uint64_t h, const void *p, size_t n)
-{
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ b[i]) * 0x100000001b3ull;
-    return h;
-}
+#define hash_bytes tgl_hash_bytes
 
 /* Constants up to this many elements are hash-consed by content; larger
  * ones are always distinct nodes (hashing them would cost O(size)). */

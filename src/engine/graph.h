@@ -7,6 +7,7 @@
 #define TGL_GRAPH_H
 
 #include "engine/engine.h"
+#include "engine/hash.h"
 
 /* A payload: data an op node carries beyond its integer parameters (a
  * fused program, an inner graph, a layout struct).  Payloads are interned
@@ -142,13 +143,6 @@ tgl_status tgl_apply_payload(tgl_ctx *ctx, int op, int nin, tgl_node *const *in,
  * the next tgl_graph_collect. */
 tgl_status tgl_payload_intern(tgl_ctx *ctx, tgl_payload *p, tgl_payload **out);
 
-/* The mixer every identity hash uses (graph, payloads). */
-static inline uint64_t tgl_hash_mix(uint64_t h, uint64_t v)
-{
-    h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
-    h *= 0xff51afd7ed558ccdull;
-    return h ^ (h >> 33);
-}
 
 /* Every node the roots depend on, inputs before users, each once
  * (iterative: deep graphs do not overflow the C stack).  *order is

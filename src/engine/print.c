@@ -4,6 +4,7 @@
  */
 #include "engine/program.h"
 #include "engine/fprog.h"
+#include "engine/strbuf.h"
 #include "cgen/cgen.h"
 
 #include <inttypes.h>
@@ -13,56 +14,6 @@
 #include <string.h>
 
 /* ---- text ------------------------------------------------------------ */
-
-typedef struct strbuf {
-    char *p;
-    size_t n, cap;
-    bool failed;
-} strbuf;
-
-static void sb_printf(strbuf *sb, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
-
-static void sb_printf(strbuf *sb, const char *fmt, ...)
-{
-    if (sb->failed)
-        return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int k = vsnprintf(sb->p ? sb->p + sb->n : NULL, sb->p ? sb->cap - sb->n : 0, fmt, ap);
-        va_end(ap);
-        if (k < 0) {
-            sb->failed = true;
-            return;
-        }
-        if (sb->p && sb->n + (size_t)k < sb->cap) {
-            sb->n += (size_t)k;
-            return;
-        }
-        size_t nc = (sb->cap ? sb->cap * 2 : 1024) + (size_t)k;
-        char *np = realloc(sb->p, nc);
-        if (!np) {
-            sb->failed = true;
-            return;
-        }
-        sb->p = np;
-        sb->cap = nc;
-    }
-}
-
-static tgl_status sb_finish(tgl_ctx *ctx, strbuf *sb, char **text)
-{
-    if (sb->failed || !sb->p) {
-        free(sb->p);
-        return tgl_ctx_set_error(ctx, TGL_ENOMEM, "tgl: out of memory formatting text");
-    }
-    *text = sb->p;
-    return TGL_OK;
-}
 
 void tgl_free(void *p)
 {
@@ -85,14 +36,14 @@ tgl_status tgl_function_program(tgl_ctx *ctx, const tgl_function *f, char **text
     TGL_CHECK_CTX(ctx);
     TGL_CHECK(f && text, TGL_EINVAL, "tgl_function_program: NULL argument");
     const tgl_program *fn = f->prog;
-    strbuf sb = {0};
+    tgl_sb sb = {0};
     static const char *linkers[] = {"cvm", "cvm_nogc", "vm"};
-    sb_printf(&sb, "function %s: %d inputs, %d outputs, %d updates, %d instructions (%s)\n",
+    tgl_sb_printf(&sb, "function %s: %d inputs, %d outputs, %d updates, %d instructions (%s)\n",
               fn->name, fn->nin, fn->nout, fn->nupd, fn->ncode, linkers[fn->linker]);
     char a[64], t[96];
     for (int32_t pc = 0; pc < fn->ncode; pc++) {
         const tgl_instr *ins = &fn->code[pc];
-        sb_printf(&sb, "%4d  ", pc);
+        tgl_sb_printf(&sb, "%4d  ", pc);
         switch (ins->kind) {
         case TGL_I_OP:
             if (ins->node->payload) {
@@ -100,77 +51,77 @@ tgl_status tgl_function_program(tgl_ctx *ctx, const tgl_function *f, char **text
                 for (int k = 0; k < ins->nouts; k++)
                     if (ins->outs[k] >= 0) {
                         slot_name(fn, ins->outs[k], a, sizeof a);
-                        sb_printf(&sb, "%s%s", shown++ ? ", " : "", a);
+                        tgl_sb_printf(&sb, "%s%s", shown++ ? ", " : "", a);
                     }
                 char label[512];
                 tgl_node_payload_label(ins->node, label, sizeof label);
-                sb_printf(&sb, " = %s", label);
+                tgl_sb_printf(&sb, " = %s", label);
                 if (ins->node->op == TGL_OP_FUSED) {
                     int tier = tgl_cgen_tier(tgl_fprog_of(ins->node));
-                    sb_printf(&sb, "[%s]", tier == 2 ? "cc" : tier == 1 ? "tcc" : "ref");
+                    tgl_sb_printf(&sb, "[%s]", tier == 2 ? "cc" : tier == 1 ? "tcc" : "ref");
                 }
-                sb_printf(&sb, "(");
+                tgl_sb_printf(&sb, "(");
             } else if (ins->nouts > 1) {
                 int shown = 0;
                 for (int k = 0; k < ins->nouts; k++)
                     if (ins->outs[k] >= 0) {
                         slot_name(fn, ins->outs[k], a, sizeof a);
-                        sb_printf(&sb, "%s%s", shown++ ? ", " : "", a);
+                        tgl_sb_printf(&sb, "%s%s", shown++ ? ", " : "", a);
                     }
-                sb_printf(&sb, " = %s(", tgl_op_name(ins->node->op));
+                tgl_sb_printf(&sb, " = %s(", tgl_op_name(ins->node->op));
             } else {
                 slot_name(fn, ins->out, a, sizeof a);
-                sb_printf(&sb, "%s = %s(", a, tgl_op_name(ins->node->op));
+                tgl_sb_printf(&sb, "%s = %s(", a, tgl_op_name(ins->node->op));
             }
             for (int k = 0; k < ins->nin; k++) {
                 slot_name(fn, ins->in[k], a, sizeof a);
-                sb_printf(&sb, "%s%s", k ? ", " : "", a);
+                tgl_sb_printf(&sb, "%s%s", k ? ", " : "", a);
             }
-            sb_printf(&sb, ")  %s", tgl_type_str(ins->node->type, t, sizeof t));
+            tgl_sb_printf(&sb, ")  %s", tgl_type_str(ins->node->type, t, sizeof t));
             if (ins->inplace >= 0) {
                 slot_name(fn, ins->in[ins->inplace], a, sizeof a);
-                sb_printf(&sb, "  [in place of %s]", a);
+                tgl_sb_printf(&sb, "  [in place of %s]", a);
             }
             if (ins->node->op == TGL_OP_GEMM || ins->node->op == TGL_OP_GEMV ||
                 ins->node->op == TGL_OP_GER)
-                sb_printf(&sb, "  alpha=%g beta=%g", ins->node->p.f[0], ins->node->p.f[1]);
+                tgl_sb_printf(&sb, "  alpha=%g beta=%g", ins->node->p.f[0], ins->node->p.f[1]);
             if (ins->node->source)
-                sb_printf(&sb, "  %s", ins->node->source);
+                tgl_sb_printf(&sb, "  %s", ins->node->source);
             break;
         case TGL_I_JUMPZ:
             slot_name(fn, ins->in[0], a, sizeof a);
-            sb_printf(&sb, "if not %s goto %d", a, ins->target);
+            tgl_sb_printf(&sb, "if not %s goto %d", a, ins->target);
             break;
         case TGL_I_JUMP:
-            sb_printf(&sb, "goto %d", ins->target);
+            tgl_sb_printf(&sb, "goto %d", ins->target);
             break;
         case TGL_I_MOVE:
             slot_name(fn, ins->out, a, sizeof a);
-            sb_printf(&sb, "%s = ", a);
+            tgl_sb_printf(&sb, "%s = ", a);
             slot_name(fn, ins->in[0], a, sizeof a);
-            sb_printf(&sb, "%s", a);
+            tgl_sb_printf(&sb, "%s", a);
             break;
         }
         if (ins->nfree) {
-            sb_printf(&sb, "  [frees");
+            tgl_sb_printf(&sb, "  [frees");
             for (int k = 0; k < ins->nfree; k++) {
                 slot_name(fn, ins->free_slots[k], a, sizeof a);
-                sb_printf(&sb, " %s", a);
+                tgl_sb_printf(&sb, " %s", a);
             }
-            sb_printf(&sb, "]");
+            tgl_sb_printf(&sb, "]");
         }
-        sb_printf(&sb, "\n");
+        tgl_sb_printf(&sb, "\n");
     }
     for (int i = 0; i < fn->nout; i++) {
         slot_name(fn, fn->out_slot[i], a, sizeof a);
-        sb_printf(&sb, "  output %d: %s\n", i + 1, a);
+        tgl_sb_printf(&sb, "  output %d: %s\n", i + 1, a);
     }
     for (int k = 0; k < fn->nupd; k++) {
         slot_name(fn, fn->upd_slot[k], a, sizeof a);
-        sb_printf(&sb, "  update %s <- %s\n", fn->upd_var[k]->name ? fn->upd_var[k]->name : "?",
+        tgl_sb_printf(&sb, "  update %s <- %s\n", fn->upd_var[k]->name ? fn->upd_var[k]->name : "?",
                   a);
     }
-    return sb_finish(ctx, &sb, text);
+    return tgl_sb_finish(&sb, ctx, "tgl", text);
 }
 
 tgl_status tgl_function_profile(tgl_ctx *ctx, const tgl_function *f, char **text)
@@ -192,14 +143,14 @@ tgl_status tgl_function_profile(tgl_ctx *ctx, const tgl_function *f, char **text
         nodes[ins->node->op]++;
         in_ops += fr->ins_ns[pc];
     }
-    strbuf sb = {0};
-    sb_printf(&sb, "Function profile: %s\n", fn->name);
-    sb_printf(&sb, "  calls: %" PRIu64 ", total %.3f ms, in ops %.3f ms (%.1f%%), "
+    tgl_sb sb = {0};
+    tgl_sb_printf(&sb, "Function profile: %s\n", fn->name);
+    tgl_sb_printf(&sb, "  calls: %" PRIu64 ", total %.3f ms, in ops %.3f ms (%.1f%%), "
               "%.1f us per call\n",
               fr->ncalls, fr->total_ns / 1e6, in_ops / 1e6,
               fr->total_ns ? 100.0 * (double)in_ops / (double)fr->total_ns : 0.0,
               fr->ncalls ? fr->total_ns / 1e3 / (double)fr->ncalls : 0.0);
-    sb_printf(&sb, "\n  %-18s %6s %10s %12s %7s %10s\n", "op", "nodes", "calls", "total ms",
+    tgl_sb_printf(&sb, "\n  %-18s %6s %10s %12s %7s %10s\n", "op", "nodes", "calls", "total ms",
               "share", "us/call");
     for (;;) {
         int best = -1;
@@ -208,11 +159,11 @@ tgl_status tgl_function_profile(tgl_ctx *ctx, const tgl_function *f, char **text
                 best = op;
         if (best < 0)
             break;
-        sb_printf(&sb, "  %-18s %6" PRIu64 " %10" PRIu64 " %12.3f %6.1f%% %10.2f\n",
+        tgl_sb_printf(&sb, "  %-18s %6" PRIu64 " %10" PRIu64 " %12.3f %6.1f%% %10.2f\n",
                   tgl_op_name(best), nodes[best], calls[best], ns[best] / 1e6,
                   in_ops ? 100.0 * (double)ns[best] / (double)in_ops : 0.0,
                   calls[best] ? ns[best] / 1e3 / (double)calls[best] : 0.0);
         nodes[best] = 0;
     }
-    return sb_finish(ctx, &sb, text);
+    return tgl_sb_finish(&sb, ctx, "tgl", text);
 }

@@ -26,19 +26,10 @@
 
 /* ---- types ----------------------------------------------------------- */
 
-/* elemwise.c's promotion rule, over tgl's six dtypes. */
-static int rank(int dtype)
-{
-    static const int r[TGL_NDTYPES] = {
-        [TGL_BOOL] = 0, [TGL_UINT8] = 1, [TGL_INT32] = 2,
-        [TGL_INT64] = 3, [TGL_FLOAT32] = 4, [TGL_FLOAT64] = 5,
-    };
-    return r[dtype];
-}
-
+/* Promotion as in elemwise arithmetic (tgl_dtype_promote). */
 static int product_dtype(int a, int b)
 {
-    int dt = rank(a) >= rank(b) ? a : b;
+    int dt = tgl_dtype_promote(a, b);
     return dt == TGL_BOOL ? TGL_INT64 : dt; /* arithmetic on bools counts */
 }
 

@@ -23,18 +23,9 @@
 
 /* ---- type rules ------------------------------------------------------ */
 
-static int rank(int dtype)
-{
-    static const int r[TGL_NDTYPES] = {
-        [TGL_BOOL] = 0, [TGL_UINT8] = 1, [TGL_INT32] = 2,
-        [TGL_INT64] = 3, [TGL_FLOAT32] = 4, [TGL_FLOAT64] = 5,
-    };
-    return r[dtype];
-}
-
 static int promote(int a, int b)
 {
-    return rank(a) >= rank(b) ? a : b;
+    return tgl_dtype_promote(a, b);
 }
 
 static bool is_unary_math(int op)

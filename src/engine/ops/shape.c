@@ -220,14 +220,9 @@ const tgl_opimpl tgl_impl_shape = {
 
 static int promote_all(tgl_node *const *in, int n)
 {
-    static const int rank[TGL_NDTYPES] = {
-        [TGL_BOOL] = 0, [TGL_UINT8] = 1, [TGL_INT32] = 2,
-        [TGL_INT64] = 3, [TGL_FLOAT32] = 4, [TGL_FLOAT64] = 5,
-    };
     int dt = in[0]->type.dtype;
     for (int i = 1; i < n; i++)
-        if (rank[in[i]->type.dtype] > rank[dt])
-            dt = in[i]->type.dtype;
+        dt = tgl_dtype_promote(dt, in[i]->type.dtype);
     return dt;
 }
 

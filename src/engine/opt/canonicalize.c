@@ -231,13 +231,6 @@ static tgl_node *reshape_chain(tgl_rewriter *rw, tgl_node *n)
     return tgl_if_same_type(n, tgl_mk(rw->ctx, TGL_OP_RESHAPE, n->nin, in, &n->p));
 }
 
-static int dtype_rank(int dt)
-{
-    static const int r[TGL_NDTYPES] = {[TGL_BOOL] = 0, [TGL_UINT8] = 1, [TGL_INT32] = 2,
-                                       [TGL_INT64] = 3, [TGL_FLOAT32] = 4, [TGL_FLOAT64] = 5};
-    return r[dt];
-}
-
 static tgl_node *cast_chain(tgl_rewriter *rw, tgl_node *n)
 {
     (void)rw;
@@ -248,7 +241,7 @@ static tgl_node *cast_chain(tgl_rewriter *rw, tgl_node *n)
     /* Widening then narrowing back is exact only float->float or
      * int->wider int->same int. */
     bool exact = x->type.dtype == n->type.dtype &&
-                 dtype_rank(mid->type.dtype) >= dtype_rank(x->type.dtype) &&
+                 tgl_dtype_promote(mid->type.dtype, x->type.dtype) == mid->type.dtype &&
                  (tgl_dtype_is_float(x->type.dtype) == tgl_dtype_is_float(mid->type.dtype) ||
                   (!tgl_dtype_is_float(x->type.dtype) && mid->type.dtype == TGL_FLOAT64 &&
                    x->type.dtype != TGL_INT64));

@@ -15,7 +15,7 @@
  * actually present before anything is allocated, so a corrupt or hostile
  * file fails with TGL_EFORMAT instead of crashing or exhausting memory.
  */
-#include "engine/npyfmt.h"
+#include "io/npyfmt.h"
 
 #include <errno.h>
 #include <inttypes.h>

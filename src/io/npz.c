@@ -16,7 +16,7 @@
  * against it, bounds every size by the file's size before allocating, and
  * checks every entry's CRC before decoding it.
  */
-#include "engine/npyfmt.h"
+#include "io/npyfmt.h"
 
 #include <errno.h>
 #include <inttypes.h>

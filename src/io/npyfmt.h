@@ -1,7 +1,8 @@
 /*
- * npyfmt.h — internal header of the file formats (npy.c, npz.c): the .npy
- * encoder/decoder that works on memory, and the helpers both formats use to
- * report errors and to replace a file atomically.  Not part of the API.
+ * npyfmt.h — internal header of src/io, the file formats (npy.c, npz.c):
+ * the .npy encoder/decoder that works on memory, and the helpers both
+ * formats use to report errors and to replace a file atomically.  Not part
+ * of the API; the engine never includes it.
  */
 #ifndef TGL_NPYFMT_H
 #define TGL_NPYFMT_H
