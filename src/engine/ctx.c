@@ -52,6 +52,8 @@ tgl_status tgl_ctx_set_error(tgl_ctx *ctx, tgl_status st, const char *fmt, ...)
 {
     if (!ctx)
         return st;
+    ctx->nerrors++;
+    ctx->last_status = st;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(ctx->errmsg, sizeof ctx->errmsg, fmt, ap);

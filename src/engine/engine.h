@@ -42,6 +42,11 @@ struct tgl_config {
 
 struct tgl_ctx {
     char errmsg[TGL_ERRMSG_SIZE];
+    /* Every tgl_ctx_set_error counts here and records its status: a pass
+     * that calls builders which report failure as NULL (tgl_mk*) compares
+     * the count before and after, instead of reading the message. */
+    uint64_t nerrors;
+    tgl_status last_status;
     struct tgl_config config;
     int32_t refcount;      /* the owner, plus every compiled function        */
     struct tgl_graph_table graph;  /* every node built with this context     */

@@ -160,7 +160,7 @@ tgl_status tgl_grad(tgl_ctx *ctx, tgl_node *cost, int nwrt, tgl_node *const *wrt
             break;
         }
         memset(gin, 0, sizeof *gin * (size_t)n->nin);
-        tgl_ctx_clear_error(ctx);
+        uint64_t errors0 = ctx->nerrors;
         const tgl_opimpl *impl = tgl_op_impl(n->op);
         if (gouts ? !impl->grad_n : !impl->grad && !impl->grad_n) {
             st = tgl_ctx_set_error(ctx, TGL_EINVAL, "%s: %s has no gradient (%s)", fn,
@@ -183,11 +183,13 @@ tgl_status tgl_grad(tgl_ctx *ctx, tgl_node *cost, int nwrt, tgl_node *const *wrt
             if (c)
                 st = tgl_node_map_set(ctx, &acc, x, c);
         }
-        /* A pullback that failed to build a node left NULL and a message. */
-        if (!st && ctx->errmsg[0]) {
+        /* A node the pullback (or the summing above) failed to build is
+         * NULL; the failure was counted. */
+        if (st || ctx->nerrors != errors0) {
             char msg[TGL_ERRMSG_SIZE];
             snprintf(msg, sizeof msg, "%s", ctx->errmsg);
-            st = tgl_ctx_set_error(ctx, TGL_EINVAL, "%s: differentiating %s: %s", fn,
+            tgl_status why = st ? st : ctx->last_status;
+            st = tgl_ctx_set_error(ctx, why, "%s: differentiating %s: %s", fn,
                                    describe(n, buf, sizeof buf), msg);
         }
         if (gin != stackgin)
@@ -196,6 +198,7 @@ tgl_status tgl_grad(tgl_ctx *ctx, tgl_node *cost, int nwrt, tgl_node *const *wrt
 
     for (int k = 0; k < nwrt && !st; k++) {
         tgl_node *x = wrt[k];
+        uint64_t errors0 = ctx->nerrors;
         tgl_node *g = tgl_node_map_get(&acc, x);
         if (!g) {
             if (disconnected == TGL_DISCONNECTED_RAISE) {
@@ -212,8 +215,9 @@ tgl_status tgl_grad(tgl_ctx *ctx, tgl_node *cost, int nwrt, tgl_node *const *wrt
             g = tgl_mk2(ctx, TGL_OP_ADD, g, tgl_mk_fill_like(ctx, x, x->type.dtype, 0.0));
         }
         if (!g) {
-            st = ctx->errmsg[0] ? TGL_EINVAL : tgl_ctx_set_error(ctx, TGL_EINTERNAL,
-                                                                "%s: building a gradient failed", fn);
+            st = ctx->nerrors != errors0 ? ctx->last_status
+                                         : tgl_ctx_set_error(ctx, TGL_EINTERNAL,
+                                                             "%s: building a gradient failed", fn);
             break;
         }
         grads[k] = g;

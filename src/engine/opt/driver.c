@@ -25,6 +25,7 @@ typedef struct stage_run {
     int nrules;
     tgl_node_map memo;
     bool failed;
+    tgl_status status;       /* why, when failed                           */
 } stage_run;
 
 bool tgl_rule_excluded(const tgl_ctx *ctx, const char *name)
@@ -65,9 +66,13 @@ static tgl_node *apply_rules(stage_run *s, tgl_node *m, int depth)
             continue;
         if (tgl_rule_excluded(ctx, r->name))
             continue;
+        uint64_t errors0 = ctx->nerrors;
         tgl_node *rep = r->fn(&s->rw, m);
         if (!rep || rep == m) {
-            tgl_ctx_clear_error(ctx); /* a failed build is "no match" */
+            /* NULL is "no match"; a build that failed inside the rule
+             * (its pattern did not type-check) is "no match" too. */
+            if (ctx->nerrors != errors0)
+                tgl_ctx_clear_error(ctx);
             continue;
         }
         if (rep->type.dtype != m->type.dtype || rep->type.ndim != m->type.ndim)
@@ -160,7 +165,7 @@ nomem:
 nomem_late:
     free(order);
     s->failed = true;
-    tgl_ctx_set_error(ctx, TGL_ENOMEM, "tgl_optimize: out of memory");
+    s->status = tgl_ctx_set_error(ctx, TGL_ENOMEM, "tgl_optimize: out of memory");
     return NULL;
 }
 
@@ -200,8 +205,8 @@ static tgl_status run_stage(tgl_ctx *ctx, const tgl_rule *rules, int nrules, int
     for (int i = 0; i < n; i++) {
         tgl_node *r = rewrite(&s, roots[i], 0);
         if (!r) {
-            st = ctx->errmsg[0] ? TGL_ENOMEM : tgl_ctx_set_error(ctx, TGL_EINTERNAL,
-                                                                "tgl_optimize: rewrite failed");
+            st = s.failed ? s.status
+                          : tgl_ctx_set_error(ctx, TGL_EINTERNAL, "tgl_optimize: rewrite failed");
             break;
         }
         roots[i] = r;
