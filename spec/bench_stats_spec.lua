@@ -146,6 +146,14 @@ describe('bench mlp report', function()
     assert.truthy(out:find('1 cell flagged', 1, true), out)
   end)
 
+  it('flags a ratio one of whose cells is flagged', function()
+    local line = report {
+      { 'tgl', 'n_calls', { 200, 201, 202, 201, 200 } },
+      { 'jax', 'loop', { 50, 80, 100, 100, 100 } },
+    }
+    assert.truthy(line:find('| jax/loop | 2.01×! |', 1, true), line)
+  end)
+
   it('adds tgl/tgl@base with a baseline, and keeps tgl@base out of the peers', function()
     local line, out = report({
       { 'tgl', 'n_calls', { 200, 201, 202, 201, 200 } },

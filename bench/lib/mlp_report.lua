@@ -179,7 +179,8 @@ w('Variants: tgl and PyTensor as in the paper — `cvm` (a call from the host la
 if has_spread then
   w('')
   w(('**!** after a cell: its repeats spread by more than %d%% of the median (a busy machine or '):format(
-      stats.FLAG_PCT), 'an unsteady speed; do not read small ratios from it). **≈** after a ratio: the two ',
+      stats.FLAG_PCT), 'an unsteady speed); after a ratio: one of its two cells is so flagged, so the ratio ',
+    'may be off by more than the spread suggests (the two were timed at different moments). **≈** after a ratio: the two ',
     'variants\' min–max ranges overlap, so this run does not separate them (ranges apart with 5 ',
     'repeats each: every repeat of one beat every repeat of the other, p ≈ 0.008 by a rank test). ',
     'The min–max of every cell is in the table after this one and in mlp.csv (`rates`: every repeat).')
@@ -197,10 +198,12 @@ local sep = {}
 for i = 1, #head do sep[i] = i <= 3 and '---' or '---:' end
 w('| ', table.concat(sep, ' | '), ' |')
 
-local function ratio_txt(a, b)     -- rows a over b, '≈' when their ranges overlap
+-- Rows a over b; ' ≈' when their ranges overlap, '!' when either is flagged.
+local function ratio_txt(a, b)
   if not (a and b) then return '—' end
+  local flagged = a.spread_pct > stats.FLAG_PCT or b.spread_pct > stats.FLAG_PCT
   return ('%.2f×'):format(a.examples_per_s / b.examples_per_s) ..
-         ((has_spread and stats.overlap(a, b)) and ' ≈' or '')
+         ((has_spread and stats.overlap(a, b)) and ' ≈' or '') .. ((has_spread and flagged) and '!' or '')
 end
 
 local summary = {}           -- for the chart and the printout
