@@ -1,9 +1,12 @@
 -- bench/compile.lua — how long compiling takes: the 3-hidden-layer tanh
 -- MLP training function (784-1000-1000-1000-10, the paper's largest
 -- model), cold with each compile mode (empty kernel cache) and warm (the
--- cache filled by a previous process).  Each figure comes from a fresh
--- process, so nothing is cached in memory.
---   tgl bench/compile.lua            (the table)
+-- cache filled by a previous process).  Each measurement comes from a
+-- fresh process, so nothing is cached in memory; each figure is the median
+-- of R such processes (the cases take turns, R rounds), with the min–max
+-- and the spread of the "all kernels ready" column (bench/lib/stats.lua).
+-- A compile happens once per process, so there is no minimum time here.
+--   tgl bench/compile.lua [--repeats R]          (the table; default 5)
 --   tgl bench/compile.lua --child MODE CACHE_DIR   (one measurement)
 
 local function build_and_compile(mode)
@@ -41,6 +44,14 @@ if arg[1] == '--child' then
   return
 end
 
+package.path = (arg[0]:match('^(.*)/[^/]*$') or '.') .. '/lib/?.lua;' .. package.path
+local stats = require 'stats'
+local rest = stats.parse_args(arg)
+if #rest > 0 then
+  io.stderr:write('usage: tgl bench/compile.lua [--repeats R]\n')
+  os.exit(2)
+end
+
 local tgl_bin = arg[-1] or 'tgl'
 local script = arg[0]
 local function child(mode, dir)
@@ -52,16 +63,34 @@ local function child(mode, dir)
   return tonumber(g), tonumber(c), tonumber(f1), tonumber(r)
 end
 
+local CASES = { { 'cold, tiered', 'tiered', true }, { 'cold, sync (cc -O3)', 'sync', true },
+                { 'cold, tcc only', 'tcc', true }, { 'warm (disk cache)', 'sync', false } }
 local base = os.tmpname()
 os.remove(base)
-print('compile time of the 784-1000-1000-1000-10 tanh MLP training function (ms)')
-print(('%-22s %10s %12s %14s %16s'):format('case', 'graph', 'tgl.compile', 'first call', 'all kernels ready'))
-for _, case in ipairs({ { 'cold, tiered', 'tiered', true }, { 'cold, sync (cc -O3)', 'sync', true },
-                        { 'cold, tcc only', 'tcc', true }, { 'warm (disk cache)', 'sync', false } }) do
-  local name, mode, cold = case[1], case[2], case[3]
-  local dir = base .. '-' .. mode .. (cold and '-cold' or '-warm')
-  if not cold then child('sync', dir) end -- fill the cache first
-  local g, c, f1, r = child(mode, dir)
-  print(('%-22s %10.1f %12.1f %14.1f %16.1f'):format(name, g * 1e3, c * 1e3, f1 * 1e3, r * 1e3))
-  os.execute(('rm -rf %q'):format(dir))
+local warm_dir = base .. '-warm'
+child('sync', warm_dir)                       -- fill the warm case's cache first
+local times = {}                              -- times[case][column] = list of seconds
+for ci = 1, #CASES do times[ci] = { {}, {}, {}, {} } end
+for r = 1, stats.REPEATS do
+  for ci, case in ipairs(CASES) do
+    local mode, cold = case[2], case[3]
+    local dir = cold and ('%s-%s-cold-%d'):format(base, mode, r) or warm_dir
+    local m = { child(mode, dir) }
+    for k = 1, 4 do times[ci][k][r] = m[k] end
+    if cold then os.execute(('rm -rf %q'):format(dir)) end
+  end
+end
+os.execute(('rm -rf %q'):format(warm_dir))
+
+print(('compile time of the 784-1000-1000-1000-10 tanh MLP training function (ms): median of %d fresh ' ..
+       'processes per case (min–max); spread of the last column in %% of its median, ! above %d%%'):format(
+       stats.REPEATS, stats.FLAG_PCT))
+print(('%-22s %20s %20s %20s %20s %7s'):format('case', 'graph', 'tgl.compile', 'first call', 'all kernels ready',
+      'spread'))
+local function cell(s) return ('%.1f (%.1f–%.1f)'):format(s.median * 1e3, s.min * 1e3, s.max * 1e3) end
+for ci, case in ipairs(CASES) do
+  local s = {}
+  for k = 1, 4 do s[k] = stats.summary(times[ci][k]) end
+  print(('%-22s %20s %20s %20s %20s %6.0f%%%s'):format(case[1], cell(s[1]), cell(s[2]), cell(s[3]), cell(s[4]),
+        s[4].spread_pct, s[4].spread_pct > stats.FLAG_PCT and ' !' or ''))
 end

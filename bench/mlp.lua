@@ -7,8 +7,10 @@
 -- log-likelihood, plain SGD (learning rate 0.01), float32.  The data are
 -- 6000 random Gaussian examples with random labels, held in shared
 -- variables; a minibatch is selected by its index through `givens`, as in
--- the Theano tutorials.  One pass of training is timed after a warm-up;
--- the figure is examples per second.
+-- the Theano tutorials.  Per cell: a warm-up, a check pass from the
+-- initial weights (the loss before and after it), then the timed repeats
+-- (bench/lib/mlp_common.lua); the figure is the median examples per
+-- second of the repeats, with their spread.
 --
 -- Variants (the paper's):
 --   cvm          linker cvm, called from Lua once per minibatch: f(k)
@@ -25,23 +27,29 @@
 --   tgl bench/mlp.lua [--models logreg,mlp1,mlp3] [--batches 1,10,60,256]
 --                     [--variants cvm,cvm_nogc,trust_input,n_calls]
 --                     [--threads N] [--data DIR] [--budget S] [--header]
---                     [--profile]
+--                     [--repeats R] [--min-time S] [--system NAME] [--profile]
 --   tgl bench/mlp.lua --make-data DIR     write DIR/data.npz, DIR/init_<model>.npz
 --   tgl bench/mlp.lua --sgemm [N]         float32 N x N x N dot, GFLOP/s
 --
 -- Output: one CSV row per cell on stdout (bench/lib/mlp_common.lua has the
--- columns and the FLOP count).  --budget S stops a timed pass at the first
--- chunk boundary after S seconds (the row says how many examples were
--- timed); the default 0 times the whole pass.  Threads: tgl.config.threads
+-- columns and the FLOP count).  --repeats R (default 5) timed repeats of at
+-- least --min-time S seconds (default 0.5) each (bench/lib/stats.lua; the
+-- environment's TGL_BENCH_REPEATS / TGL_BENCH_MIN_TIME too).  --budget S
+-- stops the check pass at the first chunk boundary after S seconds (the
+-- row's check_examples says how far it went); the default 0 runs the whole
+-- pass.  --system NAME labels the rows (bench/run --baseline-tgl runs this
+-- script under another tgl binary as 'tgl@base').  Threads: tgl.config.threads
 -- is set to --threads; OpenBLAS reads OPENBLAS_NUM_THREADS when the process
 -- starts, so bench/run sets it in the environment (it is checked here).
 package.path = (arg[0]:match('^(.*)/[^/]*$') or '.') .. '/lib/?.lua;' .. package.path
+local stats = require 'stats'
 local common = require 'mlp_common'
 
 local opts = {
   models = 'logreg,mlp1,mlp3', batches = '1,10,60,256', variants = 'cvm,cvm_nogc,trust_input,n_calls',
   threads = tonumber(os.getenv('TGL_NUM_THREADS')) or 1, data = nil, budget = 0, header = false,
   profile = false, ['make-data'] = nil, sgemm = nil, lr = 0.01, examples = common.N_EXAMPLES,
+  repeats = stats.REPEATS, ['min-time'] = stats.MIN_TIME, system = 'tgl',
 }
 do
   local i = 1
@@ -194,6 +202,8 @@ if blas_threads and tonumber(blas_threads) ~= opts.threads then
     blas_threads, opts.threads))
 end
 
+local function nosync() end      -- tgl's calls return when the work is done
+
 if opts.header then print(common.CSV_HEADER) end
 io.stdout:setvbuf('line')
 for _, name in ipairs(split(opts.models)) do
@@ -212,11 +222,14 @@ for _, name in ipairs(split(opts.models)) do
       M.reset()
       collectgarbage(); collectgarbage()
       local loss0 = M.eval():get()
-      local res = common.timed_pass(nb, B, opts.budget, tgl.time, run)
+      local check = common.check_pass(nb, opts.budget, tgl.time, run, nosync)
       local loss1 = M.eval():get()
+      local res = common.timed_repeats(nb, B, check.steps, check.steps / check.seconds, opts.repeats,
+                                       opts['min-time'], tgl.time, run, nosync)
       print(common.csv_row {
-        system = 'tgl', variant = variant, model = name, batch = B, threads = opts.threads,
-        examples = res.steps * B, seconds = res.seconds, loss0 = loss0, loss1 = loss1,
+        system = opts.system, variant = variant, model = name, batch = B, threads = opts.threads,
+        rates = res.rates, examples = res.examples, seconds = res.seconds,
+        check_examples = check.steps * B, loss0 = loss0, loss1 = loss1,
       })
       if opts.profile then io.stderr:write(f:profile_summary(), '\n') end
     end

@@ -3,35 +3,41 @@
 -- plain calls (conversion and checks), trust_input, the cvm_nogc linker,
 -- and f.fn{n_calls = N} (the loop in C).  Also: CVM cost per instruction
 -- (a chain of 64 unfused 1-element ops: dispatch, shape, buffer, kernel).
---   tgl bench/overhead.lua [calls]
+-- Each figure is the median of R repeats of at least S seconds of calls,
+-- with the min–max over the repeats and the spread in % of the median
+-- (bench/lib/stats.lua; "!" marks a spread above 10%).
+--   tgl bench/overhead.lua [--repeats R] [--min-time S]     (default 5, 0.5)
+package.path = (arg[0]:match('^(.*)/[^/]*$') or '.') .. '/lib/?.lua;' .. package.path
+local stats = require 'stats'
+local rest = stats.parse_args(arg)
+if #rest > 0 then
+  io.stderr:write('usage: tgl bench/overhead.lua [--repeats R] [--min-time S]\n')
+  os.exit(2)
+end
 tgl.config.threads = 1
 tgl.config.compile = 'sync'
-local N = tonumber(arg and arg[1]) or 200000
 
-local function timeit(label, n, body)
-  body(math.min(n, 1000))            -- warm up (JIT traces, buffers)
-  collectgarbage()
-  local t0 = tgl.time()
-  body(n)
-  local dt = tgl.time() - t0
-  print(('%-34s %9.1f ns/call'):format(label, dt / n * 1e9))
-  return dt / n * 1e9
+local function timeit(label, body)
+  local s = stats.measure(body, tgl.time, { warmup = 1000 })  -- warm-up: JIT traces, buffers
+  print(('%-34s %s'):format(label, stats.format(s, '%9.1f', 1e9, 'ns/call')))
+  return s
 end
 
+print(('y = x + 1 on 1 float32, 1 thread; %s'):format(stats.describe()))
 local x = tgl.vector('x')
 local xa = tgl.ones(1)
 local results = {}
 
 for _, linker in ipairs({ 'cvm', 'cvm_nogc' }) do
   local f = tgl.compile { inputs = { x }, outputs = x + 1, linker = linker, name = 'tiny' }
-  results[linker] = timeit('call (' .. linker .. ')', N, function(n)
+  results[linker] = timeit('call (' .. linker .. ')', function(n)
     for _ = 1, n do f(xa) end
   end)
   f.trust_input = true
-  results[linker .. '+trust'] = timeit('call, trust_input (' .. linker .. ')', N, function(n)
+  results[linker .. '+trust'] = timeit('call, trust_input (' .. linker .. ')', function(n)
     for _ = 1, n do f(xa) end
   end)
-  results[linker .. '+ncalls'] = timeit('fn{n_calls} (' .. linker .. ')', N, function(n)
+  results[linker .. '+ncalls'] = timeit('fn{n_calls} (' .. linker .. ')', function(n)
     f.fn { n_calls = n }
   end)
 end
@@ -47,8 +53,12 @@ local g = tgl.compile { inputs = { x }, outputs = y, linker = 'cvm_nogc', name =
 tgl.config.exclude = {}
 g.trust_input = true
 g(xa)
-local per_call = timeit(('fn{n_calls}, %d-op chain'):format(K), N / 10, function(n)
+local chain = timeit(('fn{n_calls}, %d-op chain'):format(K), function(n)
   g.fn { n_calls = n }
 end)
-print(('%-34s %9.1f ns/instruction'):format('CVM cost per instruction',
-      (per_call - results['cvm_nogc+ncalls']) / (K - 1)))
+-- The difference of two medians; the range pairs the extremes (the
+-- chain's fastest repeat with the 1-op program's slowest, and back).
+local one = results['cvm_nogc+ncalls']
+print(('%-34s %9.1f ns/instruction (%.1f–%.1f from the extremes)'):format('CVM cost per instruction',
+      (chain.median - one.median) / (K - 1) * 1e9, (chain.min - one.max) / (K - 1) * 1e9,
+      (chain.max - one.min) / (K - 1) * 1e9))

@@ -6,8 +6,12 @@ units, softmax + negative log-likelihood (mean over the minibatch), plain
 SGD with learning rate 0.01, float32, no gradient with respect to the input.
 Data and initial weights are read from the .npz files that
 `tgl bench/mlp.lua --make-data DIR` wrote, so every system starts from the
-same numbers.  A pass over the 6000 examples is timed after a warm-up of
-ceil(600 / batch) steps (at least 2), after which the weights are reset.
+same numbers.  Per cell (bench/lib/mlp_common.lua has the protocol): a
+warm-up of ceil(600 / batch) steps (at least 2), the weights reset, the
+check pass (one pass over the 6000 examples, the loss before and after it),
+then `--repeats` timed repeats (default 5) of at least `--min-time` seconds
+(default 0.5) each, training on through the data; the figure is the median
+rate of the repeats, with min, max and spread.
 
 Threads: set them before the process starts (bench/run does):
 OPENBLAS_NUM_THREADS, OMP_NUM_THREADS, MKL_NUM_THREADS; each peer also sets
@@ -18,10 +22,12 @@ A peer module defines `SYSTEM`, `VARIANTS` (name -> factory) and calls
 `main(SYSTEM, VARIANTS)`; a factory `make(model, init, X, y, B, lr)` returns
 an object with run(k0, n) (steps k0..k0+n-1, 0-based), sync(), reset() and
 eval_loss() (mean loss on all 6000 examples), or raises `Missing(reason)`.
+`--system NAME` relabels the rows.
 Output: the CSV rows of bench/mlp.lua; `#missing,system,variant,reason`
 lines for variants that cannot run here.
 """
 import argparse
+import gc
 import math
 import os
 import sys
@@ -36,8 +42,11 @@ MODELS = {
     'mlp1': [784, 500, 10],
     'mlp3': [784, 1000, 1000, 1000, 10],
 }
-CSV_HEADER = ('system,variant,model,batch,threads,examples,seconds,examples_per_s,'
-              'loss_before,loss_after,loss_down')
+CSV_HEADER = ('system,variant,model,batch,threads,examples,seconds,examples_per_s,eps_min,eps_max,'
+              'spread_pct,repeats,rates,check_examples,loss_before,loss_after,loss_down')
+# bench/lib/stats.lua: the same defaults and environment variables
+REPEATS = int(os.environ.get('TGL_BENCH_REPEATS', '5'))
+MIN_TIME = float(os.environ.get('TGL_BENCH_MIN_TIME', '0.5'))
 
 
 class Missing(Exception):
@@ -52,6 +61,9 @@ def parse_args(variants):
     p.add_argument('--threads', type=int, default=int(os.environ.get('OMP_NUM_THREADS', '1')))
     p.add_argument('--data', required=True)
     p.add_argument('--budget', type=float, default=0.0)
+    p.add_argument('--repeats', type=int, default=REPEATS)
+    p.add_argument('--min-time', type=float, default=MIN_TIME)
+    p.add_argument('--system', default=None)
     p.add_argument('--header', action='store_true')
     return p.parse_args()
 
@@ -78,27 +90,67 @@ def load_init(data_dir, model):
     return [(np.array(d[f'W{l}'], np.float32), np.array(d[f'b{l}'], np.float32)) for l in range(1, n + 1)]
 
 
-def timed_pass(nb, budget, run, sync):
+def check_pass(nb, budget, run, sync):
+    """mlp_common.check_pass: one pass in CHUNKS chunks, cut after `budget` s."""
     chunk = max(1, math.ceil(nb / CHUNKS))
     done, t0, dt = 0, time.perf_counter(), 0.0
     while done < nb:
         n = min(chunk, nb - done)
         run(done, n)
-        done += n
         sync()
+        done += n
         dt = time.perf_counter() - t0
         if budget > 0 and dt > budget:
             break
     return done, dt
 
 
-def csv_row(system, variant, model, B, threads, examples, seconds, loss0, loss1):
+def timed_repeats(nb, B, pos, steps_per_s, repeats, min_time, run, sync):
+    """mlp_common.timed_repeats: examples/s of each repeat, total examples, seconds."""
+    chunk = max(1, min(nb, int(steps_per_s * min_time / CHUNKS)))
+    state = {'pos': pos % nb}
+
+    def one_chunk():
+        p = state['pos']
+        n = min(chunk, nb - p)
+        run(p, n)
+        sync()
+        state['pos'] = (p + n) % nb
+        return n
+
+    one_chunk()
+    rates, examples, seconds = [], 0, 0.0
+    for _ in range(repeats):
+        gc.collect()
+        steps, t0 = 0, time.perf_counter()
+        while True:
+            steps += one_chunk()
+            dt = time.perf_counter() - t0
+            if dt >= min_time:
+                break
+        rates.append(steps * B / dt)
+        examples += steps * B
+        seconds += dt
+    return rates, examples, seconds
+
+
+def median(xs):
+    s = sorted(xs)
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
+def csv_row(system, variant, model, B, threads, rates, examples, seconds, check_examples, loss0, loss1):
+    med, lo, hi = median(rates), min(rates), max(rates)
+    spread = 100 * (hi - lo) / med if med else 0.0
     return (f'{system},{variant},{model},{B},{threads},{examples},{seconds:.6f},'
-            f'{examples / seconds:.1f},{loss0:.6f},{loss1:.6f},{"yes" if loss1 < loss0 else "NO"}')
+            f'{med:.1f},{lo:.1f},{hi:.1f},{spread:.2f},{len(rates)},{";".join(f"{r:.1f}" for r in rates)},'
+            f'{check_examples},{loss0:.6f},{loss1:.6f},{"yes" if loss1 < loss0 else "NO"}')
 
 
 def main(system, variants, version=''):
     args = parse_args(list(variants))
+    system = args.system or system
     setup_threads(args.threads)
     X, y = load_data(args.data)
     if args.header:
@@ -119,7 +171,9 @@ def main(system, variants, version=''):
                 t.sync()
                 t.reset()
                 loss0 = t.eval_loss()
-                steps, seconds = timed_pass(nb, args.budget, t.run, t.sync)
+                steps, seconds = check_pass(nb, args.budget, t.run, t.sync)
                 loss1 = t.eval_loss()
-                print(csv_row(system, variant, model, B, args.threads, steps * B, seconds, loss0, loss1),
-                      flush=True)
+                rates, examples, tsec = timed_repeats(nb, B, steps, steps / seconds, args.repeats,
+                                                      args.min_time, t.run, t.sync)
+                print(csv_row(system, variant, model, B, args.threads, rates, examples, tsec,
+                              steps * B, loss0, loss1), flush=True)

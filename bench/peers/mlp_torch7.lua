@@ -9,13 +9,17 @@
 -- nn.Linear + nn.Tanh, nn.LogSoftMax + nn.ClassNLLCriterion (mean), plain
 -- SGD (updateParameters), no gradient w.r.t. the input (the first layer's
 -- gradInput is switched off).  Threads: torch.setnumthreads(--threads).
+-- Timing as bench/lib/mlp_common.lua: warm-up, the check pass (cut by
+-- --budget), then --repeats timed repeats of at least --min-time seconds.
 require 'torch'
 require 'nn'
 
-local opts = { models = 'logreg,mlp1,mlp3', batches = '1,10,60,256', threads = 1, budget = 0 }
+local opts = { models = 'logreg,mlp1,mlp3', batches = '1,10,60,256', threads = 1, budget = 0,
+  repeats = tonumber(os.getenv('TGL_BENCH_REPEATS')) or 5,
+  ['min-time'] = tonumber(os.getenv('TGL_BENCH_MIN_TIME')) or 0.5, system = 'torch7' }
 local i = 1
 while arg[i] do
-  local k = arg[i]:match('^%-%-(%w+)$')
+  local k = arg[i]:match('^%-%-([%w-]+)$')
   if k == 'header' then i = i + 1
   elseif k and arg[i + 1] then opts[k] = tonumber(arg[i + 1]) or arg[i + 1]; i = i + 2
   else i = i + 1 end
@@ -70,8 +74,38 @@ for _, name in ipairs(split(opts.models)) do
       if opts.budget > 0 and dt > opts.budget then break end
     end
     local loss1 = eval()
-    print(('torch7,nn,%s,%d,%d,%d,%.6f,%.1f,%.6f,%.6f,%s'):format(name, B, opts.threads, done * B, dt,
-          done * B / dt, loss0, loss1, loss1 < loss0 and 'yes' or 'NO'))
+    -- the timed repeats: on through the data from where the check pass
+    -- stopped, chunks of about min-time / CHUNKS seconds, one untimed first
+    local rchunk = math.max(1, math.min(nb, math.floor(done / dt * opts['min-time'] / CHUNKS)))
+    local pos = done % nb
+    local function one_chunk()
+      local n = math.min(rchunk, nb - pos)
+      for k = pos, pos + n - 1 do step(k, B) end
+      pos = (pos + n) % nb
+      return n
+    end
+    one_chunk()
+    local rates, examples, seconds = {}, 0, 0
+    for r = 1, opts.repeats do
+      collectgarbage()
+      local steps, t0, d = 0, timer:time().real, 0
+      repeat
+        steps = steps + one_chunk()
+        d = timer:time().real - t0
+      until d >= opts['min-time']
+      rates[r] = steps * B / d
+      examples, seconds = examples + steps * B, seconds + d
+    end
+    local sorted = {}
+    for r, v in ipairs(rates) do sorted[r] = v end
+    table.sort(sorted)
+    local nr = #sorted
+    local med = nr % 2 == 1 and sorted[(nr + 1) / 2] or (sorted[nr / 2] + sorted[nr / 2 + 1]) / 2
+    local rs = {}
+    for r, v in ipairs(rates) do rs[r] = ('%.1f'):format(v) end
+    print(('%s,nn,%s,%d,%d,%d,%.6f,%.1f,%.1f,%.1f,%.2f,%d,%s,%d,%.6f,%.6f,%s'):format(opts.system, name, B,
+          opts.threads, examples, seconds, med, sorted[1], sorted[nr], 100 * (sorted[nr] - sorted[1]) / med, nr,
+          table.concat(rs, ';'), done * B, loss0, loss1, loss1 < loss0 and 'yes' or 'NO'))
     params:copy(init)
   end
 end
