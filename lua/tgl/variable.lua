@@ -79,7 +79,14 @@ function vmethods.set_value(x, v, opts)
       argerror('set_value', 'expected an array, got %s', type(v))
     end
   end
-  if not (opts and opts.borrow) then v = v:clone() end
+  -- The same shape is copied into the variable's storage by C; a new
+  -- shape replaces the storage, with a copy unless borrowed.
+  local out = out_array()
+  check(C.tgl_shared_get(core.ctx, x.n, out), 'set_value')
+  local cur = core.wrap(out[0])
+  local same = cur:dim() == v:dim()
+  for d = 1, same and cur:dim() or 0 do same = same and cur:size(d) == v:size(d) end
+  if not same and not (opts and opts.borrow) then v = v:clone() end
   check(C.tgl_shared_set(core.ctx, x.n, v.p), 'set_value')
 end
 
