@@ -19,19 +19,31 @@
 /* ---- render.c and expr.c -------------------------------------------------- */
 
 /* The state of rendering one program: which libm functions (bit per
- * function, [0] double, [1] float) and helpers the source needs, and the
- * first error. */
+ * function, [0] double, [1] float) and helpers (expr.c's, and the
+ * elementwise table's: bit k for tgl_elemwise_helpers[k]) the source
+ * needs, and the first error. */
 typedef struct tgl_render {
     tgl_ctx *ctx;
     const tgl_fprog *p;
     uint32_t used[2];
     unsigned helpers;
+    uint32_t ew_helpers;
     tgl_status st;
 } tgl_render;
 
 /* How a row function loads inputs: unit (i<j>[k], or the value i<j> for
  * an invariant input) or strided (i<j>[k * s<j>]). */
 enum { TGL_ROW_UNIT, TGL_ROW_STRIDED };
+
+/* The libm functions generated kernels may call, by their double names
+ * (the float32 ones add f): _(name, arity, vec), vec saying since when
+ * glibc's libmvec has vector variants (OLD: 2.22, NEW: 2.35, NO: never).
+ * expr.c declares those a kernel uses; compile.c hands them to libtcc. */
+#define TGL_CGEN_LIBM(_)                                                        \
+    _(fabs, 1, NO) _(exp, 1, OLD) _(log, 1, OLD) _(log1p, 1, NEW)               \
+    _(expm1, 1, NEW) _(sqrt, 1, NO) _(tanh, 1, NEW) _(sin, 1, OLD)              \
+    _(cos, 1, OLD) _(floor, 1, NO) _(ceil, 1, NO) _(round, 1, NO)               \
+    _(pow, 2, OLD)
 
 /* The C type of a dtype's elements. */
 const char *tgl_cgen_ctype(int dtype);

@@ -344,16 +344,16 @@ static void on_tcc_error(void *opaque, const char *msg)
         m->n = m->n + (size_t)k < sizeof m->text ? m->n + (size_t)k : sizeof m->text - 1;
 }
 
-/* The libm functions kernels may call, handed to libtcc directly: with
- * -nostdlib it links neither libc nor its runtime library (libtcc1.a),
- * which saves time and needs nothing installed beside libtcc.a. */
+/* The libm functions kernels may call (TGL_CGEN_LIBM), handed to libtcc
+ * directly: with -nostdlib it links neither libc nor its runtime library
+ * (libtcc1.a), which saves time and needs nothing installed beside
+ * libtcc.a. */
 static const struct {
     const char *name;
     const void *fn;
 } libm_syms[] = {
-#define F2(name) {#name, (const void *)name}, {#name "f", (const void *)name##f}
-    F2(fabs), F2(exp), F2(log), F2(log1p), F2(expm1), F2(sqrt), F2(tanh),
-    F2(sin), F2(cos), F2(floor), F2(ceil), F2(round), F2(pow),
+#define F2(name, arity, vec) {#name, (const void *)name}, {#name "f", (const void *)name##f},
+    TGL_CGEN_LIBM(F2)
 #undef F2
 };
 

@@ -2,14 +2,18 @@
  * expr.c — the scalar C of one fused instruction (render.c lays out the
  * kernel around it), and the declarations and helpers that C needs.
  *
- * Each op renders as one statement `T v<i> = ...;` that reproduces its
- * reference row in ops/elemwise.c exactly: the same dtype rules, NaN
- * handling of maximum/minimum/sign/relu, Lua's mod, the stable sigmoid and
- * softplus (branch-free here, with the reference's results, so gcc
- * vectorizes them), integer arithmetic wrapping through uint64, integer
- * pow and mod by 0, and casts as array.c's copy_elements converts
- * (integers wrap, floats saturate into integers, NaN -> 0).  Constants are
- * hex-float literals: exact.
+ * An elementwise op renders as `T v<i> = ...;` (after `const T e<i> = ...;`
+ * when it has a temporary) from its entry in TGL_ELEMWISE_OPS
+ * (engine/ops/elemwise_def.h), the text the reference kernel compiles too:
+ * the operands a, b, c become the instructions they name, e the
+ * instruction's temporary, T the compute type, and libm's double names
+ * their float32 names in float32; the table's helpers (integer pow and
+ * mod) are pasted in, once, when called.  So every rule of the
+ * reference (dtype rules, NaN handling of maximum/minimum/sign/relu, Lua's
+ * mod, the stable sigmoid and softplus, integer arithmetic wrapping
+ * through uint64) holds here by construction.  Casts render here, as
+ * array.c's copy_elements converts (integers wrap, floats saturate into
+ * integers, NaN -> 0).  Constants are hex-float literals: exact.
  *
  * libm is declared here rather than included, so a source compiles under
  * libtcc with no headers.  Functions glibc's libmvec provides in vector
@@ -18,8 +22,9 @@
  * results may differ from the scalar functions' in the last ulps.
  */
 #include "cgen/cgint.h"
-#include "engine/ops/ops.h"
+#include "engine/ops/elemwise_def.h"
 
+#include <ctype.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
@@ -30,11 +35,10 @@
 
 /* ---- libm and helpers the source may need ------------------------------ */
 
-/* vec: glibc's libmvec has vector variants (2.22: exp log sin cos pow;
- * 2.35: expm1 log1p tanh).  The others gcc inlines as instructions. */
-enum { LM_FABS, LM_EXP, LM_LOG, LM_LOG1P, LM_EXPM1, LM_SQRT, LM_TANH, LM_SIN, LM_COS,
-       LM_FLOOR, LM_CEIL, LM_ROUND, LM_POW, LM_COUNT };
-
+/* TGL_CGEN_LIBM (cgint.h): the libm functions the table's expressions may
+ * call, by their double names (an expression naming another fails to
+ * render).  vec: glibc's libmvec has vector variants (OLD: since 2.22, NEW:
+ * since 2.35).  The others gcc inlines as instructions. */
 #if defined(__x86_64__) && defined(__GLIBC__) && \
     (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35))
 #define MVEC_NEW true
@@ -46,28 +50,25 @@ enum { LM_FABS, LM_EXP, LM_LOG, LM_LOG1P, LM_EXPM1, LM_SQRT, LM_TANH, LM_SIN, LM
 #else
 #define MVEC_OLD false
 #endif
+#define MVEC_NO false
 
 static const struct {
     const char *name;
     int arity;
     bool vec;
-} libm[LM_COUNT] = {
-    [LM_FABS] = {"fabs", 1, false},     [LM_EXP] = {"exp", 1, MVEC_OLD},
-    [LM_LOG] = {"log", 1, MVEC_OLD},    [LM_LOG1P] = {"log1p", 1, MVEC_NEW},
-    [LM_EXPM1] = {"expm1", 1, MVEC_NEW}, [LM_SQRT] = {"sqrt", 1, false},
-    [LM_TANH] = {"tanh", 1, MVEC_NEW},  [LM_SIN] = {"sin", 1, MVEC_OLD},
-    [LM_COS] = {"cos", 1, MVEC_OLD},    [LM_FLOOR] = {"floor", 1, false},
-    [LM_CEIL] = {"ceil", 1, false},     [LM_ROUND] = {"round", 1, false},
-    [LM_POW] = {"pow", 2, MVEC_OLD},
+} libm[] = {
+#define LM(name, arity, vec) {#name, arity, MVEC_##vec},
+    TGL_CGEN_LIBM(LM)
+#undef LM
 };
+enum { LM_COUNT = sizeof libm / sizeof libm[0] };
+_Static_assert(LM_COUNT <= 32, "tgl_render.used has a bit per libm function");
 
 enum {
-    H_MODI = 1u,  /* Lua's mod on integers       */
-    H_POWI = 2u,  /* integer power               */
-    H_F2I32 = 4u, /* saturating double -> int32  */
-    H_F2I64 = 8u, /* saturating double -> int64  */
-    H_F2U8 = 16u, /* saturating double -> uint8  */
-    H_INF = 32u,  /* TGL_INF / TGL_NAN constants */
+    H_F2I32 = 1u, /* saturating double -> int32  */
+    H_F2I64 = 2u, /* saturating double -> int64  */
+    H_F2U8 = 4u,  /* saturating double -> uint8  */
+    H_INF = 8u,   /* TGL_INF / TGL_NAN constants */
 };
 
 const char *tgl_cgen_ctype(int dt)
@@ -79,20 +80,6 @@ const char *tgl_cgen_ctype(int dt)
     case TGL_INT64: return "int64_t";
     default: return "uint8_t"; /* uint8, bool */
     }
-}
-
-static bool is_int(int dt)
-{
-    return dt == TGL_INT32 || dt == TGL_INT64 || dt == TGL_UINT8;
-}
-
-/* Records a use of libm function f in dtype dt and returns its name. */
-static const char *fn(tgl_render *r, int f, int dt, char buf[16])
-{
-    bool single = dt == TGL_FLOAT32;
-    r->used[single] |= 1u << f;
-    snprintf(buf, 16, "%s%s", libm[f].name, single ? "f" : "");
-    return buf;
 }
 
 tgl_status tgl_cgen_fail(tgl_render *r, const char *fmt, ...)
@@ -148,7 +135,6 @@ void tgl_cgen_literal(tgl_render *r, tgl_sb *b, int dt, double v)
 
 /* ---- one instruction ----------------------------------------------------- */
 
-
 /* `T v<i> = x converted from dtype from to dtype to`, as copy_elements in
  * array.c converts: integers wrap, int64 -> float32 rounds once, the rest
  * goes through double with saturating, NaN-to-0 float-to-int. */
@@ -200,131 +186,63 @@ static void cast(tgl_render *r, tgl_sb *b, int i, int from, int to, const char *
     }
 }
 
-static int arity(int op)
+/* Whether the len characters at t spell name. */
+static bool is_name(const char *t, int len, const char *name)
 {
-    return op <= TGL_OP_CAST ? 1 : op <= TGL_OP_OR ? 2 : 3;
+    return (int)strlen(name) == len && strncmp(t, name, (size_t)len) == 0;
 }
 
-/* Float math of instruction i (result dtype dt, operands x y z). */
-static bool float_op(tgl_render *r, tgl_sb *b, int i, int op, int dt, const char *x,
-                     const char *y, const char *z)
+/* Appends the table's C text s for instruction i: a, b, c become the
+ * operands x[0..n-1], e the temporary e<i>, T the compute type cdt's C
+ * type, libm functions their names in cdt (recorded for the prelude),
+ * helpers stay (recorded).  Any other name must be a <stdint.h> type: a
+ * name cgen does not know fails here rather than in the compiler. */
+static void text(tgl_render *r, tgl_sb *b, const char *s, int i, int cdt, char x[3][16], int n)
 {
-    const char *T = tgl_cgen_ctype(dt);
-    char f[16], g[16];
-    switch (op) {
-    case TGL_OP_NEG: tgl_sb_printf(b, "%s v%d = -%s;", T, i, x); break;
-    case TGL_OP_ABS: tgl_sb_printf(b, "%s v%d = %s(%s);", T, i, fn(r, LM_FABS, dt, f), x); break;
-    case TGL_OP_SIGN: /* keeps NaN and -0.0 */
-        tgl_sb_printf(b, "%s v%d = %s > 0 ? (%s)1 : %s < 0 ? (%s)-1 : %s;", T, i, x, T, x, T, x);
-        break;
-    case TGL_OP_EXP: tgl_sb_printf(b, "%s v%d = %s(%s);", T, i, fn(r, LM_EXP, dt, f), x); break;
-    case TGL_OP_LOG: tgl_sb_printf(b, "%s v%d = %s(%s);", T, i, fn(r, LM_LOG, dt, f), x); break;
-    case TGL_OP_LOG1P: tgl_sb_printf(b, "%s v%d = %s(%s);", T, i, fn(r, LM_LOG1P, dt, f), x); break;
-    case TGL_OP_EXPM1: tgl_sb_printf(b, "%s v%d = %s(%s);", T, i, fn(r, LM_EXPM1, dt, f), x); break;
-    case TGL_OP_SQRT: tgl_sb_printf(b, "%s v%d = %s(%s);", T, i, fn(r, LM_SQRT, dt, f), x); break;
-    case TGL_OP_SQR: tgl_sb_printf(b, "%s v%d = %s * %s;", T, i, x, x); break;
-    case TGL_OP_RECIP: tgl_sb_printf(b, "%s v%d = (%s)1 / %s;", T, i, T, x); break;
-    case TGL_OP_TANH: tgl_sb_printf(b, "%s v%d = %s(%s);", T, i, fn(r, LM_TANH, dt, f), x); break;
-    case TGL_OP_SIGMOID:
-        /* x >= 0 ? 1/(1+e^-x) : e^x/(1+e^x), both with e = exp(-|x|):
-         * the reference's values (NaN included) without a branch. */
-        tgl_sb_printf(
-            b,
-            "%s e%d = %s(-%s(%s)); %s v%d = %s >= 0 ? (%s)1 / ((%s)1 + e%d) : e%d / ((%s)1 + e%d);",
-            T, i, fn(r, LM_EXP, dt, f), fn(r, LM_FABS, dt, g), x, T, i, x, T, T, i, i, T, i);
-        break;
-    case TGL_OP_SOFTPLUS:
-        /* x > 0 ? x + log1p(e^-x) : log1p(e^x), e as for the sigmoid */
-        tgl_sb_printf(b, "%s e%d = %s(%s(-", T, i, fn(r, LM_LOG1P, dt, f), fn(r, LM_EXP, dt, g));
-        tgl_sb_printf(b, "%s(%s))); %s v%d = %s > 0 ? %s + e%d : e%d;", fn(r, LM_FABS, dt, f), x, T,
-                      i, x, x, i, i);
-        break;
-    case TGL_OP_RELU: tgl_sb_printf(b, "%s v%d = %s > 0 ? %s : (%s)0;", T, i, x, x, T); break;
-    case TGL_OP_SIN: tgl_sb_printf(b, "%s v%d = %s(%s);", T, i, fn(r, LM_SIN, dt, f), x); break;
-    case TGL_OP_COS: tgl_sb_printf(b, "%s v%d = %s(%s);", T, i, fn(r, LM_COS, dt, f), x); break;
-    case TGL_OP_FLOOR: tgl_sb_printf(b, "%s v%d = %s(%s);", T, i, fn(r, LM_FLOOR, dt, f), x); break;
-    case TGL_OP_CEIL: tgl_sb_printf(b, "%s v%d = %s(%s);", T, i, fn(r, LM_CEIL, dt, f), x); break;
-    case TGL_OP_ROUND: tgl_sb_printf(b, "%s v%d = %s(%s);", T, i, fn(r, LM_ROUND, dt, f), x); break;
-    case TGL_OP_ADD: tgl_sb_printf(b, "%s v%d = %s + %s;", T, i, x, y); break;
-    case TGL_OP_SUB: tgl_sb_printf(b, "%s v%d = %s - %s;", T, i, x, y); break;
-    case TGL_OP_MUL: tgl_sb_printf(b, "%s v%d = %s * %s;", T, i, x, y); break;
-    case TGL_OP_DIV: tgl_sb_printf(b, "%s v%d = %s / %s;", T, i, x, y); break;
-    case TGL_OP_POW:
-        tgl_sb_printf(b, "%s v%d = %s(%s, %s);", T, i, fn(r, LM_POW, dt, f), x, y);
-        break;
-    case TGL_OP_MOD:
-        tgl_sb_printf(b, "%s v%d = %s - %s(%s / %s) * %s;", T, i, x, fn(r, LM_FLOOR, dt, f), x, y,
-                      y);
-        break;
-    case TGL_OP_MAXIMUM: /* a NaN in x wins, and y's NaN fails x >= y */
-        tgl_sb_printf(b, "%s v%d = (%s != %s || %s >= %s) ? %s : %s;", T, i, x, x, x, y, x, y);
-        break;
-    case TGL_OP_MINIMUM:
-        tgl_sb_printf(b, "%s v%d = (%s != %s || %s <= %s) ? %s : %s;", T, i, x, x, x, y, x, y);
-        break;
-    case TGL_OP_CLIP:
-        tgl_sb_printf(b, "%s v%d = %s < %s ? %s : %s > %s ? %s : %s;", T, i, x, y, y, x, z, z, x);
-        break;
-    default:
-        return false;
+    static const char *const ctypes[] = {"int32_t", "int64_t", "uint8_t", "uint32_t", "uint64_t"};
+    while (*s && !r->st) {
+        const char *t = s;
+        if (isdigit((unsigned char)*s)) { /* a number, exponent sign included */
+            while (isalnum((unsigned char)*s) || *s == '_' || *s == '.' ||
+                   ((*s == '+' || *s == '-') && strchr("eEpP", s[-1])))
+                s++;
+            tgl_sb_printf(b, "%.*s", (int)(s - t), t);
+            continue;
+        }
+        if (!isalpha((unsigned char)*s) && *s != '_') {
+            tgl_sb_printf(b, "%c", *s++);
+            continue;
+        }
+        while (isalnum((unsigned char)*s) || *s == '_')
+            s++;
+        int len = (int)(s - t), f = 0, h = 0;
+        size_t c = 0;
+        while (f < LM_COUNT && !is_name(t, len, libm[f].name))
+            f++;
+        while (tgl_elemwise_helpers[h].name && !is_name(t, len, tgl_elemwise_helpers[h].name))
+            h++;
+        while (c < sizeof ctypes / sizeof ctypes[0] && !is_name(t, len, ctypes[c]))
+            c++;
+        if (len == 1 && *t >= 'a' && *t < 'a' + n) {
+            tgl_sb_printf(b, "%s", x[*t - 'a']);
+        } else if (is_name(t, len, "e")) {
+            tgl_sb_printf(b, "e%d", i);
+        } else if (is_name(t, len, "T")) {
+            tgl_sb_printf(b, "%s", tgl_cgen_ctype(cdt));
+        } else if (f < LM_COUNT) {
+            bool single = cdt == TGL_FLOAT32;
+            r->used[single] |= 1u << f;
+            tgl_sb_printf(b, "%s%s", libm[f].name, single ? "f" : "");
+        } else if (tgl_elemwise_helpers[h].name) {
+            r->ew_helpers |= 1u << h;
+            tgl_sb_printf(b, "%.*s", len, t);
+        } else if (c < sizeof ctypes / sizeof ctypes[0]) {
+            tgl_sb_printf(b, "%.*s", len, t);
+        } else {
+            tgl_cgen_fail(r, "instruction %d: the expression of %s names '%.*s'", i,
+                          tgl_op_name(r->p->code[i].op), len, t);
+        }
     }
-    return true;
-}
-
-/* Integer arithmetic of instruction i: wraps through uint64 as the
- * reference does, so overflow is defined. */
-static bool int_op(tgl_render *r, tgl_sb *b, int i, int op, int dt, const char *x, const char *y,
-                   const char *z)
-{
-    const char *T = tgl_cgen_ctype(dt);
-    bool u = dt == TGL_UINT8;
-    switch (op) {
-    case TGL_OP_NEG: tgl_sb_printf(b, "%s v%d = (%s)(0 - (uint64_t)%s);", T, i, T, x); break;
-    case TGL_OP_ABS:
-        if (u)
-            tgl_sb_printf(b, "%s v%d = %s;", T, i, x);
-        else
-            tgl_sb_printf(b, "%s v%d = %s < 0 ? (%s)(0 - (uint64_t)%s) : %s;", T, i, x, T, x, x);
-        break;
-    case TGL_OP_SIGN:
-        if (u)
-            tgl_sb_printf(b, "%s v%d = (%s)(%s > 0);", T, i, T, x);
-        else
-            tgl_sb_printf(b, "%s v%d = (%s)(%s > 0 ? 1 : %s < 0 ? -1 : 0);", T, i, T, x, x);
-        break;
-    case TGL_OP_SQR:
-        tgl_sb_printf(b, "%s v%d = (%s)((uint64_t)%s * (uint64_t)%s);", T, i, T, x, x);
-        break;
-    case TGL_OP_RELU: tgl_sb_printf(b, "%s v%d = %s > 0 ? %s : (%s)0;", T, i, x, x, T); break;
-    case TGL_OP_FLOOR:
-    case TGL_OP_CEIL:
-    case TGL_OP_ROUND: tgl_sb_printf(b, "%s v%d = %s;", T, i, x); break;
-    case TGL_OP_ADD:
-        tgl_sb_printf(b, "%s v%d = (%s)((uint64_t)%s + (uint64_t)%s);", T, i, T, x, y);
-        break;
-    case TGL_OP_SUB:
-        tgl_sb_printf(b, "%s v%d = (%s)((uint64_t)%s - (uint64_t)%s);", T, i, T, x, y);
-        break;
-    case TGL_OP_MUL:
-        tgl_sb_printf(b, "%s v%d = (%s)((uint64_t)%s * (uint64_t)%s);", T, i, T, x, y);
-        break;
-    case TGL_OP_POW:
-        r->helpers |= H_POWI;
-        tgl_sb_printf(b, "%s v%d = (%s)tgl_pow_i(%s, %s);", T, i, T, x, y);
-        break;
-    case TGL_OP_MOD:
-        r->helpers |= H_MODI;
-        tgl_sb_printf(b, "%s v%d = (%s)tgl_mod_i(%s, %s);", T, i, T, x, y);
-        break;
-    case TGL_OP_MAXIMUM: tgl_sb_printf(b, "%s v%d = %s >= %s ? %s : %s;", T, i, x, y, x, y); break;
-    case TGL_OP_MINIMUM: tgl_sb_printf(b, "%s v%d = %s <= %s ? %s : %s;", T, i, x, y, x, y); break;
-    case TGL_OP_CLIP:
-        tgl_sb_printf(b, "%s v%d = %s < %s ? %s : %s > %s ? %s : %s;", T, i, x, y, y, x, z, z, x);
-        break;
-    default:
-        return false;
-    }
-    return true;
 }
 
 /* `T v<i> = ...;` for instruction i; mode says how inputs are loaded. */
@@ -358,11 +276,12 @@ void tgl_cgen_instr(tgl_render *r, tgl_sb *b, int i, int mode)
         tgl_sb_printf(b, ";");
         return;
     }
-    if (op < 0 || op > TGL_OP_CLIP) {
+    const tgl_elemwise_def *def = tgl_elemwise_get(op);
+    if (!def) {
         tgl_cgen_fail(r, "instruction %d: op %d is not elementwise", i, op);
         return;
     }
-    int n = arity(op), od[3] = {-1, -1, -1};
+    int n = def->arity, od[3] = {-1, -1, -1};
     char x[3][16];
     for (int a = 0; a < n; a++) {
         if (in->arg[a] < 0 || in->arg[a] >= i) {
@@ -372,36 +291,30 @@ void tgl_cgen_instr(tgl_render *r, tgl_sb *b, int i, int mode)
         od[a] = p->code[in->arg[a]].dtype;
         snprintf(x[a], sizeof x[a], "v%d", in->arg[a]);
     }
-    bool ok = true;
-    if (op == TGL_OP_CAST) {
+    if (def->kind == TGL_EW_CAST) {
         cast(r, b, i, od[0], dt, x[0]);
-    } else if (op >= TGL_OP_EQ && op <= TGL_OP_GE) {
-        static const char *rel[] = {"==", "!=", "<", "<=", ">", ">="};
-        ok = dt == TGL_BOOL && od[0] == od[1];
-        tgl_sb_printf(b, "uint8_t v%d = (uint8_t)(%s %s %s);", i, x[0], rel[op - TGL_OP_EQ], x[1]);
-    } else if (op == TGL_OP_AND || op == TGL_OP_OR || op == TGL_OP_NOT) {
-        ok = dt == TGL_BOOL && od[0] == TGL_BOOL && (n == 1 || od[1] == TGL_BOOL);
-        if (op == TGL_OP_NOT)
-            tgl_sb_printf(b, "uint8_t v%d = (uint8_t)(%s == 0);", i, x[0]);
-        else
-            tgl_sb_printf(b, "uint8_t v%d = (uint8_t)(%s != 0 %s %s != 0);", i, x[0],
-                          op == TGL_OP_AND ? "&&" : "||", x[1]);
-    } else if (op == TGL_OP_SWITCH) {
-        ok = od[0] == TGL_BOOL && od[1] == dt && od[2] == dt;
-        tgl_sb_printf(b, "%s v%d = %s ? %s : %s;", T, i, x[0], x[1], x[2]);
-    } else {
-        for (int a = 0; a < n; a++)
-            ok = ok && od[a] == dt;
-        if (ok && tgl_dtype_is_float(dt))
-            ok = float_op(r, b, i, op, dt, x[0], x[1], x[2]);
-        else if (ok && is_int(dt))
-            ok = int_op(r, b, i, op, dt, x[0], x[1], x[2]);
-        else
-            ok = false;
+        return;
     }
-    if (!ok)
+    /* Operands come in the compute dtype (fusion casts them): the result's,
+     * but a comparison's operands' (its result is bool), and a switch's
+     * condition is bool. */
+    int cdt = def->kind == TGL_EW_CMP ? od[0] : dt;
+    bool ok = tgl_elemwise_computes(def->kind, cdt) && (def->kind != TGL_EW_CMP || dt == TGL_BOOL);
+    for (int a = 0; a < n; a++)
+        ok = ok && od[a] == (def->kind == TGL_EW_SELECT && a == 0 ? TGL_BOOL : cdt);
+    if (!ok) {
         tgl_cgen_fail(r, "instruction %d: %s does not take these operand dtypes (result %s)", i,
-             tgl_op_name(op), tgl_dtype_name(dt));
+                      tgl_op_name(op), tgl_dtype_name(dt));
+        return;
+    }
+    if (strcmp(def->tmp, "0") != 0) {
+        tgl_sb_printf(b, "const %s e%d = ", tgl_cgen_ctype(cdt), i);
+        text(r, b, def->tmp, i, cdt, x, n);
+        tgl_sb_printf(b, "; ");
+    }
+    tgl_sb_printf(b, "%s v%d = ", T, i);
+    text(r, b, tgl_dtype_is_float(cdt) ? def->fexpr : def->iexpr, i, cdt, x, n);
+    tgl_sb_printf(b, ";");
 }
 
 /* ---- the prelude ---------------------------------------------------------- */
@@ -425,18 +338,9 @@ void tgl_cgen_prelude(tgl_render *r, tgl_sb *b)
             b, "static const union { uint64_t u; double d; } tgl_inf = {0x7ff0000000000000ULL},\n"
                "    tgl_nan = {0x7ff8000000000000ULL};\n"
                "#define TGL_INF (tgl_inf.d)\n#define TGL_NAN (tgl_nan.d)\n");
-    if (h & H_MODI) /* Lua's %: the sign of b; by 0 gives 0 (as the reference) */
-        tgl_sb_printf(b, "static inline int64_t tgl_mod_i(int64_t a, int64_t b)\n{\n"
-                         "    if (b == 0 || b == -1)\n        return 0;\n"
-                         "    int64_t r = a %% b;\n"
-                         "    return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;\n}\n");
-    if (h & H_POWI)
-        tgl_sb_printf(
-            b, "static inline int64_t tgl_pow_i(int64_t a, int64_t b)\n{\n"
-               "    if (b < 0)\n        return a == 1 ? 1 : a == -1 ? (b %% 2 ? -1 : 1) : 0;\n"
-               "    uint64_t r = 1, x = (uint64_t)a;\n"
-               "    while (b) {\n        if (b & 1)\n            r *= x;\n"
-               "        x *= x;\n        b >>= 1;\n    }\n    return (int64_t)r;\n}\n");
+    for (int k = 0; tgl_elemwise_helpers[k].name; k++)
+        if ((r->ew_helpers >> k) & 1u)
+            tgl_sb_printf(b, "%s\n", tgl_elemwise_helpers[k].text);
     /* Truncation toward zero, saturating, NaN -> 0 (tgl_store_from_double). */
     if (h & H_F2I32)
         tgl_sb_printf(

@@ -1,25 +1,53 @@
 /*
  * elemwise.c — the elementwise op family: unary math, binary arithmetic,
- * comparisons and logic, switch and clip.  One type rule, one broadcasting
- * shape rule, one reference kernel and one pullback serve every op here,
- * each switching on the op id.
+ * comparisons and logic, switch and clip.  Each op is one entry of
+ * TGL_ELEMWISE_OPS (elemwise_def.h); this file turns the table into one
+ * type rule, one broadcasting shape rule, the reference kernel and the
+ * pullbacks, and keeps it (with each expression as text, for cgen) behind
+ * tgl_elemwise_get.
  *
  * Types: inputs have the same ndim (tgl_apply pads them); an output axis is
  * broadcastable when every input's is.  Dtypes promote as NumPy does among
- * tgl's six (bool < uint8 < int32 < int64 < float32 < float64); math
- * functions of integers give float64 (the Lua layer casts integers to
- * floatX first); comparisons and logic give bool.
+ * tgl's six (bool < uint8 < int32 < int64 < float32 < float64); then the
+ * op's kind decides the compute dtype and the result's (elemwise_def.h).
  *
  * Kernel: inputs whose dtype differs from the compute dtype are converted
  * first, then one loop per output row runs with per-input strides (0 on
- * broadcast axes).  Signed integer arithmetic wraps (computed unsigned), so
- * overflow is defined behaviour.
+ * broadcast axes).  The loop is the table's expression for that op and C
+ * type, compiled here.  Signed integer arithmetic wraps (computed
+ * unsigned), so overflow is defined behaviour.
  */
-#include "engine/ops/ops.h"
+#include "engine/ops/elemwise_def.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+/* The table's expressions call libm by the double names; type-generic
+ * math makes exp(a) expf(a) when a is a float, as cgen renders it. */
+#include <tgmath.h>
+
+/* ---- the table covers exactly the elemwise ops of TGL_OPS ----------------- */
+
+/* TGL_IS_ELEMWISE_(impl) is 1 when the token impl is `elemwise`, else 0
+ * (the probe idiom: only TGL_PROBE_elemwise expands to two arguments). */
+#define TGL_SECOND_(a, b, ...) b
+#define TGL_PROBE_(...) TGL_SECOND_(__VA_ARGS__, 0, ~)
+#define TGL_PROBE_elemwise ~, 1
+#define TGL_IS_ELEMWISE_(impl) TGL_PROBE_(TGL_PROBE_##impl)
+
+#define FLAG(ID, name, impl, syn) EW_IN_OPS_##ID = TGL_IS_ELEMWISE_(impl),
+#define COUNT(ID, name, impl, syn) +TGL_IS_ELEMWISE_(impl)
+#define ENTRY(ID, ...) EW_ENTRY_##ID, /* a repeated entry redeclares this */
+#define IS_EW(ID, ...) +EW_IN_OPS_##ID
+enum { TGL_OPS(FLAG) EW_IN_OPS = 0 TGL_OPS(COUNT) };
+enum { TGL_ELEMWISE_OPS(ENTRY) EW_ENTRIES };
+_Static_assert((int)EW_ENTRIES == (int)EW_IN_OPS,
+               "TGL_ELEMWISE_OPS must list every op with impl elemwise in TGL_OPS");
+_Static_assert((0 TGL_ELEMWISE_OPS(IS_EW)) == (int)EW_ENTRIES,
+               "TGL_ELEMWISE_OPS lists an op whose impl in TGL_OPS is not elemwise");
+#undef FLAG
+#undef COUNT
+#undef ENTRY
+#undef IS_EW
 
 /* ---- type rules ------------------------------------------------------ */
 
@@ -28,61 +56,37 @@ static int promote(int a, int b)
     return tgl_dtype_promote(a, b);
 }
 
-static bool is_unary_math(int op)
-{
-    switch (op) {
-    case TGL_OP_EXP: case TGL_OP_LOG: case TGL_OP_LOG1P: case TGL_OP_EXPM1:
-    case TGL_OP_SQRT: case TGL_OP_TANH: case TGL_OP_SIGMOID: case TGL_OP_SOFTPLUS:
-    case TGL_OP_SIN: case TGL_OP_COS: case TGL_OP_RECIP:
-        return true;
-    default:
-        return false;
-    }
-}
-
-static bool is_compare(int op)
-{
-    return op >= TGL_OP_EQ && op <= TGL_OP_GE;
-}
-
-static bool is_logic(int op)
-{
-    return op == TGL_OP_AND || op == TGL_OP_OR || op == TGL_OP_NOT;
-}
-
-/* The dtype the loop computes in (inputs are converted to it). */
+/* The dtype the loop computes in (inputs are converted to it; switch's
+ * condition stays bool). */
 static int compute_dtype(const tgl_node *n)
 {
-    int op = n->op;
-    if (op == TGL_OP_CAST)
+    int kind = tgl_elemwise_get(n->op)->kind;
+    if (kind == TGL_EW_CAST)
         return n->in[0]->type.dtype;
-    if (is_logic(op))
+    if (kind == TGL_EW_LOGIC)
         return TGL_BOOL;
-    int first = op == TGL_OP_SWITCH ? 1 : 0;
+    int first = kind == TGL_EW_SELECT ? 1 : 0;
     int dt = n->in[first]->type.dtype;
     for (int i = first + 1; i < n->nin; i++)
         dt = promote(dt, n->in[i]->type.dtype);
-    if ((is_unary_math(op) || op == TGL_OP_DIV) && !tgl_dtype_is_float(dt))
+    if (kind == TGL_EW_MATH && !tgl_dtype_is_float(dt))
         dt = TGL_FLOAT64;
-    if (dt == TGL_BOOL && !is_compare(op) && op != TGL_OP_SWITCH)
+    if (dt == TGL_BOOL && kind != TGL_EW_CMP && kind != TGL_EW_SELECT)
         dt = TGL_INT64; /* arithmetic on bools counts */
     return dt;
 }
 
 int tgl_elemwise_operand_dtype(const tgl_node *n, int i)
 {
-    if (n->op == TGL_OP_CAST)
-        return n->in[0]->type.dtype;
-    if (n->op == TGL_OP_SWITCH)
-        return i == 0 ? TGL_BOOL : n->type.dtype;
+    if (n->op == TGL_OP_SWITCH && i == 0)
+        return TGL_BOOL;
     return compute_dtype(n);
 }
 
 static tgl_status elemwise_infer(tgl_ctx *ctx, tgl_node *n)
 {
-    int op = n->op;
-    int arity = op <= TGL_OP_CAST ? 1 : op <= TGL_OP_OR ? 2 : 3;
-    TGL_CHECK(n->nin == arity, TGL_EINVAL, "takes %d inputs, got %d", arity, n->nin);
+    const tgl_elemwise_def *d = tgl_elemwise_get(n->op);
+    TGL_CHECK(n->nin == d->arity, TGL_EINVAL, "takes %d inputs, got %d", d->arity, n->nin);
     int nd = n->in[0]->type.ndim;
     uint32_t bcast = ~0u;
     for (int i = 0; i < n->nin; i++) {
@@ -91,17 +95,17 @@ static tgl_status elemwise_infer(tgl_ctx *ctx, tgl_node *n)
         bcast &= n->in[i]->type.bcast;
     }
     int dt = compute_dtype(n);
-    if (op == TGL_OP_NEG || op == TGL_OP_ABS || op == TGL_OP_SIGN) {
+    if (d->kind == TGL_EW_SIGNED) {
         TGL_CHECK(n->in[0]->type.dtype != TGL_BOOL, TGL_EDTYPE, "not defined for bool; use not_");
     }
-    if (op == TGL_OP_CAST) {
+    if (d->kind == TGL_EW_CAST) {
         TGL_CHECK(n->p.n == 1 && n->p.i[0] >= 0 && n->p.i[0] < TGL_NDTYPES, TGL_EDTYPE,
                   "needs a target dtype");
         dt = (int)n->p.i[0];
     } else {
         TGL_CHECK(n->p.n == 0, TGL_EINVAL, "takes no parameters");
     }
-    if (is_compare(op) || is_logic(op))
+    if (d->kind == TGL_EW_CMP || d->kind == TGL_EW_LOGIC)
         dt = TGL_BOOL;
     n->type = tgl_type_make(dt, nd, bcast);
     return TGL_OK;
@@ -146,235 +150,149 @@ static tgl_status elemwise_shape(tgl_ctx *ctx, const tgl_node *n, tgl_array *con
     return tgl_broadcast_shape(ctx, n, n->nin, in, shape);
 }
 
-/* ---- scalar functions ------------------------------------------------ */
+/* ---- the reference kernel ---------------------------------------------- */
 
-static inline double sigmoid_d(double x)
-{
-    if (x >= 0)
-        return 1.0 / (1.0 + exp(-x));
-    double e = exp(x);
-    return e / (1.0 + e);
-}
+/* The table's helpers, compiled into the engine. */
+#define HELPER(R, name, params, ...) static inline R name params { __VA_ARGS__ }
+TGL_ELEMWISE_HELPERS(HELPER)
+#undef HELPER
 
-static inline float sigmoid_f(float x)
-{
-    if (x >= 0)
-        return 1.0f / (1.0f + expf(-x));
-    float e = expf(x);
-    return e / (1.0f + e);
-}
+/* The reference evaluates the same expressions as generated kernels, so
+ * DEBUG mode's comparison cannot find a wrong formula: the specs with
+ * literal expected values (spec/ops_spec.lua, spec/c/) hold the semantics.
+ * What the comparison still catches is everything cgen adds around the
+ * expression: rendering it (operand and temporary names, float32 libm
+ * names and declarations, helpers), the fused instruction list (operand
+ * wiring, the casts fusion inserts, constants), indexing, strides,
+ * broadcasting, row and thread splitting, fused reductions, and the
+ * system compiler's -O3 -march=native -fno-math-errno code (vectorized
+ * loops, libmvec's vector functions), against this file's plain loops
+ * built by the engine's compiler without fast-math.  spec/c/
+ * test_cgen_elemwise.c compares the two for every entry. */
 
-static inline double softplus_d(double x)
-{
-    return x > 0 ? x + log1p(exp(-x)) : log1p(exp(x));
-}
-
-static inline float softplus_f(float x)
-{
-    return x > 0 ? x + log1pf(expf(-x)) : log1pf(expf(x));
-}
-
-static inline double sign_d(double x)
-{
-    return x > 0 ? 1.0 : x < 0 ? -1.0 : x; /* keeps NaN and -0.0 */
-}
-
-static inline double mod_d(double a, double b)
-{
-    return a - floor(a / b) * b;
-}
-
-static inline float mod_f(float a, float b)
-{
-    return a - floorf(a / b) * b;
-}
-
-static inline int64_t mod_i(int64_t a, int64_t b)
-{
-    if (b == 0)
-        return 0;
-    if (b == -1)
-        return 0; /* also avoids INT64_MIN % -1 */
-    int64_t r = a % b;
-    return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
-}
-
-static inline int64_t pow_i(int64_t a, int64_t b)
-{
-    if (b < 0)
-        return a == 1 ? 1 : a == -1 ? (b % 2 ? -1 : 1) : 0;
-    uint64_t r = 1, x = (uint64_t)a;
-    while (b) {
-        if (b & 1)
-            r *= x;
-        x *= x;
-        b >>= 1;
-    }
-    return (int64_t)r;
-}
-
-/* ---- the loops ------------------------------------------------------- */
-
-/* One row: n elements, element k of input j at ptr_j[k * s_j]. */
-#define ROW(EXPR)                                                             \
+/* One row of len elements of one op: operand j's element k at
+ * p<j>[k * s<j>], element k of the result at out[k].  AT: a's C type (T
+ * but for SELECT's condition), OT: the result's; T is the compute type. */
+#define ROW1(AT, OT, TMP, EXPR)                                               \
     for (int64_t k = 0; k < len; k++) {                                       \
-        T x = a[k * sa];                                                      \
-        T y = nb ? b[k * sb] : (T)0;                                          \
-        T z = nc ? c[k * sc] : (T)0;                                          \
-        (void)x; (void)y; (void)z;                                            \
-        o[k] = (EXPR);                                                        \
+        const AT a = ((const AT *)pa)[k * sa];                                \
+        const T e = (T)(TMP);                                                 \
+        (void)e;                                                              \
+        ((OT *)out)[k] = (OT)(EXPR);                                          \
     }
-
-#define ROW_BOOL(EXPR)                                                        \
+#define ROW2(AT, OT, TMP, EXPR)                                               \
     for (int64_t k = 0; k < len; k++) {                                       \
-        T x = a[k * sa];                                                      \
-        T y = b[k * sb];                                                      \
-        ob[k] = (uint8_t)(EXPR);                                              \
+        const AT a = ((const AT *)pa)[k * sa];                                \
+        const T b = ((const T *)pb)[k * sb];                                  \
+        const T e = (T)(TMP);                                                 \
+        (void)e;                                                              \
+        ((OT *)out)[k] = (OT)(EXPR);                                          \
+    }
+#define ROW3(AT, OT, TMP, EXPR)                                               \
+    for (int64_t k = 0; k < len; k++) {                                       \
+        const AT a = ((const AT *)pa)[k * sa];                                \
+        const T b = ((const T *)pb)[k * sb];                                  \
+        const T c = ((const T *)pc)[k * sc];                                  \
+        const T e = (T)(TMP);                                                 \
+        (void)e;                                                              \
+        ((OT *)out)[k] = (OT)(EXPR);                                          \
     }
 
-/* Float rows: every op.  F is the libm suffix (f or nothing). */
-#define FLOAT_ROWS(T, SIG, SOFTPLUS, MOD, F)                                   \
-    static void row_##T(int op, int64_t len, void *out, const T *a, int64_t sa, \
-                        const T *b, int64_t sb, const T *c, int64_t sc, int nb, int nc) \
-    {                                                                          \
-        T *o = out;                                                            \
-        uint8_t *ob = out;                                                     \
-        switch (op) {                                                          \
-        case TGL_OP_NEG: ROW(-x) break;                                        \
-        case TGL_OP_ABS: ROW(fabs##F(x)) break;                                \
-        case TGL_OP_SIGN: ROW((T)sign_d(x)) break;                             \
-        case TGL_OP_EXP: ROW(exp##F(x)) break;                                 \
-        case TGL_OP_LOG: ROW(log##F(x)) break;                                 \
-        case TGL_OP_LOG1P: ROW(log1p##F(x)) break;                             \
-        case TGL_OP_EXPM1: ROW(expm1##F(x)) break;                             \
-        case TGL_OP_SQRT: ROW(sqrt##F(x)) break;                               \
-        case TGL_OP_SQR: ROW(x * x) break;                                     \
-        case TGL_OP_RECIP: ROW((T)1 / x) break;                                \
-        case TGL_OP_TANH: ROW(tanh##F(x)) break;                               \
-        case TGL_OP_SIGMOID: ROW(SIG(x)) break;                                \
-        case TGL_OP_SOFTPLUS: ROW(SOFTPLUS(x)) break;                          \
-        case TGL_OP_RELU: ROW(x > 0 ? x : (T)0) break;                         \
-        case TGL_OP_SIN: ROW(sin##F(x)) break;                                 \
-        case TGL_OP_COS: ROW(cos##F(x)) break;                                 \
-        case TGL_OP_FLOOR: ROW(floor##F(x)) break;                             \
-        case TGL_OP_CEIL: ROW(ceil##F(x)) break;                               \
-        case TGL_OP_ROUND: ROW(round##F(x)) break;                             \
-        case TGL_OP_ADD: ROW(x + y) break;                                     \
-        case TGL_OP_SUB: ROW(x - y) break;                                     \
-        case TGL_OP_MUL: ROW(x * y) break;                                     \
-        case TGL_OP_DIV: ROW(x / y) break;                                     \
-        case TGL_OP_POW: ROW(pow##F(x, y)) break;                              \
-        case TGL_OP_MOD: ROW(MOD(x, y)) break;                                 \
-        case TGL_OP_MAXIMUM: ROW((x != x || x >= y) ? x : y) break;            \
-        case TGL_OP_MINIMUM: ROW((x != x || x <= y) ? x : y) break;            \
-        case TGL_OP_EQ: ROW_BOOL(x == y) break;                                \
-        case TGL_OP_NEQ: ROW_BOOL(x != y) break;                               \
-        case TGL_OP_LT: ROW_BOOL(x < y) break;                                 \
-        case TGL_OP_LE: ROW_BOOL(x <= y) break;                                \
-        case TGL_OP_GT: ROW_BOOL(x > y) break;                                 \
-        case TGL_OP_GE: ROW_BOOL(x >= y) break;                                \
-        case TGL_OP_CLIP: ROW(x < y ? y : x > z ? z : x) break;                \
-        default: break;                                                        \
-        }                                                                      \
+/* The cases of a row function: an op's loop in the form its kind has for
+ * the row's C type (F_<kind>: float rows, I_<kind>: integer rows, uint8
+ * serving bool too), or none. */
+#define CASE_T(ID, ar, tmp, ex) case TGL_OP_##ID: ROW##ar(T, T, tmp, ex) return true;
+#define CASE_BOOL(ID, ar, tmp, ex) case TGL_OP_##ID: ROW##ar(T, uint8_t, tmp, ex) return true;
+#define CASE_SELECT(ID, ar, tmp, ex) case TGL_OP_##ID: ROW##ar(uint8_t, T, tmp, ex) return true;
+#define CASE_NONE(ID, ar, tmp, ex)
+#define F_MATH CASE_T
+#define F_ARITH CASE_T
+#define F_SIGNED CASE_T
+#define F_CMP CASE_BOOL
+#define F_LOGIC CASE_NONE
+#define F_SELECT CASE_SELECT
+#define F_CAST CASE_NONE
+#define I_MATH CASE_NONE
+#define I_ARITH CASE_T
+#define I_SIGNED CASE_T
+#define I_CMP CASE_BOOL
+#define I_LOGIC CASE_T
+#define I_SELECT CASE_SELECT
+#define I_CAST CASE_NONE
+#define FCASE(ID, ar, kind, tmp, fexpr, iexpr, pull, push) F_##kind(ID, ar, tmp, fexpr)
+#define ICASE(ID, ar, kind, tmp, fexpr, iexpr, pull, push) I_##kind(ID, ar, tmp, iexpr)
+
+/* row_<NAME>: one row of op in compute type T; false when op has no loop
+ * for T.  The switch runs once per row; each case is a plain loop.  Kept
+ * out of elemwise_kernel: compiled on its own, gcc versions each loop for
+ * unit strides and vectorizes it (inlined, it left switch's select a
+ * branch, mispredicted on random conditions). */
+#if defined(__GNUC__)
+#define NOINLINE __attribute__((noinline))
+#else
+#define NOINLINE
+#endif
+#define ROWS(NAME, CASE)                                                      \
+    static NOINLINE bool row_##NAME(int op, int64_t len, void *out, const void *pa, int64_t sa, \
+                                    const void *pb, int64_t sb, const void *pc, int64_t sc) \
+    {                                                                         \
+        (void)pb; (void)sb; (void)pc; (void)sc;                               \
+        switch (op) {                                                         \
+        TGL_ELEMWISE_OPS(CASE)                                                \
+        default:                                                              \
+            return false;                                                     \
+        }                                                                     \
     }
 
 #define T float
-FLOAT_ROWS(float, sigmoid_f, softplus_f, mod_f, f)
+ROWS(float, FCASE)
 #undef T
 #define T double
-FLOAT_ROWS(double, sigmoid_d, softplus_d, mod_d, )
+ROWS(double, FCASE)
 #undef T
-
-/* Sign test that also compiles quietly for unsigned element types. */
-static inline bool is_neg(int64_t v)
-{
-    return v < 0;
-}
-
-/* Integer rows (int32, int64, uint8 and bool as uint8): arithmetic wraps
- * through uint64_t; math functions never reach here (they compute in
- * float). */
-#define INT_ROWS(T, NAME)                                                      \
-    static void row_##NAME(int op, int64_t len, void *out, const T *a, int64_t sa, \
-                           const T *b, int64_t sb, const T *c, int64_t sc, int nb, int nc) \
-    {                                                                          \
-        T *o = out;                                                            \
-        uint8_t *ob = out;                                                     \
-        switch (op) {                                                          \
-        case TGL_OP_NEG: ROW((T)(0 - (uint64_t)x)) break;                      \
-        case TGL_OP_ABS: ROW(is_neg(x) ? (T)(0 - (uint64_t)x) : x) break;      \
-        case TGL_OP_SIGN: ROW((T)(x > 0 ? 1 : is_neg(x) ? -1 : 0)) break;      \
-        case TGL_OP_SQR: ROW((T)((uint64_t)x * (uint64_t)x)) break;            \
-        case TGL_OP_RELU: ROW(x > 0 ? x : (T)0) break;                         \
-        case TGL_OP_FLOOR: case TGL_OP_CEIL: case TGL_OP_ROUND: ROW(x) break;  \
-        case TGL_OP_NOT: ROW((T)(x == 0)) break;                               \
-        case TGL_OP_ADD: ROW((T)((uint64_t)x + (uint64_t)y)) break;            \
-        case TGL_OP_SUB: ROW((T)((uint64_t)x - (uint64_t)y)) break;            \
-        case TGL_OP_MUL: ROW((T)((uint64_t)x * (uint64_t)y)) break;            \
-        case TGL_OP_POW: ROW((T)pow_i(x, y)) break;                            \
-        case TGL_OP_MOD: ROW((T)mod_i(x, y)) break;                            \
-        case TGL_OP_MAXIMUM: ROW(x >= y ? x : y) break;                        \
-        case TGL_OP_MINIMUM: ROW(x <= y ? x : y) break;                        \
-        case TGL_OP_EQ: ROW_BOOL(x == y) break;                                \
-        case TGL_OP_NEQ: ROW_BOOL(x != y) break;                               \
-        case TGL_OP_LT: ROW_BOOL(x < y) break;                                 \
-        case TGL_OP_LE: ROW_BOOL(x <= y) break;                                \
-        case TGL_OP_GT: ROW_BOOL(x > y) break;                                 \
-        case TGL_OP_GE: ROW_BOOL(x >= y) break;                                \
-        case TGL_OP_AND: ROW((T)(x != 0 && y != 0)) break;                     \
-        case TGL_OP_OR: ROW((T)(x != 0 || y != 0)) break;                      \
-        case TGL_OP_CLIP: ROW(x < y ? y : x > z ? z : x) break;                \
-        default: break;                                                        \
-        }                                                                      \
-    }
-
+/* The integer expressions serve uint8 too, where a < 0 is always false. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wtype-limits"
 #define T int32_t
-INT_ROWS(int32_t, i32)
+ROWS(i32, ICASE)
 #undef T
 #define T int64_t
-INT_ROWS(int64_t, i64)
+ROWS(i64, ICASE)
 #undef T
 #define T uint8_t
-INT_ROWS(uint8_t, u8)
+ROWS(u8, ICASE)
 #undef T
+#pragma GCC diagnostic pop
 
-/* Runs one row of op in compute dtype dt. */
-static void run_row(int dt, int op, int64_t len, void *out, const void *a, int64_t sa,
-                    const void *b, int64_t sb, const void *c, int64_t sc, int nb, int nc)
+/* Runs one row of op in compute dtype dt (bool and uint8 share a loop). */
+static bool run_row(int dt, int op, int64_t len, void *out, const void *a, int64_t sa,
+                    const void *b, int64_t sb, const void *c, int64_t sc)
 {
     switch (dt) {
-    case TGL_FLOAT32: row_float(op, len, out, a, sa, b, sb, c, sc, nb, nc); break;
-    case TGL_FLOAT64: row_double(op, len, out, a, sa, b, sb, c, sc, nb, nc); break;
-    case TGL_INT32: row_i32(op, len, out, a, sa, b, sb, c, sc, nb, nc); break;
-    case TGL_INT64: row_i64(op, len, out, a, sa, b, sb, c, sc, nb, nc); break;
-    default: row_u8(op, len, out, a, sa, b, sb, c, sc, nb, nc); break;
+    case TGL_FLOAT32: return row_float(op, len, out, a, sa, b, sb, c, sc);
+    case TGL_FLOAT64: return row_double(op, len, out, a, sa, b, sb, c, sc);
+    case TGL_INT32: return row_i32(op, len, out, a, sa, b, sb, c, sc);
+    case TGL_INT64: return row_i64(op, len, out, a, sa, b, sb, c, sc);
+    default: return row_u8(op, len, out, a, sa, b, sb, c, sc);
     }
-}
-
-/* The switch op: picks per element between two inputs of the output dtype
- * by a bool condition. */
-static void switch_rows(size_t es, int64_t len, char *o, const uint8_t *cnd, int64_t scnd,
-                        const char *a, int64_t sa, const char *b, int64_t sb)
-{
-    for (int64_t k = 0; k < len; k++)
-        memcpy(o + (size_t)k * es, cnd[k * scnd] ? a + (size_t)(k * sa) * es
-                                                 : b + (size_t)(k * sb) * es, es);
 }
 
 static tgl_status elemwise_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
                                   tgl_array *out)
 {
     int op = n->op;
-    if (op == TGL_OP_CAST)
+    const tgl_elemwise_def *def = tgl_elemwise_get(op);
+    if (def->kind == TGL_EW_CAST)
         return tgl_array_assign(ctx, out, in[0]);
     int cdt = compute_dtype(n);
+    if (!tgl_elemwise_computes(def->kind, cdt))
+        return tgl_op_error(ctx, n, in, TGL_EINTERNAL, "does not compute in %s",
+                            tgl_dtype_name(cdt));
     tgl_array *conv[3] = {NULL, NULL, NULL};
     const tgl_array *args[3];
     tgl_status st = TGL_OK;
     for (int i = 0; i < n->nin && !st; i++) {
-        int want = (op == TGL_OP_SWITCH && i == 0) ? TGL_BOOL
-                   : op == TGL_OP_SWITCH           ? n->type.dtype
-                                                   : cdt;
+        int want = tgl_elemwise_operand_dtype(n, i);
         args[i] = in[i];
         if (in[i]->dtype_id != want) {
             st = tgl_array_copy(ctx, in[i], want, &conv[i]);
@@ -411,16 +329,14 @@ static tgl_status elemwise_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *co
         int64_t inner[3] = {0, 0, 0};
         for (int i = 0; i < n->nin; i++)
             inner[i] = nd ? istr[i][nd - 1] : 0;
-        char *op_out = (char *)out->data + (size_t)ooff * oes;
-        if (op == TGL_OP_SWITCH) {
-            switch_rows(oes, len, op_out, (const uint8_t *)args[0]->data + off[0], inner[0],
-                        (const char *)args[1]->data + (size_t)off[1] * oes, inner[1],
-                        (const char *)args[2]->data + (size_t)off[2] * oes, inner[2]);
-        } else {
-            const void *pb = n->nin > 1 ? (const char *)args[1]->data + (size_t)off[1] * ies : NULL;
-            const void *pc = n->nin > 2 ? (const char *)args[2]->data + (size_t)off[2] * ies : NULL;
-            run_row(cdt, op, len, op_out, (const char *)args[0]->data + (size_t)off[0] * es0,
-                    inner[0], pb, inner[1], pc, inner[2], n->nin > 1, n->nin > 2);
+        const void *pb = n->nin > 1 ? (const char *)args[1]->data + (size_t)off[1] * ies : NULL;
+        const void *pc = n->nin > 2 ? (const char *)args[2]->data + (size_t)off[2] * ies : NULL;
+        if (!run_row(cdt, op, len, (char *)out->data + (size_t)ooff * oes,
+                     (const char *)args[0]->data + (size_t)off[0] * es0, inner[0], pb, inner[1],
+                     pc, inner[2])) {
+            st = tgl_op_error(ctx, n, in, TGL_EINTERNAL, "no reference loop in %s",
+                              tgl_dtype_name(cdt));
+            goto done;
         }
         for (int d = nd - 2; d >= 0; d--) {
             if (++idx[d] < out->shape[d])
@@ -434,89 +350,58 @@ done:
     return st;
 }
 
-/* ---- pullbacks ------------------------------------------------------- */
+/* ---- pullbacks --------------------------------------------------------- */
 
-/* The driver (grad.c) sums each gin to its input's broadcast pattern and
- * casts it to the input's dtype, so pullbacks may return full-shape
- * gradients of the output's dtype.  A node that fails to build leaves NULL
- * and a message in the context, which the driver reports. */
-static tgl_status elemwise_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *g, tgl_node **gin)
-{
-    tgl_node *a = n->in[0], *b = n->nin > 1 ? n->in[1] : NULL, *c = n->nin > 2 ? n->in[2] : NULL;
-    int dt = n->type.dtype;
-    tgl_node *one = tgl_mk_scalar(ctx, dt, 1.0);
-    tgl_node *zero = tgl_mk_scalar(ctx, dt, 0.0);
+/* pull_<ID>: the entry's pull column.  A node that fails to build leaves
+ * NULL and a message in the context, which the driver reports.  one and
+ * zero are built for every op, as before the table (same graphs). */
 #define MK1(op, x) tgl_mk1(ctx, TGL_OP_##op, x)
-#define MK2(op, x, y) tgl_mk2(ctx, TGL_OP_##op, x, y)
-#define MASK(x) tgl_mk_cast(ctx, x, dt)
-    switch (n->op) {
-    case TGL_OP_NEG: gin[0] = MK1(NEG, g); break;
-    case TGL_OP_ABS: gin[0] = MK2(MUL, g, MK1(SIGN, a)); break;
-    case TGL_OP_SIGN: case TGL_OP_FLOOR: case TGL_OP_CEIL: case TGL_OP_ROUND:
-        gin[0] = tgl_mk_fill_like(ctx, a, dt, 0.0); /* flat almost everywhere */
-        break;
-    case TGL_OP_EXP: gin[0] = MK2(MUL, g, n); break;
-    case TGL_OP_LOG: gin[0] = MK2(DIV, g, a); break;
-    case TGL_OP_LOG1P: gin[0] = MK2(DIV, g, MK2(ADD, one, a)); break;
-    case TGL_OP_EXPM1: gin[0] = MK2(MUL, g, MK2(ADD, n, one)); break;
-    case TGL_OP_SQRT:
-        gin[0] = MK2(DIV, MK2(MUL, g, tgl_mk_scalar(ctx, dt, 0.5)), n);
-        break;
-    case TGL_OP_SQR: gin[0] = MK2(MUL, g, MK2(MUL, tgl_mk_scalar(ctx, dt, 2.0), a)); break;
-    case TGL_OP_RECIP: gin[0] = MK1(NEG, MK2(MUL, g, MK1(SQR, n))); break;
-    case TGL_OP_TANH: gin[0] = MK2(MUL, g, MK2(SUB, one, MK1(SQR, n))); break;
-    case TGL_OP_SIGMOID: gin[0] = MK2(MUL, g, MK2(MUL, n, MK2(SUB, one, n))); break;
-    case TGL_OP_SOFTPLUS: gin[0] = MK2(MUL, g, MK1(SIGMOID, a)); break;
-    case TGL_OP_RELU: gin[0] = MK2(MUL, g, MASK(MK2(GT, a, zero))); break;
-    case TGL_OP_SIN: gin[0] = MK2(MUL, g, MK1(COS, a)); break;
-    case TGL_OP_COS: gin[0] = MK1(NEG, MK2(MUL, g, MK1(SIN, a))); break;
-    case TGL_OP_CAST:
-        gin[0] = tgl_dtype_is_float(a->type.dtype) && tgl_dtype_is_float(dt) ? g : NULL;
-        break;
-    case TGL_OP_ADD: gin[0] = g; gin[1] = g; break;
-    case TGL_OP_SUB: gin[0] = g; gin[1] = MK1(NEG, g); break;
-    case TGL_OP_MUL: gin[0] = MK2(MUL, g, b); gin[1] = MK2(MUL, g, a); break;
-    case TGL_OP_DIV:
-        gin[0] = MK2(DIV, g, b);
-        gin[1] = MK1(NEG, MK2(DIV, MK2(MUL, g, n), b));
-        break;
-    case TGL_OP_POW:
-        /* d/da = b a^(b-1); d/db = a^b ln a (defined for a > 0) */
-        gin[0] = MK2(MUL, g, MK2(MUL, b, tgl_mk2(ctx, TGL_OP_POW, a, MK2(SUB, b, one))));
-        gin[1] = MK2(MUL, g, MK2(MUL, n, MK1(LOG, a)));
-        break;
-    case TGL_OP_MOD:
-        gin[0] = g;
-        gin[1] = MK1(NEG, MK2(MUL, g, MK1(FLOOR, MK2(DIV, a, b))));
-        break;
-    case TGL_OP_MAXIMUM:
-        gin[0] = MK2(MUL, g, MASK(MK2(GE, a, b)));
-        gin[1] = MK2(MUL, g, MASK(MK2(LT, a, b)));
-        break;
-    case TGL_OP_MINIMUM:
-        gin[0] = MK2(MUL, g, MASK(MK2(LE, a, b)));
-        gin[1] = MK2(MUL, g, MASK(MK2(GT, a, b)));
-        break;
-    case TGL_OP_SWITCH:
-        gin[0] = NULL;
-        gin[1] = tgl_mk3(ctx, TGL_OP_SWITCH, a, g, zero);
-        gin[2] = tgl_mk3(ctx, TGL_OP_SWITCH, a, zero, g);
-        break;
-    case TGL_OP_CLIP:
-        gin[0] = MK2(MUL, g, MASK(MK2(AND, MK2(GE, a, b), MK2(LE, a, c))));
-        gin[1] = MK2(MUL, g, MASK(MK2(LT, a, b)));
-        gin[2] = MK2(MUL, g, MASK(MK2(GT, a, c)));
-        break;
-    default: /* comparisons, logic: not differentiable */
-        for (int i = 0; i < n->nin; i++)
-            gin[i] = NULL;
-        return TGL_OK;
+#define MK2(op, x, w) tgl_mk2(ctx, TGL_OP_##op, x, w)
+#define MK3(op, x, w, v) tgl_mk3(ctx, TGL_OP_##op, x, w, v)
+#define K(v) tgl_mk_scalar(ctx, dt, v)
+#define MASK(m) tgl_mk_cast(ctx, m, dt)
+#define FLAT(x) tgl_mk_fill_like(ctx, x, dt, 0.0) /* flat almost everywhere */
+#define PULL(ID, ar, kind, tmp, fexpr, iexpr, pull, push)                            \
+    static tgl_status pull_##ID(tgl_ctx *ctx, tgl_node *y, tgl_node *g, tgl_node **gin) \
+    {                                                                                \
+        tgl_node *a = y->in[0], *b = y->nin > 1 ? y->in[1] : NULL;                   \
+        tgl_node *c = y->nin > 2 ? y->in[2] : NULL;                                  \
+        int dt = y->type.dtype;                                                      \
+        tgl_node *one = K(1.0), *zero = K(0.0);                                      \
+        (void)a; (void)b; (void)c; (void)g; (void)one; (void)zero;                   \
+        pull;                                                                        \
+        return TGL_OK;                                                               \
     }
+TGL_ELEMWISE_OPS(PULL)
+#undef PULL
 #undef MK1
 #undef MK2
+#undef MK3
+#undef K
 #undef MASK
-    return TGL_OK;
+#undef FLAT
+
+static tgl_status elemwise_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *g, tgl_node **gin)
+{
+    return tgl_elemwise_get(n->op)->pull(ctx, n, g, gin);
 }
+
+/* ---- the table ----------------------------------------------------------- */
+
+#define DEF(ID, ar, kind, tmp, fexpr, iexpr, pull, push)                            \
+    [TGL_OP_##ID] = {ar, TGL_EW_##kind, #tmp, #fexpr, #iexpr, pull_##ID, push},
+static const tgl_elemwise_def defs[TGL_NOPS] = {TGL_ELEMWISE_OPS(DEF)};
+#undef DEF
+
+const tgl_elemwise_def *tgl_elemwise_get(int op)
+{
+    return op >= 0 && op < TGL_NOPS && defs[op].arity ? &defs[op] : NULL;
+}
+
+#define HELPER(R, name, params, ...)                                                 \
+    {#name, "static inline " #R " " #name #params " { " #__VA_ARGS__ " }"},
+const tgl_elemwise_helper tgl_elemwise_helpers[] = {TGL_ELEMWISE_HELPERS(HELPER){NULL, NULL}};
+#undef HELPER
 
 /* ---- the implementation -------------------------------------------- */
 
@@ -532,7 +417,7 @@ const tgl_opimpl tgl_impl_elemwise = {
     .inplace = tgl_inplace_same_type,
     .family = TGL_FAM_ELEMWISE,
     .nin_min = 1,
-    .nin_max = 3, /* elemwise_infer checks each op's exact arity */
+    .nin_max = 3, /* elemwise_infer checks each op's arity */
     .infer = elemwise_infer,
     .shape = elemwise_shape,
     .kernel = elemwise_kernel,
