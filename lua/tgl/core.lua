@@ -28,6 +28,7 @@ const char *tgl_dtype_name(int dtype);
 int tgl_dtype_from_name(const char *name);
 size_t tgl_dtype_size(int dtype);
 
+const char *tgl_device_name(int device);
 typedef struct tgl_storage tgl_storage;
 typedef struct tgl_array {
     void *_data;
@@ -39,6 +40,8 @@ typedef struct tgl_array {
     int32_t refcount;
     int32_t flags;
     tgl_storage *storage;
+    int32_t device;
+    int32_t reserved;
 } tgl_array;
 /* What Lua holds: a box around the pointer.  Pointer cdata would turn
    a + 1 and a - b into pointer arithmetic; a struct gets the metamethods. */

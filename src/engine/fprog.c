@@ -5,7 +5,7 @@
  * program id plus its inputs.
  */
 #include "engine/fprog.h"
-#include "cgen/cgen.h"
+#include "engine/backend.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -63,7 +63,7 @@ static void free_prog(tgl_fprog *p)
 {
     if (!p)
         return;
-    tgl_cgen_release(p);
+    tgl_backend_release(p);
     free(p->in_type);
     free(p->code);
     free(p->out_instr);
@@ -71,7 +71,6 @@ static void free_prog(tgl_fprog *p)
     free(p->orig);
     free(p->orig_in);
     free(p->orig_out);
-    free(p->source);
     free(p);
 }
 

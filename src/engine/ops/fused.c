@@ -11,7 +11,7 @@
  */
 #include "engine/ops/ops.h"
 #include "engine/fprog.h"
-#include "cgen/cgen.h"
+#include "engine/backend.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -198,7 +198,7 @@ tgl_status tgl_fused_run(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
                          tgl_array *const *out, bool debug)
 {
     const tgl_fprog *p = prog_of(ctx, n);
-    tgl_kernel_fn fn = tgl_cgen_kernel(p);
+    bool gen = tgl_backend_tier(p) > 0; /* the backend has kernel code */
     /* Outputs nobody asked for still need a buffer for the kernel. */
     tgl_array *all[16], *tmp[16] = {NULL};
     if (p->nout > 16)
@@ -206,7 +206,7 @@ tgl_status tgl_fused_run(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
     tgl_status st = TGL_OK;
     for (int k = 0; k < p->nout && !st; k++) {
         all[k] = out[k];
-        if (!all[k] && fn) {
+        if (!all[k] && gen) {
             int64_t shape[TGL_MAX_DIMS];
             tgl_type t = output_type(p, k);
             if (!(st = tgl_fused_output_shape(ctx, n, in, k, shape)))
@@ -215,10 +215,10 @@ tgl_status tgl_fused_run(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
         }
     }
     if (!st) {
-        if (!fn) {
+        if (!gen) {
             st = tgl_fused_reference(ctx, p, in, all);
         } else {
-            st = tgl_cgen_launch(ctx, p, fn, in, all);
+            st = tgl_backend_launch(ctx, p, in, all);
             if (!st && debug) {
                 tgl_array *ref[16] = {NULL};
                 for (int k = 0; k < p->nout && !st; k++)
