@@ -93,6 +93,14 @@ tgl_status tgl_check_shape(tgl_ctx *ctx, const char *fn, int dtype, int ndim,
     return TGL_OK;
 }
 
+/* Zeroes n bytes at p, a block of be's. */
+static tgl_status zero_fill(tgl_ctx *ctx, const tgl_backend *be, void *p, size_t n)
+{
+    tgl_errbuf e;
+    tgl_status st = be->memset(p, 0, n, &e);
+    return st ? tgl_errbuf_take(ctx, st, &e) : TGL_OK;
+}
+
 static tgl_status new_storage(tgl_ctx *ctx, const char *fn, const tgl_backend *be, size_t nbytes,
                               bool zero, tgl_storage **out)
 {
@@ -108,12 +116,11 @@ static tgl_status new_storage(tgl_ctx *ctx, const char *fn, const tgl_backend *b
                                  nbytes, be->device == TGL_DEVICE_CPU ? "" : " on ",
                                  be->device == TGL_DEVICE_CPU ? "" : be->name);
     }
-    tgl_errbuf e;
-    tgl_status st = zero ? be->memset(base, 0, alloc, &e) : TGL_OK;
+    tgl_status st = zero ? zero_fill(ctx, be, base, alloc) : TGL_OK;
     if (st) {
         be->free(base);
         free(s);
-        return tgl_errbuf_take(ctx, st, &e);
+        return st;
     }
     s->base = base;
     s->nbytes = nbytes;
@@ -149,9 +156,11 @@ tgl_status tgl_array_alloc_on(tgl_ctx *ctx, const char *fn, int device, int dtyp
         return st;
     TGL_CHECK(out, TGL_EINVAL, "%s: out is NULL", fn);
     const tgl_backend *be = tgl_backend_get(device);
-    TGL_CHECK(tgl_device_name(device), TGL_EINVAL, "%s: invalid device %d", fn, device);
-    TGL_CHECK(be, TGL_EINVAL, "%s: this build of tgl has no backend for device %s", fn,
-              tgl_device_name(device));
+    if (!be) {
+        TGL_CHECK(tgl_device_name(device), TGL_EINVAL, "%s: invalid device %d", fn, device);
+        return tgl_ctx_set_error(ctx, TGL_EINVAL, "%s: this build of tgl has no backend for "
+                                 "device %s", fn, tgl_device_name(device));
+    }
     if (tgl_ctx_interrupted(ctx))
         return tgl_ctx_set_error(ctx, TGL_EINTERRUPT, "%s: interrupted", fn);
     tgl_array *a = calloc(1, sizeof *a);

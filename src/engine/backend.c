@@ -17,8 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Each device's backend.  A CUDA backend goes in its slot when built. */
-static const tgl_backend *const backends[TGL_NDEVICES] = {
+/* A CUDA backend goes in its slot when built. */
+const tgl_backend *const tgl_backends[TGL_NDEVICES] = {
     [TGL_DEVICE_CPU] = &tgl_backend_cpu,
 };
 
@@ -44,11 +44,6 @@ tgl_status tgl_errbuf_set(tgl_errbuf *e, tgl_status st, const char *fmt, ...)
 tgl_status tgl_errbuf_take(tgl_ctx *ctx, tgl_status st, const tgl_errbuf *e)
 {
     return tgl_ctx_set_error(ctx, st, "%s", e->msg);
-}
-
-const tgl_backend *tgl_backend_get(int device)
-{
-    return device >= 0 && device < TGL_NDEVICES ? backends[device] : NULL;
 }
 
 tgl_status tgl_backend_check(tgl_ctx *ctx, const char *fn, const tgl_array *a,
@@ -169,7 +164,7 @@ tgl_status tgl_cache_clear(tgl_ctx *ctx)
 {
     TGL_CHECK_CTX(ctx);
     for (int d = 0; d < TGL_NDEVICES; d++) {
-        const tgl_backend *be = backends[d];
+        const tgl_backend *be = tgl_backends[d];
         tgl_errbuf e;
         tgl_status st = be && be->cache_clear ? be->cache_clear(&ctx->backend_opts, &e) : TGL_OK;
         if (st)

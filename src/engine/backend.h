@@ -119,8 +119,14 @@ tgl_status tgl_errbuf_set(tgl_errbuf *e, tgl_status st, const char *fmt, ...)
 /* Copies e's message into ctx's error and returns st. */
 tgl_status tgl_errbuf_take(tgl_ctx *ctx, tgl_status st, const tgl_errbuf *e);
 
+/* Each device's backend, NULL where this build has none (backend.c). */
+extern const tgl_backend *const tgl_backends[TGL_NDEVICES];
+
 /* The backend of device, or NULL when there is none (not built, or not a device). */
-const tgl_backend *tgl_backend_get(int device);
+static inline const tgl_backend *tgl_backend_get(int device)
+{
+    return device >= 0 && device < TGL_NDEVICES ? tgl_backends[device] : NULL;
+}
 /* *be = the backend of a's device; fails naming fn when there is none. */
 tgl_status tgl_backend_check(tgl_ctx *ctx, const char *fn, const tgl_array *a,
                              const tgl_backend **be);
