@@ -136,10 +136,27 @@ TGL_API int tgl_dtype_promote(int a, int b);
 /* Arrays                                                                   */
 /* ------------------------------------------------------------------------ */
 
+/* Where an array's elements live.  The numbers are part of the ABI.  Every
+ * array made through this API today is a cpu array (host memory, data is
+ * an ordinary pointer); a device array's data is that device's address and
+ * must not be dereferenced on the host. */
+typedef enum tgl_device {
+    TGL_DEVICE_CPU = 0,
+    TGL_DEVICE_CUDA,
+    TGL_NDEVICES
+} tgl_device;
+
+/* "cpu", "cuda" for a device; NULL for an invalid one. */
+TGL_API const char *tgl_device_name(int device);
+
 typedef struct tgl_storage tgl_storage;
 
 /* An n-dimensional strided view of a reference-counted storage.  The fields
- * are public for reading; change them only through the functions below. */
+ * are public for reading; change them only through the functions below.
+ * The layout is ABI (the Lua layer mirrors it): on LP64 targets data is at
+ * byte 0, shape 8, strides 72, size 136, ndim 144, dtype_id 148, refcount
+ * 152, flags 156, storage 160, device 168, reserved 172; 176 bytes in all.
+ * Fields are only ever added at the end. */
 typedef struct tgl_array {
     void *data;                      /* address of element (0,...,0)        */
     int64_t shape[TGL_MAX_DIMS];
@@ -150,6 +167,8 @@ typedef struct tgl_array {
     int32_t refcount;                /* owners of this descriptor           */
     int32_t flags;                   /* TGL_ARRAY_* bits                    */
     tgl_storage *storage;
+    int32_t device;                  /* a tgl_device: where data points     */
+    int32_t reserved;                /* 0; keeps the layout 8-byte aligned  */
 } tgl_array;
 
 /* flags: the elements are laid out in C order with no gaps. */

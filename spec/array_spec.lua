@@ -773,3 +773,42 @@ describe('memory', function()
     assert.is_true(live_bytes() <= start)
   end)
 end)
+
+describe('devices', function()
+  it('arrays, their views and copies live in cpu memory (device 0)', function()
+    local a = tgl.zeros(2, 3)
+    assert.equals(0, a.p.device)
+    assert.equals(0, a:T().p.device)
+    assert.equals(0, a:clone().p.device)
+    assert.equals('cpu', ffi.string(C.tgl_device_name(0)))
+    assert.equals('cuda', ffi.string(C.tgl_device_name(1)))
+    assert.is_true(C.tgl_device_name(99) == nil)
+  end)
+
+  -- A descriptor relabelled by hand with a device no build has a backend
+  -- for (test only: users never write the fields).  Its memory is really
+  -- the host's, so a read that slipped through would go unnoticed; every
+  -- path must refuse instead.
+  local function elsewhere()
+    local a = tgl.array({ { 1, 2 }, { 3, 4 } })
+    a.p.device = 9
+    return a
+  end
+
+  it('Lua reads no element of an array on another device', function()
+    local a = elsewhere()
+    raises('totable', function() a:totable() end, 'device 9', 'cpu arrays only')
+    raises('get', function() a:get(1, 1) end, 'invalid device 9')
+    assert.equals('[tgl.array float32 of size 2x2 on device 9]', tostring(a))
+    assert.is_true(a:data() ~= nil)  -- the raw pointer, as API.md defines it
+  end)
+
+  it('engine calls that touch the elements refuse it too', function()
+    local a = elsewhere()
+    raises('set', function() a:set(5, 1, 1) end, 'invalid device 9')
+    raises('clone', function() a:clone() end, 'invalid device 9')
+    raises('copy', function() tgl.zeros(2, 2):copy(a) end, 'invalid device 9')
+    a.p.device = 0
+    assert.same({ { 1, 2 }, { 3, 4 } }, a:totable())
+  end)
+end)

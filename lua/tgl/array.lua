@@ -26,6 +26,26 @@ local PTR_T = {
 M.DTYPE, M.DTYPE_NAME = DTYPE, DTYPE_NAME
 
 local MAX_DIMS = core.MAX_DIMS  -- TGL_MAX_DIMS
+
+-- The name of device id ("cpu", "cuda").
+local function device_name(dev)
+  local name = C.tgl_device_name(dev)
+  return name ~= nil and ffi.string(name) or ('device ' .. tostring(dev))
+end
+
+-- a's element pointer, for the reads and writes this file does directly in
+-- host memory.  Only cpu arrays (device 0) have one: for an array on
+-- another device this raises a clear error instead of reading device
+-- memory.  (a:data() is the raw pointer on any device, as API.md says.)
+local function host_ptr(fname, a)
+  local dev = a.p.device
+  if dev ~= 0 then
+    argerror(fname, 'the array is on %s; Lua reads the elements of cpu arrays only',
+             device_name(dev))
+  end
+  return a.p._data
+end
+
 local out_array = core.out_array_t
 local dims_t = ffi.typeof('int64_t[$]', MAX_DIMS)
 local shape_buf, strides_buf, idx_buf = dims_t(), dims_t(), dims_t()
@@ -223,7 +243,7 @@ function M.array(data, dtype)
   local out = out_array()
   check(C.tgl_array_empty(core.ctx, DTYPE.float64, #shape, shape_buf, out), 'array')
   local staging = core.wrap(out[0])
-  local p = ffi.cast('double *', staging.p._data)
+  local p = ffi.cast('double *', host_ptr('array', staging))
   local k = 0
   -- Depth-first fill in C order, checking every row against the shape.
   local function fill(t, d, path)
@@ -312,14 +332,24 @@ local function offset_of(fname, a, ...)
   return off
 end
 
+-- Element off of a cpu array (host_ptr checked the device).
 local function read(a, off)
   local v = ffi.cast(PTR_T[a.p.dtype_id], a.p._data)[off]
   if a.p.dtype_id == 5 then return v ~= 0 end
   return tonumber(v)
 end
 
+local get_buf = ffi.new('double[1]')
+
 function methods.get(a, ...)
-  return read(a, offset_of('get', a, ...))
+  local off = offset_of('get', a, ...)
+  if a.p.device ~= 0 then
+    -- Through the engine, whose backend copies the element to the host.
+    check(C.tgl_array_get(core.ctx, a.p, idx_buf, get_buf), 'get')
+    if a.p.dtype_id == 5 then return get_buf[0] ~= 0 end
+    return get_buf[0]
+  end
+  return read(a, off)
 end
 
 -- a:set(v, i1, ..., in): v converted as the engine converts (integers
@@ -335,6 +365,7 @@ end
 -- Nested tables of Lua values (numbers; booleans for bool arrays).  A 0-d
 -- array gives its number.
 function methods.totable(a)
+  host_ptr('totable', a)
   local nd = a.p.ndim
   if nd == 0 then return read(a, 0) end
   local function build(d, off)
@@ -507,6 +538,8 @@ function M.tostring(a)
   local nd = a.p.ndim
   local footer = string.format(a.p.ndim == 0 and '[tgl.array %s %s]' or '[tgl.array %s of %s]',
                                DTYPE_NAME[a.p.dtype_id], shape_string(a))
+  -- Device memory is not read from Lua: the type, shape and place only.
+  if a.p.device ~= 0 then return footer:sub(1, -2) .. ' on ' .. device_name(a.p.device) .. ']' end
   if a.p._size == 0 then return '[empty]\n' .. footer end
   local elide = tonumber(a.p._size) > PRINT_THRESHOLD
   local fmt = formatter(a, elide)

@@ -304,7 +304,9 @@ local function node_line(n, ids)
     if nout > 1 then extra = extra .. (' (%d outputs)'):format(nout) end
   elseif kind == 1 then
     local v = C.tgl_node_value(n)
-    if v._size == 1 then label = ('constant{%g}'):format(scalar_value(v)) else label = 'constant' end
+    -- The value is shown only when it is one element in host memory.
+    if v._size == 1 and v.device == 0 then label = ('constant{%g}'):format(scalar_value(v))
+    else label = 'constant' end
   elseif kind == 2 then label = 'shared'
   else label = 'input' end
   local name = ffi.string(C.tgl_node_name(n))

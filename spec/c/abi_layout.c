@@ -22,6 +22,7 @@
     F(tgl_array, data) F(tgl_array, shape) F(tgl_array, strides)          \
     F(tgl_array, size) F(tgl_array, ndim) F(tgl_array, dtype_id)          \
     F(tgl_array, refcount) F(tgl_array, flags) F(tgl_array, storage)      \
+    F(tgl_array, device) F(tgl_array, reserved)                           \
     S(tgl_npz)                                                            \
     F(tgl_npz, n) F(tgl_npz, names) F(tgl_npz, arrays)                    \
     S(tgl_type)                                                           \

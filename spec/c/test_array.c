@@ -1789,6 +1789,70 @@ static void randn_has_the_requested_mean_and_std(void **state)
 }
 
 /* ------------------------------------------------------------------------ */
+/* devices                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* The descriptor's layout is what tgl.h documents (the Lua layer mirrors it). */
+static void array_layout_is_the_documented_abi(void **state)
+{
+    (void)state;
+    assert_int_equal(offsetof(tgl_array, storage), 160);
+    assert_int_equal(offsetof(tgl_array, device), 168);
+    assert_int_equal(offsetof(tgl_array, reserved), 172);
+    assert_int_equal(sizeof(tgl_array), 176);
+    assert_string_equal(tgl_device_name(TGL_DEVICE_CPU), "cpu");
+    assert_string_equal(tgl_device_name(TGL_DEVICE_CUDA), "cuda");
+    assert_null(tgl_device_name(TGL_NDEVICES));
+    assert_null(tgl_device_name(-1));
+}
+
+/* Constructors, views and copies all live in cpu memory. */
+static void arrays_views_and_copies_are_cpu_arrays(void **state)
+{
+    int64_t shape[2] = {2, 3};
+    tgl_array *a = NULL, *t = NULL, *c = NULL, *f = NULL;
+    assert_ok(CTX, tgl_array_zeros(CTX, TGL_FLOAT64, 2, shape, &a));
+    assert_ok(CTX, tgl_array_transpose(CTX, a, NULL, &t));
+    assert_ok(CTX, tgl_array_copy(CTX, t, TGL_INT32, &c));
+    assert_ok(CTX, tgl_array_full(CTX, TGL_UINT8, 2, shape, 7, &f));
+    assert_int_equal(a->device, TGL_DEVICE_CPU);
+    assert_int_equal(t->device, TGL_DEVICE_CPU);
+    assert_int_equal(c->device, TGL_DEVICE_CPU);
+    assert_int_equal(f->device, TGL_DEVICE_CPU);
+    assert_int_equal(a->reserved, 0);
+    tgl_array_release(a);
+    tgl_array_release(t);
+    tgl_array_release(c);
+    tgl_array_release(f);
+}
+
+/* An array on a device with no backend (here a descriptor relabelled by
+ * hand with a device number no build has): element access and copies
+ * refuse it with a message, and nothing reads its memory on the host. */
+static void arrays_on_a_device_without_a_backend_are_refused(void **state)
+{
+    int64_t shape[1] = {4}, idx[1] = {1};
+    tgl_array *a = NULL, *h = NULL, *c = (tgl_array *)0x1;
+    double v = 0;
+    assert_ok(CTX, tgl_array_zeros(CTX, TGL_FLOAT32, 1, shape, &a));
+    assert_ok(CTX, tgl_array_zeros(CTX, TGL_FLOAT32, 1, shape, &h));
+    a->device = TGL_NDEVICES + 5; /* the storage itself stays cpu memory */
+    assert_fails(CTX, tgl_array_get(CTX, a, idx, &v), TGL_EINVAL, "tgl_array_get", "device");
+    assert_fails(CTX, tgl_array_set(CTX, a, idx, 1), TGL_EINVAL, "tgl_array_set", "device");
+    assert_fails(CTX, tgl_array_copy(CTX, a, TGL_FLOAT32, &c), TGL_EINVAL, "tgl_array_copy",
+                 "device");
+    assert_true(c == (tgl_array *)0x1);
+    assert_fails(CTX, tgl_array_assign(CTX, h, a), TGL_EINVAL, "tgl_array_assign", "device");
+    assert_fails(CTX, tgl_npy_save(CTX, "never-written.npy", a), TGL_EINVAL, "tgl_npy_save",
+                 "cpu array");
+    assert_int_equal(tgl_array_equal_bits(a, a), 0);
+    a->device = TGL_DEVICE_CPU;
+    assert_int_equal(tgl_array_equal_bits(a, a), 1);
+    tgl_array_release(a);
+    tgl_array_release(h);
+}
+
+/* ------------------------------------------------------------------------ */
 
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
@@ -1811,6 +1875,10 @@ int main(void)
         T(dtype_promote_takes_the_later_in_bool_uint8_int32_int64_float32_float64),
         T(dtype_from_name_accepts_the_torch_aliases),
         T(dtype_from_name_rejects_unknown_names),
+        /* devices */
+        T(array_layout_is_the_documented_abi),
+        T(arrays_views_and_copies_are_cpu_arrays),
+        T(arrays_on_a_device_without_a_backend_are_refused),
         /* creation */
         T(empty_gives_a_contiguous_descriptor_with_c_strides),
         T(empty_with_ndim_zero_is_a_scalar_of_one_element),

@@ -71,11 +71,11 @@ static void check_cases(tgl_ctx *ctx, pb *b, tgl_array **in, tgl_array **sin, ca
 {
     static const char *modes[] = {"tcc", "sync"};
     for (int m = 0; m < 2; m++) {
-        tgl_cgen_release(&b->p);
+        tgl_backend_release(&b->p);
         for (int s = 0; s < 2; s++) {
             tgl_array *out[64] = {NULL};
             run_prog(ctx, &b->p, modes[m], s ? sin : in, out);
-            assert_int_equal(tgl_cgen_tier(&b->p), m + 1);
+            assert_int_equal(tgl_backend_tier(&b->p), m + 1);
             for (int k = 0; k < ncase; k++) {
                 char msg[160];
                 snprintf(msg, sizeof msg, "%s %s %s->%s (%s, %s)", what,
@@ -87,7 +87,7 @@ static void check_cases(tgl_ctx *ctx, pb *b, tgl_array **in, tgl_array **sin, ca
             release_all(out, b->p.nout);
         }
     }
-    tgl_cgen_release(&b->p);
+    tgl_backend_release(&b->p);
 }
 
 static void elementwise_ops_match_reference_in_every_dtype(void **state)
@@ -226,7 +226,7 @@ static void fused_chain_broadcasts_rows_columns_and_scalars(void **state)
             expect_match(got[th][0], want, 8, tr ? "transposed chain" : "chain");
         }
         expect_match(got[1][0], got[0][0], 0, "3 threads vs 1");
-        tgl_cgen_release(&b.p);
+        tgl_backend_release(&b.p);
         tgl_array *all[] = {x, row, col, s, half, t1, t2, t3, t4, want, got[0][0], got[1][0]};
         release_all(all, COUNT(all));
     }
@@ -251,7 +251,7 @@ static void multi_output_program_fills_every_output(void **state)
     run_prog(CTX, &b.p, "sync", in, got);
     for (int k = 0; k < 4; k++)
         expect_match(got[k], want[k], 0, "output");
-    tgl_cgen_release(&b.p);
+    tgl_backend_release(&b.p);
     release_all(got, 4);
     release_all(want, 4);
     release_all(in, 2);
@@ -272,7 +272,7 @@ static void scalar_space(void **state)
     run_prog(CTX, &b.p, "sync", in, got);
     expect_match(got[0], want, 0, "0-d mod");
     assert_int_equal(((int32_t *)got[0]->data)[0], 2); /* Lua: -7 % 3 == 2 */
-    tgl_cgen_release(&b.p);
+    tgl_backend_release(&b.p);
     tgl_array *all[] = {x, y, want, got[0]};
     release_all(all, 4);
 }
@@ -331,7 +331,7 @@ static void check_reduction(tgl_ctx *ctx, int dt, int op, int nd, const int64_t 
         expect_match(got[0], want, ulps, what);
         tgl_array_release(got[0]);
     }
-    tgl_cgen_release(&b.p);
+    tgl_backend_release(&b.p);
     tgl_array_release(want);
     tgl_array_release(val);
     tgl_array_release(x);
@@ -382,7 +382,7 @@ static void reduction_with_elementwise_output(void **state)
         expect_match(got[1], sq, 0, "squares");
         release_all(got, 2);
     }
-    tgl_cgen_release(&b.p);
+    tgl_backend_release(&b.p);
     tgl_array *all[] = {x, sq, want};
     release_all(all, 3);
 }
@@ -399,9 +399,9 @@ static void empty_spaces_and_empty_reductions(void **state)
         pb_out(&b, pb_in(&b, TGL_FLOAT64, 0));
         pb_reduce(&b, op, 1, 0);
         set(CTX, "compile", "tcc");
-        assert_ok(CTX, tgl_cgen_prepare(CTX, &b.p));
+        assert_ok(CTX, tgl_backend_prepare(CTX, TGL_DEVICE_CPU, &b.p));
         assert_ok(CTX, tgl_array_empty(CTX, TGL_FLOAT64, 1, &shape[1], &out));
-        tgl_status st = tgl_cgen_launch(CTX, &b.p, tgl_cgen_kernel(&b.p), &x, &out);
+        tgl_status st = tgl_backend_launch(CTX, &b.p, &x, &out);
         if (op == TGL_OP_SUM) {
             assert_int_equal(st, TGL_OK);
             for (int i = 0; i < 5; i++)
@@ -411,7 +411,7 @@ static void empty_spaces_and_empty_reductions(void **state)
             assert_non_null(strstr(tgl_ctx_error(CTX), "zero-size"));
         }
         tgl_array_release(out);
-        tgl_cgen_release(&b.p);
+        tgl_backend_release(&b.p);
     }
     tgl_array_release(x);
 }

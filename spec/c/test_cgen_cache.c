@@ -7,7 +7,9 @@
  * compiling the same kernel at once, evicts least recently used entries
  * beyond its cap, and answers --cache-info / --cache-clear; a missing
  * compiler means one warning and the reference path, a failing one an
- * internal error; the pool runs every task once, nested runs inline.
+ * internal error; the cache key names the backend and its target; the
+ * context's settings and interrupt flag reach the backend through its
+ * options; the pool runs every task once, nested runs inline.
  */
 #include "cgen_test.h"
 
@@ -39,12 +41,12 @@ static void tcc_and_cc_tiers_give_identical_results(void **state)
     tgl_array *in[2], *got[2][1] = {{NULL}, {NULL}};
     exact_inputs(CTX, in);
     run_prog(CTX, &b.p, "tcc", in, got[0]);
-    assert_int_equal(tgl_cgen_tier(&b.p), 1);
-    tgl_cgen_release(&b.p);
+    assert_int_equal(tgl_backend_tier(&b.p), 1);
+    tgl_backend_release(&b.p);
     run_prog(CTX, &b.p, "cc", in, got[1]);
-    assert_int_equal(tgl_cgen_tier(&b.p), 2);
+    assert_int_equal(tgl_backend_tier(&b.p), 2);
     expect_match(got[1][0], got[0][0], 0, "cc vs libtcc");
-    tgl_cgen_release(&b.p);
+    tgl_backend_release(&b.p);
     tgl_array *all[] = {in[0], in[1], got[0][0], got[1][0]};
     release_all(all, 4);
 }
@@ -57,20 +59,20 @@ static void tiered_mode_swaps_in_cc_code(void **state)
     tgl_array *in[2], *got[2][1] = {{NULL}, {NULL}};
     exact_inputs(CTX, in);
     run_prog(CTX, &b.p, "tiered", in, got[0]);
-    tgl_kernel_fn first = tgl_cgen_kernel(&b.p);
+    tgl_kernel_fn first = tgl_cgen_kernel_fn(b.p.kernel);
     /* gcc takes tens of milliseconds; prepare returned in well under one */
-    assert_int_equal(tgl_cgen_tier(&b.p), 1);
-    tgl_cgen_wait(&b.p);
-    assert_int_equal(tgl_cgen_tier(&b.p), 2);
-    assert_true(tgl_cgen_kernel(&b.p) != first);
+    assert_int_equal(tgl_backend_tier(&b.p), 1);
+    tgl_backend_wait(&b.p);
+    assert_int_equal(tgl_backend_tier(&b.p), 2);
+    assert_true(tgl_cgen_kernel_fn(b.p.kernel) != first);
     run_prog(CTX, &b.p, "tiered", in, got[1]);
     expect_match(got[1][0], got[0][0], 0, "after the swap");
-    tgl_cgen_release(&b.p);
+    tgl_backend_release(&b.p);
     /* Now cached: tiered goes straight to the cc code. */
     tgl_array_release(got[1][0]);
     run_prog(CTX, &b.p, "tiered", in, got[1]);
-    assert_int_equal(tgl_cgen_tier(&b.p), 2);
-    tgl_cgen_release(&b.p);
+    assert_int_equal(tgl_backend_tier(&b.p), 2);
+    tgl_backend_release(&b.p);
     tgl_array *all[] = {in[0], in[1], got[0][0], got[1][0]};
     release_all(all, 4);
 }
@@ -81,10 +83,10 @@ static void release_does_not_wait_for_the_background_compile(void **state)
     pb b;
     exact_prog(&b, 8);
     set(CTX, "compile", "tiered");
-    assert_ok(CTX, tgl_cgen_prepare(CTX, &b.p));
-    assert_int_equal(tgl_cgen_tier(&b.p), 1);
+    assert_ok(CTX, tgl_backend_prepare(CTX, TGL_DEVICE_CPU, &b.p));
+    assert_int_equal(tgl_backend_tier(&b.p), 1);
     double t0 = now_ms();
-    tgl_cgen_release(&b.p);
+    tgl_backend_release(&b.p);
     double t = now_ms() - t0;
     assert_null(b.p.kernel);
     /* gcc needs tens of milliseconds for any kernel */
@@ -102,16 +104,16 @@ static double prepare_exact(void **state, tgl_ctx *ctx, double k)
     set(ctx, "cc", F->cc);
     set(ctx, "compile", "sync");
     double t0 = now_ms();
-    assert_ok(ctx, tgl_cgen_prepare(ctx, &b.p));
+    assert_ok(ctx, tgl_backend_prepare(ctx, TGL_DEVICE_CPU, &b.p));
     double t = now_ms() - t0;
-    assert_int_equal(tgl_cgen_tier(&b.p), 2);
+    assert_int_equal(tgl_backend_tier(&b.p), 2);
     tgl_array *in[2], *got[1] = {NULL}, *ref[1] = {NULL};
     exact_inputs(ctx, in);
     run_prog(ctx, &b.p, "sync", in, got);
-    tgl_cgen_release(&b.p);
+    tgl_backend_release(&b.p);
     run_prog(ctx, &b.p, "tcc", in, ref);
     expect_match(got[0], ref[0], 0, "cached kernel");
-    tgl_cgen_release(&b.p);
+    tgl_backend_release(&b.p);
     tgl_array *all[] = {in[0], in[1], got[0], ref[0]};
     release_all(all, 4);
     return t;
@@ -201,7 +203,7 @@ static void two_processes_compile_the_same_kernel(void **state)
         tgl_config_set(ctx, "cc", F->cc);
         tgl_config_set(ctx, "compile", "sync");
         tgl_config_set(ctx, "threads", "1");
-        if (tgl_cgen_prepare(ctx, &b.p) != TGL_OK || tgl_cgen_tier(&b.p) != 2)
+        if (tgl_backend_prepare(ctx, TGL_DEVICE_CPU, &b.p) != TGL_OK || tgl_backend_tier(&b.p) != 2)
             _exit(3);
         tgl_array *in[2], *out = NULL;
         int64_t n = 4;
@@ -209,7 +211,7 @@ static void two_processes_compile_the_same_kernel(void **state)
         tgl_array_full(ctx, TGL_FLOAT64, 1, &n, -5.0, &in[1]);
         tgl_array_empty(ctx, TGL_FLOAT64, 1, &n, &out);
         /* max(2 * -5 + 7 - floor(2 / 2), -5) = -4 */
-        if (tgl_cgen_launch(ctx, &b.p, tgl_cgen_kernel(&b.p), in, &out) != TGL_OK ||
+        if (tgl_backend_launch(ctx, &b.p, in, &out) != TGL_OK ||
             ((double *)out->data)[3] != -4.0)
             _exit(4);
         _exit(0);
@@ -299,15 +301,15 @@ static void missing_compiler_falls_back_with_one_warning(void **state)
     pb b;
     exact_prog(&b, 20);
     set(CTX, "compile", "sync");
-    tgl_status st1 = tgl_cgen_prepare(CTX, &b.p);
-    int tier1 = tgl_cgen_tier(&b.p);
-    tgl_kernel_fn fn1 = tgl_cgen_kernel(&b.p);
-    tgl_cgen_release(&b.p);
+    tgl_status st1 = tgl_backend_prepare(CTX, TGL_DEVICE_CPU, &b.p);
+    int tier1 = tgl_backend_tier(&b.p);
+    tgl_kernel_fn fn1 = tgl_cgen_kernel_fn(b.p.kernel);
+    tgl_backend_release(&b.p);
     set(CTX, "compile", "tiered");
-    tgl_status st2 = tgl_cgen_prepare(CTX, &b.p);
-    tgl_cgen_wait(&b.p);
-    int tier2 = tgl_cgen_tier(&b.p);
-    tgl_cgen_release(&b.p);
+    tgl_status st2 = tgl_backend_prepare(CTX, TGL_DEVICE_CPU, &b.p);
+    tgl_backend_wait(&b.p);
+    int tier2 = tgl_backend_tier(&b.p);
+    tgl_backend_release(&b.p);
     fflush(stderr);
     dup2(saved, 2);
     close(saved);
@@ -334,22 +336,77 @@ static void compiler_failure_is_an_internal_error(void **state)
     exact_prog(&b, 21);
     set(CTX, "compile", "sync");
     set(CTX, "cflags", "-O2 -fno-such-flag-tgl");
-    assert_int_equal(tgl_cgen_prepare(CTX, &b.p), TGL_EINTERNAL);
+    assert_int_equal(tgl_backend_prepare(CTX, TGL_DEVICE_CPU, &b.p), TGL_EINTERNAL);
     const char *msg = tgl_ctx_error(CTX);
     assert_non_null(strstr(msg, "does not compile"));
     assert_non_null(strstr(msg, "-fno-such-flag-tgl"));
-    assert_null(tgl_cgen_kernel(&b.p));
+    assert_null(tgl_cgen_kernel_fn(b.p.kernel));
     set(CTX, "cflags", "-O2");
-    assert_ok(CTX, tgl_cgen_prepare(CTX, &b.p));
-    assert_int_equal(tgl_cgen_tier(&b.p), 2);
-    tgl_cgen_release(&b.p);
+    assert_ok(CTX, tgl_backend_prepare(CTX, TGL_DEVICE_CPU, &b.p));
+    assert_int_equal(tgl_backend_tier(&b.p), 2);
+    tgl_backend_release(&b.p);
     /* A program the renderer cannot express. */
     pb_init(&b, 1);
     int x = pb_in(&b, TGL_FLOAT32, 0);
     pb_out(&b, pb_op(&b, TGL_OP_SUM, TGL_FLOAT32, x, -1, -1));
-    assert_int_equal(tgl_cgen_prepare(CTX, &b.p), TGL_EINTERNAL);
+    assert_int_equal(tgl_backend_prepare(CTX, TGL_DEVICE_CPU, &b.p), TGL_EINTERNAL);
     assert_non_null(strstr(tgl_ctx_error(CTX), "not elementwise"));
-    tgl_cgen_release(&b.p);
+    tgl_backend_release(&b.p);
+}
+
+/* ---- the backend seam -------------------------------------------------------- */
+
+/* The cache key covers the backend's name and its target: the same source,
+ * compiler and flags for another backend or another CPU is another entry. */
+static void cache_key_names_the_backend_and_its_target(void **state)
+{
+    (void)state;
+    char k1[TGL_CACHE_KEY_HEX + 1], k2[TGL_CACHE_KEY_HEX + 1], k3[TGL_CACHE_KEY_HEX + 1],
+        k4[TGL_CACHE_KEY_HEX + 1];
+    const char *cpu = tgl_cache_host_target();
+    assert_true(strlen(cpu) > 0);
+    assert_int_equal(tgl_cache_key("cpu", cpu, "src", "cc", "cc 12", "-O2", k1), 0);
+    assert_int_equal(tgl_cache_key("cuda", cpu, "src", "cc", "cc 12", "-O2", k2), 0);
+    assert_int_equal(tgl_cache_key("cpu", "another cpu", "src", "cc", "cc 12", "-O2", k3), 0);
+    assert_int_equal(tgl_cache_key("cpu", cpu, "src", "cc", "cc 12", "-O2", k4), 0);
+    assert_string_not_equal(k1, k2);
+    assert_string_not_equal(k1, k3);
+    assert_string_equal(k1, k4);
+}
+
+/* What the backends read of the context follows every setting, and the
+ * interrupt flag stops a launch with the context's message. */
+static void settings_and_interrupts_reach_the_backend(void **state)
+{
+    const tgl_backend_opts *o = &CTX->backend_opts;
+    set(CTX, "threads", "3");
+    set(CTX, "compile", "tcc");
+    set(CTX, "cache_max_bytes", "12345");
+    assert_int_equal(o->threads, 3);
+    assert_string_equal(o->compile, "tcc");
+    assert_string_equal(o->cache_dir, F->dir);
+    assert_int_equal(o->cache_max_bytes, 12345);
+    assert_true(o->pool == &CTX->pool);
+    assert_null(o->interrupt);
+    pb b;
+    exact_prog(&b, 40);
+    tgl_array *in[2], *out[1] = {NULL};
+    exact_inputs(CTX, in);
+    run_prog(CTX, &b.p, "tcc", in, out);
+    volatile int flag = 1;
+    tgl_ctx_set_interrupt_flag(CTX, &flag);
+    assert_true(o->interrupt == &flag);
+    assert_int_equal(tgl_backend_launch(CTX, &b.p, in, out), TGL_EINTERRUPT);
+    assert_string_equal(tgl_ctx_error(CTX), "interrupted");
+    tgl_ctx_set_interrupt_flag(CTX, NULL);
+    assert_ok(CTX, tgl_backend_launch(CTX, &b.p, in, out));
+    /* The kernel's head names the backend that made it. */
+    assert_true(b.p.kernel->backend == &tgl_backend_cpu);
+    assert_int_equal(b.p.kernel->tier, 1);
+    tgl_backend_release(&b.p);
+    assert_int_equal(tgl_backend_tier(&b.p), 0);
+    tgl_array *all[] = {in[0], in[1], out[0]};
+    release_all(all, 3);
 }
 
 /* ---- the pool --------------------------------------------------------------- */
@@ -407,6 +464,8 @@ int main(void)
         T(unusable_cache_directory_compiles_without_caching),
         T(missing_compiler_falls_back_with_one_warning),
         T(compiler_failure_is_an_internal_error),
+        T(cache_key_names_the_backend_and_its_target),
+        T(settings_and_interrupts_reach_the_backend),
         T(pool_runs_every_task_exactly_once),
         /* last: its compile goes on in the background (no fork after it) */
         T(release_does_not_wait_for_the_background_compile),

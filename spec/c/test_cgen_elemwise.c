@@ -96,11 +96,11 @@ static void check(tgl_ctx *ctx, pb *b, tgl_array **in, tgl_array **sin, case_ *c
 {
     static const char *modes[] = {"tcc", "sync"};
     for (int m = 0; m < 2; m++) {
-        tgl_cgen_release(&b->p);
+        tgl_backend_release(&b->p);
         for (int s = 0; s < 2; s++) {
             tgl_array *out[64] = {NULL};
             run_prog(ctx, &b->p, modes[m], s ? sin : in, out);
-            assert_int_equal(tgl_cgen_tier(&b->p), m + 1);
+            assert_int_equal(tgl_backend_tier(&b->p), m + 1);
             for (int k = 0; k < ncase; k++) {
                 char msg[160];
                 snprintf(msg, sizeof msg, "%s %s (%s, %s)", tgl_op_name(cs[k].op), what,
@@ -110,7 +110,7 @@ static void check(tgl_ctx *ctx, pb *b, tgl_array **in, tgl_array **sin, case_ *c
             release_all(out, b->p.nout);
         }
     }
-    tgl_cgen_release(&b->p);
+    tgl_backend_release(&b->p);
 }
 
 /* Every entry but cast, in every compute dtype: the program computes each

@@ -2,11 +2,12 @@
  * cache.c — the on-disk cache of compiled kernels.
  *
  * An entry is <dir>/<key>.so where key is the SHA-256 (libcrypto EVP) of
- * everything that decides the machine code: the kernel source, the
- * compiler command and its `--version` line, the flags, TGL_KERNEL_ABI and
- * this CPU's identity (/proc/cpuinfo's model name and flags, since the
- * default flags say -march=native).  The directory is config.cache_dir,
- * else $TGL_CACHE_DIR, else ~/.cache/tgl.
+ * everything that decides the machine code: the backend's name ("cpu") and
+ * its target (this CPU's identity: /proc/cpuinfo's model name and flags,
+ * since the default flags say -march=native), the kernel source, the
+ * compiler command and its `--version` line, the flags and TGL_KERNEL_ABI.
+ * The directory is the cache_dir setting, else $TGL_CACHE_DIR, else
+ * ~/.cache/tgl.
  *
  * Writers compile into a temporary name and rename(2) it into place, so a
  * reader sees a whole entry or none, and two processes compiling the same
@@ -17,8 +18,9 @@
  * insert the oldest entries (by mtime; a hit refreshes it) go until the
  * cache fits in config.cache_max_bytes.
  *
- * The functions here take no tgl_ctx (background compiles call them) except
- * the public tgl_cache_clear and tgl_cache_info.
+ * The functions here take no tgl_ctx (background compiles call them); the
+ * public tgl_cache_clear and tgl_cache_info reach tgl_cgen_cache_clear and
+ * tgl_cgen_cache_info through the CPU backend.
  */
 #include "cgen/cgint.h"
 
@@ -63,12 +65,12 @@ static int make_dirs(char *path)
 }
 
 /* The directory's name, without creating it. */
-static int dir_name(const struct tgl_config *config, char *dir, size_t size)
+static int dir_name(const char *configured, char *dir, size_t size)
 {
     const char *env = getenv("TGL_CACHE_DIR");
     int n;
-    if (config->cache_dir[0]) {
-        n = snprintf(dir, size, "%s", config->cache_dir);
+    if (configured && configured[0]) {
+        n = snprintf(dir, size, "%s", configured);
     } else if (env && env[0]) {
         n = snprintf(dir, size, "%s", env);
     } else {
@@ -88,9 +90,9 @@ static int dir_name(const struct tgl_config *config, char *dir, size_t size)
     return 0;
 }
 
-int tgl_cache_dir(const struct tgl_config *config, char *dir, size_t size)
+int tgl_cache_dir(const char *configured, char *dir, size_t size)
 {
-    return dir_name(config, dir, size) == 0 && make_dirs(dir) == 0 ? 0 : -1;
+    return dir_name(configured, dir, size) == 0 && make_dirs(dir) == 0 ? 0 : -1;
 }
 
 /* ---- keys ------------------------------------------------------------------ */
@@ -127,13 +129,18 @@ static void cpu_read(void)
         snprintf(cpu_id, sizeof cpu_id, "unknown cpu");
 }
 
-int tgl_cache_key(const char *source, const char *cc, const char *version, const char *flags,
-                  char key[TGL_CACHE_KEY_HEX + 1])
+const char *tgl_cache_host_target(void)
 {
     pthread_once(&cpu_once, cpu_read);
+    return cpu_id;
+}
+
+int tgl_cache_key(const char *backend, const char *target, const char *source, const char *cc,
+                  const char *version, const char *flags, char key[TGL_CACHE_KEY_HEX + 1])
+{
     char abi[32];
     snprintf(abi, sizeof abi, "abi %d", TGL_KERNEL_ABI);
-    const char *parts[] = {source, cc, version, flags, abi, cpu_id};
+    const char *parts[] = {backend, target, source, cc, version, flags, abi};
     EVP_MD_CTX *md = EVP_MD_CTX_new();
     unsigned char h[EVP_MAX_MD_SIZE];
     unsigned hn = 0;
@@ -311,38 +318,39 @@ void tgl_cache_evict(const char *dir, int64_t max_bytes, const char *keep)
 
 /* ---- the host's --cache-clear and --cache-info ---------------------------------- */
 
-tgl_status tgl_cache_clear(tgl_ctx *ctx)
+tgl_status tgl_cgen_cache_clear(const tgl_backend_opts *o, tgl_errbuf *err)
 {
-    TGL_CHECK_CTX(ctx);
     char dir[1100];
-    TGL_CHECK(dir_name(&ctx->config, dir, sizeof dir) == 0, TGL_EIO,
-              "tgl_cache_clear: no cache directory (set cache_dir or $TGL_CACHE_DIR)");
+    if (dir_name(o->cache_dir, dir, sizeof dir) != 0)
+        return tgl_errbuf_set(err, TGL_EIO,
+                              "tgl_cache_clear: no cache directory (set cache_dir or "
+                              "$TGL_CACHE_DIR)");
     entry *v = NULL;
     int n = list_entries(dir, &v, true, true);
     if (n < 0)
         return errno == ENOENT
                    ? TGL_OK
-                   : tgl_ctx_set_error(ctx, TGL_EIO, "tgl_cache_clear: cannot read %s: %s", dir,
-                                       strerror(errno));
+                   : tgl_errbuf_set(err, TGL_EIO, "tgl_cache_clear: cannot read %s: %s", dir,
+                                    strerror(errno));
     char path[1200];
     tgl_status st = TGL_OK;
     for (int i = 0; i < n; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, v[i].name);
         if (unlink(path) != 0 && errno != ENOENT && !st)
-            st = tgl_ctx_set_error(ctx, TGL_EIO, "tgl_cache_clear: cannot delete %s: %s", path,
-                                   strerror(errno));
+            st = tgl_errbuf_set(err, TGL_EIO, "tgl_cache_clear: cannot delete %s: %s", path,
+                                strerror(errno));
     }
     free(v);
     return st;
 }
 
-tgl_status tgl_cache_info(tgl_ctx *ctx, char **text)
+tgl_status tgl_cgen_cache_info(const tgl_backend_opts *o, char **text, tgl_errbuf *err)
 {
-    TGL_CHECK_CTX(ctx);
-    TGL_CHECK(text, TGL_EINVAL, "tgl_cache_info: NULL argument");
     char dir[1100];
-    TGL_CHECK(dir_name(&ctx->config, dir, sizeof dir) == 0, TGL_EIO,
-              "tgl_cache_info: no cache directory (set cache_dir or $TGL_CACHE_DIR)");
+    if (dir_name(o->cache_dir, dir, sizeof dir) != 0)
+        return tgl_errbuf_set(err, TGL_EIO,
+                              "tgl_cache_info: no cache directory (set cache_dir or "
+                              "$TGL_CACHE_DIR)");
     entry *v = NULL;
     int n = list_entries(dir, &v, false, false);
     int64_t total = 0;
@@ -351,11 +359,11 @@ tgl_status tgl_cache_info(tgl_ctx *ctx, char **text)
     free(v);
     size_t size = strlen(dir) + 200;
     char *s = malloc(size);
-    TGL_CHECK(s, TGL_ENOMEM, "tgl_cache_info: out of memory");
+    if (!s)
+        return tgl_errbuf_set(err, TGL_ENOMEM, "tgl_cache_info: out of memory");
     snprintf(s, size,
              "directory: %s%s\nentries: %d\nbytes: %" PRId64 "\nmax_bytes: %" PRId64 "\n", dir,
-             n < 0 ? " (not created yet)" : "", n < 0 ? 0 : n, total,
-             ctx->config.cache_max_bytes);
+             n < 0 ? " (not created yet)" : "", n < 0 ? 0 : n, total, o->cache_max_bytes);
     *text = s;
     return TGL_OK;
 }

@@ -1,49 +1,64 @@
 /*
- * cgen.h — internal header of the code generator (src/cgen): turning a
- * fused program (engine/fprog.h) into C, compiling it (libtcc in memory
- * at once, the system compiler in the background, swapped in when ready),
- * caching compiled kernels on disk, and launching them over arrays on the
- * engine's threads.
+ * cgen.h — internal header of the code generator (src/cgen), the kernel
+ * half of the CPU backend (src/cpu/backend_cpu.c): turning a fused program
+ * (engine/fprog.h) into C, compiling it (libtcc in memory at once, the
+ * system compiler in the background, swapped in when ready), caching
+ * compiled kernels on disk, and launching them over arrays on the
+ * engine's worker threads.
+ *
+ * cgen never sees a tgl_ctx: the settings it reads arrive in a
+ * tgl_backend_opts, and errors leave as a status plus a message in a
+ * tgl_errbuf (engine/backend.h).  No engine file includes this header.
  */
 #ifndef TGL_CGEN_H
 #define TGL_CGEN_H
 
+#include "engine/backend.h"
 #include "engine/fprog.h"
-
-/* A kernel whose code can be replaced while the program runs: the CVM
- * reads `fn` once per call (an atomic load) and falls back to the
- * reference path when it is NULL. */
-typedef struct tgl_kernel_ref tgl_kernel_ref;
+#include "cgen/tgl_kernel.h"
 
 /* The C source of prog's kernel (with tgl_kernel.h embedded), defining
- * `void <symbol>(const tgl_kargs *)`.  malloc'd. */
-tgl_status tgl_cgen_render(tgl_ctx *ctx, const tgl_fprog *prog, const char *symbol, char **source);
+ * `void <symbol>(const tgl_kargs *)`; *source is malloc'd. */
+tgl_status tgl_cgen_render(const tgl_fprog *prog, const char *symbol, char **source,
+                           tgl_errbuf *err);
 
-/* Makes prog's kernel available as the context's config.compile says:
+/* Makes prog's kernel as o->compile says, into *out (its head naming be,
+ * the backend whose name goes into the cache key):
  *   sync   — compile with the system compiler (or load it from the cache) now;
  *   tcc    — compile in memory with libtcc only;
  *   cc     — like sync;
  *   tiered — libtcc now, the system compiler on a background thread, and
  *            the faster code swapped in when ready.
- * With no working compiler, prog keeps the reference path and one warning
- * is printed per process.  Never fails for want of a compiler. */
-tgl_status tgl_cgen_prepare(tgl_ctx *ctx, tgl_fprog *prog);
+ * With no working compiler the kernel has no code (tier 0: the reference
+ * path) and one warning is printed per process.  Never fails for want of
+ * a compiler; a kernel that does not compile is TGL_EINTERNAL. */
+tgl_status tgl_cgen_compile(const tgl_backend_opts *o, const tgl_backend *be,
+                            const tgl_fprog *prog, tgl_kernel_ref **out, tgl_errbuf *err);
 
-/* The current kernel of prog, or NULL (reference path). */
-tgl_kernel_fn tgl_cgen_kernel(const tgl_fprog *prog);
-/* Which code runs now: 0 none, 1 libtcc, 2 system compiler. */
-int tgl_cgen_tier(const tgl_fprog *prog);
-/* Blocks until prog's background compile (if any) has finished. */
-void tgl_cgen_wait(tgl_fprog *prog);
-/* Frees prog's kernel.  Does not wait: a background compile already
- * running finishes into the disk cache; one not started is dropped. */
-void tgl_cgen_release(tgl_fprog *prog);
+/* The code k runs now, or NULL (the reference path).  k may be NULL.
+ * Which code that is: k->tier, 0 none, 1 libtcc, 2 system compiler. */
+tgl_kernel_fn tgl_cgen_kernel_fn(const tgl_kernel_ref *k);
+/* Blocks until k's background compile (if any) has finished. */
+void tgl_cgen_kernel_wait(tgl_kernel_ref *k);
+/* Frees k.  Does not wait: a background compile already running finishes
+ * into the disk cache; one not started is dropped. */
+void tgl_cgen_kernel_release(tgl_kernel_ref *k);
 
 /* Runs fn over the arrays: out[k] are allocated by the caller with the
  * output shapes (for a fused reduction, out[0] has the reduced shape);
  * in[k] have the space's ndim (broadcast axes of size 1).  Coalesces
- * axes, picks rows/columns per thread, and runs on ctx's threads. */
-tgl_status tgl_cgen_launch(tgl_ctx *ctx, const tgl_fprog *prog, tgl_kernel_fn fn,
-                           tgl_array *const *in, tgl_array *const *out);
+ * axes, picks rows/columns per thread, and runs on o's threads. */
+tgl_status tgl_cgen_launch(const tgl_backend_opts *o, const tgl_fprog *prog, tgl_kernel_fn fn,
+                           tgl_array *const *in, tgl_array *const *out, tgl_errbuf *err);
+/* tgl_cgen_launch with k's current code (TGL_EINTERNAL when it has none). */
+tgl_status tgl_cgen_kernel_launch(const tgl_backend_opts *o, const tgl_fprog *prog,
+                                  tgl_kernel_ref *k, tgl_array *const *in,
+                                  tgl_array *const *out, tgl_errbuf *err);
+
+/* Deletes every entry of the kernel cache (o->cache_dir, else
+ * $TGL_CACHE_DIR, else ~/.cache/tgl). */
+tgl_status tgl_cgen_cache_clear(const tgl_backend_opts *o, tgl_errbuf *err);
+/* The cache as text (malloc'd): directory, entries, bytes, max_bytes. */
+tgl_status tgl_cgen_cache_info(const tgl_backend_opts *o, char **text, tgl_errbuf *err);
 
 #endif /* TGL_CGEN_H */

@@ -4,7 +4,7 @@
  * else: the rendering state, the layout decisions the renderer and the
  * launcher must agree on, the embedded kernel header, and the cache
  * primitives the compiler calls (from the calling thread or a background
- * compile thread, so they take no tgl_ctx).
+ * compile thread).  Like the rest of cgen, none of it takes a tgl_ctx.
  */
 #ifndef TGL_CGINT_H
 #define TGL_CGINT_H
@@ -23,7 +23,7 @@
  * elementwise table's: bit k for tgl_elemwise_helpers[k]) the source
  * needs, and the first error. */
 typedef struct tgl_render {
-    tgl_ctx *ctx;
+    tgl_errbuf *err;
     const tgl_fprog *p;
     uint32_t used[2];
     unsigned helpers;
@@ -85,14 +85,19 @@ uint64_t tgl_cgen_digest(const tgl_fprog *prog);
 /* Length of a cache key in hex digits (SHA-256). */
 #define TGL_CACHE_KEY_HEX 64
 
-/* The cache directory for config (config->cache_dir, else $TGL_CACHE_DIR,
- * else ~/.cache/tgl), created if missing.  -1 when there is none usable. */
-int tgl_cache_dir(const struct tgl_config *config, char *dir, size_t size);
+/* The cache directory: `configured` (the cache_dir setting) when set,
+ * else $TGL_CACHE_DIR, else ~/.cache/tgl; created if missing.  -1 when
+ * there is none usable. */
+int tgl_cache_dir(const char *configured, char *dir, size_t size);
 
-/* key = SHA-256 of (source, compiler command, its --version line, flags,
- * TGL_KERNEL_ABI, this CPU's identity), as hex.  -1 if hashing failed. */
-int tgl_cache_key(const char *source, const char *cc, const char *version, const char *flags,
-                  char key[TGL_CACHE_KEY_HEX + 1]);
+/* The machine code's target on this host: /proc/cpuinfo's model name and
+ * feature flags (what -march=native looks at).  Static text. */
+const char *tgl_cache_host_target(void);
+
+/* key = SHA-256 of (backend name, target, source, compiler command, its
+ * --version line, flags, TGL_KERNEL_ABI), as hex.  -1 if hashing failed. */
+int tgl_cache_key(const char *backend, const char *target, const char *source, const char *cc,
+                  const char *version, const char *flags, char key[TGL_CACHE_KEY_HEX + 1]);
 
 /* Loads entry <dir>/<key>.so and finds symbol in it.  Returns the dlopen
  * handle (and *fn), or NULL when there is no entry; an entry that exists

@@ -75,10 +75,11 @@ static struct {
        false, false, 0, {{{0}, false, {0}}}};
 
 /* What the system-compiler path of one kernel needs; a background compile
- * owns a copy, so it never touches the context. */
+ * owns a copy, so it never touches the caller's settings. */
 typedef struct job {
     char *source;
     char symbol[48];
+    char backend[16];     /* the backend's name, for the cache key */
     char cc[256], cflags[256];
     char dir[1100];       /* "" : no usable cache directory */
     int64_t max_bytes;
@@ -93,16 +94,18 @@ typedef struct job {
     bool done, cancelled;
     bool tcc_tier; /* the program runs libtcc code meanwhile */
     int refs;
-    struct tgl_kernel_ref *ref; /* where to publish; only while !cancelled */
+    struct kernel *ref;   /* where to publish; only while !cancelled */
 } job;
 
-struct tgl_kernel_ref {
+/* A compiled kernel.  The head comes first: the engine holds a kernel as
+ * its tgl_kernel_ref, and reads head.tier (atomic: 0 none, 1 libtcc, 2 cc). */
+typedef struct kernel {
+    tgl_kernel_ref head;
     tgl_kernel_fn fn;     /* atomic: the code calls run now (NULL: reference) */
-    int tier;             /* atomic: 0 none, 1 libtcc, 2 cc                   */
     TCCState *tcc;        /* owns the libtcc code; freed at release           */
     void *dl;             /* the cc code; never dlclose'd (calls may be live) */
     job *job;             /* the background compile, or NULL                 */
-};
+} kernel;
 
 enum { BUILD_OK, BUILD_NOCC, BUILD_FAIL };
 
@@ -234,7 +237,8 @@ static int job_key(job *j)
         return BUILD_NOCC;
     char flags[600];
     snprintf(flags, sizeof flags, "%s " FIXED_FLAGS " " LIBS, j->cflags);
-    if (tgl_cache_key(j->source, j->cc, j->version, flags, j->key) != 0) {
+    if (tgl_cache_key(j->backend, tgl_cache_host_target(), j->source, j->cc, j->version, flags,
+                      j->key) != 0) {
         snprintf(j->err, sizeof j->err, "hashing the kernel source failed (libcrypto)");
         return BUILD_FAIL;
     }
@@ -512,7 +516,7 @@ static void *background(void *arg)
     if (rc == BUILD_OK && live) {
         j->ref->dl = dl;
         __atomic_store_n(&j->ref->fn, fn, __ATOMIC_RELEASE);
-        __atomic_store_n(&j->ref->tier, 2, __ATOMIC_RELEASE);
+        __atomic_store_n(&j->ref->head.tier, 2, __ATOMIC_RELEASE);
     }
     j->done = true;
     pthread_cond_broadcast(&j->done_cv);
@@ -529,22 +533,24 @@ static void *background(void *arg)
 
 /* ---- the interface ------------------------------------------------------------------ */
 
-static job *job_new(tgl_ctx *ctx, const tgl_fprog *prog, const char *symbol)
+static job *job_new(const tgl_backend_opts *o, const tgl_backend *be, const char *source,
+                    const char *symbol)
 {
     job *j = calloc(1, sizeof *j);
     if (!j)
         return NULL;
-    j->source = strdup(prog->source);
+    j->source = strdup(source);
     if (!j->source) {
         free(j);
         return NULL;
     }
     snprintf(j->symbol, sizeof j->symbol, "%s", symbol);
-    snprintf(j->cc, sizeof j->cc, "%s", ctx->config.cc);
-    snprintf(j->cflags, sizeof j->cflags, "%s", ctx->config.cflags);
-    if (tgl_cache_dir(&ctx->config, j->dir, sizeof j->dir) != 0)
+    snprintf(j->backend, sizeof j->backend, "%s", be->name);
+    snprintf(j->cc, sizeof j->cc, "%s", o->cc);
+    snprintf(j->cflags, sizeof j->cflags, "%s", o->cflags);
+    if (tgl_cache_dir(o->cache_dir, j->dir, sizeof j->dir) != 0)
         j->dir[0] = '\0';
-    j->max_bytes = ctx->config.cache_max_bytes;
+    j->max_bytes = o->cache_max_bytes;
     pthread_mutex_init(&j->lock, NULL);
     pthread_cond_init(&j->done_cv, NULL);
     return j;
@@ -560,112 +566,120 @@ static void job_free(job *j)
     }
 }
 
-static tgl_status internal(tgl_ctx *ctx, const tgl_fprog *prog, const char *how, const char *err)
+static tgl_status internal(tgl_errbuf *e, const tgl_fprog *prog, const char *how, const char *msg)
 {
-    return tgl_ctx_set_error(ctx, TGL_EINTERNAL,
-                             "cgen: the kernel of fused program %d does not compile with %s "
-                             "(a tgl bug; please report it): %s",
-                             prog->id, how, err);
+    return tgl_errbuf_set(e, TGL_EINTERNAL,
+                          "cgen: the kernel of fused program %d does not compile with %s "
+                          "(a tgl bug; please report it): %s",
+                          prog->id, how, msg);
 }
 
-/* Compiles prog->source in the mode asked for; see the file comment. */
-static tgl_status compile(tgl_ctx *ctx, tgl_fprog *prog, struct tgl_kernel_ref *ref,
-                          const char *symbol)
+/* Compiles source in the mode asked for into k; see the file comment. */
+static tgl_status compile(const tgl_backend_opts *o, const tgl_backend *be, const tgl_fprog *prog,
+                          const char *source, const char *symbol, kernel *k, tgl_errbuf *e)
 {
-    const char *mode = ctx->config.compile;
+    const char *mode = o->compile;
     char err[TAIL + 200];
     int rt;
     if (strcmp(mode, "tcc") == 0) {
-        rt = build_tcc(prog->source, symbol, &ref->tcc, &ref->fn, err, sizeof err);
+        rt = build_tcc(source, symbol, &k->tcc, &k->fn, err, sizeof err);
         if (rt == BUILD_FAIL)
-            return internal(ctx, prog, "libtcc", err);
+            return internal(e, prog, "libtcc", err);
         if (rt == BUILD_NOCC)
             warn_no_tcc();
-        ref->tier = rt == BUILD_OK;
+        k->head.tier = rt == BUILD_OK;
         return TGL_OK;
     }
-    job *j = job_new(ctx, prog, symbol);
+    job *j = job_new(o, be, source, symbol);
     if (!j)
-        return tgl_ctx_set_error(ctx, TGL_ENOMEM, "cgen: out of memory");
+        return tgl_errbuf_set(e, TGL_ENOMEM, "cgen: out of memory");
     bool tiered = strcmp(mode, "tiered") == 0;
     int rc = job_key(j);
     if (rc == BUILD_OK && j->dir[0] &&
-        (ref->dl = tgl_cache_load(j->dir, j->key, symbol, &ref->fn))) {
-        ref->tier = 2;
+        (k->dl = tgl_cache_load(j->dir, j->key, symbol, &k->fn))) {
+        k->head.tier = 2;
     } else if (rc == BUILD_OK && !tiered) {
-        rc = job_compile(j, &ref->dl, &ref->fn);
+        rc = job_compile(j, &k->dl, &k->fn);
         if (rc == BUILD_OK)
-            ref->tier = 2;
+            k->head.tier = 2;
     } else if (tiered) {
         /* libtcc code now (the reference path without libtcc); cc later. */
-        rt = build_tcc(prog->source, symbol, &ref->tcc, &ref->fn, err, sizeof err);
+        rt = build_tcc(source, symbol, &k->tcc, &k->fn, err, sizeof err);
         if (rt == BUILD_FAIL) {
             job_free(j);
-            return internal(ctx, prog, "libtcc", err);
+            return internal(e, prog, "libtcc", err);
         }
-        ref->tier = rt == BUILD_OK;
+        k->head.tier = rt == BUILD_OK;
         if (rc == BUILD_OK) {
-            j->ref = ref;
-            j->tcc_tier = ref->tier == 1;
+            j->ref = k;
+            j->tcc_tier = k->head.tier == 1;
             j->refs = 2;
             pthread_t t;
             if (pthread_create(&t, NULL, background, j) == 0) {
                 pthread_detach(t);
-                ref->job = j;
+                k->job = j;
                 return TGL_OK;
             }
         }
     }
     tgl_status st = TGL_OK;
     if (rc == BUILD_NOCC)
-        warn_no_cc(j->cc, ref->tier == 1 ? "libtcc" : "reference");
+        warn_no_cc(j->cc, k->head.tier == 1 ? "libtcc" : "reference");
     else if (rc == BUILD_FAIL)
-        st = internal(ctx, prog, j->cc, j->err);
+        st = internal(e, prog, j->cc, j->err);
     job_free(j);
     return st;
 }
 
-tgl_status tgl_cgen_prepare(tgl_ctx *ctx, tgl_fprog *prog)
+tgl_status tgl_cgen_compile(const tgl_backend_opts *o, const tgl_backend *be,
+                            const tgl_fprog *prog, tgl_kernel_ref **out, tgl_errbuf *err)
 {
-    TGL_CHECK_CTX(ctx);
-    TGL_CHECK(prog, TGL_EINVAL, "tgl_cgen_prepare: NULL program");
-    if (prog->kernel)
-        return TGL_OK; /* one kernel per program, however many functions use it */
+    if (!o || !be || !prog || !out)
+        return tgl_errbuf_set(err, TGL_EINVAL, "tgl_cgen_compile: NULL argument");
     char symbol[48];
     snprintf(symbol, sizeof symbol, "tgl_fused_%016llx", (unsigned long long)tgl_cgen_digest(prog));
-    if (!prog->source) {
-        tgl_status st = tgl_cgen_render(ctx, prog, symbol, &prog->source);
-        if (st)
-            return st;
+    char *source = NULL;
+    tgl_status st = tgl_cgen_render(prog, symbol, &source, err);
+    if (st)
+        return st;
+    kernel *k = calloc(1, sizeof *k);
+    if (!k) {
+        free(source);
+        return tgl_errbuf_set(err, TGL_ENOMEM, "cgen: out of memory");
     }
-    struct tgl_kernel_ref *ref = calloc(1, sizeof *ref);
-    if (!ref)
-        return tgl_ctx_set_error(ctx, TGL_ENOMEM, "cgen: out of memory");
-    tgl_status st = compile(ctx, prog, ref, symbol);
-    prog->kernel = ref;
+    k->head.backend = be;
+    st = compile(o, be, prog, source, symbol, k, err);
+    free(source);
     if (st) {
-        tgl_cgen_release(prog);
+        tgl_cgen_kernel_release(&k->head);
         return st;
     }
+    *out = &k->head;
     return TGL_OK;
 }
 
-tgl_kernel_fn tgl_cgen_kernel(const tgl_fprog *prog)
+tgl_kernel_fn tgl_cgen_kernel_fn(const tgl_kernel_ref *ref)
 {
-    return prog && prog->kernel ? __atomic_load_n(&prog->kernel->fn, __ATOMIC_ACQUIRE) : NULL;
+    const kernel *k = (const kernel *)ref;
+    return k ? __atomic_load_n(&k->fn, __ATOMIC_ACQUIRE) : NULL;
 }
 
-int tgl_cgen_tier(const tgl_fprog *prog)
+tgl_status tgl_cgen_kernel_launch(const tgl_backend_opts *o, const tgl_fprog *prog,
+                                  tgl_kernel_ref *ref, tgl_array *const *in,
+                                  tgl_array *const *out, tgl_errbuf *err)
 {
-    return prog && prog->kernel ? __atomic_load_n(&prog->kernel->tier, __ATOMIC_ACQUIRE) : 0;
+    /* Code, once there, is only ever swapped for other code. */
+    tgl_kernel_fn fn = tgl_cgen_kernel_fn(ref);
+    if (!fn)
+        return tgl_errbuf_set(err, TGL_EINTERNAL,
+                              "cgen: fused program %d has no kernel code to launch", prog->id);
+    return tgl_cgen_launch(o, prog, fn, in, out, err);
 }
 
-void tgl_cgen_wait(tgl_fprog *prog)
+void tgl_cgen_kernel_wait(tgl_kernel_ref *ref)
 {
-    struct tgl_kernel_ref *ref = prog ? prog->kernel : NULL;
-    if (!ref)
-        return;
-    job *j = ref->job;
+    kernel *k = (kernel *)ref;
+    job *j = k ? k->job : NULL;
     if (!j)
         return;
     pthread_mutex_lock(&j->lock);
@@ -674,27 +688,22 @@ void tgl_cgen_wait(tgl_fprog *prog)
     pthread_mutex_unlock(&j->lock);
 }
 
-void tgl_cgen_release(tgl_fprog *prog)
+void tgl_cgen_kernel_release(tgl_kernel_ref *ref)
 {
-    if (!prog)
+    kernel *k = (kernel *)ref;
+    if (!k)
         return;
-    struct tgl_kernel_ref *ref = prog->kernel;
-    if (ref) {
-        if (ref->job) {
-            /* The compile goes on without us (see job). */
-            pthread_mutex_lock(&ref->job->lock);
-            __atomic_store_n(&ref->job->cancelled, true, __ATOMIC_RELEASE);
-            pthread_mutex_unlock(&ref->job->lock);
-            job_unref(ref->job);
-        }
-        if (ref->tcc) {
-            pthread_mutex_lock(&G.tcc_lock);
-            T.delete_(ref->tcc);
-            pthread_mutex_unlock(&G.tcc_lock);
-        }
-        free(ref);
-        prog->kernel = NULL;
+    if (k->job) {
+        /* The compile goes on without us (see job). */
+        pthread_mutex_lock(&k->job->lock);
+        __atomic_store_n(&k->job->cancelled, true, __ATOMIC_RELEASE);
+        pthread_mutex_unlock(&k->job->lock);
+        job_unref(k->job);
     }
-    free(prog->source);
-    prog->source = NULL;
+    if (k->tcc) {
+        pthread_mutex_lock(&G.tcc_lock);
+        T.delete_(k->tcc);
+        pthread_mutex_unlock(&G.tcc_lock);
+    }
+    free(k);
 }

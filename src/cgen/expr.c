@@ -91,7 +91,7 @@ tgl_status tgl_cgen_fail(tgl_render *r, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    r->st = tgl_ctx_set_error(r->ctx, TGL_EINTERNAL, "cgen: program %d: %s", r->p->id, msg);
+    r->st = tgl_errbuf_set(r->err, TGL_EINTERNAL, "cgen: program %d: %s", r->p->id, msg);
     return r->st;
 }
 

@@ -8,7 +8,8 @@
  * merged (never a reduced axis with a kept one), so contiguous arrays of
  * any shape become one row.
  *
- * Work is split over the context's pool (engine/pool.h) by rows when there
+ * Work is split over the context's pool (engine/pool.h, handed over in the
+ * tgl_backend_opts with the thread setting) by rows when there
  * are enough of them, else by columns of the rows; problems under
  * PARALLEL_MIN elements stay on the calling thread, where thread wake-up
  * would cost more than it saves.  A reduction accumulates in the kernel's
@@ -152,39 +153,43 @@ static bool c_contiguous(const tgl_array *a)
     return true;
 }
 
+/* Fails with st and a message in *err unless cond holds. */
+#define CHECK(cond, st, ...) \
+    do { if (!(cond)) return tgl_errbuf_set(err, (st), __VA_ARGS__); } while (0)
+
 /* Checks the arrays against the program and computes the space's shape. */
-static tgl_status check(tgl_ctx *ctx, const tgl_fprog *p, tgl_array *const *in,
-                        tgl_array *const *out, int64_t *space)
+static tgl_status check(const tgl_fprog *p, tgl_array *const *in, tgl_array *const *out,
+                        int64_t *space, tgl_errbuf *err)
 {
     int nd = p->ndim;
     for (int d = 0; d < nd; d++)
         space[d] = 1;
     for (int j = 0; j < p->nin; j++) {
-        TGL_CHECK(in[j] && in[j]->ndim == nd && in[j]->dtype_id == p->in_type[j].dtype,
-                  TGL_EINTERNAL, "cgen: input %d of fused program %d has the wrong dtype or ndim",
-                  j + 1, p->id);
+        CHECK(in[j] && in[j]->ndim == nd && in[j]->dtype_id == p->in_type[j].dtype,
+              TGL_EINTERNAL, "cgen: input %d of fused program %d has the wrong dtype or ndim",
+              j + 1, p->id);
         for (int d = 0; d < nd; d++)
             if (!tgl_type_bcast(p->in_type[j], d) && in[j]->shape[d] != 1)
                 space[d] = in[j]->shape[d];
     }
     for (int j = 0; j < p->nin; j++)
         for (int d = 0; d < nd; d++)
-            TGL_CHECK(in[j]->shape[d] == space[d] || in[j]->shape[d] == 1, TGL_ESHAPE,
-                      "cgen: input %d of fused program %d: size %lld on axis %d, expected %lld",
-                      j + 1, p->id, (long long)in[j]->shape[d], d + 1, (long long)space[d]);
+            CHECK(in[j]->shape[d] == space[d] || in[j]->shape[d] == 1, TGL_ESHAPE,
+                  "cgen: input %d of fused program %d: size %lld on axis %d, expected %lld",
+                  j + 1, p->id, (long long)in[j]->shape[d], d + 1, (long long)space[d]);
     for (int k = 0; k < p->nout; k++) {
         bool red = k == 0 && p->reduce_op >= 0;
         tgl_type t = red ? p->reduce_type : p->out_type[k];
-        TGL_CHECK(out[k] && out[k]->dtype_id == t.dtype && out[k]->ndim == t.ndim, TGL_EINTERNAL,
-                  "cgen: output %d of fused program %d has the wrong dtype or ndim", k + 1, p->id);
+        CHECK(out[k] && out[k]->dtype_id == t.dtype && out[k]->ndim == t.ndim, TGL_EINTERNAL,
+              "cgen: output %d of fused program %d has the wrong dtype or ndim", k + 1, p->id);
         for (int d = 0, od = 0; d < nd; d++) {
             bool r = red && ((p->reduce_mask >> d) & 1u);
             if (r && !p->reduce_keepdims)
                 continue;
             int64_t want = r ? 1 : space[d];
-            TGL_CHECK(out[k]->shape[od] == want, TGL_ESHAPE,
-                      "cgen: output %d of fused program %d: size %lld on axis %d, expected %lld",
-                      k + 1, p->id, (long long)out[k]->shape[od], od + 1, (long long)want);
+            CHECK(out[k]->shape[od] == want, TGL_ESHAPE,
+                  "cgen: output %d of fused program %d: size %lld on axis %d, expected %lld",
+                  k + 1, p->id, (long long)out[k]->shape[od], od + 1, (long long)want);
             od++;
         }
     }
@@ -250,18 +255,17 @@ static int geometry(const tgl_fprog *p, tgl_array *const *in, tgl_array *const *
 
 /* ---- the launch ----------------------------------------------------------------- */
 
-tgl_status tgl_cgen_launch(tgl_ctx *ctx, const tgl_fprog *prog, tgl_kernel_fn fn,
-                           tgl_array *const *in, tgl_array *const *out)
+tgl_status tgl_cgen_launch(const tgl_backend_opts *o, const tgl_fprog *prog, tgl_kernel_fn fn,
+                           tgl_array *const *in, tgl_array *const *out, tgl_errbuf *err)
 {
-    TGL_CHECK_CTX(ctx);
-    TGL_CHECK(prog && fn && (in || prog->nin == 0) && out, TGL_EINVAL,
-              "tgl_cgen_launch: NULL argument");
+    CHECK(o && prog && fn && (in || prog->nin == 0) && out, TGL_EINVAL,
+          "tgl_cgen_launch: NULL argument");
     int64_t space[TGL_MAX_DIMS];
-    tgl_status st = check(ctx, prog, in, out, space);
+    tgl_status st = check(prog, in, out, space, err);
     if (st)
         return st;
-    if (tgl_ctx_interrupted(ctx))
-        return tgl_ctx_set_error(ctx, TGL_EINTERRUPT, "interrupted");
+    if (o->interrupt && *o->interrupt)
+        return tgl_errbuf_set(err, TGL_EINTERRUPT, "interrupted");
     int64_t total = 1;
     for (int d = 0; d < prog->ndim; d++)
         total *= space[d];
@@ -272,10 +276,10 @@ tgl_status tgl_cgen_launch(tgl_ctx *ctx, const tgl_fprog *prog, tgl_kernel_fn fn
     if (total == 0) {
         if (!red || o0->size == 0)
             return TGL_OK;
-        TGL_CHECK(op != TGL_OP_MAX && op != TGL_OP_MIN, TGL_ESHAPE,
-                  "zero-size reduction (%s of no elements is undefined)", tgl_op_name(op));
+        CHECK(op != TGL_OP_MAX && op != TGL_OP_MIN, TGL_ESHAPE,
+              "zero-size reduction (%s of no elements is undefined)", tgl_op_name(op));
         void *a = malloc((size_t)o0->size * aes);
-        TGL_CHECK(a, TGL_ENOMEM, "cgen: out of memory");
+        CHECK(a, TGL_ENOMEM, "cgen: out of memory");
         fill_identity(a, adt, op, o0->size);
         store_out(o0, a, adt);
         free(a);
@@ -284,7 +288,7 @@ tgl_status tgl_cgen_launch(tgl_ctx *ctx, const tgl_fprog *prog, tgl_kernel_fn fn
 
     int nop = prog->nin + prog->nout;
     tgl_kbuf *kb = calloc((size_t)nop, sizeof *kb);
-    TGL_CHECK(kb, TGL_ENOMEM, "cgen: out of memory");
+    CHECK(kb, TGL_ENOMEM, "cgen: out of memory");
     run r = {.fn = fn, .nout = prog->nout};
     tgl_kargs *a = &r.base;
     a->ndim = geometry(prog, in, out, space, kb, a->shape);
@@ -304,7 +308,7 @@ tgl_status tgl_cgen_launch(tgl_ctx *ctx, const tgl_fprog *prog, tgl_kernel_fn fn
     a->col_end = r.len;
 
     /* How to split. */
-    int nth = total < PARALLEL_MIN ? 1 : tgl_pool_threads(ctx);
+    int nth = total < PARALLEL_MIN ? 1 : tgl_pool_size(o->threads);
     bool privat = false;
     r.ntasks = 1;
     if (nth > 1) {
@@ -338,7 +342,7 @@ tgl_status tgl_cgen_launch(tgl_ctx *ctx, const tgl_fprog *prog, tgl_kernel_fn fn
             free(scratch);
             free(r.outs);
             free(kb);
-            return tgl_ctx_set_error(ctx, TGL_ENOMEM, "cgen: out of memory");
+            return tgl_errbuf_set(err, TGL_ENOMEM, "cgen: out of memory");
         }
         acc0 = direct ? o0->data : scratch;
         char *next = direct ? scratch : (char *)scratch + n;
@@ -355,7 +359,7 @@ tgl_status tgl_cgen_launch(tgl_ctx *ctx, const tgl_fprog *prog, tgl_kernel_fn fn
     }
 
     if (r.ntasks > 1)
-        tgl_pool_run(ctx, r.ntasks, run_task, &r);
+        tgl_pool_run_in(o->pool, o->threads, r.ntasks, run_task, &r);
     else
         fn(a);
 

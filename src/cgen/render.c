@@ -316,11 +316,12 @@ int tgl_cgen_invariant(const tgl_fprog *p, int i)
     return p->ndim > 0 && tgl_type_bcast(p->in_type[i], p->ndim - 1);
 }
 
-tgl_status tgl_cgen_render(tgl_ctx *ctx, const tgl_fprog *prog, const char *symbol, char **source)
+tgl_status tgl_cgen_render(const tgl_fprog *prog, const char *symbol, char **source,
+                           tgl_errbuf *err)
 {
-    TGL_CHECK_CTX(ctx);
-    TGL_CHECK(prog && symbol && source, TGL_EINVAL, "tgl_cgen_render: NULL argument");
-    tgl_render r = {.ctx = ctx, .p = prog};
+    if (!prog || !symbol || !source)
+        return tgl_errbuf_set(err, TGL_EINVAL, "tgl_cgen_render: NULL argument");
+    tgl_render r = {.err = err, .p = prog};
     if (prog->ndim < 0 || prog->ndim > TGL_KERNEL_MAX_DIMS || prog->nout < 1 || prog->ninstr < 1)
         return tgl_cgen_fail(&r, "%d axes, %d outputs, %d instructions", prog->ndim, prog->nout,
                     prog->ninstr);
@@ -344,11 +345,12 @@ tgl_status tgl_cgen_render(tgl_ctx *ctx, const tgl_fprog *prog, const char *symb
     tgl_cgen_prelude(&r, &out);
     tgl_sb_cat(&out, &fns);
     tgl_sb_free(&fns);
-    if (r.st) {
+    if (r.st || out.oom || !out.p) {
         tgl_sb_free(&out);
-        return r.st;
+        return r.st ? r.st : tgl_errbuf_set(err, TGL_ENOMEM, "cgen: out of memory");
     }
-    return tgl_sb_finish(&out, ctx, "cgen", source);
+    *source = out.p;
+    return TGL_OK;
 }
 
 /* ---- digest ---------------------------------------------------------------- */

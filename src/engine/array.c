@@ -3,14 +3,29 @@
  * creation, views (reshape, transpose, general), copies with casts, element
  * access.  These are the reference paths; compiled kernels come later and
  * use the same descriptor.
+ *
+ * A storage lives on one device and is allocated, filled and freed by that
+ * device's backend (backend.h); its views carry the same device.  Element
+ * access and whole copies go through the backends too; conversions and
+ * strided copies are host loops, so they take cpu arrays only.
  */
-#include "engine/engine.h"
+#include "engine/backend.h"
 
 #include <inttypes.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* The descriptor's layout is ABI (tgl.h, and lua/tgl/core.lua mirrors it). */
+#if UINTPTR_MAX == UINT64_MAX
+_Static_assert(offsetof(tgl_array, shape) == 8 && offsetof(tgl_array, strides) == 72 &&
+                   offsetof(tgl_array, size) == 136 && offsetof(tgl_array, ndim) == 144 &&
+                   offsetof(tgl_array, flags) == 156 && offsetof(tgl_array, storage) == 160 &&
+                   offsetof(tgl_array, device) == 168 && sizeof(tgl_array) == 176,
+               "tgl_array's layout is the one tgl.h documents");
+#endif
 
 /* Bytes of live storage in the process.  The one global besides contexts:
  * storage is freed without a context (by whichever owner goes last). */
@@ -78,25 +93,39 @@ tgl_status tgl_check_shape(tgl_ctx *ctx, const char *fn, int dtype, int ndim,
     return TGL_OK;
 }
 
-static tgl_status new_storage(tgl_ctx *ctx, const char *fn, size_t nbytes, bool zero,
-                              tgl_storage **out)
+/* Zeroes n bytes at p, a block of be's. */
+static tgl_status zero_fill(tgl_ctx *ctx, const tgl_backend *be, void *p, size_t n)
+{
+    tgl_errbuf e;
+    tgl_status st = be->memset(p, 0, n, &e);
+    return st ? tgl_errbuf_take(ctx, st, &e) : TGL_OK;
+}
+
+static tgl_status new_storage(tgl_ctx *ctx, const char *fn, const tgl_backend *be, size_t nbytes,
+                              bool zero, tgl_storage **out)
 {
     tgl_storage *s = malloc(sizeof *s);
     /* Round up so vector loops may read whole 64-byte lines. */
     size_t alloc = (nbytes + TGL_ALIGN - 1) / TGL_ALIGN * TGL_ALIGN;
     if (alloc == 0)
         alloc = TGL_ALIGN;
-    void *base = NULL;
-    if (!s || posix_memalign(&base, TGL_ALIGN, alloc) != 0) {
+    void *base = s ? be->alloc(alloc) : NULL;
+    if (!base) {
         free(s);
-        return tgl_ctx_set_error(ctx, TGL_ENOMEM, "%s: out of memory allocating %zu bytes", fn,
-                                 nbytes);
+        return tgl_ctx_set_error(ctx, TGL_ENOMEM, "%s: out of memory allocating %zu bytes%s%s", fn,
+                                 nbytes, be->device == TGL_DEVICE_CPU ? "" : " on ",
+                                 be->device == TGL_DEVICE_CPU ? "" : be->name);
     }
-    if (zero)
-        memset(base, 0, alloc);
+    tgl_status st = zero ? zero_fill(ctx, be, base, alloc) : TGL_OK;
+    if (st) {
+        be->free(base);
+        free(s);
+        return st;
+    }
     s->base = base;
     s->nbytes = nbytes;
     s->refcount = 1;
+    s->device = be->device;
     __atomic_add_fetch(&live_bytes, (int64_t)alloc, __ATOMIC_RELAXED);
     *out = s;
     return TGL_OK;
@@ -107,7 +136,7 @@ static void storage_release(tgl_storage *s)
     if (__atomic_sub_fetch(&s->refcount, 1, __ATOMIC_ACQ_REL) == 0) {
         size_t alloc = (s->nbytes + TGL_ALIGN - 1) / TGL_ALIGN * TGL_ALIGN;
         __atomic_sub_fetch(&live_bytes, (int64_t)(alloc ? alloc : TGL_ALIGN), __ATOMIC_RELAXED);
-        free(s->base);
+        tgl_backend_get(s->device)->free(s->base);
         free(s);
     }
 }
@@ -115,22 +144,35 @@ static void storage_release(tgl_storage *s)
 tgl_status tgl_array_alloc(tgl_ctx *ctx, const char *fn, int dtype, int ndim,
                            const int64_t *shape, bool zero, tgl_array **out)
 {
+    return tgl_array_alloc_on(ctx, fn, TGL_DEVICE_CPU, dtype, ndim, shape, zero, out);
+}
+
+tgl_status tgl_array_alloc_on(tgl_ctx *ctx, const char *fn, int device, int dtype, int ndim,
+                              const int64_t *shape, bool zero, tgl_array **out)
+{
     int64_t size;
     tgl_status st = tgl_check_shape(ctx, fn, dtype, ndim, shape, &size);
     if (st)
         return st;
     TGL_CHECK(out, TGL_EINVAL, "%s: out is NULL", fn);
+    const tgl_backend *be = tgl_backend_get(device);
+    if (!be) {
+        TGL_CHECK(tgl_device_name(device), TGL_EINVAL, "%s: invalid device %d", fn, device);
+        return tgl_ctx_set_error(ctx, TGL_EINVAL, "%s: this build of tgl has no backend for "
+                                 "device %s", fn, tgl_device_name(device));
+    }
     if (tgl_ctx_interrupted(ctx))
         return tgl_ctx_set_error(ctx, TGL_EINTERRUPT, "%s: interrupted", fn);
     tgl_array *a = calloc(1, sizeof *a);
     if (!a)
         return tgl_ctx_set_error(ctx, TGL_ENOMEM, "%s: out of memory", fn);
-    st = new_storage(ctx, fn, (size_t)size * tgl_dtype_size(dtype), zero, &a->storage);
+    st = new_storage(ctx, fn, be, (size_t)size * tgl_dtype_size(dtype), zero, &a->storage);
     if (st) {
         free(a);
         return st;
     }
     a->data = a->storage->base;
+    a->device = device;
     a->ndim = ndim;
     a->dtype_id = dtype;
     a->size = size;
@@ -415,18 +457,44 @@ static void store_int_wrapping(int dtype, void *p, int64_t i, int64_t v)
     }
 }
 
+/* Copies n bytes from src to dst through their backends: within a device,
+ * or between the host and a device. */
+static tgl_status transfer(tgl_ctx *ctx, const char *fn, tgl_array *dst, const tgl_array *src,
+                           size_t n)
+{
+    const tgl_backend *db, *sb;
+    tgl_status st;
+    if ((st = tgl_backend_check(ctx, fn, dst, &db)) || (st = tgl_backend_check(ctx, fn, src, &sb)))
+        return st;
+    tgl_errbuf e;
+    if (dst->device == src->device)
+        st = db->copy(dst->data, src->data, n, &e);
+    else if (dst->device == TGL_DEVICE_CPU)
+        st = sb->copy_to_host(dst->data, src->data, n, &e);
+    else if (src->device == TGL_DEVICE_CPU)
+        st = db->copy_from_host(dst->data, src->data, n, &e);
+    else
+        return tgl_ctx_set_error(ctx, TGL_EINVAL, "%s: cannot copy from %s to %s directly", fn,
+                                 sb->name, db->name);
+    return st ? tgl_errbuf_take(ctx, st, &e) : TGL_OK;
+}
+
 /* Copies src into dst elementwise (same shape), converting dtypes.  Equal
- * dtypes copy bytes, so int64 and NaN payloads survive exactly. */
-static void copy_elements(tgl_array *dst, const tgl_array *src)
+ * dtypes copy bytes, so int64 and NaN payloads survive exactly.  A whole
+ * copy (same dtype, both contiguous) goes through the backends, on any
+ * devices; the element loops run on the host, for cpu arrays. */
+static tgl_status copy_elements(tgl_ctx *ctx, const char *fn, tgl_array *dst,
+                                const tgl_array *src)
 {
     if (src->size == 0)
-        return;
+        return TGL_OK;
     int dt = dst->dtype_id, st = src->dtype_id;
     size_t es = tgl_dtype_size(dt);
-    if (dt == st && tgl_array_is_contiguous(dst) && tgl_array_is_contiguous(src)) {
-        memmove(dst->data, src->data, (size_t)src->size * es);
-        return;
-    }
+    if (dt == st && tgl_array_is_contiguous(dst) && tgl_array_is_contiguous(src))
+        return transfer(ctx, fn, dst, src, (size_t)src->size * es);
+    tgl_status rc;
+    if ((rc = tgl_array_require_host(ctx, fn, dst)) || (rc = tgl_array_require_host(ctx, fn, src)))
+        return rc;
     char *dp = dst->data;
     const char *sp = src->data;
     if (dt == st) {
@@ -445,6 +513,7 @@ static void copy_elements(tgl_array *dst, const tgl_array *src)
         FOR_EACH_PAIR(src->ndim, src->shape, dst->strides, src->strides,
                       tgl_store_from_double(dt, dp, d, tgl_load_as_double(st, sp, s)));
     }
+    return TGL_OK;
 }
 
 tgl_status tgl_array_copy(tgl_ctx *ctx, const tgl_array *a, int dtype, tgl_array **out)
@@ -453,10 +522,13 @@ tgl_status tgl_array_copy(tgl_ctx *ctx, const tgl_array *a, int dtype, tgl_array
     TGL_CHECK_CTX(ctx);
     TGL_CHECK(a && out, TGL_EINVAL, "%s: NULL argument", fn);
     tgl_array *c = NULL;
-    tgl_status st = tgl_array_alloc(ctx, fn, dtype, a->ndim, a->shape, false, &c);
+    tgl_status st = tgl_array_alloc_on(ctx, fn, a->device, dtype, a->ndim, a->shape, false, &c);
     if (st)
         return st;
-    copy_elements(c, a);
+    if ((st = copy_elements(ctx, fn, c, a))) {
+        tgl_array_release(c);
+        return st;
+    }
     *out = c;
     return TGL_OK;
 }
@@ -494,12 +566,11 @@ tgl_status tgl_array_assign(tgl_ctx *ctx, tgl_array *dst, const tgl_array *src)
         tgl_status st = tgl_array_copy(ctx, src, src->dtype_id, &tmp);
         if (st)
             return st;
-        copy_elements(dst, tmp);
+        st = copy_elements(ctx, fn, dst, tmp);
         tgl_array_release(tmp);
-        return TGL_OK;
+        return st;
     }
-    copy_elements(dst, src);
-    return TGL_OK;
+    return copy_elements(ctx, fn, dst, src);
 }
 
 /* Element offset of idx in a, or -1 (with an error) when out of range. */
@@ -518,33 +589,51 @@ static tgl_status element_offset(tgl_ctx *ctx, const char *fn, const tgl_array *
     return TGL_OK;
 }
 
+/* One element is read and written through a's backend, so both work on
+ * any device. */
 tgl_status tgl_array_get(tgl_ctx *ctx, const tgl_array *a, const int64_t *idx, double *out)
 {
+    const char *fn = "tgl_array_get";
     TGL_CHECK_CTX(ctx);
-    TGL_CHECK(a && out, TGL_EINVAL, "tgl_array_get: NULL argument");
+    TGL_CHECK(a && out, TGL_EINVAL, "%s: NULL argument", fn);
+    const tgl_backend *be;
     int64_t off;
-    tgl_status st = element_offset(ctx, "tgl_array_get", a, idx, &off);
-    if (st)
+    tgl_status st;
+    if ((st = tgl_backend_check(ctx, fn, a, &be)) || (st = element_offset(ctx, fn, a, idx, &off)))
         return st;
-    *out = tgl_load_as_double(a->dtype_id, a->data, off);
+    size_t es = tgl_dtype_size(a->dtype_id);
+    unsigned char elem[8];
+    tgl_errbuf e;
+    if ((st = be->copy_to_host(elem, (const char *)a->data + off * (int64_t)es, es, &e)))
+        return tgl_errbuf_take(ctx, st, &e);
+    *out = tgl_load_as_double(a->dtype_id, elem, 0);
     return TGL_OK;
 }
 
 tgl_status tgl_array_set(tgl_ctx *ctx, tgl_array *a, const int64_t *idx, double value)
 {
+    const char *fn = "tgl_array_set";
     TGL_CHECK_CTX(ctx);
-    TGL_CHECK(a, TGL_EINVAL, "tgl_array_set: NULL argument");
+    TGL_CHECK(a, TGL_EINVAL, "%s: NULL argument", fn);
+    const tgl_backend *be;
     int64_t off;
-    tgl_status st = element_offset(ctx, "tgl_array_set", a, idx, &off);
-    if (st)
+    tgl_status st;
+    if ((st = tgl_backend_check(ctx, fn, a, &be)) || (st = element_offset(ctx, fn, a, idx, &off)))
         return st;
-    tgl_store_from_double(a->dtype_id, a->data, off, value);
+    size_t es = tgl_dtype_size(a->dtype_id);
+    unsigned char elem[8];
+    tgl_store_from_double(a->dtype_id, elem, 0, value);
+    tgl_errbuf e;
+    if ((st = be->copy_from_host((char *)a->data + off * (int64_t)es, elem, es, &e)))
+        return tgl_errbuf_take(ctx, st, &e);
     return TGL_OK;
 }
 
 int tgl_array_equal_bits(const tgl_array *a, const tgl_array *b)
 {
-    if (!a || !b || a->dtype_id != b->dtype_id || a->ndim != b->ndim)
+    /* Elements are compared on the host: device arrays never compare equal. */
+    if (!a || !b || a->dtype_id != b->dtype_id || a->ndim != b->ndim ||
+        a->device != TGL_DEVICE_CPU || b->device != TGL_DEVICE_CPU)
         return 0;
     for (int i = 0; i < a->ndim; i++)
         if (a->shape[i] != b->shape[i])

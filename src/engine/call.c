@@ -16,7 +16,7 @@
  */
 #include "engine/program.h"
 #include "engine/fprog.h"
-#include "cgen/cgen.h"
+#include "engine/backend.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -139,7 +139,7 @@ tgl_status tgl_function_wait_compiled(tgl_ctx *ctx, tgl_function *fn)
     const tgl_program *prog = fn->prog;
     for (int32_t pc = 0; pc < prog->ncode; pc++)
         if (prog->code[pc].kind == TGL_I_OP && prog->code[pc].node->op == TGL_OP_FUSED)
-            tgl_cgen_wait(tgl_fprog_of(prog->code[pc].node));
+            tgl_backend_wait(tgl_fprog_of(prog->code[pc].node));
     return TGL_OK;
 }
 
@@ -151,6 +151,9 @@ static tgl_status check_input(tgl_ctx *ctx, const tgl_program *prog, int i, cons
     char want[96], got[96], label[128];
     if (!a)
         return tgl_ctx_set_error(ctx, TGL_EINVAL, "%s: input %d is missing", prog->name, i + 1);
+    tgl_status hst = tgl_array_require_host(ctx, prog->name, a);
+    if (hst)
+        return hst;
     bool ok = a->dtype_id == n->type.dtype && a->ndim == n->type.ndim;
     for (int d = 0; ok && d < a->ndim; d++)
         ok = !tgl_type_bcast(n->type, d) || a->shape[d] == 1;

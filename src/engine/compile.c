@@ -12,7 +12,7 @@
  */
 #include "engine/program.h"
 #include "engine/fprog.h"
-#include "cgen/cgen.h"
+#include "engine/backend.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -531,7 +531,7 @@ tgl_status tgl_program_new(tgl_ctx *ctx, int nin, tgl_node *const *inputs, int n
     /* Generated kernels for the fused groups (not in FAST_COMPILE). */
     for (int32_t pc = 0; !st && pc < prog->ncode; pc++)
         if (prog->code[pc].kind == TGL_I_OP && prog->code[pc].node->op == TGL_OP_FUSED)
-            st = tgl_cgen_prepare(ctx, tgl_fprog_of(prog->code[pc].node));
+            st = tgl_backend_prepare(ctx, TGL_DEVICE_CPU, tgl_fprog_of(prog->code[pc].node));
     if (!st) {
         prog->roots = malloc(sizeof *prog->roots * (size_t)(nout + nupd + 1));
         if (prog->roots)

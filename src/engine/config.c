@@ -4,16 +4,13 @@
  * (TGL_EXCLUDE, TGL_NUM_THREADS, TGL_CC, TGL_CACHE_DIR, TGL_COMPILE), and
  * tgl_config_set / tgl_config_get.
  */
-#include "engine/engine.h"
+#include "engine/backend.h"
 
 #include <inttypes.h>
 #include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* OpenBLAS's own thread count (process-wide: BLAS has one pool). */
-extern void openblas_set_num_threads(int n);
 
 static tgl_status set_string(tgl_ctx *ctx, char *dst, size_t size, const char *key,
                              const char *value)
@@ -46,9 +43,8 @@ static tgl_status set_exclude(tgl_ctx *ctx, const char *value)
     return TGL_OK;
 }
 
-tgl_status tgl_config_set(tgl_ctx *ctx, const char *key, const char *value)
+static tgl_status config_set(tgl_ctx *ctx, const char *key, const char *value)
 {
-    TGL_CHECK_CTX(ctx);
     TGL_CHECK(key && value, TGL_EINVAL, "tgl_config_set: NULL argument");
     struct tgl_config *c = &ctx->config;
     if (strcmp(key, "exclude") == 0)
@@ -62,7 +58,11 @@ tgl_status tgl_config_set(tgl_ctx *ctx, const char *key, const char *value)
         /* One thread budget for tgl's kernels and BLAS: they run one after
          * the other, never at once, so both get the same count. */
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-        openblas_set_num_threads(v > 0 ? (int)v : (int)(cpus > 0 ? cpus : 1));
+        for (int d = 0; d < TGL_NDEVICES; d++) {
+            const tgl_backend *be = tgl_backend_get(d);
+            if (be && be->set_threads)
+                be->set_threads(v > 0 ? (int)v : (int)(cpus > 0 ? cpus : 1));
+        }
         return TGL_OK;
     }
     if (strcmp(key, "cache_max_bytes") == 0) {
@@ -87,6 +87,14 @@ tgl_status tgl_config_set(tgl_ctx *ctx, const char *key, const char *value)
     if (strcmp(key, "cache_dir") == 0)
         return set_string(ctx, c->cache_dir, sizeof c->cache_dir, key, value);
     return tgl_ctx_set_error(ctx, TGL_EINVAL, "tgl_config_set: unknown setting '%s'", key);
+}
+
+tgl_status tgl_config_set(tgl_ctx *ctx, const char *key, const char *value)
+{
+    TGL_CHECK_CTX(ctx);
+    tgl_status st = config_set(ctx, key, value);
+    tgl_backend_opts_sync(ctx);
+    return st;
 }
 
 const char *tgl_config_get(tgl_ctx *ctx, const char *key)
@@ -136,4 +144,5 @@ void tgl_config_defaults(tgl_ctx *ctx)
         if (v && tgl_config_set(ctx, vars[i].key, v) != TGL_OK)
             tgl_ctx_clear_error(ctx);
     }
+    tgl_backend_opts_sync(ctx);
 }

@@ -4,7 +4,7 @@
  * One context per user (the Lua layer makes one per Lua state); the engine
  * keeps no other mutable global state except the live-memory counter.
  */
-#include "engine/engine.h"
+#include "engine/backend.h"
 #include "engine/fprog.h"
 #include "engine/graph.h"
 #include "engine/pool.h"
@@ -98,4 +98,5 @@ void tgl_ctx_set_interrupt_flag(tgl_ctx *ctx, volatile int *flag)
     if (!ctx)
         return;
     ctx->interrupt = flag;
+    tgl_backend_opts_sync(ctx);
 }

@@ -15,6 +15,7 @@
  * verified), for debugging.
  */
 #include "engine/program.h"
+#include "engine/backend.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
@@ -262,7 +263,15 @@ tgl_status tgl_cvm_run(tgl_ctx *ctx, tgl_frame *fr, int32_t from, int32_t to)
         }
         case TGL_I_JUMPZ: {
             const tgl_array *c = slot[ins->in[0]];
-            if (tgl_load_as_double(c->dtype_id, c->data, 0) == 0)
+            double v;
+            if (c->device == TGL_DEVICE_CPU) {
+                v = tgl_load_as_double(c->dtype_id, c->data, 0);
+            } else {
+                tgl_status st = tgl_array_scalar(ctx, c, &v);
+                if (st)
+                    return st;
+            }
+            if (v == 0)
                 next = ins->target;
             break;
         }

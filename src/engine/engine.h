@@ -40,6 +40,21 @@ struct tgl_config {
     int64_t cache_max_bytes;
 };
 
+/* What backends (backend.h) may read of the context: pointers into config
+ * and the context, copies of its numbers.  Kept in the context and
+ * refreshed by tgl_backend_opts_sync whenever config or the interrupt flag
+ * change, so a kernel launch hands it over without building it. */
+typedef struct tgl_backend_opts {
+    const char *cc;          /* the optimizing compiler command              */
+    const char *cflags;      /* its flags                                    */
+    const char *cache_dir;   /* "" : $TGL_CACHE_DIR, else ~/.cache/tgl       */
+    const char *compile;     /* tiered | sync | tcc | cc                     */
+    int64_t cache_max_bytes; /* size cap of the kernel cache                 */
+    int threads;             /* kernel threads in all; 0: one per online CPU */
+    struct tgl_pool **pool;  /* the context's worker pool, made on first use */
+    volatile int *interrupt; /* nonzero: stop with TGL_EINTERRUPT; may be NULL */
+} tgl_backend_opts;
+
 struct tgl_ctx {
     char errmsg[TGL_ERRMSG_SIZE];
     /* Every tgl_ctx_set_error counts here and records its status: a pass
@@ -54,13 +69,16 @@ struct tgl_ctx {
     uint64_t rng_offset;   /* counter blocks used since the seed was set    */
     volatile int *interrupt;  /* set by the host's SIGINT handler; may be NULL */
     struct tgl_pool *pool;    /* kernel threads (pool.h), made on first use     */
+    tgl_backend_opts backend_opts; /* what backends read (backend.h)          */
 };
 
-/* Reference-counted, 64-byte aligned element buffer. */
+/* Reference-counted, 64-byte aligned element buffer on one device, from
+ * (and back to) that device's backend (backend.h). */
 struct tgl_storage {
-    void *base;
+    void *base;            /* a device address                            */
     size_t nbytes;
     int32_t refcount;      /* atomic: views may be released on any thread */
+    int32_t device;        /* a tgl_device; every view of it has the same */
 };
 
 /* Fails with TGL_EINVAL and a message unless cond holds.  Use inside a
@@ -91,9 +109,12 @@ tgl_status tgl_check_shape(tgl_ctx *ctx, const char *fn, int dtype, int ndim,
                            const int64_t *shape, int64_t *size);
 
 /* A new descriptor over a fresh storage of nbytes (zeroed when zero is
- * true), C-contiguous with the given shape. */
+ * true), C-contiguous with the given shape, in host (cpu) memory. */
 tgl_status tgl_array_alloc(tgl_ctx *ctx, const char *fn, int dtype, int ndim,
                            const int64_t *shape, bool zero, tgl_array **out);
+/* tgl_array_alloc on device's memory, allocated through its backend. */
+tgl_status tgl_array_alloc_on(tgl_ctx *ctx, const char *fn, int device, int dtype, int ndim,
+                              const int64_t *shape, bool zero, tgl_array **out);
 
 /* Element (as double) at flat C-order position i of a contiguous buffer. */
 double tgl_load_as_double(int dtype, const void *p, int64_t i);

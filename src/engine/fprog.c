@@ -8,7 +8,7 @@
  */
 #include "engine/fprog.h"
 #include "engine/hash.h"
-#include "cgen/cgen.h"
+#include "engine/backend.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,7 +61,7 @@ static void free_prog(tgl_fprog *p)
     /* (a program that fails to build is freed before it is a payload) */
     if (!p)
         return;
-    tgl_cgen_release(p);
+    tgl_backend_release(p);
     free(p->in_type);
     free(p->code);
     free(p->out_instr);
@@ -69,7 +69,6 @@ static void free_prog(tgl_fprog *p)
     free(p->orig);
     free(p->orig_in);
     free(p->orig_out);
-    free(p->source);
     free(p);
 }
 

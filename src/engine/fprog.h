@@ -2,16 +2,15 @@
  * fprog.h — fused programs: what a group of elementwise ops (optionally
  * feeding one reduction) computes, as a small scalar instruction list.
  * The fusion pass (opt/fuse.c) builds them, interns them in the context
- * as the payload of a FUSED node (graph.h), the code generator
- * (src/cgen) renders and compiles them, and ops/fused.c runs them: the
- * generated kernel when there is one, the original nodes' reference
+ * as the payload of a FUSED node (graph.h), a backend (engine/backend.h;
+ * on the CPU, src/cgen) compiles them, and ops/fused.c runs them: the
+ * backend's kernel when there is one, the original nodes' reference
  * kernels otherwise (and in DEBUG mode, both, compared).
  */
 #ifndef TGL_FPROG_H
 #define TGL_FPROG_H
 
 #include "engine/graph.h"
-#include "cgen/tgl_kernel.h"
 
 #define TGL_FP_INPUT (-1) /* load operand arg[0] (an input index)             */
 #define TGL_FP_CONST (-2) /* the constant `value`                             */
@@ -28,7 +27,7 @@ typedef struct tgl_finstr {
     double value;
 } tgl_finstr;
 
-struct tgl_kernel_ref; /* cgen: a compiled kernel, swappable */
+struct tgl_kernel_ref; /* engine/backend.h: a backend's compiled kernel */
 
 typedef struct tgl_fprog {
     tgl_payload base;          /* first: a FUSED node's payload is a program */
@@ -52,8 +51,7 @@ typedef struct tgl_fprog {
     tgl_node **orig;
     tgl_node **orig_in;
     tgl_node **orig_out;
-    /* Code generation (owned by cgen). */
-    char *source;
+    /* The compiled kernel, or NULL (tgl_backend_prepare/release). */
     struct tgl_kernel_ref *kernel;
 } tgl_fprog;
 

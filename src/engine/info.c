@@ -1,18 +1,11 @@
 /*
- * info.c — build information: versions of tgl and its BLAS, and whether the
- * CUDA backend is built in (src/cuda answers the device questions).
+ * info.c — build information: versions of tgl and its BLAS (the CPU
+ * backend's), and whether the CUDA backend is built in (src/cuda answers
+ * the device questions).
  */
-#include "engine/engine.h"
+#include "engine/backend.h"
 
-#include <cblas.h>
-#include <stdio.h>
 #include <time.h>
-#include <string.h>
-
-/* OpenBLAS reports its build and the kernel it picked for this CPU. */
-extern char *openblas_get_config(void);
-extern char *openblas_get_corename(void);
-extern int openblas_get_num_threads(void);
 
 const char *tgl_version(void)
 {
@@ -28,17 +21,7 @@ double tgl_wall_time(void)
 
 const char *tgl_blas_info(void)
 {
-    /* Built once; the strings OpenBLAS returns are static.  A benign race:
-     * concurrent first calls write the same bytes. */
-    static char info[256];
-    if (!info[0]) {
-        /* The config string already starts "OpenBLAS 0.3.21 ..." */
-        const char *config = openblas_get_config();
-        const char *prefix = strncmp(config, "OpenBLAS ", 9) == 0 ? "" : "OpenBLAS ";
-        snprintf(info, sizeof info, "%s%s (core %s, %d threads)", prefix, config,
-                 openblas_get_corename(), openblas_get_num_threads());
-    }
-    return info;
+    return tgl_backend_get(TGL_DEVICE_CPU)->info();
 }
 
 #ifndef TGL_WITH_CUDA

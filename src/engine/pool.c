@@ -68,14 +68,19 @@ static void *worker(void *arg)
     return NULL;
 }
 
-int tgl_pool_threads(tgl_ctx *ctx)
+int tgl_pool_size(int configured)
 {
-    int n = ctx->config.threads;
+    int n = configured;
     if (n <= 0) {
         long c = sysconf(_SC_NPROCESSORS_ONLN);
         n = c > 0 ? (int)c : 1;
     }
     return n > MAX_THREADS ? MAX_THREADS : n;
+}
+
+int tgl_pool_threads(tgl_ctx *ctx)
+{
+    return tgl_pool_size(ctx->config.threads);
 }
 
 static void pool_destroy(struct tgl_pool *p)
@@ -125,17 +130,18 @@ static struct tgl_pool *pool_create(int n)
     return p;
 }
 
-void tgl_pool_run(tgl_ctx *ctx, int ntasks, tgl_task_fn fn, void *arg)
+void tgl_pool_run_in(struct tgl_pool **slot, int configured, int ntasks, tgl_task_fn fn,
+                     void *arg)
 {
     if (ntasks <= 0)
         return;
-    int n = tgl_pool_threads(ctx);
-    struct tgl_pool *p = ctx->pool;
+    int n = tgl_pool_size(configured);
+    struct tgl_pool *p = *slot;
     if (ntasks > 1 && n > 1 && (!p || p->nthreads != n)) {
         /* First parallel run, or config.threads changed: (re)start. */
         if (!p || !atomic_flag_test_and_set(&p->busy)) {
             pool_destroy(p);
-            ctx->pool = p = pool_create(n);
+            *slot = p = pool_create(n);
         }
     }
     if (ntasks == 1 || !p || p->nworkers == 0 || atomic_flag_test_and_set(&p->busy)) {
@@ -158,6 +164,11 @@ void tgl_pool_run(tgl_ctx *ctx, int ntasks, tgl_task_fn fn, void *arg)
         pthread_cond_wait(&p->done, &p->lock);
     pthread_mutex_unlock(&p->lock);
     atomic_flag_clear(&p->busy);
+}
+
+void tgl_pool_run(tgl_ctx *ctx, int ntasks, tgl_task_fn fn, void *arg)
+{
+    tgl_pool_run_in(&ctx->pool, ctx->config.threads, ntasks, fn, arg);
 }
 
 void tgl_pool_free(tgl_ctx *ctx)

@@ -5,7 +5,7 @@
 #include "engine/program.h"
 #include "engine/fprog.h"
 #include "engine/strbuf.h"
-#include "cgen/cgen.h"
+#include "engine/backend.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -26,7 +26,11 @@ static void slot_name(const tgl_program *fn, int32_t s, char *buf, size_t size)
     if (n->name)
         snprintf(buf, size, "%s", n->name);
     else if (n->kind == TGL_NODE_CONSTANT && n->value->size == 1) {
-        snprintf(buf, size, "%g", tgl_load_as_double(n->value->dtype_id, n->value->data, 0));
+        double v = 0;
+        if (tgl_array_scalar(fn->ctx, n->value, &v) == TGL_OK)
+            snprintf(buf, size, "%g", v);
+        else
+            snprintf(buf, size, "k%d", s);
     } else
         snprintf(buf, size, "%c%d", n->kind == TGL_NODE_CONSTANT ? 'k' : 't', s);
 }
@@ -57,7 +61,7 @@ tgl_status tgl_function_program(tgl_ctx *ctx, const tgl_function *f, char **text
                 tgl_node_payload_label(ins->node, label, sizeof label);
                 tgl_sb_printf(&sb, " = %s", label);
                 if (ins->node->op == TGL_OP_FUSED) {
-                    int tier = tgl_cgen_tier(tgl_fprog_of(ins->node));
+                    int tier = tgl_backend_tier(tgl_fprog_of(ins->node));
                     tgl_sb_printf(&sb, "[%s]", tier == 2 ? "cc" : tier == 1 ? "tcc" : "ref");
                 }
                 tgl_sb_printf(&sb, "(");

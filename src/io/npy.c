@@ -16,6 +16,7 @@
  * file fails with TGL_EFORMAT instead of crashing or exhausting memory.
  */
 #include "io/npyfmt.h"
+#include "engine/backend.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -538,7 +539,8 @@ tgl_status tgl_npy_check_array(tgl_ctx *ctx, const char *fn, const char *what,
               "%s: %s has size %" PRId64 " but its shape holds %" PRId64 " elements", fn,
               what, a->size, size);
     TGL_CHECK(size == 0 || a->data, TGL_EINVAL, "%s: %s has no data", fn, what);
-    return TGL_OK;
+    /* Files are written from host memory. */
+    return tgl_array_require_host(ctx, fn, a);
 }
 
 tgl_status tgl_npy_contiguous(tgl_ctx *ctx, const char *fn, const tgl_array *a,

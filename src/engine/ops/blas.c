@@ -9,7 +9,8 @@
  * does (bool < uint8 < int32 < int64 < float32 < float64; bool.bool counts,
  * giving int64).  Inner (and batch) sizes are checked when the op runs.
  *
- * Kernel: float32/float64 go to BLAS (gemm, gemv, dot).  BLAS reads a
+ * Kernel: float32/float64 go to the BLAS of the output's backend
+ * (engine/backend.h: gemm, gemv, dot; OpenBLAS on the CPU).  BLAS reads a
  * matrix in place when one of its two strides is 1 (a transposed view is
  * passed as the transpose flag with the other stride as leading
  * dimension); other layouts, and inputs of another dtype, are copied to C
@@ -18,8 +19,8 @@
  * uint64, so it is defined behaviour).
  */
 #include "engine/ops/ops.h"
+#include "engine/backend.h"
 
-#include <cblas.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <string.h>
@@ -185,12 +186,13 @@ static bool blas_ready(const tgl_array *a)
 
 enum { PROD_MM, PROD_MV, PROD_VM, PROD_VV };
 
-/* C = A . B with BLAS (dt float32 or float64; layouts checked by
- * blas_ready; k >= 1, C non-empty).  Vectors are the 1 x k / k x 1
- * descriptors of mat_of; the kind picks the BLAS level. */
-static void blas_product(int dt, int kind, const mat *A, const mat *B, const mat *C, int64_t k)
+/* C = A . B with the backend's BLAS (dt float32 or float64; layouts
+ * checked by blas_ready; k >= 1, C non-empty).  Vectors are the 1 x k /
+ * k x 1 descriptors of mat_of; the kind picks the BLAS level. */
+static tgl_status blas_product(const tgl_backend *be, int dt, int kind, const mat *A, const mat *B,
+                               const mat *C, int64_t k, tgl_errbuf *e)
 {
-    bool ta = false, tb = false, single = dt == TGL_FLOAT32;
+    bool ta = false, tb = false;
     int64_t lda = 0, ldb = 0, inc_a = 0, inc_b = 0, inc_c = 0, inc;
     /* A matrix product with one row or one column is a matrix-vector
      * product: gemv streams the matrix once, where gemm (tuned for
@@ -210,52 +212,28 @@ static void blas_product(int dt, int kind, const mat *A, const mat *B, const mat
     int m = (int)A->rows, n = (int)B->cols, kk = (int)k;
     switch (kind) {
     case PROD_MM: {
-        CBLAS_TRANSPOSE fa = ta ? CblasTrans : CblasNoTrans, fb = tb ? CblasTrans : CblasNoTrans;
         int ldc = (int)(C->rows <= 1 ? (C->cols > 1 ? C->cols : 1) : C->rs);
-        if (single)
-            cblas_sgemm(CblasRowMajor, fa, fb, m, n, kk, 1.0f, (const float *)A->p, (int)lda,
-                        (const float *)B->p, (int)ldb, 0.0f, (float *)C->p, ldc);
-        else
-            cblas_dgemm(CblasRowMajor, fa, fb, m, n, kk, 1.0, (const double *)A->p, (int)lda,
-                        (const double *)B->p, (int)ldb, 0.0, (double *)C->p, ldc);
-        break;
+        return be->gemm(dt, ta, tb, m, n, kk, 1.0, A->p, (int)lda, B->p, (int)ldb, 0.0, C->p, ldc,
+                        e);
     }
     case PROD_MV: {
         /* A stored as itself (m x k) or as its transpose (k x m). */
         blas_inc(m, C->rs, &inc_c);
         int r = ta ? kk : m, c = ta ? m : kk;
-        CBLAS_TRANSPOSE f = ta ? CblasTrans : CblasNoTrans;
-        if (single)
-            cblas_sgemv(CblasRowMajor, f, r, c, 1.0f, (const float *)A->p, (int)lda,
-                        (const float *)B->p, (int)inc_b, 0.0f, (float *)C->p, (int)inc_c);
-        else
-            cblas_dgemv(CblasRowMajor, f, r, c, 1.0, (const double *)A->p, (int)lda,
-                        (const double *)B->p, (int)inc_b, 0.0, (double *)C->p, (int)inc_c);
-        break;
+        return be->gemv(dt, ta, r, c, 1.0, A->p, (int)lda, B->p, (int)inc_b, 0.0, C->p,
+                        (int)inc_c, e);
     }
     case PROD_VM: {
-        /* x.B = B^T x: B stored as itself (k x n) needs Trans, stored as
-         * its transpose (n x k) needs NoTrans. */
+        /* x.B = B^T x: B stored as itself (k x n) needs the transpose,
+         * stored as its transpose (n x k) does not. */
         blas_inc(n, C->cs, &inc_c);
         int r = tb ? n : kk, c = tb ? kk : n;
-        CBLAS_TRANSPOSE f = tb ? CblasNoTrans : CblasTrans;
-        if (single)
-            cblas_sgemv(CblasRowMajor, f, r, c, 1.0f, (const float *)B->p, (int)ldb,
-                        (const float *)A->p, (int)inc_a, 0.0f, (float *)C->p, (int)inc_c);
-        else
-            cblas_dgemv(CblasRowMajor, f, r, c, 1.0, (const double *)B->p, (int)ldb,
-                        (const double *)A->p, (int)inc_a, 0.0, (double *)C->p, (int)inc_c);
-        break;
+        return be->gemv(dt, !tb, r, c, 1.0, B->p, (int)ldb, A->p, (int)inc_a, 0.0, C->p,
+                        (int)inc_c, e);
     }
     default:
-        /* dsdot accumulates float32 products in double. */
-        if (single)
-            *(float *)C->p = (float)cblas_dsdot(kk, (const float *)A->p, (int)inc_a,
-                                                (const float *)B->p, (int)inc_b);
-        else
-            *(double *)C->p = cblas_ddot(kk, (const double *)A->p, (int)inc_a,
-                                         (const double *)B->p, (int)inc_b);
-        break;
+        /* float32 accumulates in double (the backend's dot says so). */
+        return be->dot(dt, kk, A->p, (int)inc_a, B->p, (int)inc_b, C->p, e);
     }
 }
 
@@ -277,25 +255,28 @@ INT_PRODUCT(int32_t, i32)
 INT_PRODUCT(int64_t, i64)
 INT_PRODUCT(uint8_t, u8)
 
-/* C = A . B in dtype dt (operands already converted); k == 0 gives zeros. */
-static void product(int dt, int kind, const mat *A, const mat *B, const mat *C, int64_t k)
+/* C = A . B in dtype dt (operands already converted); k == 0 gives zeros.
+ * Floats go to be's BLAS, integers to host loops. */
+static tgl_status product(const tgl_backend *be, int dt, int kind, const mat *A, const mat *B,
+                          const mat *C, int64_t k, tgl_errbuf *e)
 {
     size_t es = tgl_dtype_size(dt);
     if (C->rows == 0 || C->cols == 0)
-        return;
+        return TGL_OK;
     if (k == 0) {
         /* BLAS with k = 0 is not reliably a zero fill; do it here. */
         for (int64_t i = 0; i < C->rows; i++)
             for (int64_t j = 0; j < C->cols; j++)
                 memset(C->p + (i * C->rs + j * C->cs) * (int64_t)es, 0, es);
-        return;
+        return TGL_OK;
     }
     switch (dt) {
-    case TGL_FLOAT32: case TGL_FLOAT64: blas_product(dt, kind, A, B, C, k); break;
+    case TGL_FLOAT32: case TGL_FLOAT64: return blas_product(be, dt, kind, A, B, C, k, e);
     case TGL_INT32: int_product_i32(A, B, C, k); break;
     case TGL_INT64: int_product_i64(A, B, C, k); break;
     default: int_product_u8(A, B, C, k); break;
     }
+    return TGL_OK;
 }
 
 /* ---- operand preparation ------------------------------------------ */
@@ -346,7 +327,10 @@ static tgl_status dot_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *
     if (tgl_ctx_interrupted(ctx))
         return tgl_op_error(ctx, n, in, TGL_EINTERRUPT, "interrupted");
     tgl_array *a, *b, *ta = NULL, *tb = NULL, *c;
+    const tgl_backend *be;
     tgl_status st;
+    if ((st = tgl_backend_check(ctx, tgl_op_name(n->op), out, &be)))
+        return st;
     if (!(st = prepare(ctx, in[0], dt, &a, &ta)) && !(st = prepare(ctx, in[1], dt, &b, &tb)) &&
         !(st = prepare_output(ctx, out, &c))) {
         int kind = a->ndim == 2 ? (b->ndim == 2 ? PROD_MM : PROD_MV)
@@ -354,7 +338,9 @@ static tgl_status dot_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *
         /* A vector a is a row, a vector b a column; the output of m.v is
          * a column, of v.m a row, of v.v 1 x 1. */
         mat A = mat_of(a, true), B = mat_of(b, false), C = mat_of(c, kind == PROD_VM);
-        product(dt, kind, &A, &B, &C, a->shape[a->ndim - 1]);
+        tgl_errbuf e;
+        if ((st = product(be, dt, kind, &A, &B, &C, a->shape[a->ndim - 1], &e)))
+            st = tgl_op_error(ctx, n, in, st, "%s", e.msg);
         st = finish_output(ctx, out, c, st);
     }
     tgl_array_release(ta);
@@ -363,7 +349,7 @@ static tgl_status dot_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *
 }
 
 /* Row-wise dot products of two (B,k) arrays of out's dtype: floats
- * accumulate in double, integers wrap. */
+ * accumulate in double, integers wrap (host loops, no BLAS). */
 static void rowwise_dots(const tgl_array *a, const tgl_array *b, tgl_array *out)
 {
     int dt = out->dtype_id;
@@ -381,7 +367,7 @@ static void rowwise_dots(const tgl_array *a, const tgl_array *b, tgl_array *out)
         mat A = {(char *)a->data + oa * es, 1, k, 0, a->strides[1]};
         mat B = {(char *)b->data + ob * es, k, 1, b->strides[1], 0};
         mat C = {(char *)out->data + oo * es, 1, 1, 0, 0};
-        product(dt, PROD_VV, &A, &B, &C, k);
+        product(NULL, dt, PROD_VV, &A, &B, &C, k, NULL); /* integers: never fails */
     }
 }
 
@@ -389,6 +375,10 @@ static void rowwise_dots(const tgl_array *a, const tgl_array *b, tgl_array *out)
 static tgl_status batched_products(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
                                    const tgl_array *a, const tgl_array *b, tgl_array *c)
 {
+    const tgl_backend *be;
+    tgl_status st = tgl_backend_check(ctx, tgl_op_name(n->op), c, &be);
+    if (st)
+        return st;
     int dt = c->dtype_id;
     int64_t es = (int64_t)tgl_dtype_size(dt);
     /* Every batch slice has the same layout, so prepare's check on the
@@ -401,7 +391,9 @@ static tgl_status batched_products(tgl_ctx *ctx, const tgl_node *n, tgl_array *c
         Ai.p += i * a->strides[0] * es;
         Bi.p += i * b->strides[0] * es;
         Ci.p += i * c->strides[0] * es;
-        product(dt, PROD_MM, &Ai, &Bi, &Ci, a->shape[2]);
+        tgl_errbuf e;
+        if ((st = product(be, dt, PROD_MM, &Ai, &Bi, &Ci, a->shape[2], &e)))
+            return tgl_op_error(ctx, n, in, st, "%s", e.msg);
     }
     return TGL_OK;
 }

@@ -10,7 +10,7 @@
  */
 #include "engine/ops/ops.h"
 #include "engine/fprog.h"
-#include "cgen/cgen.h"
+#include "engine/backend.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -201,7 +201,7 @@ static tgl_status tgl_fused_run(tgl_ctx *ctx, const tgl_node *n, tgl_array *cons
                                 tgl_array *const *out, bool debug)
 {
     const tgl_fprog *p = prog_of(ctx, n);
-    tgl_kernel_fn fn = tgl_cgen_kernel(p);
+    bool gen = tgl_backend_tier(p) > 0; /* the backend has kernel code */
     /* Outputs nobody asked for still need a buffer for the kernel. */
     tgl_array **all = calloc((size_t)p->nout * 3, sizeof *all);
     if (!all)
@@ -210,7 +210,7 @@ static tgl_status tgl_fused_run(tgl_ctx *ctx, const tgl_node *n, tgl_array *cons
     tgl_status st = TGL_OK;
     for (int k = 0; k < p->nout && !st; k++) {
         all[k] = out[k];
-        if (!all[k] && fn) {
+        if (!all[k] && gen) {
             int64_t shape[TGL_MAX_DIMS];
             tgl_type t = output_type(p, k);
             if (!(st = tgl_fused_output_shape(ctx, n, in, k, shape)))
@@ -219,10 +219,10 @@ static tgl_status tgl_fused_run(tgl_ctx *ctx, const tgl_node *n, tgl_array *cons
         }
     }
     if (!st) {
-        if (!fn) {
+        if (!gen) {
             st = tgl_fused_reference(ctx, p, in, all);
         } else {
-            st = tgl_cgen_launch(ctx, p, fn, in, all);
+            st = tgl_backend_launch(ctx, p, in, all);
             if (!st && debug) {
                 for (int k = 0; k < p->nout && !st; k++)
                     st = tgl_array_copy(ctx, all[k], all[k]->dtype_id, &ref[k]);

@@ -9,11 +9,12 @@
  * alpha is p.f[0] and beta p.f[1].  Float dtypes only (the rewrite checks).
  * When the memory planner lets the op write into c's (or A's) buffer, the
  * kernel sees out and that input share storage and skips the copy: the
- * accumulation happens in place.
+ * accumulation happens in place.  The products run on the BLAS of the
+ * output's backend (engine/backend.h; OpenBLAS on the CPU).
  */
 #include "engine/ops/ops.h"
+#include "engine/backend.h"
 
-#include <cblas.h>
 #include <string.h>
 
 /* ---- layout helpers --------------------------------------------------- */
@@ -127,6 +128,9 @@ static tgl_status gemm_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *const 
     int m = (int)out->shape[0], nn = (int)out->shape[1], k = (int)in[0]->shape[1];
     if (m == 0 || nn == 0)
         return TGL_OK;
+    const tgl_backend *be;
+    if ((st = tgl_backend_check(ctx, tgl_op_name(n->op), out, &be)))
+        return st;
     if (k == 0 || alpha == 0) {
         if (beta == 0)
             memset(out->data, 0, (size_t)out->size * tgl_dtype_size(out->dtype_id));
@@ -145,31 +149,26 @@ static tgl_status gemm_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *const 
         tgl_array_release(ta);
         return st;
     }
-    enum CBLAS_TRANSPOSE A = transa ? CblasTrans : CblasNoTrans, B = transb ? CblasTrans : CblasNoTrans;
     /* One output row (batch 1): out = alpha a.B + beta out is a gemv on
      * B, which streams B once (gemm runs several times slower on it). */
     int64_t inc_a = a->strides[1];
+    tgl_errbuf e;
     if (m == 1 && nn > 1 && (k == 1 || (inc_a > 0 && inc_a <= INT32_MAX))) {
         /* a's one row has k elements at stride inc_a; B is stored as
-         * itself (k x nn: Trans) or as its transpose (nn x k: NoTrans). */
+         * itself (k x nn: transposed) or as its transpose (nn x k: not). */
         int incx = k == 1 ? 1 : (int)inc_a;
-        enum CBLAS_TRANSPOSE f = transb ? CblasNoTrans : CblasTrans;
         int r = transb ? nn : k, c = transb ? k : nn;
-        if (out->dtype_id == TGL_FLOAT32)
-            cblas_sgemv(CblasRowMajor, f, r, c, (float)alpha, b->data, ldb, a->data, incx,
-                        (float)beta, out->data, 1);
-        else
-            cblas_dgemv(CblasRowMajor, f, r, c, alpha, b->data, ldb, a->data, incx, beta,
-                        out->data, 1);
-    } else if (out->dtype_id == TGL_FLOAT32)
-        cblas_sgemm(CblasRowMajor, A, B, m, nn, k, (float)alpha, a->data, lda, b->data, ldb,
-                    (float)beta, out->data, nn);
-    else
-        cblas_dgemm(CblasRowMajor, A, B, m, nn, k, alpha, a->data, lda, b->data, ldb, beta,
-                    out->data, nn);
+        st = be->gemv(out->dtype_id, !transb, r, c, alpha, b->data, ldb, a->data, incx, beta,
+                      out->data, 1, &e);
+    } else {
+        st = be->gemm(out->dtype_id, transa, transb, m, nn, k, alpha, a->data, lda, b->data, ldb,
+                      beta, out->data, nn, &e);
+    }
+    if (st)
+        st = tgl_op_error(ctx, n, in, st, "%s", e.msg);
     tgl_array_release(ta);
     tgl_array_release(tb);
-    return TGL_OK;
+    return st;
 }
 
 static tgl_node *scaled(tgl_ctx *ctx, tgl_node *x, double s)
@@ -255,12 +254,14 @@ static tgl_status gemv_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *const 
     tgl_array *a, *ta, *x = in[1], *tx = NULL;
     bool trans;
     int lda;
+    const tgl_backend *be;
+    if ((st = tgl_backend_check(ctx, tgl_op_name(n->op), out, &be)))
+        return st;
     if ((st = readable(ctx, in[0], &a, &ta, &trans, &lda)))
         return st;
     /* BLAS gemv takes A's stored layout: a transposed view is row-major
-     * k x m read with Trans. */
+     * k x m read transposed. */
     int rows = trans ? k : m, cols = trans ? m : k;
-    enum CBLAS_TRANSPOSE T = trans ? CblasTrans : CblasNoTrans;
     int incx = (int)x->strides[0];
     if (incx <= 0 && k > 1) {
         if ((st = tgl_array_copy(ctx, x, x->dtype_id, &tx))) {
@@ -272,15 +273,13 @@ static tgl_status gemv_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *const 
     }
     if (incx == 0)
         incx = 1;
-    if (out->dtype_id == TGL_FLOAT32)
-        cblas_sgemv(CblasRowMajor, T, rows, cols, (float)alpha, a->data, lda, x->data, incx,
-                    (float)beta, out->data, 1);
-    else
-        cblas_dgemv(CblasRowMajor, T, rows, cols, alpha, a->data, lda, x->data, incx, beta,
-                    out->data, 1);
+    tgl_errbuf e;
+    if ((st = be->gemv(out->dtype_id, trans, rows, cols, alpha, a->data, lda, x->data, incx, beta,
+                       out->data, 1, &e)))
+        st = tgl_op_error(ctx, n, in, st, "%s", e.msg);
     tgl_array_release(ta);
     tgl_array_release(tx);
-    return TGL_OK;
+    return st;
 }
 
 static tgl_status gemv_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *g, tgl_node **gin)
@@ -329,6 +328,9 @@ static tgl_status ger_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *
     tgl_status st = load_c(ctx, out, in[0]);
     if (st || out->size == 0)
         return st;
+    const tgl_backend *be;
+    if ((st = tgl_backend_check(ctx, tgl_op_name(n->op), out, &be)))
+        return st;
     tgl_array *x = in[1], *y = in[2], *tx = NULL, *ty = NULL;
     if (x->strides[0] <= 0 && (st = tgl_array_copy(ctx, x, x->dtype_id, &tx)))
         return st;
@@ -342,13 +344,13 @@ static tgl_status ger_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *
         y = ty;
     int m = (int)out->shape[0], nn = (int)out->shape[1];
     int ix = (int)(x->strides[0] > 0 ? x->strides[0] : 1), iy = (int)(y->strides[0] > 0 ? y->strides[0] : 1);
-    if (out->dtype_id == TGL_FLOAT32)
-        cblas_sger(CblasRowMajor, m, nn, (float)n->p.f[0], x->data, ix, y->data, iy, out->data, nn);
-    else
-        cblas_dger(CblasRowMajor, m, nn, n->p.f[0], x->data, ix, y->data, iy, out->data, nn);
+    tgl_errbuf e;
+    if ((st = be->ger(out->dtype_id, m, nn, n->p.f[0], x->data, ix, y->data, iy, out->data, nn,
+                      &e)))
+        st = tgl_op_error(ctx, n, in, st, "%s", e.msg);
     tgl_array_release(tx);
     tgl_array_release(ty);
-    return TGL_OK;
+    return st;
 }
 
 static tgl_status ger_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *g, tgl_node **gin)

@@ -1,0 +1,184 @@
+/*
+ * backend.c — the engine's side of the backend seam (backend.h): the table
+ * of backends by device, the options a backend may read (filled from the
+ * context), error messages copied from backends into the context, and the
+ * wrappers through which the engine compiles and launches the kernels of
+ * fused programs and serves the public kernel-cache calls.
+ *
+ * A fused program keeps one kernel, made by the backend of the device it
+ * was prepared for; the kernel's head names that backend, so asking for
+ * its tier, waiting for it or releasing it needs no device.
+ */
+#include "engine/backend.h"
+#include "engine/fprog.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A CUDA backend goes in its slot when built. */
+const tgl_backend *const tgl_backends[TGL_NDEVICES] = {
+    [TGL_DEVICE_CPU] = &tgl_backend_cpu,
+};
+
+static const char *const device_names[TGL_NDEVICES] = {
+    [TGL_DEVICE_CPU] = "cpu",
+    [TGL_DEVICE_CUDA] = "cuda",
+};
+
+const char *tgl_device_name(int device)
+{
+    return device >= 0 && device < TGL_NDEVICES ? device_names[device] : NULL;
+}
+
+tgl_status tgl_errbuf_set(tgl_errbuf *e, tgl_status st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+tgl_status tgl_errbuf_take(tgl_ctx *ctx, tgl_status st, const tgl_errbuf *e)
+{
+    return tgl_ctx_set_error(ctx, st, "%s", e->msg);
+}
+
+tgl_status tgl_backend_check(tgl_ctx *ctx, const char *fn, const tgl_array *a,
+                             const tgl_backend **be)
+{
+    *be = tgl_backend_get(a->device);
+    if (*be)
+        return TGL_OK;
+    const char *name = tgl_device_name(a->device);
+    if (name)
+        return tgl_ctx_set_error(ctx, TGL_EINVAL,
+                                 "%s: the array is on device %s, which this build of tgl does "
+                                 "not support", fn, name);
+    return tgl_ctx_set_error(ctx, TGL_EINVAL, "%s: the array has an invalid device %d", fn,
+                             (int)a->device);
+}
+
+void tgl_backend_opts_sync(tgl_ctx *ctx)
+{
+    tgl_backend_opts *o = &ctx->backend_opts;
+    o->cc = ctx->config.cc;
+    o->cflags = ctx->config.cflags;
+    o->cache_dir = ctx->config.cache_dir;
+    o->compile = ctx->config.compile;
+    o->cache_max_bytes = ctx->config.cache_max_bytes;
+    o->threads = ctx->config.threads;
+    o->pool = &ctx->pool;
+    o->interrupt = ctx->interrupt;
+}
+
+tgl_status tgl_array_require_host(tgl_ctx *ctx, const char *fn, const tgl_array *a)
+{
+    if (a->device == TGL_DEVICE_CPU)
+        return TGL_OK;
+    const char *name = tgl_device_name(a->device);
+    return tgl_ctx_set_error(ctx, TGL_EINVAL, "%s: needs a cpu array, got one on device %s", fn,
+                             name ? name : "(invalid)");
+}
+
+tgl_status tgl_array_scalar(tgl_ctx *ctx, const tgl_array *a, double *out)
+{
+    if (a->device == TGL_DEVICE_CPU) {
+        *out = tgl_load_as_double(a->dtype_id, a->data, 0);
+        return TGL_OK;
+    }
+    const tgl_backend *be;
+    tgl_status st = tgl_backend_check(ctx, "tgl_array_scalar", a, &be);
+    if (st)
+        return st;
+    unsigned char elem[8];
+    tgl_errbuf e;
+    if ((st = be->copy_to_host(elem, a->data, tgl_dtype_size(a->dtype_id), &e)))
+        return tgl_errbuf_take(ctx, st, &e);
+    *out = tgl_load_as_double(a->dtype_id, elem, 0);
+    return TGL_OK;
+}
+
+/* ---- kernels of fused programs ---------------------------------------- */
+
+tgl_status tgl_backend_prepare(tgl_ctx *ctx, int device, tgl_fprog *prog)
+{
+    TGL_CHECK_CTX(ctx);
+    TGL_CHECK(prog, TGL_EINVAL, "tgl_backend_prepare: NULL program");
+    const tgl_backend *be = tgl_backend_get(device);
+    TGL_CHECK(be, TGL_EINVAL, "tgl_backend_prepare: no backend for device %d", device);
+    if (prog->kernel) {
+        /* One kernel per program, however many functions use it. */
+        TGL_CHECK(prog->kernel->backend == be, TGL_EINTERNAL,
+                  "fused program %d already has a %s kernel, not a %s one", prog->id,
+                  prog->kernel->backend->name, be->name);
+        return TGL_OK;
+    }
+    tgl_errbuf e;
+    tgl_kernel_ref *k = NULL;
+    tgl_status st = be->prepare(&ctx->backend_opts, prog, &k, &e);
+    if (st)
+        return tgl_errbuf_take(ctx, st, &e);
+    prog->kernel = k;
+    return TGL_OK;
+}
+
+int tgl_backend_tier(const tgl_fprog *prog)
+{
+    const tgl_kernel_ref *k = prog ? prog->kernel : NULL;
+    return k ? __atomic_load_n(&k->tier, __ATOMIC_ACQUIRE) : 0;
+}
+
+void tgl_backend_wait(const tgl_fprog *prog)
+{
+    tgl_kernel_ref *k = prog ? prog->kernel : NULL;
+    if (k)
+        k->backend->wait(k);
+}
+
+void tgl_backend_release(tgl_fprog *prog)
+{
+    tgl_kernel_ref *k = prog ? prog->kernel : NULL;
+    if (k) {
+        prog->kernel = NULL;
+        k->backend->release(k);
+    }
+}
+
+tgl_status tgl_backend_launch(tgl_ctx *ctx, const tgl_fprog *prog, tgl_array *const *in,
+                              tgl_array *const *out)
+{
+    /* On every run of a fused op: the backend checks its arguments. */
+    tgl_kernel_ref *k = prog->kernel;
+    TGL_CHECK(k, TGL_EINTERNAL, "fused program %d has no kernel to launch", prog->id);
+    tgl_errbuf e;
+    tgl_status st = k->backend->launch(&ctx->backend_opts, prog, k, in, out, &e);
+    return st ? tgl_errbuf_take(ctx, st, &e) : TGL_OK;
+}
+
+/* ---- the public kernel-cache calls ------------------------------------ */
+
+tgl_status tgl_cache_clear(tgl_ctx *ctx)
+{
+    TGL_CHECK_CTX(ctx);
+    for (int d = 0; d < TGL_NDEVICES; d++) {
+        const tgl_backend *be = tgl_backends[d];
+        tgl_errbuf e;
+        tgl_status st = be && be->cache_clear ? be->cache_clear(&ctx->backend_opts, &e) : TGL_OK;
+        if (st)
+            return tgl_errbuf_take(ctx, st, &e);
+    }
+    return TGL_OK;
+}
+
+tgl_status tgl_cache_info(tgl_ctx *ctx, char **text)
+{
+    TGL_CHECK_CTX(ctx);
+    TGL_CHECK(text, TGL_EINVAL, "tgl_cache_info: NULL argument");
+    /* The CPU backend's cache is the one on disk today. */
+    tgl_errbuf e;
+    tgl_status st = tgl_backend_cpu.cache_info(&ctx->backend_opts, text, &e);
+    return st ? tgl_errbuf_take(ctx, st, &e) : TGL_OK;
+}

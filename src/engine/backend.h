@@ -1,0 +1,155 @@
+/*
+ * backend.h — the seam between the engine and the devices it runs on.
+ *
+ * A backend is a table of function pointers, in ggml-backend's shape:
+ * memory (allocate, free, fill, copy within the device and to and from the
+ * host), dense linear algebra (gemm, gemv, ger, dot in float32 and
+ * float64), and fused kernels (compile a fused program, wait for a
+ * background compile, release, launch over arrays).  The
+ * engine reaches BLAS, kernel compilation and array memory only through
+ * these tables, so no engine file names OpenBLAS, src/cgen or CUDA.
+ *
+ * tgl_backend_get maps a device (tgl_array.device, a tgl_device) to its
+ * backend.  src/cpu/backend_cpu.c is the CPU one (OpenBLAS + src/cgen); a
+ * CUDA one (cuBLAS + NVRTC) plugs in the same way (doc/internals.md).
+ *
+ * Backends never see a tgl_ctx: the settings they may read arrive in a
+ * tgl_backend_opts (engine.h) that the context keeps up to date, and
+ * errors come back as a status plus a message in a tgl_errbuf, which the
+ * engine copies into the context.  The tgl_backend_* functions at the end
+ * are the engine's side of that: they pick the backend, pass the options,
+ * and copy errors.
+ */
+#ifndef TGL_BACKEND_H
+#define TGL_BACKEND_H
+
+#include "engine/engine.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct tgl_fprog; /* engine/fprog.h */
+
+/* A backend's error message; the engine copies it into the context. */
+typedef struct tgl_errbuf {
+    char msg[TGL_ERRMSG_SIZE];
+} tgl_errbuf;
+
+/* The head of every backend's compiled kernel (one per fused program): the
+ * backend that made it, and which code it runs now, which the engine reads
+ * on every run of the program (an atomic load, no call into the backend). */
+typedef struct tgl_kernel_ref {
+    const struct tgl_backend *backend;
+    int tier; /* atomic, kept by the backend: 0 no code (the reference path),
+                 1 quick code, 2 optimized code */
+} tgl_kernel_ref;
+
+typedef struct tgl_backend {
+    const char *name; /* "cpu", "cuda"; part of the kernel cache key */
+    int device;       /* the tgl_device it serves                    */
+
+    /* ---- memory: device addresses, sizes in bytes ---- */
+    /* A block of nbytes (> 0, a multiple of TGL_ALIGN), TGL_ALIGN-aligned; NULL when out of memory. */
+    void *(*alloc)(size_t nbytes);
+    /* Frees a block from alloc; NULL is ignored. */
+    void (*free)(void *p);
+    /* Sets n bytes at p to byte. */
+    tgl_status (*memset)(void *p, int byte, size_t n, tgl_errbuf *err);
+    /* Copies n bytes from the device (src) to host memory. */
+    tgl_status (*copy_to_host)(void *host, const void *src, size_t n, tgl_errbuf *err);
+    /* Copies n bytes from host memory to the device (dst). */
+    tgl_status (*copy_from_host)(void *dst, const void *host, size_t n, tgl_errbuf *err);
+    /* Copies n bytes within the device; the regions do not overlap. */
+    tgl_status (*copy)(void *dst, const void *src, size_t n, tgl_errbuf *err);
+
+    /* ---- BLAS: row-major, dtype TGL_FLOAT32 or TGL_FLOAT64, device pointers;
+     * alpha and beta are converted to dtype ---- */
+    /* c = alpha op(a) op(b) + beta c, op(a) m x k, op(b) k x n; trans_*: op is the transpose. */
+    tgl_status (*gemm)(int dtype, bool trans_a, bool trans_b, int m, int n, int k, double alpha,
+                       const void *a, int lda, const void *b, int ldb, double beta, void *c,
+                       int ldc, tgl_errbuf *err);
+    /* y = alpha op(a) x + beta y, a stored as rows x cols. */
+    tgl_status (*gemv)(int dtype, bool trans, int rows, int cols, double alpha, const void *a,
+                       int lda, const void *x, int incx, double beta, void *y, int incy,
+                       tgl_errbuf *err);
+    /* a = a + alpha x y' (a is m x n). */
+    tgl_status (*ger)(int dtype, int m, int n, double alpha, const void *x, int incx,
+                      const void *y, int incy, void *a, int lda, tgl_errbuf *err);
+    /* *out = x . y, one element of dtype in device memory; float32 sums in double. */
+    tgl_status (*dot)(int dtype, int n, const void *x, int incx, const void *y, int incy,
+                      void *out, tgl_errbuf *err);
+    /* Sets the BLAS library's own thread count (process-wide). */
+    void (*set_threads)(int n);
+    /* The BLAS library and its configuration, as static text. */
+    const char *(*info)(void);
+
+    /* ---- fused kernels (engine/fprog.h) ---- */
+    /* Makes prog's kernel as o->compile says (its head names this backend and
+     * its tier); with no working compiler it succeeds at tier 0. */
+    tgl_status (*prepare)(const tgl_backend_opts *o, const struct tgl_fprog *prog,
+                          tgl_kernel_ref **out, tgl_errbuf *err);
+    /* Blocks until k's background compile, if any, has finished. */
+    void (*wait)(tgl_kernel_ref *k);
+    /* Frees k; a background compile is not waited for. */
+    void (*release)(tgl_kernel_ref *k);
+    /* Runs k (tier > 0) over in[] into out[], shaped as engine/ops/fused.c allocates them. */
+    tgl_status (*launch)(const tgl_backend_opts *o, const struct tgl_fprog *prog,
+                         tgl_kernel_ref *k, tgl_array *const *in, tgl_array *const *out,
+                         tgl_errbuf *err);
+
+    /* ---- the kernel cache ---- */
+    /* Deletes every cached kernel of this backend. */
+    tgl_status (*cache_clear)(const tgl_backend_opts *o, tgl_errbuf *err);
+    /* The cache as text, malloc'd: "directory: ...\nentries: N\nbytes: B\nmax_bytes: C\n". */
+    tgl_status (*cache_info)(const tgl_backend_opts *o, char **text, tgl_errbuf *err);
+} tgl_backend;
+
+/* The CPU backend (src/cpu/backend_cpu.c). */
+extern const tgl_backend tgl_backend_cpu;
+
+/* ---- the engine's side ------------------------------------------------- */
+
+/* Formats a message into e and returns st (for backends). */
+tgl_status tgl_errbuf_set(tgl_errbuf *e, tgl_status st, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+/* Copies e's message into ctx's error and returns st. */
+tgl_status tgl_errbuf_take(tgl_ctx *ctx, tgl_status st, const tgl_errbuf *e);
+
+/* Each device's backend, NULL where this build has none (backend.c). */
+extern const tgl_backend *const tgl_backends[TGL_NDEVICES];
+
+/* The backend of device, or NULL when there is none (not built, or not a device). */
+static inline const tgl_backend *tgl_backend_get(int device)
+{
+    return device >= 0 && device < TGL_NDEVICES ? tgl_backends[device] : NULL;
+}
+/* *be = the backend of a's device; fails naming fn when there is none. */
+tgl_status tgl_backend_check(tgl_ctx *ctx, const char *fn, const tgl_array *a,
+                             const tgl_backend **be);
+/* Refreshes ctx->backend_opts from ctx's settings and interrupt flag
+ * (config.c and ctx.c call it after every change). */
+void tgl_backend_opts_sync(tgl_ctx *ctx);
+
+/* Fails naming fn unless a is a cpu array (for code that reads elements on the host). */
+tgl_status tgl_array_require_host(tgl_ctx *ctx, const char *fn, const tgl_array *a);
+/* *out = a's first element as a double, read through a's backend. */
+tgl_status tgl_array_scalar(tgl_ctx *ctx, const tgl_array *a, double *out);
+
+/* Makes prog's kernel on device's backend (prog->kernel), once per program:
+ * later calls return at once.  Replaces tgl_cgen_prepare. */
+tgl_status tgl_backend_prepare(tgl_ctx *ctx, int device, struct tgl_fprog *prog);
+/* Which code prog runs now: 0 none (reference path), 1 quick, 2 optimized. */
+int tgl_backend_tier(const struct tgl_fprog *prog);
+/* Blocks until prog's background compile, if any, has finished. */
+void tgl_backend_wait(const struct tgl_fprog *prog);
+/* Frees prog's kernel (prog->kernel becomes NULL); does not wait. */
+void tgl_backend_release(struct tgl_fprog *prog);
+/* Runs prog's kernel (tier > 0) over in[] into out[] on its backend. */
+tgl_status tgl_backend_launch(tgl_ctx *ctx, const struct tgl_fprog *prog, tgl_array *const *in,
+                              tgl_array *const *out);
+
+#endif /* TGL_BACKEND_H */
