@@ -463,3 +463,75 @@ describe('a function with an ifelse', function()
         :format(peak_if / 2 ^ 20, peak_plain / 2 ^ 20, buf / 2 ^ 20))
   end)
 end)
+
+-- ---------------------------------------------------------------------------
+-- found while writing the property tests (spec/property_spec.lua)
+
+-- Runs a chunk in a new tgl process (a crash there fails one test instead
+-- of ending the run); returns stdout, stderr and the exit status.
+local BIN = os.getenv('TGL_BIN') or arg[-1]
+local function run_process(chunk)
+  local src, errf = os.tmpname(), os.tmpname()
+  local f = assert(io.open(src, 'w'))
+  f:write(chunk)
+  f:close()
+  local p = io.popen(('%q %q 2>%q; echo "exit status $?"'):format(BIN, src, errf))
+  local out = p:read('*a')
+  p:close()
+  f = io.open(errf)
+  local err = f and f:read('*a') or ''
+  if f then f:close() end
+  os.remove(errf)
+  os.remove(src)
+  local code = tonumber(out:match('exit status (%d+)%s*$'))
+  out = out:gsub('exit status %d+%s*$', '')
+  return out, err, code
+end
+
+describe('fusion', function()
+  it('groups that read each other\'s results compile: exp(x) * exp(y) and sum(exp(x)) + exp(y)', function()
+    -- (the fuse pass recursed without end here: a stack overflow)
+    local out, err, code = run_process([[
+tgl.config.compile = 'tcc'
+local x, y = tgl.vector('x'), tgl.vector('y')
+local a, c = tgl.exp(x), tgl.exp(y)
+for _, mode in ipairs({ 'FAST_RUN', 'DEBUG' }) do
+  local f = tgl.compile { inputs = { x, y }, outputs = { a * c, tgl.sum(a) + c }, mode = mode }
+  local p, s = f({ 0, 1 }, { 1, 0 })
+  local e = math.exp(1)
+  assert(math.abs(p:get(1) - e) < 1e-5 and math.abs(p:get(2) - e) < 1e-5, tostring(p))
+  assert(math.abs(s:get(1) - (1 + 2 * e)) < 1e-4 and math.abs(s:get(2) - (2 + e)) < 1e-4, tostring(s))
+end
+print('ok')
+]])
+    assert(code == 0 and out:match('ok'), ('exit status %s\nstdout:\n%s\nstderr:\n%s'):format(tostring(code), out,
+      err:sub(1, 4000)))
+  end)
+end)
+
+describe('DEBUG mode', function()
+  it('accepts a float64 result computed through a float32 transcendental (system compiler kernels)', function()
+    -- x + sin(y) with x float64 and y float32: the generated kernel's
+    -- float32 sin (glibc's vector sinf) may differ from the reference's by
+    -- an ulp of float32, which is rounding, not a wrong result; DEBUG
+    -- raised, comparing with float64's tolerance
+    local dir = os.tmpname()
+    os.remove(dir)
+    local saved_dir = tgl.config.cache_dir
+    tgl.config.cache_dir = dir
+    tgl.config.compile = 'sync'
+    local x, y = tgl.dvector('x'), tgl.fvector('y')
+    local n = 100000
+    local ya = (tgl.arange(n, { dtype = 'float32' }) - n / 2) * 0.001
+    local xa = tgl.zeros(n, { dtype = 'float64' })
+    local ok, res = pcall(function()
+      local f = tgl.compile { inputs = { x, y }, outputs = x + tgl.sin(y), mode = 'DEBUG' }
+      return f(xa, ya)
+    end)
+    tgl.config.compile = 'tcc'
+    tgl.config.cache_dir = saved_dir
+    os.execute(('rm -rf %q'):format(dir))
+    assert.is_true(ok, tostring(res))
+    assert_close(xa + tgl.sin(ya), res, 'x + sin(y)', 1e-6, 1e-6)
+  end)
+end)
