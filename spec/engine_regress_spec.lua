@@ -5,7 +5,10 @@
 -- built, shared variables that keep their storage across updates and
 -- set_value (DESIGN.md "Shared variables keep their storage", so a
 -- borrowed array sees the new values), and a function with an ifelse that
--- still frees its intermediates early and updates in place.
+-- still frees its intermediates early and updates in place.  Last, two
+-- bugs the property tests found: fused groups that read each other's
+-- results (a crash), and DEBUG mode rejecting float32 rounding in a
+-- float64 result.
 tgl = tgl or require 'tgl'
 local tgl = tgl
 local ffi = require 'ffi'
@@ -435,14 +438,16 @@ describe('a function with an ifelse', function()
   end)
 
   it('frees each intermediate after its last reader (peak memory as without the ifelse)', function()
-    -- ten products in a row over 4 MB matrices (1M floats): a program that
-    -- frees each product after the next one is computed holds two or three
-    -- at a time; one that frees them at the end of the call holds ten.
+    -- sixteen products in a row over 4 MB matrices (1M floats): a program
+    -- that frees each product after the next one is computed holds two or
+    -- three at a time; one that frees them at the end of the call holds
+    -- sixteen.  (Resident memory also depends on what malloc keeps, so the
+    -- bound is loose: eight.)
     local N = 1024 * 1024
     local M = tgl.constant(tgl.array({ { 1, 0, 0, 0 }, { 0, 1, 0, 0 }, { 0, 0, 1, 0 }, { 0, 0, 0, 1 } }))
     local big = tgl.matrix('big')
     local z = big
-    for _ = 1, 10 do z = z:dot(M) end
+    for _ = 1, 16 do z = z:dot(M) end
     local s = tgl.sum(z)
     local fi = tgl.compile { inputs = { big, c }, outputs = tgl.ifelse(tgl.gt(c, 0), s, tgl.sum(big)),
                              name = 'if_chain' }
@@ -458,7 +463,7 @@ describe('a function with an ifelse', function()
       return
     end
     local buf = N * 4
-    assert.is_true(peak_if <= 5 * buf and peak_if <= peak_plain + 2 * buf,
+    assert.is_true(peak_if <= 8 * buf,
       ('peak during the call: %.1f MB with the ifelse, %.1f MB without (one intermediate is %.1f MB)')
         :format(peak_if / 2 ^ 20, peak_plain / 2 ^ 20, buf / 2 ^ 20))
   end)
