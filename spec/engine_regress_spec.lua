@@ -350,9 +350,17 @@ end)
 -- Peak resident memory (VmHWM, in bytes) during fn(), measured from a
 -- reset of the high-water mark (/proc/self/clear_refs, Linux 4.0 and
 -- later); nil when this cannot be measured here.  Freed buffers go back
--- to malloc and are reused, so the peak follows the live set.
-ffi.cdef [[ void __asan_init(void); ]]
+-- to malloc and are reused, so the peak follows the live set (the resident
+-- free memory malloc keeps is handed back first: malloc_trim).
+ffi.cdef [[
+void __asan_init(void);
+int malloc_trim(size_t pad);
+]]
 local under_asan = pcall(function() return ffi.C.__asan_init end)
+-- glibc's malloc_trim hands the free pages back first, so that the peak
+-- counts the pages the call needed, not what malloc kept from before
+local trim = pcall(function() return ffi.C.malloc_trim end) and function() ffi.C.malloc_trim(0) end
+  or function() end
 
 local function peak_during(fn)
   if under_asan then return nil end -- ASan's quarantine keeps freed memory
@@ -368,6 +376,7 @@ local function peak_during(fn)
   if not cr then return nil end
   collectgarbage()
   collectgarbage()
+  trim()
   local ok = cr:write('5')
   cr:close()
   if not ok then return nil end
@@ -441,8 +450,7 @@ describe('a function with an ifelse', function()
     -- sixteen products in a row over 4 MB matrices (1M floats): a program
     -- that frees each product after the next one is computed holds two or
     -- three at a time; one that frees them at the end of the call holds
-    -- sixteen.  (Resident memory also depends on what malloc keeps, so the
-    -- bound is loose: eight.)
+    -- sixteen.  (The bound is loose: eight.)
     local N = 1024 * 1024
     local M = tgl.constant(tgl.array({ { 1, 0, 0, 0 }, { 0, 1, 0, 0 }, { 0, 0, 1, 0 }, { 0, 0, 0, 1 } }))
     local big = tgl.matrix('big')
