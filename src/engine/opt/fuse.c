@@ -32,6 +32,11 @@
 #include <string.h>
 
 #define MAX_GROUP 256
+/* Operands of one generated kernel: every input and output is a pointer
+ * argument of its row functions, and libtcc's value stack overflows past
+ * about 100 of them.  A group stops growing before it would need more. */
+#define MAX_GROUP_INPUTS 40
+#define MAX_GROUP_OUTPUTS 40
 
 typedef struct fuse_pass {
     tgl_ctx *ctx;
@@ -46,6 +51,9 @@ typedef struct fuse_pass {
     tgl_node **root;        /* group -> its elementwise root                 */
     bool *extra;            /* group -> a member other than the root has
                                clients outside the group                     */
+    int32_t *edges_in;      /* group -> edges from members to outside nodes
+                               (a bound on its inputs)                      */
+    int32_t *nouts;         /* group -> outputs (root + members read outside) */
     tgl_node_map built;     /* old node -> rebuilt node                      */
     unsigned char *seen;    /* position -> scratch for the ancestor search   */
     int32_t *touched;       /* positions marked in seen                      */
@@ -170,6 +178,12 @@ static void grow(fuse_pass *f, int g, tgl_node **members, int *nmem, int cap)
                 continue;
             f->group[px] = g;
             bool inside = all_clients_in(f, x, g);
+            /* x's inputs become the group's; the edge to x no longer is. */
+            if (f->edges_in[g] - 1 + x->nin > MAX_GROUP_INPUTS ||
+                (!inside && f->nouts[g] + 1 > MAX_GROUP_OUTPUTS)) {
+                f->group[px] = -1;
+                continue;
+            }
             int32_t low = px < lowest ? px : lowest;
             members[*nmem] = x;
             bool cycle = !inside ? reaches(f, members, *nmem + 1, g, low)
@@ -179,6 +193,8 @@ static void grow(fuse_pass *f, int g, tgl_node **members, int *nmem, int cap)
                 continue;
             }
             f->extra[g] |= !inside;
+            f->edges_in[g] += x->nin - 1;
+            f->nouts[g] += !inside;
             lowest = low;
             (*nmem)++;
         }
@@ -520,11 +536,13 @@ tgl_status tgl_fuse_elemwise(tgl_ctx *ctx, int nroots, tgl_node **roots)
     f.reduce = calloc(n, sizeof *f.reduce);
     f.root = calloc(n, sizeof *f.root);
     f.extra = calloc(n, sizeof *f.extra);
+    f.edges_in = calloc(n, sizeof *f.edges_in);
+    f.nouts = calloc(n, sizeof *f.nouts);
     f.budget = 64 * n + 100000;
     tgl_node **members = malloc(sizeof *members * n);
     bool have_index = false, have_built = false;
     if (!f.clients || !f.nclients || !f.group || !f.seen || !f.touched || !f.reduce || !f.root ||
-        !f.extra || !members || !(have_index = !tgl_index_order(ctx, f.order, f.count, &f.index)) ||
+        !f.extra || !f.edges_in || !f.nouts || !members || !(have_index = !tgl_index_order(ctx, f.order, f.count, &f.index)) ||
         !(have_built = !tgl_node_map_init(ctx, &f.built))) {
         st = tgl_ctx_set_error(ctx, TGL_ENOMEM, "fusion: out of memory");
         goto done;
@@ -576,6 +594,8 @@ tgl_status tgl_fuse_elemwise(tgl_ctx *ctx, int nroots, tgl_node **roots)
             f.group[i] = g;
         int nmem = 1;
         members[0] = root;
+        f.edges_in[g] = root->nin;
+        f.nouts[g] = 1;
         grow(&f, g, members, &nmem, MAX_GROUP);
     }
     st = rebuild_all(&f, nroots, roots);
@@ -596,6 +616,8 @@ done:
     free(f.reduce);
     free(f.root);
     free(f.extra);
+    free(f.edges_in);
+    free(f.nouts);
     free(members);
     free(f.order);
     if (have_index)
