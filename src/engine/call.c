@@ -63,9 +63,11 @@ void tgl_frame_free(tgl_frame *fr)
     if (fr->last_out)
         for (int i = 0; i < prog->nout; i++)
             tgl_array_release(fr->last_out[i]);
-    for (int i = 0; i < fr->npool; i++)
-        tgl_array_release(fr->pool[i]);
-    free(fr->pool);
+    for (int c = 0; c < TGL_POOL_CLASSES; c++) {
+        for (int32_t i = 0; i < fr->pool[c].n; i++)
+            tgl_array_release(fr->pool[c].a[i]);
+        free(fr->pool[c].a);
+    }
     free(fr->slot);
     free(fr->last_out);
     free(fr->newval);

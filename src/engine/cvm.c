@@ -53,26 +53,34 @@ static tgl_status check_result(tgl_ctx *ctx, const tgl_node *n, tgl_array *const
     return TGL_OK;
 }
 
-/* A buffer from the frame's pool that fits nbytes without wasting more
- * than half of it, laid out as a contiguous array of the given shape; or
- * NULL. */
+/* floor(log2(n)) for n >= 1. */
+static int size_class(size_t n)
+{
+    return 63 - __builtin_clzll((unsigned long long)n);
+}
+
+/* A buffer from the frame's pool with room for the array, laid out as a
+ * contiguous array of the given shape; or NULL.  It comes from the class
+ * above the one nbytes falls in (every buffer there is large enough, and
+ * at most four times as large); a buffer of exactly nbytes is also taken
+ * from nbytes' own class when it is on top. */
 static tgl_array *from_pool(tgl_frame *fr, int dtype, int ndim, const int64_t *shape)
 {
     int64_t size = 1;
     for (int i = 0; i < ndim; i++)
         size *= shape[i];
     size_t nbytes = (size_t)size * tgl_dtype_size(dtype);
-    int best = -1;
-    for (int i = 0; i < fr->npool; i++) {
-        size_t have = fr->pool[i]->storage->nbytes;
-        if (have >= nbytes && have <= 2 * nbytes + 256 &&
-            (best < 0 || have < fr->pool[best]->storage->nbytes))
-            best = i;
-    }
-    if (best < 0)
+    if (nbytes == 0)
         return NULL;
-    tgl_array *a = fr->pool[best];
-    fr->pool[best] = fr->pool[--fr->npool];
+    int c = size_class(nbytes);
+    tgl_pool_class *pc = &fr->pool[c];
+    tgl_array *a = NULL;
+    if (pc->n && pc->a[pc->n - 1]->storage->nbytes >= nbytes)
+        a = pc->a[--pc->n];
+    else if (c + 1 < TGL_POOL_CLASSES && fr->pool[c + 1].n)
+        a = fr->pool[c + 1].a[--fr->pool[c + 1].n];
+    if (!a)
+        return NULL;
     a->data = a->storage->base;
     a->dtype_id = dtype;
     a->ndim = ndim;
@@ -87,21 +95,22 @@ void tgl_frame_recycle(tgl_frame *fr, tgl_array *a)
 {
     if (!a)
         return;
-    /* Only a buffer nobody else sees: one owner of the descriptor and of
-     * its storage, and the storage's own layout. */
+    /* Only a cpu buffer nobody else sees: one owner of the descriptor and
+     * of its storage, and the storage's own layout. */
     if (a->refcount == 1 && a->storage && a->storage->refcount == 1 &&
-        a->data == a->storage->base && a->storage->nbytes > 0) {
-        if (fr->npool == fr->pool_cap) {
-            int32_t nc = fr->pool_cap ? fr->pool_cap * 2 : 16;
-            tgl_array **p = realloc(fr->pool, sizeof *p * (size_t)nc);
+        a->device == TGL_DEVICE_CPU && a->data == a->storage->base && a->storage->nbytes > 0) {
+        tgl_pool_class *pc = &fr->pool[size_class(a->storage->nbytes)];
+        if (pc->n == pc->cap) {
+            int32_t nc = pc->cap ? pc->cap * 2 : 8;
+            tgl_array **p = realloc(pc->a, sizeof *p * (size_t)nc);
             if (!p) {
                 tgl_array_release(a);
                 return;
             }
-            fr->pool = p;
-            fr->pool_cap = nc;
+            pc->a = p;
+            pc->cap = nc;
         }
-        fr->pool[fr->npool++] = a;
+        pc->a[pc->n++] = a;
         return;
     }
     tgl_array_release(a);

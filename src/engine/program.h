@@ -88,10 +88,15 @@ typedef struct tgl_program {
     size_t nowned;
 } tgl_program;
 
-/* A free buffer a frame keeps for the next instruction that fits. */
-typedef struct tgl_pool_buf {
-    tgl_array *a;            /* sole owner of its storage                  */
-} tgl_pool_buf;
+/* Free buffers a frame keeps for the next instructions that fit, by size
+ * class: class c holds buffers of 2^c to 2^(c+1)-1 bytes, so a request is
+ * served from the first class whose every buffer is large enough, in
+ * constant time (at most twice the bytes asked for). */
+#define TGL_POOL_CLASSES 64
+typedef struct tgl_pool_class {
+    tgl_array **a;           /* each the sole owner of its storage         */
+    int32_t n, cap;
+} tgl_pool_class;
 
 typedef struct tgl_frame {
     const tgl_program *prog;
@@ -100,8 +105,7 @@ typedef struct tgl_frame {
     tgl_array **newval;      /* per update: scratch of one run             */
     tgl_array **seen;        /* nupd + nout: scratch of the alias check    */
     bool have_inputs;        /* a call has set the input slots             */
-    tgl_array **pool;        /* free buffers (cvm linker)                  */
-    int32_t npool, pool_cap;
+    tgl_pool_class pool[TGL_POOL_CLASSES];  /* free buffers (cvm linker)   */
     uint64_t *ins_ns, *ins_calls;   /* profile, per instruction            */
     uint64_t ncalls, total_ns;
 } tgl_frame;
