@@ -14,18 +14,20 @@ local function fresh_dir(name)
 end
 
 -- Runs a chunk in a new tgl process; returns stdout, stderr, exit status.
+-- (LuaJIT's p:close() gives no exit status: the shell prints it last.)
 local function run(chunk, env)
   local errf = os.tmpname()
-  local cmd = ('%s %q -e %q 2>%q'):format(env or '', bin, chunk, errf)
+  local cmd = ('%s %q -e %q 2>%q; echo "exit status $?"'):format(env or '', bin, chunk, errf)
   local p = io.popen(cmd)
   local out = p:read('*a')
-  local ok, _, code = p:close()
+  p:close()
   local f = io.open(errf)
   local err = f and f:read('*a') or ''
   if f then f:close() end
   os.remove(errf)
-  if type(ok) == 'number' then code = ok / 256 end
-  return out, err, code or (ok and 0 or 1)
+  local code = tonumber(out:match('exit status (%d+)\n$'))
+  out = out:gsub('exit status %d+\n$', '')
+  return out, err, code
 end
 
 -- The chunk every process runs: compile y = tanh(a*x+b)*c and print it.
