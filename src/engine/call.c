@@ -128,10 +128,8 @@ tgl_node *tgl_function_root(const tgl_function *fn, int i)
 int tgl_function_inplace(const tgl_function *fn, const tgl_node *n)
 {
     const tgl_program *prog = fn->prog;
-    for (int32_t pc = 0; pc < prog->ncode; pc++)
-        if (prog->code[pc].kind == TGL_I_OP && prog->code[pc].node == n)
-            return prog->code[pc].inplace >= 0;
-    return 0;
+    int64_t pc = n ? tgl_node_map_geti(&prog->op_pc, n, -1) : -1;
+    return pc >= 0 && prog->code[pc].inplace >= 0;
 }
 
 tgl_status tgl_function_wait_compiled(tgl_ctx *ctx, tgl_function *fn)

@@ -254,6 +254,8 @@ void tgl_program_free(tgl_program *prog)
     for (size_t i = 0; i < prog->nowned; i++)
         tgl_node_unref(prog->owned[i]);
     free(prog->owned);
+    if (prog->op_pc.keys)
+        tgl_node_map_free(&prog->op_pc);
     free(prog->code);
     free(prog->region);
     free(prog->slot_node);
@@ -532,6 +534,11 @@ tgl_status tgl_program_new(tgl_ctx *ctx, int nin, tgl_node *const *inputs, int n
     for (int32_t pc = 0; !st && pc < prog->ncode; pc++)
         if (prog->code[pc].kind == TGL_I_OP && prog->code[pc].node->op == TGL_OP_FUSED)
             st = tgl_backend_prepare(ctx, TGL_DEVICE_CPU, tgl_fprog_of(prog->code[pc].node));
+    if (!st)
+        st = tgl_node_map_init(ctx, &prog->op_pc);
+    for (int32_t pc = 0; !st && pc < prog->ncode; pc++)
+        if (prog->code[pc].kind == TGL_I_OP)
+            st = tgl_node_map_seti(ctx, &prog->op_pc, prog->code[pc].node, pc);
     if (!st) {
         prog->roots = malloc(sizeof *prog->roots * (size_t)(nout + nupd + 1));
         if (prog->roots)

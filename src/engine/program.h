@@ -84,6 +84,7 @@ typedef struct tgl_program {
     tgl_region *region;
     int32_t nregions;
     tgl_node **roots;        /* the optimized outputs, then update values  */
+    tgl_node_map op_pc;      /* node -> its (last) instruction, for lookups */
     tgl_node **owned;        /* nodes retained for the program's life      */
     size_t nowned;
 } tgl_program;
