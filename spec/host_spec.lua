@@ -201,7 +201,8 @@ io.write(arg[0], '|', arg[1], '|', arg[2], '|', arg[-1], '|',
       local out, err, code = run_tgl(q(script))
       assert.are.equal(1, code)
       assert.are.equal('', out)
-      assert.truthy(err:find('^tgl: ' .. script:gsub('%p', '%%%0') .. ':3: boom\nstack traceback:\n'), err)
+      -- Lua shortens a long chunk name to ".../tail", so match its end.
+      assert.truthy(err:find('^tgl: %S*fails%.lua:3: boom\nstack traceback:\n'), err)
       assert.truthy(err:find('fails.lua:3: in function', 1, true), err)
       assert.truthy(err:find('fails.lua:5: in main chunk', 1, true), err)
     end)
@@ -210,7 +211,7 @@ io.write(arg[0], '|', arg[1], '|', arg[2], '|', arg[-1], '|',
       local script = tmpfile('syntax.lua', 'x = = 1\n')
       local _, err, code = run_tgl(q(script))
       assert.are.equal(1, code)
-      assert.truthy(err:find('tgl: ' .. script .. ':1:', 1, true), err)
+      assert.truthy(err:find('^tgl: %S*syntax%.lua:1:'), err)
     end)
 
     it('exits 1 silently for a nil error object (busted does this)', function()
