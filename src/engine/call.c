@@ -260,9 +260,10 @@ static tgl_status run_once(tgl_ctx *ctx, tgl_frame *fr)
         tgl_array_release(fr->slot[s]);
         fr->slot[s] = prog->slot_node[s]->value;
     }
-    /* Last run's outputs go first, so their buffers can be reused. */
+    /* Last run's outputs go first, so their buffers can be reused (into
+     * the pool, when the caller dropped them). */
     for (int i = 0; i < prog->nout; i++) {
-        tgl_array_release(fr->last_out[i]);
+        tgl_frame_recycle(fr, fr->last_out[i]);
         fr->last_out[i] = NULL;
     }
     for (int k = 0; k < prog->nupd; k++)
