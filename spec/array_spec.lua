@@ -140,7 +140,7 @@ describe('tgl.array', function()
 
   it('rejects unknown dtypes', function()
     raises('array', function() tgl.array({ 1 }, 'float16') end, "unknown dtype 'float16'")
-    raises('array', function() tgl.array({ 1 }, { dtype = 3 }) end, 'dtype must be a string')
+    raises('array', function() tgl.array({ 1 }, { dtype = 3 }) end, "option 'dtype' must be a string")
   end)
 end)
 
@@ -370,11 +370,11 @@ describe('random numbers', function()
            'lower bound 1 is not below the upper bound 1')
     raises('rand', function() tgl.rand(2, { dtype = 'int32' }) end,
            'dtype must be float32 or float64, got int32')
-    raises('rand', function() tgl.rand(2, { low = 'a' }) end, 'option low must be a number')
+    raises('rand', function() tgl.rand(2, { low = 'a' }) end, "option 'low' must be a number")
     raises('rand', function() tgl.rand(2, { high = nan }) end, 'finite')
     raises('randn', function() tgl.randn(2, { std = -1 }) end, 'standard deviation -1 is negative')
     raises('randn', function() tgl.randn(2, { dtype = 'bool' }) end, 'float32 or float64')
-    raises('randn', function() tgl.randn(2, { mean = {} }) end, 'option mean must be a number')
+    raises('randn', function() tgl.randn(2, { mean = {} }) end, "option 'mean' must be a number")
   end)
 
   it('rejects bad seeds and states', function()

@@ -60,6 +60,13 @@ local function is_int(x)
   return type(x) == 'number' and x == math.floor(x) and x > -2^53 and x < 2^53
 end
 
+-- The options of the constructors that take a shape.
+local DTYPE_OPTION = { dtype = 'string' }
+local SHAPE_OPTIONS = {
+  rand = { dtype = 'string', low = 'number', high = 'number' },
+  randn = { dtype = 'string', mean = 'number', std = 'number' },
+}
+
 -- Parses `n1, n2, ..., [opts]` or `{n1, n2, ...}, [opts]` into a shape list
 -- and the options table.
 local function parse_shape(fname, ...)
@@ -78,9 +85,7 @@ local function parse_shape(fname, ...)
       else argerror(fname, 'size at position %d must be a number, got %s', i, type(v)) end
     end
   end
-  if opts ~= nil and type(opts) ~= 'table' then
-    argerror(fname, 'options must be a table, got %s', type(opts))
-  end
+  opts = core.check_options(fname, opts, SHAPE_OPTIONS[fname] or DTYPE_OPTION)
   if #shape > MAX_DIMS then
     argerror(fname, '%d dimensions (at most %d are supported)', #shape, MAX_DIMS)
   end
@@ -90,7 +95,7 @@ local function parse_shape(fname, ...)
     end
     shape_buf[i - 1] = v
   end
-  return shape, opts or {}
+  return shape, opts
 end
 M.parse_shape = parse_shape
 
@@ -143,7 +148,7 @@ end
 function M.arange(a, b, step, opts)
   if type(b) == 'table' then opts, b = b, nil
   elseif type(step) == 'table' then opts, step = step, nil end
-  opts = opts or {}
+  opts = core.check_options('arange', opts, DTYPE_OPTION)
   -- checked before tgl.arange(n) becomes (1, n), so the position is the user's
   local args = { a, b == nil and 1 or b, step or 1 }
   for i = 1, 3 do
@@ -220,7 +225,7 @@ end
 -- them, or an array (copied).  Tables of booleans give bool; otherwise the
 -- default is tgl.config.floatX.
 function M.array(data, dtype)
-  if type(dtype) == 'table' then dtype = dtype.dtype end
+  if type(dtype) == 'table' then dtype = core.check_options('array', dtype, DTYPE_OPTION).dtype end
   if core.is_array(data) then
     return data:astype(dtype or data.dtype)
   end
@@ -280,9 +285,11 @@ end
 local function axis0(fname, a, d)
   local nd = a.p.ndim
   if not is_int(d) then argerror(fname, 'axis must be an integer, got %s', tostring(d)) end
+  local given = d
   if d < 0 then d = nd + 1 + d end
   if d < 1 or d > nd then
-    argerror(fname, 'axis %s is out of range for a %d-d array', tostring(d), nd)
+    argerror(fname, 'axis %s is out of range for a %d-d array (axes count from 1; -1 is the last)',
+             tostring(given), nd)
   end
   return d - 1
 end
@@ -323,8 +330,8 @@ local function offset_of(fname, a, ...)
     if not is_int(i) then argerror(fname, 'index %d must be an integer, got %s', d, tostring(i)) end
     if i < 0 then i = size + 1 + i end
     if i < 1 or i > size then
-      argerror(fname, 'index %s is out of range for dimension %d of size %d',
-               tostring(select(d, ...)), d, size)
+      argerror(fname, 'index %s is out of range for dimension %d of size %d '
+               .. '(indices count from 1; -1 is the last)', tostring(select(d, ...)), d, size)
     end
     idx_buf[d - 1] = i - 1
     off = off + (i - 1) * tonumber(a.p._strides[d - 1])
@@ -611,7 +618,19 @@ local function hook(name)
   end
 end
 
+-- Lua's < and <= must give a boolean, and an elementwise comparison is an
+-- array: the operators raise and name the functions that compare.
+local function no_order(what)
+  return function()
+    error('tgl: ' .. what .. " cannot be compared with <, <=, > or >= (Lua wants one "
+          .. 'boolean); compare elementwise with tgl.lt(a, b), tgl.le, tgl.gt or tgl.ge, '
+          .. 'e.g. tgl.lt(a, 0) for a < 0', 2)
+  end
+end
+M.no_order = no_order
+
 local mt = {
+  __lt = no_order('arrays'), __le = no_order('arrays'),
   __index = function(a, k)
     local m = methods[k]
     if m ~= nil then return m end

@@ -119,6 +119,98 @@ function core.argerror(fname, fmt, ...)
   error(('tgl.%s: ' .. fmt):format(fname, ...), user_level())
 end
 
+-- The number of single-character edits that turn a into b (Levenshtein).
+local function edit_distance(a, b)
+  local prev = {}
+  for j = 0, #b do prev[j] = j end
+  for i = 1, #a do
+    local cur = { [0] = i }
+    for j = 1, #b do
+      local cost = a:byte(i) == b:byte(j) and 0 or 1
+      cur[j] = math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
+    end
+    prev = cur
+  end
+  return prev[#b]
+end
+core.edit_distance = edit_distance
+
+-- The known key nearest to an unknown one, when it is near enough to be
+-- a likely typo ('output' -> 'outputs', 'keepdim' -> 'keepdims').
+local function nearest_key(key, known)
+  local best, bestd
+  for k in pairs(known) do
+    local d = edit_distance(key:lower(), k:lower())
+    if not bestd or d < bestd or (d == bestd and k < best) then best, bestd = k, d end
+  end
+  if best and bestd <= math.max(2, math.floor(#key / 3)) then return best end
+end
+
+local function sorted_keys(known)
+  local keys = {}
+  for k in pairs(known) do keys[#keys + 1] = k end
+  table.sort(keys)
+  return keys
+end
+
+-- Does v have the type named by want ('number', 'string', 'boolean',
+-- 'table', 'function', 'array', 'variable', 'any'; alternatives joined
+-- with '|', e.g. 'string|number')?
+local vref_t = ffi.typeof('tgl_vref')
+local function has_type(v, want)
+  for w in want:gmatch('[^|]+') do
+    if w == 'any' or type(v) == w and not (w == 'table' and ffi.istype(aref_t, v))
+       or (w == 'array' and ffi.istype(aref_t, v))
+       or (w == 'variable' and ffi.istype(vref_t, v)) then
+      return true
+    end
+  end
+  return false
+end
+
+local function type_of(v)
+  if ffi.istype(aref_t, v) then return 'an array' end
+  if ffi.istype(vref_t, v) then return 'a variable' end
+  local t = type(v)
+  return (t:match('^[aeiou]') and 'an ' or 'a ') .. t
+end
+
+-- Checks a public function's options table against its known keys, each
+-- with the type its value must have ({keepdims = 'boolean', ...}).  nil is
+-- an empty table.  An unknown key raises, naming the nearest known key;
+-- a positional entry or a value of the wrong type raises too.  Returns
+-- the table (or a fresh empty one).
+function core.check_options(fname, opts, known)
+  if opts == nil then return {} end
+  local keys = sorted_keys(known)
+  if type(opts) ~= 'table' then
+    core.argerror(fname, 'options must be a table, got %s (known options: %s)',
+                  type(opts), table.concat(keys, ', '))
+  end
+  for k, v in pairs(opts) do
+    local want = known[k]
+    if want == nil then
+      if type(k) ~= 'string' then
+        core.argerror(fname, 'options are named (%s), got a value at position %s',
+                    table.concat(keys, ', '), tostring(k))
+      end
+      local near = nearest_key(k, known)
+      if near then
+        core.argerror(fname, "unknown option '%s' (did you mean '%s'?)", k, near)
+      end
+      core.argerror(fname, "unknown option '%s' (known options: %s)", k, table.concat(keys, ', '))
+    end
+    if not has_type(v, want) then
+      local alts = {}
+      for w in want:gmatch('[^|]+') do
+        alts[#alts + 1] = (w:match('^[aeiou]') and 'an ' or 'a ') .. w
+      end
+      core.argerror(fname, "option '%s' must be %s, got %s", k, table.concat(alts, ' or '), type_of(v))
+    end
+  end
+  return opts
+end
+
 -- Live array bytes above which the next allocation runs a full collection:
 -- LuaJIT's collector cannot see C-side memory, so we tell it (as Torch7 did).
 local gc_threshold = 256 * 1024 * 1024

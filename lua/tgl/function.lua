@@ -145,8 +145,23 @@ function Function:__tostring()
 end
 
 -- tgl.compile{inputs=, outputs=, updates=, givens=, mode=, linker=, profile=, name=}
-function M.compile(spec)
-  if type(spec) ~= 'table' then argerror('compile', 'expected a table {inputs=, outputs=, ...}') end
+local FN_OPTIONS = { n_calls = 'number' }
+local COMPILE_OPTIONS = {
+  inputs = 'table|variable', outputs = 'table|variable', updates = 'table', givens = 'table',
+  mode = 'string', linker = 'string', profile = 'boolean', name = 'string',
+}
+local COMPILE_USAGE = 'tgl.compile{inputs = {...}, outputs = ...}'
+
+function M.compile(spec, ...)
+  -- Theano's positional form, tgl.compile({x}, y), would otherwise read
+  -- {x} as a table without inputs or outputs: a function of nothing.
+  if select('#', ...) > 0 or G.is_var(spec) or (type(spec) == 'table' and spec[1] ~= nil) then
+    error('tgl.compile takes one table: ' .. COMPILE_USAGE, core.user_level())
+  end
+  if type(spec) ~= 'table' then
+    argerror('compile', 'expected a table: %s, got %s', COMPILE_USAGE, type(spec))
+  end
+  core.check_options('compile', spec, COMPILE_OPTIONS)
   local inputs = as_list(spec.inputs)
   if not inputs then argerror('compile', 'inputs must be a table of variables') end
   local outputs, single = as_list(spec.outputs)
@@ -229,6 +244,7 @@ function M.compile(spec)
   for i = 1, nin do self.in_dtype[i] = inputs[i].dtype end
   -- f.fn{n_calls = N}: the C outer loop, with the inputs of the last call.
   self.fn = function(opts)
+    if type(opts) == 'table' then core.check_options(name .. '.fn', opts, FN_OPTIONS) end
     local n = type(opts) == 'table' and opts.n_calls or opts or 1
     if type(n) ~= 'number' or n < 0 or n ~= math.floor(n) then
       argerror(name, 'n_calls must be a non-negative integer')

@@ -13,9 +13,9 @@ local is_var = G.is_var
 
 -- tgl.grad(cost, wrt [, {disconnected='raise'|'ignore', known_grads={[v]=g}}])
 -- wrt is one variable (one gradient returned) or a table (a table back).
+local GRAD_OPTIONS = { disconnected = 'string', known_grads = 'table' }
 function M.grad(cost, wrt, opts)
-  opts = opts or {}
-  if type(opts) ~= 'table' then argerror('grad', 'options must be a table') end
+  opts = core.check_options('grad', opts, GRAD_OPTIONS)
   local single = is_var(wrt)
   local list = single and { wrt } or wrt
   if type(list) ~= 'table' then argerror('grad', 'wrt must be a variable or a table of variables') end
@@ -83,7 +83,9 @@ end
 
 -- tgl.jacobian(f, wrt [, {size = n}]): rows d f[i] / d wrt for a vector
 -- (or scalar) f, stacked; one table entry per wrt when wrt is a table.
+local SIZE_OPTIONS = { size = 'number' }
 function M.jacobian(f, wrt, opts)
+  core.check_options('jacobian', opts, SIZE_OPTIONS)
   if not is_var(f) then argerror('jacobian', 'f must be a variable') end
   if f.ndim > 1 then argerror('jacobian', 'f must be a scalar or a vector, got %d dimensions', f.ndim) end
   local single = is_var(wrt)
@@ -107,6 +109,7 @@ end
 -- tgl.hessian(cost, wrt [, {size = n}]): the jacobian of the gradient.
 -- For a shared wrt the size is read from its value.
 function M.hessian(cost, wrt, opts)
+  core.check_options('hessian', opts, SIZE_OPTIONS)
   local single = is_var(wrt)
   local list = single and { wrt } or wrt
   local res = {}
@@ -128,7 +131,7 @@ end
 -- naming the worst element and its position, when they disagree.
 function M.verify_grad(fn, points, opts)
   local tgl = require 'tgl'
-  opts = opts or {}
+  opts = core.check_options('verify_grad', opts, { eps = 'number', tol = 'number', seed = 'number' })
   if type(fn) ~= 'function' then argerror('verify_grad', 'fn must be a function of variables') end
   if type(points) ~= 'table' or #points == 0 then argerror('verify_grad', 'points must be a non-empty table of arrays') end
   local eps, tol = opts.eps or 1e-6, opts.tol or 1e-5

@@ -225,9 +225,11 @@ local function make_input(dtype, ndim, bcast, name)
 end
 
 -- tgl.tensor{dtype=, ndim=, broadcastable={...}, name=}
+local TENSOR_OPTIONS = { dtype = 'string', ndim = 'number', broadcastable = 'table', name = 'string' }
 function M.tensor(spec)
   spec = spec or {}
   if type(spec) ~= 'table' then argerror('tensor', 'expected a table {dtype=, ndim=, name=}') end
+  core.check_options('tensor', spec, TENSOR_OPTIONS)
   local bc = spec.broadcastable
   local ndim = spec.ndim or (bc and #bc) or 0
   if not is_int(ndim) or ndim < 0 or ndim > core.MAX_DIMS then
@@ -271,9 +273,11 @@ function M.constant(v, dtype)
 end
 
 -- tgl.shared(value, name, {broadcastable=, borrow=})
+local SHARED_OPTIONS = { borrow = 'boolean', broadcastable = 'table', name = 'string' }
 function M.shared(value, name, opts)
   if type(name) == 'table' then name, opts = nil, name end
-  opts = opts or {}
+  opts = core.check_options('shared', opts, SHARED_OPTIONS)
+  if name == nil then name = opts.name end
   if type(value) == 'number' then value = scalar_array(value, DTYPE[floatX()])
   elseif type(value) == 'table' and not is_array(value) then value = array.array(value) end
   if not is_array(value) then argerror('shared', 'value must be an array or a number, got %s', type(value)) end
@@ -348,6 +352,13 @@ end
 -- ---------------------------------------------------------------------------
 -- reductions
 
+-- Raises for an axis outside x's axes, reminding that they count from 1.
+local function axis_range_error(fname, a, x, nd)
+  argerror(fname, 'axis %s is out of range for a %d-d %s (axes count from 1; -1 is the last)',
+           tostring(a), nd or nd_of(x), is_array(x) and 'array' or 'tensor')
+end
+M.axis_range_error = axis_range_error
+
 -- 1-based axis spec (number, table, nil = all) -> sorted 0-based list.
 local function axes_of(fname, x, axis)
   local nd = nd_of(x)
@@ -361,7 +372,7 @@ local function axes_of(fname, x, axis)
   for _, a in ipairs(t) do
     if not is_int(a) then argerror(fname, 'axis must be an integer, got %s', tostring(a)) end
     local d = a < 0 and nd + a or a - 1
-    if d < 0 or d >= nd then argerror(fname, 'axis %d is out of range for a %d-d tensor', a, nd) end
+    if d < 0 or d >= nd then axis_range_error(fname, a, x) end
     if seen[d] then argerror(fname, 'axis %d is given twice', a) end
     seen[d] = true
     list[#list + 1] = d
@@ -378,11 +389,23 @@ local function tensorize(fname, x)
   argerror(fname, 'expected an array or a variable, got %s', type(x))
 end
 
+-- tgl.sum(x, axis, opts) and tgl.sum(x, opts): a table with named keys in
+-- the axis position is the options.  The options are checked against known.
+local KEEPDIMS = { keepdims = 'boolean' }
+local function axis_opts(fname, axis, opts, known)
+  if type(axis) == 'table' and opts == nil and not is_array(axis) then
+    for k in pairs(axis) do
+      if type(k) == 'string' then axis, opts = nil, axis; break end
+    end
+  end
+  return axis, core.check_options(fname, opts, known or KEEPDIMS)
+end
+M.axis_opts = axis_opts
+
 local function reduction(opname)
   return function(x, axis, opts)
-    if type(axis) == 'table' and (axis.keepdims ~= nil) and opts == nil then axis, opts = nil, axis end
+    axis, opts = axis_opts(opname, axis, opts)
     x = tensorize(opname, x)
-    opts = opts or {}
     return apply(opname, opname, { x }, 1,
                  { i = axes_of(opname, x, axis), flags = opts.keepdims and 1 or 0 })
   end
@@ -398,7 +421,7 @@ local function axes_size(x, list)
 end
 
 function M.mean(x, axis, opts)
-  if type(axis) == 'table' and axis.keepdims ~= nil and opts == nil then axis, opts = nil, axis end
+  axis, opts = axis_opts('mean', axis, opts)
   x = floaty('mean', tensorize('mean', x))
   local list = axes_of('mean', x, axis)
   local s = apply('mean', 'sum', { x }, 1, { i = list, flags = (opts and opts.keepdims) and 1 or 0 })
@@ -406,9 +429,9 @@ function M.mean(x, axis, opts)
 end
 
 -- Variance (ddof = 0 by default, as NumPy) and standard deviation.
+local VAR_OPTIONS = { keepdims = 'boolean', ddof = 'number' }
 local function variance(fname, x, axis, opts)
-  if type(axis) == 'table' and axis.keepdims ~= nil and opts == nil then axis, opts = nil, axis end
-  opts = opts or {}
+  axis, opts = axis_opts(fname, axis, opts, VAR_OPTIONS)
   x = floaty(fname, tensorize(fname, x))
   local list = axes_of(fname, x, axis)
   local mu = apply('var', 'sum', { x }, 1, { i = list, flags = 1 })
@@ -426,9 +449,8 @@ function M.std(x, axis, opts) return M.sqrt(variance('std', x, axis, opts)) end
 
 local function arg_reduction(opname)
   return function(x, axis, opts)
-    if type(axis) == 'table' and axis.keepdims ~= nil and opts == nil then axis, opts = nil, axis end
+    axis, opts = axis_opts(opname, axis, opts)
     x = tensorize(opname, x)
-    opts = opts or {}
     if axis == nil then
       -- over every axis: the position in the flattened tensor; keepdims
       -- keeps every axis (size 1), as NumPy does
@@ -477,7 +499,7 @@ function M.dimshuffle(x, order)
     if a == 'x' then list[k] = -1
     elseif is_int(a) then
       local d = a < 0 and nd + a or a - 1
-      if d < 0 or d >= nd then argerror('dimshuffle', 'axis %d is out of range for a %d-d tensor', a, nd) end
+      if d < 0 or d >= nd then axis_range_error('dimshuffle', a, x) end
       list[k] = d
     else argerror('dimshuffle', "entries must be axes or 'x', got %s", tostring(a)) end
   end
@@ -558,7 +580,7 @@ function M.stack(list, axis)
     end
     local nd = nd_of(t)
     local pos = axis < 0 and nd + 2 + axis or axis
-    if pos < 1 or pos > nd + 1 then argerror('stack', 'axis %d is out of range', axis) end
+    if pos < 1 or pos > nd + 1 then argerror('stack', 'axis %d is out of range for stacking %d-d tensors (axes count from 1; -1 is the last)', axis, nd) end
     local order = {}
     for d = 1, nd do order[#order + 1] = d end
     table.insert(order, pos, 'x')
@@ -590,7 +612,8 @@ function M.symbolic_arange(a, b, step, opts)
       if nd_of(v) ~= 0 then argerror('arange', 'bounds must be scalars') end
     else argerror('arange', 'bounds must be numbers or scalar variables, got %s', type(v)) end
   end
-  local dt = (opts and opts.dtype) or (anyfloat and floatX() or 'int64')
+  opts = core.check_options('arange', opts, { dtype = 'string' })
+  local dt = opts.dtype or (anyfloat and floatX() or 'int64')
   local nodes = {}
   for i = 1, 3 do
     local v = args[i]
@@ -804,7 +827,7 @@ function M.size(x, d)
   local nd = nd_of(x)
   if not is_int(d) then argerror('size', 'axis must be an integer') end
   local k = d < 0 and nd + d or d - 1
-  if k < 0 or k >= nd then argerror('size', 'axis %d is out of range for a %d-d tensor', d, nd) end
+  if k < 0 or k >= nd then axis_range_error('size', d, x) end
   return apply('size', 'axes_size', { x }, 1, { i = { k } })
 end
 

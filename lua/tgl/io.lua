@@ -33,13 +33,7 @@ function M.save(path, obj, opts)
   if type(path) ~= 'string' then
     argerror('save', 'path must be a string, got %s', type(path))
   end
-  if opts ~= nil and type(opts) ~= 'table' then
-    argerror('save', 'options must be a table, got %s', type(opts))
-  end
-  opts = opts or {}
-  for k in pairs(opts) do
-    if k ~= 'compress' then argerror('save', "unknown option '%s' (expected compress)", tostring(k)) end
-  end
+  opts = core.check_options('save', opts, { compress = 'boolean' })
   if core.is_array(obj) then
     if ends_with(path, '.npz') then
       argerror('save', 'a single array goes to a .npy file; give a table of arrays for .npz')

@@ -60,18 +60,21 @@ local function need_shared(fname, x)
 end
 
 -- W:get_value() -> a copy; W:get_value{borrow=true} -> the array itself.
+local BORROW = { borrow = 'boolean' }
 function vmethods.get_value(x, opts)
   need_shared('get_value', x)
   local out = out_array()
   check(C.tgl_shared_get(core.ctx, x.n, out), 'get_value')
   local a = core.wrap(out[0])
-  if opts and opts.borrow then return a end
+  opts = core.check_options('get_value', opts, BORROW)
+  if opts.borrow then return a end
   return a:clone()
 end
 
 -- W:set_value(a [, {borrow=true}]): a must have W's dtype and rank.
 function vmethods.set_value(x, v, opts)
   need_shared('set_value', x)
+  opts = core.check_options('set_value', opts, BORROW)
   if not core.is_array(v) then
     if type(v) == 'number' or type(v) == 'table' then
       v = array.array(v, DTYPE_NAME[C.tgl_node_type(x.n).dtype])
@@ -160,6 +163,7 @@ local mt = {
   __tostring = tostring_var,
   __unm = G.neg,
   __len = function() error('tgl: the length of a variable is symbolic: use x:size(1)', 2) end,
+  __lt = array.no_order('variables'), __le = array.no_order('variables'),
 }
 for k, f in pairs(binop) do mt[k] = f end
 ffi.metatype('tgl_vref', mt)
