@@ -8,6 +8,7 @@
  * Exit status: 0 on success, 1 when a chunk fails, an option is bad or the
  * `tgl` module cannot be loaded; os.exit(n) exits with n.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
@@ -52,6 +53,38 @@ lua_State *tgl_host_lua(void)
     return host_L;
 }
 
+/* True when a chunk name names one of tgl's own Lua files, ".../tgl/x.lua"
+ * (the test of core.lua's user_level). */
+static int is_tgl_source(const char *src)
+{
+    size_t n = strlen(src);
+    const char *p;
+
+    if (src[0] != '@' || n < 4 || strcmp(src + n - 4, ".lua") != 0)
+        return 0;
+    for (p = src + n - 4; p > src && (isalnum((unsigned char)p[-1]) || p[-1] == '_'); p--)
+        ;
+    if (p == src + n - 4 || p - src < 5 || (p[-1] != '/' && p[-1] != '\\'))
+        return 0;
+    return strncmp(p - 4, "tgl", 3) == 0 && (p - 5 == src || p[-5] == '/' || p[-5] == '\\');
+}
+
+/* The stack level the interruption is reported at: the first frame outside
+ * tgl's own Lua files, so that Ctrl-C during f.fn{n_calls = N} names the
+ * user's line rather than function.lua; level 0 (the running function)
+ * when every frame is tgl's. */
+static int user_level(lua_State *L)
+{
+    lua_Debug ar;
+    int level;
+
+    for (level = 0; lua_getstack(L, level, &ar); level++) {
+        if (!lua_getinfo(L, "S", &ar) || !is_tgl_source(ar.source))
+            return level;
+    }
+    return 0;
+}
+
 /* Debug hook installed by the SIGINT handler: raises the error in the
  * running chunk at the next call, return or instruction.  luaL_where
  * rather than luaL_error because a C hook adds no frame of its own. */
@@ -59,7 +92,7 @@ static void stop_hook(lua_State *L, lua_Debug *ar)
 {
     (void)ar;
     lua_sethook(L, NULL, 0, 0);
-    luaL_where(L, 0);
+    luaL_where(L, user_level(L));
     lua_pushfstring(L, "%sinterrupted!", lua_tostring(L, -1));
     lua_error(L);
 }

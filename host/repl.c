@@ -129,6 +129,46 @@ static char **complete(const char *text, int start, int end)
 
 /* ---- History ------------------------------------------------------------- */
 
+/* The first line libedit writes in a history file. */
+#define HISTORY_COOKIE "_HiStOrY_V2_"
+
+/* True when path exists, is not empty and does not start with libedit's
+ * cookie line: another program's file (GNU readline's, a plain list of
+ * lines), which libedit would not read and which writing would replace
+ * with this session's lines alone. */
+static int history_foreign(const char *path)
+{
+    char head[sizeof HISTORY_COOKIE];
+    size_t n;
+    FILE *f = fopen(path, "r");
+
+    if (f == NULL)
+        return 0;
+    n = fread(head, 1, sizeof head - 1, f);
+    fclose(f);
+    if (n == 0)
+        return 0;
+    return n < sizeof head - 1 || memcmp(head, HISTORY_COOKIE, sizeof head - 1) != 0;
+}
+
+/* False, after one warning, when the history file is in another format:
+ * then it is left alone and this session's history stays in memory.
+ * Checked before each write too, since another program may replace the
+ * file while the session runs. */
+static int history_writable(repl *r)
+{
+    if (r->history[0] == '\0')
+        return 0;
+    if (!history_foreign(r->history))
+        return 1;
+    fprintf(stderr, "tgl: %s is not a tgl (libedit) history file; leaving it as it is "
+            "and keeping this session's history in memory only (set TGL_HISTORY "
+            "to another file)\n", r->history);
+    fflush(stderr);
+    r->history[0] = '\0';
+    return 0;
+}
+
 /* $TGL_HISTORY (empty turns history off), else ~/.tgl_history. */
 static void history_setup(repl *r)
 {
@@ -144,14 +184,15 @@ static void history_setup(repl *r)
         r->history[0] = '\0';  /* a path that does not fit: no history */
     using_history();
     stifle_history(HISTORY_MAX);
-    if (r->history[0] != '\0')
+    if (history_writable(r))
         read_history(r->history);  /* a missing file is not an error */
 }
 
 /* Adds a typed line to the history unless it is blank or repeats the
  * previous one, and writes the file at once: a session that ends in
  * os.exit, a crash or a kill keeps what was typed.  An unwritable file is
- * silently skipped: history is a convenience. */
+ * silently skipped: history is a convenience.  A file in another format
+ * is never written (history_writable). */
 static void history_add(repl *r, const char *line)
 {
     if (line[strspn(line, " \t\r\n")] == '\0')
@@ -161,14 +202,16 @@ static void history_add(repl *r, const char *line)
     add_history(line);
     free(r->last);
     r->last = strdup(line);
-    if (r->history[0] != '\0')
+    if (history_writable(r))
         write_history(r->history);
 }
 
-/* At exit: trims the file to the last HISTORY_MAX lines. */
+/* At exit: trims the file to the last HISTORY_MAX lines (libedit's
+ * truncation keeps the last lines of any file, so it too is skipped for a
+ * file in another format). */
 static void history_close(repl *r)
 {
-    if (r->history[0] != '\0')
+    if (history_writable(r))
         history_truncate_file(r->history, HISTORY_MAX);
     free(r->last);
     r->last = NULL;

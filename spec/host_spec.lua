@@ -444,6 +444,59 @@ io.write(arg[0], '|', arg[1], '|', arg[2], '|', arg[-1], '|',
       assert.are.same({ 'p:norm' }, repl.complete('p:no', env))
     end)
 
+    it('completes the methods of a symbolic variable after ":" and its fields after "."', function()
+      if type(tgl.vector) ~= 'function' then pending('tgl.vector does not exist yet') return end
+      local env = { v = tgl.vector('v') }
+      local got = repl.complete('v:', env)
+      local set = {}
+      for _, w in ipairs(got) do set[w] = true end
+      for _, m in ipairs({ 'v:sum', 'v:dot', 'v:reshape', 'v:T', 'v:type' }) do
+        assert.truthy(set[m], m .. ' in ' .. table.concat(got, ' '))
+      end
+      assert.is_nil(set['v:dtype'])  -- a field, not a method
+      assert.are.same({ 'v:sum' }, repl.complete('v:su', env))
+      assert.are.same({ 'v.name', 'v.ndim', 'v.neq' }, repl.complete('v.n', env))
+      assert.are.same({ 'v.dtype' }, repl.complete('v.dt', env))
+      -- arrays show their dtype field after '.'
+      assert.are.same({ 'a.dtype' }, repl.complete('a.dt', { a = tgl.ones(2) }))
+    end)
+
+    it("completes a compiled function's public methods and fields, not its internals", function()
+      if type(tgl.compile) ~= 'function' then pending('tgl.compile does not exist yet') return end
+      local x = tgl.vector('x')
+      local env = { f = tgl.compile { inputs = { x }, outputs = { x * 2 } } }
+      local methods = repl.complete('f:', env)
+      local fields = repl.complete('f.', env)
+      for _, w in ipairs(methods) do assert.is_nil(w:find('^f:_'), w) end
+      for _, w in ipairs(fields) do assert.is_nil(w:find('^f%._'), w) end
+      assert.are.same({ 'f:profile_summary', 'f:program' }, repl.complete('f:pro', env))
+      assert.are.same({ 'f.name', 'f.nin', 'f.nout', 'f.nupd' }, repl.complete('f.n', env))
+      -- asked for, internals are still there
+      assert.truthy(#repl.complete('f._', env) > 0)
+    end)
+
+    it('hides names starting with "_" unless the typed part starts with "_"', function()
+      local env = { t = setmetatable({ _private = 1, public = 2 }, { __index = { __call = 1, meth = 3 } }) }
+      assert.are.same({ 't.meth', 't.public' }, repl.complete('t.', env))
+      assert.are.same({ 't.__call', 't._private' }, repl.complete('t._', env))
+    end)
+
+    it('completes the settings of tgl.config, a proxy table, and prints them', function()
+      assert.are.same({ 'tgl.config.floatX' }, repl.complete('tgl.config.fl', { tgl = tgl }))
+      local all = repl.complete('tgl.config.', { tgl = tgl })
+      local set = {}
+      for _, w in ipairs(all) do set[w] = true end
+      for _, k in ipairs({ 'floatX', 'threads', 'exclude', 'compile', 'cache_dir' }) do
+        assert.truthy(set['tgl.config.' .. k], k)
+      end
+      local s = repl.format(tgl.config)
+      assert.is_nil(s:find('table: 0x', 1, true), s)
+      assert.truthy(s:find('^tgl.config {\n'), s)
+      assert.truthy(s:find('\n  floatX = "' .. tgl.config.floatX .. '",\n', 1, true), s)
+      assert.truthy(s:find('\n  threads = ' .. tgl.config.threads .. ',\n', 1, true), s)
+      assert.truthy(s:find('\n  exclude = {', 1, true), s)
+    end)
+
     it('completes nothing for unknown paths or non-names, without calling __index', function()
       local called = false
       local env = { lazy = setmetatable({}, { __index = function() called = true end }) }
@@ -511,6 +564,22 @@ echo "$rc $alive $(( (t1 - t0) / 1000000 ))"
       assert.truthy(ms < 3000, ms)
     end)
 
+    it("reports Ctrl-C inside f.fn{n_calls = N} at the user's line, not tgl's own file", function()
+      if type(tgl.compile) ~= 'function' then pending('tgl.compile does not exist yet') return end
+      local script = tmpfile('sigint_fn.lua', [[
+local x = tgl.vector('x')
+local f = tgl.compile { inputs = { x }, outputs = { (x * 2 + 1):sum() } }
+f(tgl.ones(1000))
+io.stderr:write('ready\n')
+f.fn { n_calls = 1e12 }
+]])
+      local rc, alive, ms, err = interrupt(q(script), { 0.3 })
+      assert.are.equal(1, rc)
+      assert.are.equal('no', alive)
+      assert.truthy(err:find('^ready\ntgl: %S*sigint_fn%.lua:5: interrupted!\nstack traceback:'), err)
+      assert.truthy(ms < 3000, ms)
+    end)
+
     it('lets a second Ctrl-C kill a chunk that cannot see the first', function()
       -- a JIT-compiled empty loop never reaches a hook or the engine's flag
       local rc, alive, _, err = interrupt(
@@ -569,15 +638,21 @@ echo "$rc $alive $(( (t1 - t0) / 1000000 ))"
       error('timed out waiting for ' .. text .. ' on the screen:\n' .. s, 2)
     end
 
+    -- Starts tgl in a fresh pane with TGL_HISTORY=history and waits for
+    -- its prompt.
+    local function start()
+      -- the shell reports tgl's exit status and keeps the pane open
+      local cmd = ('TGL_HISTORY=%s %s; echo "exit status $?"; sleep 60'):format(q(history), q(TGL))
+      tmux('new-session -d -s s -x 160 -y 50 ' .. q(cmd))
+      wait_for('\n>\n', true)
+    end
+
     before_each(function()
       seq = seq + 1
       sock = ('tgl_spec_%d_%d'):format(os.time(), seq)
       history = TMP .. '/history_' .. seq
       os.remove(history)
-      -- the shell reports tgl's exit status and keeps the pane open
-      local cmd = ('TGL_HISTORY=%s %s; echo "exit status $?"; sleep 60'):format(q(history), q(TGL))
-      tmux('new-session -d -s s -x 160 -y 50 ' .. q(cmd))
-      wait_for('\n>\n', true)
+      start()
     end)
 
     after_each(function()
@@ -602,6 +677,20 @@ echo "$rc $alive $(( (t1 - t0) / 1000000 ))"
       wait_for('> repl_s:upper')
       keys('()', 'Enter')
       wait_for('ABC')
+    end)
+
+    it('completes the methods of a symbolic variable with Tab after ":"', function()
+      keys("repl_v = tgl.vector('v')", 'Enter', 'repl_v:resh', 'Tab')
+      wait_for('> repl_v:reshape')
+      keys('(2, -1).ndim', 'Enter')
+      wait_for('\n2\n', true)
+    end)
+
+    it('prints tgl.config as its settings', function()
+      keys('tgl.config', 'Enter')
+      local s = wait_for('\n}\n', true)
+      assert.is_nil(s:find('table: 0x', 1, true), s)
+      assert.truthy(s:find('\ntgl.config {\n  floatX = "', 1, true), s)
     end)
 
     it('abandons the line and pending input on Ctrl-C at the prompt and goes on', function()
@@ -637,6 +726,24 @@ echo "$rc $alive $(( (t1 - t0) / 1000000 ))"
       wait_for('exit status 5')
       local h = read_file(history) or ''
       assert.truthy(h:find('hist_marker_2', 1, true), h)
+    end)
+
+    it('leaves a history file in another format alone, with one warning', function()
+      tmux('kill-server')
+      -- a file of its own: the tgl just killed may still be writing the other
+      history = TMP .. '/history_foreign_' .. seq
+      local lines = {}
+      for i = 1, 1100 do lines[i] = 'foreign_line_' .. i end
+      local foreign = table.concat(lines, '\n') .. '\n'
+      write_file(history, foreign)
+      start()
+      local s = wait_for('is not a tgl (libedit) history file')
+      local _, n = s:gsub('history file', '')
+      assert.are.equal(1, n, s)
+      keys('hist_marker_3 = 3', 'Enter', 'hist_marker_4 = 4', 'Enter')
+      keys('C-d')
+      wait_for('exit status 0')
+      assert.are.equal(foreign, read_file(history))
     end)
 
     it('exits 0 on Ctrl-D and saves the history', function()

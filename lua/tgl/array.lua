@@ -16,6 +16,8 @@ local M = {}
 local methods = {}
 local hooks = {}
 M.methods, M.hooks = methods, hooks
+-- Fields an array shows through `.` besides its methods (for REPL completion).
+M.fields = { dtype = true }
 
 local DTYPE = { float32 = 0, float64 = 1, int32 = 2, int64 = 3, uint8 = 4, bool = 5 }
 local DTYPE_NAME = { [0] = 'float32', 'float64', 'int32', 'int64', 'uint8', 'bool' }

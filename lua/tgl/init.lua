@@ -23,7 +23,33 @@ local tgl = {}
 local engine_keys = { exclude = true, threads = true, cc = true, cflags = true, cache_dir = true,
                       compile = true, cache_max_bytes = true }
 local config_values = { floatX = os.getenv('TGL_FLOATX') or 'float32' }
+-- Every setting, in the order tostring(tgl.config) shows them.
+local config_keys = { 'floatX', 'compile', 'threads', 'exclude', 'cc', 'cflags', 'cache_dir',
+                      'cache_max_bytes' }
+
+-- A setting's value as Lua source: strings quoted, lists in braces.
+local function config_literal(v)
+  if type(v) == 'string' then return ('%q'):format(v) end
+  if type(v) == 'table' then
+    local parts = {}
+    for i, x in ipairs(v) do parts[i] = ('%q'):format(x) end
+    return #parts == 0 and '{}' or '{ ' .. table.concat(parts, ', ') .. ' }'
+  end
+  return tostring(v)
+end
+
 tgl.config = setmetatable({}, {
+  -- the settings, for the REPL's Tab completion (tgl.repl)
+  __complete = config_keys,
+  -- tostring(tgl.config), which the REPL prints: each setting and its value
+  __tostring = function(self)
+    local lines = { 'tgl.config {' }
+    for _, k in ipairs(config_keys) do
+      lines[#lines + 1] = ('  %s = %s,'):format(k, config_literal(self[k]))
+    end
+    lines[#lines + 1] = '}'
+    return table.concat(lines, '\n')
+  end,
   __index = function(_, k)
     if engine_keys[k] then
       local v = ffi.string(C.tgl_config_get(core.ctx, k))

@@ -71,22 +71,36 @@ end
 local cdata_methods = {}
 
 -- Registers methods (a table) as the completion source for cdata of ctype
--- (a ctype or a C type string).
-function M.register_methods(ctype, methods)
+-- (a ctype or a C type string).  fields, optional, is a table whose keys
+-- are fields the value shows through `.` but that are not methods (they
+-- complete after '.', not after ':').
+function M.register_methods(ctype, methods, fields)
   assert(type(methods) == 'table', 'tgl.repl.register_methods: methods must be a table')
-  cdata_methods[#cdata_methods + 1] = { ct = ffi.typeof(ctype), methods = methods }
+  assert(fields == nil or type(fields) == 'table', 'tgl.repl.register_methods: fields must be a table')
+  cdata_methods[#cdata_methods + 1] = { ct = ffi.typeof(ctype), methods = methods, fields = fields }
 end
 
--- The method table for a cdata value: a registered one, else tgl's own
--- arrays' (tgl.array.methods, which later modules extend), else nil.
+-- True when x is cdata of the C type named ctname (false when that type
+-- is not declared).
+local function is_ctype(ctname, x)
+  local ok, ct = pcall(ffi.typeof, ctname)
+  return ok and ffi.istype(ct, x)
+end
+
+-- The method table and the field table (or nil) for a cdata value: a
+-- registered one, else tgl's own: arrays' (tgl.array.methods, which later
+-- modules extend) and symbolic variables' (tgl.variable.methods and
+-- .fields).  nil for other cdata.
 local function methods_of_cdata(x)
   for _, e in ipairs(cdata_methods) do
-    if ffi.istype(e.ct, x) then return e.methods end
+    if ffi.istype(e.ct, x) then return e.methods, e.fields end
   end
-  local core, array = package.loaded['tgl.core'], package.loaded['tgl.array']
-  if type(core) == 'table' and type(array) == 'table' and type(core.is_array) == 'function'
-     and type(array.methods) == 'table' and core.is_array(x) then
-    return array.methods
+  local array, variable = package.loaded['tgl.array'], package.loaded['tgl.variable']
+  if type(array) == 'table' and type(array.methods) == 'table' and is_ctype('tgl_aref', x) then
+    return array.methods, array.fields
+  end
+  if type(variable) == 'table' and type(variable.methods) == 'table' and is_ctype('tgl_vref', x) then
+    return variable.methods, variable.fields
   end
   return nil
 end
@@ -97,11 +111,16 @@ local MAX_DEPTH = 16  -- __index chains longer than this are not followed
 -- for a table, then its metatable's __index when that is a table.  For
 -- cdata, a registered method table.  Never calls metamethods: completion
 -- must have no side effects.
-local function index_tables(x)
+-- A metatable may list the keys its __index function serves (a proxy
+-- such as tgl.config) in a __complete table of names; they are shown as a
+-- table of their own.
+local function index_tables(x, with_fields)
   local out, seen = {}, {}
   if type(x) == 'cdata' then
-    out[1] = methods_of_cdata(x)
-    x = out[1]
+    local methods, fields = methods_of_cdata(x)
+    if with_fields and type(fields) == 'table' then out[#out + 1] = fields end
+    out[#out + 1] = methods
+    x = methods
   end
   local depth = 0
   while x ~= nil and depth < MAX_DEPTH do
@@ -111,6 +130,13 @@ local function index_tables(x)
       if x ~= out[#out] then out[#out + 1] = x end
     end
     local mt = debug.getmetatable(x)
+    local listed = type(mt) == 'table' and rawget(mt, '__complete') or nil
+    if type(listed) == 'table' and not seen[listed] then
+      seen[listed] = true
+      local keys = {}
+      for _, k in ipairs(listed) do keys[k] = true end
+      out[#out + 1] = keys
+    end
     local idx = type(mt) == 'table' and rawget(mt, '__index') or nil
     if type(idx) ~= 'table' then break end
     x, depth = idx, depth + 1
@@ -136,7 +162,9 @@ end
 -- Completion candidates for the word being typed: globals and keywords
 -- for a bare name (`pri`), fields for a dotted path (`string.fo`,
 -- `tgl.ze`), and methods — callable fields only — after ':' (`a:sh`).
--- The path is walked from env (default _G).  Returns full words, sorted.
+-- Names starting with '_' are left out unless the typed part starts with
+-- '_'.  The path is walked from env (default _G).  Returns full words,
+-- sorted.
 function M.complete(text, env)
   env = env or _G
   local head, sep, partial = text:match('^(.-)([.:])([%w_]*)$')
@@ -153,12 +181,16 @@ function M.complete(text, env)
     head, partial = '', text
     for _, k in ipairs(keywords) do found[k] = true end
   end
+  -- names starting with '_' are internals (f._fn, __call, __index): shown
+  -- only when the typed part asks for them
+  local hidden = partial:sub(1, 1) ~= '_'
   local seen = {}  -- a key shadows the same key further down the chain
-  for _, t in ipairs(index_tables(obj)) do
+  for _, t in ipairs(index_tables(obj, sep == '.')) do
     for k, v in next, t do
       if type(k) == 'string' and not seen[k] then
         seen[k] = true
         if k:match('^[%a_][%w_]*$') and not is_keyword[k]
+           and not (hidden and k:sub(1, 1) == '_')
            and (sep ~= ':' or callable(v)) then
           found[k] = true
         end

@@ -138,6 +138,9 @@ local function tostring_var(x)
   return string.format('%s: %s (%s%s)', name, t.dtype, table.concat(bc, ','), t.ndim == 1 and ',' or '')
 end
 
+-- The fields, for REPL completion after '.' (tgl.repl).
+M.fields = fields
+
 local binop = {
   __add = G.add, __sub = G.sub, __mul = G.mul, __div = G.div, __pow = G.pow, __mod = G.mod,
 }
