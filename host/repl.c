@@ -165,11 +165,12 @@ static void history_add(repl *r, const char *line)
         write_history(r->history);
 }
 
-/* At exit: trims the file to the last HISTORY_MAX lines. */
+/* At exit.  The file needs no trimming: the list is stifled to
+ * HISTORY_MAX entries, and write_history writes the whole list.  (libedit's
+ * history_truncate_file would also leave an empty /tmp/.historyXXXXXX
+ * behind on every call.) */
 static void history_close(repl *r)
 {
-    if (r->history[0] != '\0')
-        history_truncate_file(r->history, HISTORY_MAX);
     free(r->last);
     r->last = NULL;
 }
