@@ -206,13 +206,12 @@ static void history_add(repl *r, const char *line)
         write_history(r->history);
 }
 
-/* At exit: trims the file to the last HISTORY_MAX lines (libedit's
- * truncation keeps the last lines of any file, so it too is skipped for a
- * file in another format). */
+/* At exit.  The file needs no trimming: the list is stifled to
+ * HISTORY_MAX entries, and write_history writes the whole list.  (libedit's
+ * history_truncate_file would also leave an empty /tmp/.historyXXXXXX
+ * behind on every call.) */
 static void history_close(repl *r)
 {
-    if (history_writable(r))
-        history_truncate_file(r->history, HISTORY_MAX);
     free(r->last);
     r->last = NULL;
 }

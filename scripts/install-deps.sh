@@ -5,9 +5,11 @@
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config luajit libluajit-5.1-dev libopenblas-dev
       lua-busted libedit-dev zlib1g-dev libssl-dev libtcc-dev tcc dataset-fashion-mnist)
-# The suite adds NumPy (interop fixtures) and cmocka (C unit tests).
+# The suite adds NumPy (interop fixtures), cmocka (C unit tests), tmux (the
+# REPL on a terminal), gzip (IDX files), and strace (what the REPL opens).
+# Specs that need one fail without it in CI and under scripts/test.sh.
 if [ "${1:-}" = "--test" ]; then
-  pkgs+=(python3-numpy libcmocka-dev)
+  pkgs+=(python3-numpy libcmocka-dev tmux gzip strace)
 fi
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
