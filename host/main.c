@@ -412,6 +412,8 @@ static int host_os_exit(lua_State *L)
         lua_pushboolean(L, 1);
         lua_replace(L, 2);
     }
+    /* store the kernels still compiling before the functions go */
+    tgl_cache_flush();
     if (lua_toboolean(L, 2)) {
         /* the state is about to go: keep the SIGINT handler off it */
         signal(SIGINT, SIG_DFL);
@@ -594,6 +596,9 @@ int main(int argc, char **argv)
         h.status = 1;
     }
     host_L = NULL;
+    /* Store the kernels still compiling (bounded by exit_wait) while the
+     * functions that wait for them are alive: lua_close releases them. */
+    tgl_cache_flush();
     lua_close(L);
     return h.status;
 }

@@ -412,6 +412,8 @@ TGL_API tgl_status tgl_grad(tgl_ctx *ctx, tgl_node *cost, int nwrt, tgl_node *co
  *   cache_dir        the kernel cache ("" : $TGL_CACHE_DIR or ~/.cache/tgl)
  *   compile          tiered | sync | tcc | cc
  *   cache_max_bytes  size cap of the kernel cache
+ *   exit_wait        seconds the process's exit waits for background compiles
+ *                    to store their kernels (0 to 3600; default 5)
  * Unknown keys and bad values fail with TGL_EINVAL. */
 TGL_API tgl_status tgl_config_set(tgl_ctx *ctx, const char *key, const char *value);
 /* The current value of a setting as text (NULL for an unknown key). */
@@ -440,6 +442,14 @@ TGL_API tgl_status tgl_cache_clear(tgl_ctx *ctx);
 /* The cache as text: "directory: ...\nentries: N\nbytes: B\nmax_bytes: C\n"
  * (malloc'd; free it with tgl_free). */
 TGL_API tgl_status tgl_cache_info(tgl_ctx *ctx, char **text);
+/* What the process does at exit, done now: waits for the background
+ * compiles still pending (compile = tiered) to store their kernels in the
+ * cache, up to exit_wait seconds (the setting in force when the latest one
+ * started), then stops the rest, whose temporaries are removed.  No
+ * background compile starts afterwards.  Call it just before exiting,
+ * before freeing the functions (a released function's compile that has
+ * not started is dropped).  exit() calls it too (atexit). */
+TGL_API void tgl_cache_flush(void);
 
 /* ------------------------------------------------------------------------ */
 /* Compiled functions and the CVM                                           */

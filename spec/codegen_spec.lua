@@ -214,3 +214,124 @@ print(g(tgl.array({ 2 })):get(1))
     assert.is_true(math.abs(tonumber(out:match('\n([%d.]+)\n$')) - 2 * math.sinh(2)) < 1e-3)
   end)
 end)
+
+describe('at exit', function()
+  -- Runs a shell command line; returns its stdout (with stderr), its exit
+  -- status and its wall time in seconds.
+  local function sh(cmd)
+    local p = io.popen(('t0=$(date +%%s%%N); { %s; } 2>&1; rc=$?; t1=$(date +%%s%%N); ' ..
+                        'echo "exit status $rc time $(( (t1 - t0) / 1000000 ))"'):format(cmd))
+    local out = p:read('*a')
+    p:close()
+    local code, ms = out:match('exit status (%d+) time (%d+)\n$')
+    return out:gsub('exit status %d+ time %d+\n$', ''), tonumber(code), tonumber(ms) / 1000
+  end
+  local function temps(dir)
+    local p = io.popen(('ls -a %q 2>/dev/null | grep -c "%%.tmp%%."'):format(dir))
+    local n = tonumber(p:read('*a'):match('%d+'))
+    p:close()
+    return n
+  end
+  local function cache_entries(dir)
+    local out = sh(('TGL_CACHE_DIR=%q %q --cache-info'):format(dir, bin))
+    return tonumber(out:match('entries: (%d+)'))
+  end
+  -- A tiered (default) script: compile, call once, print the tier.
+  local function script(expr, tail)
+    return ([[
+local x = tgl.vector('x')
+local f = tgl.compile { inputs = { x }, outputs = %s }
+f(tgl.array({ 1, 2, 3 }))
+print(f:program():match('%%[(%%a+)%%]'))
+%s]]):format(expr, tail or '')
+  end
+
+  it('a short tiered script stores its kernels: the second run runs cc code from the first call', function()
+    local dir = fresh_dir('exit')
+    local path = dir .. '/short.lua'
+    local f = io.open(path, 'w')
+    f:write(script('tgl.tanh(x * 0.5) * 3 + 1'))
+    f:close()
+    local env = ('TGL_CACHE_DIR=%q TGL_COMPILE=tiered'):format(dir .. '/cache')
+    local out1, rc1, t1 = sh(('%s %q %q'):format(env, bin, path))
+    assert.equals(0, rc1, out1)
+    assert.is_true(out1 == 'tcc\n' or out1 == 'ref\n', out1)
+    assert.is_true(t1 < 10, 'the first run took ' .. t1 .. ' s')
+    assert.is_true(cache_entries(dir .. '/cache') >= 1)
+    assert.equals(0, temps(dir .. '/cache'))
+    local out2, rc2 = sh(('%s %q %q'):format(env, bin, path))
+    assert.equals(0, rc2, out2)
+    assert.equals('cc\n', out2)
+    assert.equals(0, temps(dir .. '/cache'))
+  end)
+
+  it('a script that fails (exit 1) and a REPL session store their kernels the same way', function()
+    local dir = fresh_dir('exit-err')
+    local env = ('TGL_CACHE_DIR=%q TGL_COMPILE=tiered'):format(dir .. '/cache')
+    local failing = script('tgl.exp(x * 0.25) - 2', "error('boom')")
+    local out1, rc1 = sh(('%s %q -e %q'):format(env, bin, failing))
+    assert.equals(1, rc1, out1)
+    assert.matches('boom', out1)
+    assert.equals(0, temps(dir .. '/cache'))
+    local out2, rc2 = sh(('%s %q -e %q'):format(env, bin, failing))
+    assert.equals(1, rc2, out2)
+    assert.matches('^cc\n', out2)
+    -- the REPL reads one line at a time: the script on one line
+    local line = script('tgl.sigmoid(x) * 7 - 1'):gsub('\n', ' ')
+    local path = dir .. '/repl.in'
+    local f = io.open(path, 'w')
+    f:write(line .. '\n')
+    f:close()
+    local out3, rc3 = sh(('%s %q -i < %q'):format(env, bin, path))
+    assert.equals(0, rc3, out3)
+    assert.matches('tcc', out3)
+    assert.equals(0, temps(dir .. '/cache'))
+    local out4, rc4 = sh(('%s %q -i < %q'):format(env, bin, path))
+    assert.equals(0, rc4, out4)
+    assert.matches('cc', out4)
+    assert.not_matches('tcc', out4)
+    assert.equals(0, temps(dir .. '/cache'))
+  end)
+
+  it('a compile unfinished at the exit_wait deadline is stopped and leaves no temporaries', function()
+    local dir = fresh_dir('exit-slow')
+    local wrapper = dir .. '/slowcc'
+    local f = io.open(wrapper, 'w')
+    f:write('#!/bin/sh\ncase "$*" in *--version*) ;; *) sleep 30;; esac\nexec cc "$@"\n')
+    f:close()
+    os.execute('chmod +x ' .. wrapper)
+    local env = ('TGL_CACHE_DIR=%q TGL_CC=%q TGL_COMPILE=tiered TGL_EXIT_WAIT=0.3')
+                :format(dir .. '/cache', wrapper)
+    local out, rc, t = sh(('%s %q -e %q'):format(env, bin, script('tgl.cos(x) * 5')))
+    assert.equals(0, rc, out)
+    assert.equals('tcc\n', out) -- no message about the stopped compile
+    assert.is_true(t < 3, 'exit took ' .. t .. ' s with exit_wait = 0.3')
+    assert.equals(0, temps(dir .. '/cache'))
+    assert.equals(0, cache_entries(dir .. '/cache'))
+  end)
+
+  it('tgl.config.exit_wait: a number of seconds, checked', function()
+    local out, rc = sh(('TGL_EXIT_WAIT=2.5 %q -e %q'):format(bin, [[
+print(tgl.config.exit_wait); tgl.config.exit_wait = 0; print(tgl.config.exit_wait);
+print(pcall(function() tgl.config.exit_wait = -1 end))]]))
+    assert.equals(0, rc, out)
+    assert.matches('^2.5\n0\nfalse\t.*exit_wait must be a number of seconds from 0 to 3600', out)
+  end)
+
+  it('--cache-clear removes the temporaries no live process owns', function()
+    local dir = fresh_dir('exit-clear')
+    local key = ('ab'):rep(32)
+    local dead, live = 999999999, 1 -- no such PID; init, always alive
+    for _, name in ipairs({ ('%s.so.tmp.%d.0001'):format(key, dead),
+                            ('%s.tmp.%d.0002.c'):format(key, dead),
+                            ('%s.so.tmp.%d.0003'):format(key, live) }) do
+      io.open(dir .. '/' .. name, 'w'):close()
+    end
+    local out, rc = sh(('TGL_CACHE_DIR=%q %q --cache-clear'):format(dir, bin))
+    assert.equals(0, rc, out)
+    local p = io.popen(('ls %q'):format(dir))
+    local left = p:read('*a')
+    p:close()
+    assert.equals(('%s.so.tmp.%d.0003\n'):format(key, live), left)
+  end)
+end)

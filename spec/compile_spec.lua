@@ -145,7 +145,10 @@ describe('tgl.compile inputs and outputs', function()
     assert.matches('^mul %[id A%]', roots[2])
     local f = tgl.compile { inputs = { x }, outputs = { a, b } }
     local ra, rb = f(f64 { 0, 1 })
-    assert.same({ 2, 2 * math.exp(1) }, ra:totable())
+    -- (libtcc's kernel calls libm's exp, the system compiler's a vector
+    -- exp that may differ in the last bit)
+    assert.equals(2, ra:get(1))
+    assert.is_true(math.abs(ra:get(2) - 2 * math.exp(1)) <= 1e-15 * 2 * math.exp(1))
     assert.same(ra:totable(), rb:totable())
   end)
 end)

@@ -19,9 +19,9 @@ local tgl = {}
 -- at once:
 --   exclude = {'rule', ...}  rewrite rules switched off (or TGL_EXCLUDE=a,b)
 --   threads, cc, cflags, cache_dir, compile ('tiered'|'sync'|'tcc'|'cc'),
---   cache_max_bytes
+--   cache_max_bytes, exit_wait
 local engine_keys = { exclude = true, threads = true, cc = true, cflags = true, cache_dir = true,
-                      compile = true, cache_max_bytes = true }
+                      compile = true, cache_max_bytes = true, exit_wait = true }
 local config_values = { floatX = os.getenv('TGL_FLOATX') or 'float32' }
 -- Every setting, in the order tostring(tgl.config) shows them.
 local config_keys = { 'floatX', 'compile', 'threads', 'exclude', 'cc', 'cflags', 'cache_dir',
@@ -58,7 +58,7 @@ tgl.config = setmetatable({}, {
         for name in v:gmatch('[^,]+') do list[#list + 1] = name end
         return list
       end
-      if k == 'threads' or k == 'cache_max_bytes' then return tonumber(v) end
+      if k == 'threads' or k == 'cache_max_bytes' or k == 'exit_wait' then return tonumber(v) end
       return v
     end
     return config_values[k]

@@ -9,8 +9,8 @@
  * The directory is the cache_dir setting, else $TGL_CACHE_DIR, else
  * ~/.cache/tgl.
  *
- * Writers compile into a temporary name and rename(2) it into place, so a
- * reader sees a whole entry or none, and two processes compiling the same
+ * Writers compile into a temporary name holding their PID and rename(2) it
+ * into place, so a reader sees a whole entry or none, and two processes compiling the same
  * kernel at once both succeed (the second rename replaces an identical
  * file).  A damaged entry is deleted and rebuilt; since dlopen of a
  * truncated ELF file can die of SIGBUS rather than fail, an entry's ELF
@@ -33,6 +33,7 @@
 #include <openssl/evp.h>
 #include <pthread.h>
 #include <pwd.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -244,15 +245,31 @@ static bool is_entry(const char *name)
     return true;
 }
 
-/* Whether name is a temporary of a compile (<key>.so.tmp.* or <key>.tmp.*.c). */
+/* Whether name is a temporary of a compile (<key>.so.tmp.PID.* or
+ * <key>.tmp.PID.*.c). */
 static bool is_temp(const char *name)
 {
     return strlen(name) > TGL_CACHE_KEY_HEX && strstr(name, ".tmp.") != NULL;
 }
 
+/* Whether the temporary name belongs to no live process: the PID after
+ * ".tmp." names no process (a process of another user is alive: EPERM). */
+static bool temp_orphaned(const char *name)
+{
+    const char *t = strstr(name, ".tmp.");
+    char *end;
+    long pid = strtol(t + 5, &end, 10);
+    if (end == t + 5 || *end != '.' || pid <= 0 || pid > INT32_MAX)
+        return false;
+    return (pid_t)pid != getpid() && kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
 /* Lists dir's entries (malloc'd array in *out; count returned, -1 when dir
- * cannot be read).  Temporaries older than STALE_SECONDS are deleted when
- * sweep is set, and all of them when clear is. */
+ * cannot be read).  With sweep, temporaries that no live process owns
+ * (temp_orphaned: their writer died, or exited without its cleanup) and
+ * those older than STALE_SECONDS are deleted.  A live process's fresh
+ * temporary is a compile in progress, which renames it into place: even a
+ * clear keeps it. */
 static int list_entries(const char *dir, entry **out, bool sweep, bool clear)
 {
     DIR *d = opendir(dir);
@@ -271,10 +288,8 @@ static int list_entries(const char *dir, entry **out, bool sweep, bool clear)
         if (stat(path, &st) != 0)
             continue;
         if (tmp) {
-            /* A temp file is a compile in progress (its writer renames it
-             * into place): only stale ones are removed, even by a clear. */
             (void)clear;
-            if (sweep && now - st.st_mtim.tv_sec > STALE_SECONDS)
+            if (sweep && (temp_orphaned(e->d_name) || now - st.st_mtim.tv_sec > STALE_SECONDS))
                 unlink(path);
             continue;
         }

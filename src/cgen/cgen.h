@@ -58,6 +58,9 @@ tgl_status tgl_cgen_kernel_launch(const tgl_backend_opts *o, const tgl_fprog *pr
 /* Deletes every entry of the kernel cache (o->cache_dir, else
  * $TGL_CACHE_DIR, else ~/.cache/tgl). */
 tgl_status tgl_cgen_cache_clear(const tgl_backend_opts *o, tgl_errbuf *err);
+/* Waits (bounded) for the pending background compiles, then abandons the
+ * rest; no background compile starts afterwards (compile.c, "At exit"). */
+void tgl_cgen_flush(void);
 /* The cache as text (malloc'd): directory, entries, bytes, max_bytes. */
 tgl_status tgl_cgen_cache_info(const tgl_backend_opts *o, char **text, tgl_errbuf *err);
 

@@ -25,6 +25,16 @@
  * command; and background compiles take one of a fixed number of slots so
  * that preparing many kernels does not start one compiler per kernel at
  * once.  (libtcc's entry points, `T`, are found once and then read-only.)
+ *
+ * At exit.  Background compiles are listed in G.pending; tgl_cgen_flush
+ * (tgl_cache_flush, which the host calls before closing the Lua state,
+ * and an atexit handler that the first one registers) waits for them up
+ * to config.exit_wait seconds, so that a short script still stores its
+ * kernels in the cache.  A compile whose function was released before it
+ * started is dropped, as before; one already running finishes into the
+ * cache.  At the deadline the remaining ones are abandoned: G.exiting stops those not
+ * started, and the compilers still running (each in its own process
+ * group) get SIGTERM, then SIGKILL, and their temporaries are removed.
  */
 #include "cgen/cgint.h"
 #include "engine/ops/ops.h"
@@ -35,6 +45,7 @@
 #include <libtcc.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <spawn.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -63,6 +74,8 @@ extern char **environ;
 #define MAX_PROBES 8
 #define TAIL 700 /* bytes of compiler output kept for the error message */
 
+struct job;
+
 static struct {
     pthread_mutex_t tcc_lock;
     pthread_mutex_t lock;
@@ -71,8 +84,15 @@ static struct {
     bool warned, warned_tcc;
     int nprobes;
     struct probe { char cc[256]; bool ok; char version[256]; } probes[MAX_PROBES];
-} G = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0,
-       false, false, 0, {{{0}, false, {0}}}};
+    /* Background compiles not finished yet (see "At exit" above). */
+    pthread_cond_t idle;   /* broadcast whenever one finishes             */
+    struct job *pending;   /* doubly linked through job.next/prev         */
+    int npending;
+    double exit_wait;      /* the setting of the latest one started       */
+    bool exiting;          /* past the deadline: abandon them all         */
+    bool registered;       /* flush_at_exit is registered                 */
+} G = {.tcc_lock = PTHREAD_MUTEX_INITIALIZER, .lock = PTHREAD_MUTEX_INITIALIZER,
+       .slot_free = PTHREAD_COND_INITIALIZER, .idle = PTHREAD_COND_INITIALIZER};
 
 /* What the system-compiler path of one kernel needs; a background compile
  * owns a copy, so it never touches the caller's settings. */
@@ -95,6 +115,11 @@ typedef struct job {
     bool tcc_tier; /* the program runs libtcc code meanwhile */
     int refs;
     struct kernel *ref;   /* where to publish; only while !cancelled */
+    double exit_wait;     /* config.exit_wait when it was made */
+    /* Under G.lock: the list of pending compiles, and the process group of
+     * the compiler running for it (0: none). */
+    struct job *next, *prev;
+    pid_t child;
 } job;
 
 /* A compiled kernel.  The head comes first: the engine holds a kernel as
@@ -107,7 +132,7 @@ typedef struct kernel {
     job *job;             /* the background compile, or NULL                 */
 } kernel;
 
-enum { BUILD_OK, BUILD_NOCC, BUILD_FAIL };
+enum { BUILD_OK, BUILD_NOCC, BUILD_FAIL, BUILD_ABANDONED };
 
 static void warn_no_cc(const char *cc, const char *using)
 {
@@ -138,9 +163,12 @@ static int split(const char *s, char *buf, size_t size, char **argv, int max)
 
 /* Runs argv with stdin from /dev/null and stdout+stderr captured: the
  * first line into first (may be NULL), the last TAIL bytes into tail.
- * Returns -1 when it cannot be started (no such program), else its exit
- * status (a signal counts as failure). */
-static int run(char *const *argv, char *first, size_t first_size, char *tail)
+ * With a slot, the command runs in a process group of its own, whose id
+ * is kept in *slot (under G.lock) while it runs, for the exit deadline to
+ * stop it (at once if that has passed).  Returns -1 when it cannot be
+ * started (no such program), else its exit status (a signal counts as
+ * failure). */
+static int run(char *const *argv, char *first, size_t first_size, char *tail, pid_t *slot)
 {
     int fds[2];
     if (pipe2(fds, O_CLOEXEC) != 0)
@@ -150,13 +178,28 @@ static int run(char *const *argv, char *first, size_t first_size, char *tail)
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
     posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
     posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    if (slot) {
+        posix_spawnattr_setpgroup(&attr, 0);
+        posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+    }
     pid_t pid;
-    int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+    int rc = posix_spawnp(&pid, argv[0], &fa, &attr, argv, environ);
+    posix_spawnattr_destroy(&attr);
     posix_spawn_file_actions_destroy(&fa);
     close(fds[1]);
     if (rc != 0) {
         close(fds[0]);
         return -1;
+    }
+    if (slot) {
+        pthread_mutex_lock(&G.lock);
+        if (G.exiting)
+            kill(-pid, SIGKILL);
+        else
+            *slot = pid;
+        pthread_mutex_unlock(&G.lock);
     }
     char out[TAIL * 2 + 1];
     size_t n = 0, nfirst = 0;
@@ -188,6 +231,16 @@ static int run(char *const *argv, char *first, size_t first_size, char *tail)
     out[n] = '\0';
     size_t from = n > TAIL ? n - TAIL : 0;
     snprintf(tail, TAIL + 1, "%s", out + from);
+    if (slot) {
+        /* Forget the group before the child is reaped (its id could be
+         * reused after): wait without reaping first. */
+        siginfo_t si;
+        while (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOWAIT) < 0 && errno == EINTR)
+            ;
+        pthread_mutex_lock(&G.lock);
+        *slot = 0;
+        pthread_mutex_unlock(&G.lock);
+    }
     int status;
     while (waitpid(pid, &status, 0) < 0)
         if (errno != EINTR)
@@ -215,7 +268,7 @@ static int probe(const char *cc, char *version, size_t size)
     if (n > 0) {
         argv[n] = "--version";
         argv[n + 1] = NULL;
-        ok = run(argv, version, size, tail) == 0;
+        ok = run(argv, version, size, tail, NULL) == 0;
     }
     pthread_mutex_lock(&G.lock);
     if (G.nprobes < MAX_PROBES) {
@@ -303,7 +356,14 @@ static int job_compile(job *j, void **dl, tgl_kernel_fn *fn)
         argv[n++] = lib2;
     argv[n] = NULL;
     char tail[TAIL + 1];
-    int rc = run(argv, NULL, 0, tail);
+    int rc = run(argv, NULL, 0, tail, &j->child);
+    pthread_mutex_lock(&G.lock);
+    bool abandoned = G.exiting;
+    pthread_mutex_unlock(&G.lock);
+    if (rc != 0 && abandoned) { /* stopped at the exit deadline: no entry, no message */
+        result = BUILD_ABANDONED;
+        goto done;
+    }
     if (rc < 0) {
         result = BUILD_NOCC;
         goto done;
@@ -480,6 +540,7 @@ static int slots(void)
 }
 
 static void job_free(job *j);
+static void job_unregister(job *j);
 
 /* Drops one of j's two references; frees it with the last. */
 static void job_unref(job *j)
@@ -495,14 +556,15 @@ static void *background(void *arg)
 {
     job *j = arg;
     pthread_mutex_lock(&G.lock);
-    while (G.running >= slots())
+    while (G.running >= slots() && !G.exiting)
         pthread_cond_wait(&G.slot_free, &G.lock);
     G.running++;
+    bool exiting = G.exiting;
     pthread_mutex_unlock(&G.lock);
     void *dl = NULL;
     tgl_kernel_fn fn = NULL;
-    int rc = BUILD_FAIL;
-    if (!__atomic_load_n(&j->cancelled, __ATOMIC_ACQUIRE)) {
+    int rc = BUILD_ABANDONED;
+    if (!exiting && !__atomic_load_n(&j->cancelled, __ATOMIC_ACQUIRE)) {
         rc = job_key(j);
         if (rc == BUILD_OK && !(j->dir[0] && (dl = tgl_cache_load(j->dir, j->key, j->symbol, &fn))))
             rc = job_compile(j, &dl, &fn);
@@ -521,6 +583,7 @@ static void *background(void *arg)
     j->done = true;
     pthread_cond_broadcast(&j->done_cv);
     pthread_mutex_unlock(&j->lock);
+    job_unregister(j);
     if (rc == BUILD_NOCC)
         warn_no_cc(j->cc, j->tcc_tier ? "libtcc" : "reference");
     else if (rc == BUILD_FAIL && live)
@@ -529,6 +592,99 @@ static void *background(void *arg)
                         "keeping the code it runs now: %s\n", j->cc, j->err);
     job_unref(j);
     return NULL;
+}
+
+/* ---- at exit ------------------------------------------------------------------------ */
+
+/* Waits on G.idle (G.lock held) until no compile is pending or until
+ * deadline (CLOCK_REALTIME, what pthread_cond_timedwait measures).
+ * Returns whether none is pending. */
+static bool wait_idle(const struct timespec *deadline)
+{
+    while (G.npending > 0)
+        if (pthread_cond_timedwait(&G.idle, &G.lock, deadline) == ETIMEDOUT)
+            break;
+    return G.npending == 0;
+}
+
+static struct timespec after(double seconds)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    double whole = floor(seconds);
+    t.tv_sec += (time_t)whole;
+    t.tv_nsec += (long)((seconds - whole) * 1e9);
+    if (t.tv_nsec >= 1000000000L) {
+        t.tv_sec++;
+        t.tv_nsec -= 1000000000L;
+    }
+    return t;
+}
+
+static void signal_compilers(int sig)
+{
+    for (job *j = G.pending; j; j = j->next)
+        if (j->child > 0)
+            kill(-j->child, sig);
+}
+
+/* Registered with atexit by the first background compile; also called
+ * by tgl_cache_flush, before the program releases its functions. */
+void tgl_cgen_flush(void)
+{
+    pthread_mutex_lock(&G.lock);
+    struct timespec deadline = after(G.exit_wait);
+    if (!wait_idle(&deadline)) {
+        /* Abandon the rest: nothing new starts, the compilers running stop
+         * (SIGTERM lets gcc's driver delete its own temporaries), and each
+         * thread removes its temporaries and finishes. */
+        G.exiting = true;
+        pthread_cond_broadcast(&G.slot_free);
+        signal_compilers(SIGTERM);
+        deadline = after(0.5);
+        if (!wait_idle(&deadline)) {
+            signal_compilers(SIGKILL);
+            deadline = after(0.5);
+            wait_idle(&deadline);
+        }
+    }
+    G.exiting = true; /* whatever is compiled after this is never waited for */
+    pthread_mutex_unlock(&G.lock);
+}
+
+/* Lists j as pending (before its thread starts); false once exit has
+ * begun. */
+static bool job_register(job *j)
+{
+    pthread_mutex_lock(&G.lock);
+    bool ok = !G.exiting;
+    if (ok) {
+        if (!G.registered)
+            G.registered = atexit(tgl_cgen_flush) == 0;
+        j->prev = NULL;
+        j->next = G.pending;
+        if (G.pending)
+            G.pending->prev = j;
+        G.pending = j;
+        G.npending++;
+        G.exit_wait = j->exit_wait;
+    }
+    pthread_mutex_unlock(&G.lock);
+    return ok;
+}
+
+static void job_unregister(job *j)
+{
+    pthread_mutex_lock(&G.lock);
+    if (j->prev)
+        j->prev->next = j->next;
+    else
+        G.pending = j->next;
+    if (j->next)
+        j->next->prev = j->prev;
+    G.npending--;
+    pthread_cond_broadcast(&G.idle);
+    pthread_mutex_unlock(&G.lock);
 }
 
 /* ---- the interface ------------------------------------------------------------------ */
@@ -551,6 +707,7 @@ static job *job_new(const tgl_backend_opts *o, const tgl_backend *be, const char
     if (tgl_cache_dir(o->cache_dir, j->dir, sizeof j->dir) != 0)
         j->dir[0] = '\0';
     j->max_bytes = o->cache_max_bytes;
+    j->exit_wait = o->exit_wait;
     pthread_mutex_init(&j->lock, NULL);
     pthread_cond_init(&j->done_cv, NULL);
     return j;
@@ -615,10 +772,13 @@ static tgl_status compile(const tgl_backend_opts *o, const tgl_backend *be, cons
             j->tcc_tier = k->head.tier == 1;
             j->refs = 2;
             pthread_t t;
-            if (pthread_create(&t, NULL, background, j) == 0) {
-                pthread_detach(t);
-                k->job = j;
-                return TGL_OK;
+            if (job_register(j)) {
+                if (pthread_create(&t, NULL, background, j) == 0) {
+                    pthread_detach(t);
+                    k->job = j;
+                    return TGL_OK;
+                }
+                job_unregister(j);
             }
         }
     }

@@ -69,6 +69,7 @@ void tgl_backend_opts_sync(tgl_ctx *ctx)
     o->cache_dir = ctx->config.cache_dir;
     o->compile = ctx->config.compile;
     o->cache_max_bytes = ctx->config.cache_max_bytes;
+    o->exit_wait = ctx->config.exit_wait;
     o->threads = ctx->config.threads;
     o->pool = &ctx->pool;
     o->interrupt = ctx->interrupt;
@@ -159,6 +160,11 @@ tgl_status tgl_backend_launch(tgl_ctx *ctx, const tgl_fprog *prog, tgl_array *co
 }
 
 /* ---- the public kernel-cache calls ------------------------------------ */
+
+void tgl_cache_flush(void)
+{
+    tgl_cgen_flush();
+}
 
 tgl_status tgl_cache_clear(tgl_ctx *ctx)
 {

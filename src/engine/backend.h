@@ -107,6 +107,9 @@ typedef struct tgl_backend {
 
 /* The CPU backend (src/cpu/backend_cpu.c). */
 extern const tgl_backend tgl_backend_cpu;
+/* The CPU backend's wait for its background compiles (cgen/compile.c),
+ * behind tgl_cache_flush. */
+void tgl_cgen_flush(void);
 
 /* ---- the engine's side ------------------------------------------------- */
 

@@ -1,7 +1,8 @@
 /*
  * config.c — the context's settings (struct tgl_config): defaults, the
  * environment variables that override them when a context is made
- * (TGL_EXCLUDE, TGL_NUM_THREADS, TGL_CC, TGL_CACHE_DIR, TGL_COMPILE), and
+ * (TGL_EXCLUDE, TGL_NUM_THREADS, TGL_CC, TGL_CACHE_DIR, TGL_COMPILE,
+ * TGL_EXIT_WAIT), and
  * tgl_config_set / tgl_config_get.
  */
 #include "engine/backend.h"
@@ -73,6 +74,15 @@ static tgl_status config_set(tgl_ctx *ctx, const char *key, const char *value)
         c->cache_max_bytes = v;
         return TGL_OK;
     }
+    if (strcmp(key, "exit_wait") == 0) {
+        char *end;
+        double v = strtod(value, &end);
+        TGL_CHECK(*value && !*end && v >= 0 && v <= 3600, TGL_EINVAL,
+                  "tgl_config_set: exit_wait must be a number of seconds from 0 to 3600, got '%s'",
+                  value);
+        c->exit_wait = v;
+        return TGL_OK;
+    }
     if (strcmp(key, "compile") == 0) {
         TGL_CHECK(!strcmp(value, "tiered") || !strcmp(value, "sync") || !strcmp(value, "tcc") ||
                       !strcmp(value, "cc"),
@@ -113,6 +123,10 @@ const char *tgl_config_get(tgl_ctx *ctx, const char *key)
         snprintf(num, sizeof num, "%" PRId64, c->cache_max_bytes);
         return num;
     }
+    if (strcmp(key, "exit_wait") == 0) {
+        snprintf(num, sizeof num, "%g", c->exit_wait);
+        return num;
+    }
     if (strcmp(key, "compile") == 0)
         return c->compile;
     if (strcmp(key, "cc") == 0)
@@ -133,11 +147,13 @@ void tgl_config_defaults(tgl_ctx *ctx)
     snprintf(c->cflags, sizeof c->cflags, "-O3 -march=native");
     snprintf(c->compile, sizeof c->compile, "tiered");
     c->cache_max_bytes = (int64_t)256 << 20;
+    c->exit_wait = 5;
     /* The environment overrides the defaults; bad values are ignored
      * (there is no caller to report them to yet). */
     static const struct { const char *env, *key; } vars[] = {
         {"TGL_EXCLUDE", "exclude"}, {"TGL_NUM_THREADS", "threads"}, {"TGL_CC", "cc"},
         {"TGL_CFLAGS", "cflags"},   {"TGL_CACHE_DIR", "cache_dir"}, {"TGL_COMPILE", "compile"},
+        {"TGL_EXIT_WAIT", "exit_wait"},
     };
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
         const char *v = getenv(vars[i].env);

@@ -38,6 +38,7 @@ struct tgl_config {
     char cache_dir[1024];    /* "" : $TGL_CACHE_DIR or ~/.cache/tgl          */
     char compile[16];        /* tiered | sync | tcc | cc                      */
     int64_t cache_max_bytes;
+    double exit_wait;        /* seconds exit waits for background compiles   */
 };
 
 /* What backends (backend.h) may read of the context: pointers into config
@@ -50,6 +51,7 @@ typedef struct tgl_backend_opts {
     const char *cache_dir;   /* "" : $TGL_CACHE_DIR, else ~/.cache/tgl       */
     const char *compile;     /* tiered | sync | tcc | cc                     */
     int64_t cache_max_bytes; /* size cap of the kernel cache                 */
+    double exit_wait;        /* seconds exit waits for background compiles   */
     int threads;             /* kernel threads in all; 0: one per online CPU */
     struct tgl_pool **pool;  /* the context's worker pool, made on first use */
     volatile int *interrupt; /* nonzero: stop with TGL_EINTERRUPT; may be NULL */
