@@ -50,6 +50,14 @@ int main(void)
 C
 want="tgl $(sed -n 's/^Version: //p' "$pc"): a[2] = 3 of 5"
 
+# A sanitizer build's libtgl needs the ASan runtime loaded first in a
+# program that is not itself instrumented (scripts/test.sh --sanitize).
+asan=$(ldd "$(find "$prefix" -name 'libtgl.so*' | head -n1)" 2>/dev/null | awk '/libasan/ {print $3}')
+if [ -n "$asan" ]; then
+  export LD_PRELOAD="$asan"
+  export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+fi
+
 # 1. pkg-config, from a plain compiler command line.
 flags=$(PKG_CONFIG_PATH="$(dirname "$pc")" pkg-config --cflags --libs tgl) ||
   fail "pkg-config --cflags --libs tgl failed"
