@@ -777,6 +777,11 @@ f.fn { n_calls = 1e12 }
     -- /tmp/.historyXXXXXX, which stays behind when anything interrupts it;
     -- the REPL needs no such file.  strace sees every file a session opens.
     it('opens no temporary file when it exits', function()
+      if os.getenv('ASAN_OPTIONS') then
+        -- a sanitizer build does not start under ptrace; the Release run checks this
+        pending('strace and AddressSanitizer do not mix')
+        return
+      end
       if exit_code(os.execute('strace -f -qq -e trace=none true >/dev/null 2>&1')) ~= 0 then
         pending('strace is not installed or cannot trace here')
         return
@@ -784,8 +789,7 @@ f.fn { n_calls = 1e12 }
       tmux('kill-server')
       local log = TMP .. '/strace_' .. seq
       os.remove(log)
-      -- (LeakSanitizer cannot run under ptrace: a sanitizer build turns it off)
-      local cmd = ('ASAN_OPTIONS=detect_leaks=0 TGL_HISTORY=%s strace -f -qq -e trace=openat,open,creat -o %s %s; '
+      local cmd = ('TGL_HISTORY=%s strace -f -qq -e trace=openat,open,creat -o %s %s; '
         .. 'echo "exit status $?"; sleep 60'):format(q(history), q(log), q(TGL))
       tmux('new-session -d -s s -x 160 -y 50 ' .. q(cmd))
       wait_for('\n>\n', true)
