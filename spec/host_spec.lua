@@ -787,6 +787,7 @@ f.fn { n_calls = 1e12 }
         return
       end
       tmux('kill-server')
+      sock = sock .. '_strace' -- a new server: no race with the one shutting down
       local log = TMP .. '/strace_' .. seq
       os.remove(log)
       local cmd = ('TGL_HISTORY=%s strace -f -qq -e trace=openat,open,creat -o %s %s; '
