@@ -38,6 +38,7 @@ struct tgl_config {
     char cache_dir[1024];    /* "" : $TGL_CACHE_DIR or ~/.cache/tgl          */
     char compile[16];        /* tiered | sync | tcc | cc                      */
     int64_t cache_max_bytes;
+    char env_error[2048];    /* bad TGL_* variables, one line each; "" none  */
 };
 
 /* What backends (backend.h) may read of the context: pointers into config
