@@ -573,6 +573,21 @@ int main(int argc, char **argv)
     default:
         break;
     }
+    /* Every TGL_* variable is checked before anything runs: a bad one is
+     * reported here, once, and nothing else happens. */
+    {
+        tgl_ctx *ctx = tgl_ctx_new();
+        const char *env = ctx ? tgl_config_env_error(ctx) : NULL;
+        int bad_env = env != NULL;
+        for (const char *p = env; p && *p;) {
+            size_t n = strcspn(p, "\n");
+            fprintf(stderr, "tgl: %.*s\n", (int)n, p);
+            p += n + (p[n] == '\n');
+        }
+        tgl_ctx_free(ctx);
+        if (bad_env)
+            return 1;
+    }
     if (h.cache) {
         int crc = cache_command(h.cache);
         if (crc || (!h.script && !h.exec && !h.libs && !h.interactive && !h.version))

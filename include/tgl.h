@@ -418,6 +418,12 @@ TGL_API tgl_status tgl_grad(tgl_ctx *ctx, tgl_node *cost, int nwrt, tgl_node *co
 TGL_API tgl_status tgl_config_set(tgl_ctx *ctx, const char *key, const char *value);
 /* The current value of a setting as text (NULL for an unknown key). */
 TGL_API const char *tgl_config_get(tgl_ctx *ctx, const char *key);
+/* NULL when every TGL_* environment variable the context read when it was
+ * made (TGL_FLOATX, TGL_EXCLUDE, TGL_NUM_THREADS, TGL_CC, TGL_CFLAGS,
+ * TGL_CACHE_DIR, TGL_COMPILE) was valid or unset; otherwise a message with
+ * one line per bad variable, naming it, its value and the accepted values
+ * (the setting then keeps its default).  Owned by the context. */
+TGL_API const char *tgl_config_env_error(tgl_ctx *ctx);
 
 /* How much rewriting tgl_optimize does. */
 typedef enum tgl_opt_level {

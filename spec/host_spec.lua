@@ -806,3 +806,89 @@ f.fn { n_calls = 1e12 }
     end)
   end)
 end)
+
+-- Every TGL_* variable is checked when tgl starts: a bad (or empty) value
+-- stops the host before it runs anything, with one line per variable naming
+-- it, its value and what it accepts.
+describe('TGL_* environment variables', function()
+  local function env_run(env, args)
+    return sh(env .. ' ' .. q(TGL) .. ' ' .. (args or "-e 'print(\"ran\")'"))
+  end
+  local function count(s, pat)
+    local n = 0
+    for _ in s:gmatch(pat) do n = n + 1 end
+    return n
+  end
+
+  it('a bad value is reported once, naming the variable, and nothing runs', function()
+    local cases = {
+      { 'TGL_FLOATX=garbage', "TGL_FLOATX='garbage' is not valid: expected float32 or float64" },
+      { 'TGL_FLOATX=', "TGL_FLOATX='' is not valid: expected float32 or float64" },
+      { 'TGL_NUM_THREADS=abc', "TGL_NUM_THREADS='abc' is not valid: expected an integer from 0 to 256" },
+      { 'TGL_NUM_THREADS=999', "TGL_NUM_THREADS='999' is not valid" },
+      { 'TGL_NUM_THREADS=', "TGL_NUM_THREADS='' is not valid" },
+      { 'TGL_COMPILE=fast', "TGL_COMPILE='fast' is not valid: expected tiered, sync, tcc or cc" },
+      { 'TGL_EXCLUDE=constant_fold,no_such_rule',
+        "TGL_EXCLUDE='constant_fold,no_such_rule' is not valid: expected a comma-separated list of rewrite rule names" },
+      { 'TGL_CC=', "TGL_CC='' is not valid: expected a compiler command" },
+      { 'TGL_CFLAGS=', "TGL_CFLAGS='' is not valid: expected compiler flags" },
+      { 'TGL_CACHE_DIR=', "TGL_CACHE_DIR='' is not valid: expected a directory's path" },
+    }
+    for _, c in ipairs(cases) do
+      local out, err, code = env_run(c[1])
+      assert.are.equal(1, code, c[1])
+      assert.are.equal('', out, c[1])
+      local want = 'tgl: environment variable ' .. c[2]
+      assert.are.equal(want, err:sub(1, #want), c[1] .. ': ' .. err)
+      assert.are.equal(1, count(err, 'environment variable'), err)
+      assert.is_nil(err:find('traceback', 1, true), err)
+      -- the cache commands check too
+      local _, err2, code2 = env_run(c[1], '--cache-info')
+      assert.are.equal(1, code2, c[1])
+      assert.are.equal(err, err2)
+    end
+  end)
+
+  it('reports every bad variable, one line each', function()
+    local out, err, code = env_run('TGL_FLOATX=f16 TGL_COMPILE=fast')
+    assert.are.equal(1, code)
+    assert.are.equal('', out)
+    assert.are.equal("tgl: environment variable TGL_FLOATX='f16' is not valid: expected float32 or float64\n"
+      .. "tgl: environment variable TGL_COMPILE='fast' is not valid: expected tiered, sync, tcc or cc\n", err)
+  end)
+
+  it('good values (and TGL_EXCLUDE= for no rule off) are taken', function()
+    local out, err, code = env_run("TGL_FLOATX=float64 TGL_NUM_THREADS=2 TGL_COMPILE=sync TGL_EXCLUDE=",
+      "-e 'print(tgl.ones(2).dtype, tgl.config.threads, tgl.config.compile, #tgl.config.exclude)'")
+    assert.are.equal(0, code, err)
+    assert.are.equal('float64\t2\tsync\t0\n', out)
+    out, err, code = env_run('TGL_EXCLUDE=constant_fold', "-e 'print(tgl.config.exclude[1])'")
+    assert.are.equal(0, code, err)
+    assert.are.equal('constant_fold\n', out)
+  end)
+
+  it('a context made with a bad value keeps the default and says why (C API)', function()
+    local tgl = require 'tgl'
+    local ffi = require 'ffi'
+    local C = require('tgl.core').C
+    pcall(ffi.cdef, 'int setenv(const char *, const char *, int); int unsetenv(const char *);')
+    ffi.C.setenv('TGL_COMPILE', 'fast', 1)
+    ffi.C.setenv('TGL_NUM_THREADS', '3', 1)
+    local ctx = C.tgl_ctx_new()
+    ffi.C.unsetenv('TGL_COMPILE')
+    ffi.C.unsetenv('TGL_NUM_THREADS')
+    local msg = C.tgl_config_env_error(ctx)
+    local text = msg ~= nil and ffi.string(msg) or nil
+    local compile = ffi.string(C.tgl_config_get(ctx, 'compile'))
+    local threads = ffi.string(C.tgl_config_get(ctx, 'threads'))
+    C.tgl_ctx_free(ctx)
+    assert.are.equal("environment variable TGL_COMPILE='fast' is not valid: expected tiered, sync, tcc or cc",
+      text)
+    assert.are.equal('tiered', compile)
+    assert.are.equal('3', threads)
+    ctx = C.tgl_ctx_new()
+    assert.is_true(C.tgl_config_env_error(ctx) == nil)
+    C.tgl_ctx_free(ctx)
+    tgl.config.threads = tgl.config.threads   -- BLAS's thread count is process-wide
+  end)
+end)

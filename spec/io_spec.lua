@@ -295,6 +295,90 @@ describe('tgl.save', function()
     p:close()
   end)
 
+  -- What is at path, without following a symbolic link.
+  local function kind_of(path)
+    local p = io.popen(("if [ -L '%s' ]; then echo link; elif [ -p '%s' ]; then echo fifo; "
+      .. "elif [ -d '%s' ]; then echo dir; elif [ -f '%s' ]; then echo file; else echo none; fi")
+      :format(path, path, path, path))
+    local k = p:read('*l')
+    p:close()
+    return k
+  end
+  local function leftovers(dir)
+    local p = io.popen("ls -a '" .. dir .. "'")
+    local found = p:read('*a'):match('[^\n]*%.tmp%.[^\n]*')
+    p:close()
+    return found
+  end
+  local function sh(cmd)
+    local st = os.execute(cmd)
+    assert(st == 0 or st == true, cmd)
+  end
+  local function readlink(path)
+    local p = io.popen("readlink '" .. path .. "'")
+    local s = p:read('*l')
+    p:close()
+    return s
+  end
+
+  it('refuses to replace anything but a regular file, and leaves it alone', function()
+    local dir = tmp('kinds')
+    sh(("rm -rf '%s' && mkdir -p '%s' && cd '%s' && mkfifo fifo.npy fifo.npz "
+      .. "&& mkdir dir.npy dir.npz && ln -s nowhere.npy dangling.npy && ln -s nowhere.npz dangling.npz "
+      .. "&& ln -s fifo.npy tofifo.npy && ln -s fifo.npz tofifo.npz && ln -s dir.npy todir.npy "
+      .. "&& ln -s dir.npz todir.npz && ln -s loop.npy loop.npy"):format(dir, dir, dir))
+    local a = tgl.array({ 1, 2, 3 }, 'float64')
+    local cases = {
+      { 'fifo', 'fifo', 'is a FIFO %(named pipe%), not a regular file' },
+      { 'dir', 'dir', 'is a directory, not a regular file' },
+      { 'dangling', 'link', 'is a dangling symbolic link %(its target does not exist%)' },
+      { 'tofifo', 'link', 'is a symbolic link to a FIFO %(named pipe%), not to a regular file' },
+      { 'todir', 'link', 'is a symbolic link to a directory, not to a regular file' },
+    }
+    for _, ext in ipairs({ '.npy', '.npz' }) do
+      local value = ext == '.npy' and a or { a = a }
+      for _, c in ipairs(cases) do
+        local path = dir .. '/' .. c[1] .. ext
+        local msg = error_of(tgl.save, path, value)
+        assert.matches("tgl%.save: '" .. path:gsub('%p', '%%%0') .. "': " .. c[3]
+          .. '; save replaces only a regular file %(or a symbolic link to one%)', msg)
+        assert.are.equal(c[2], kind_of(path))
+      end
+    end
+    local msg = error_of(tgl.save, dir .. '/loop.npy', a)
+    assert.matches("'[^']*loop%.npy': is a symbolic link that cannot be followed", msg)
+    assert.are.equal('link', kind_of(dir .. '/loop.npy'))
+    assert.are.equal('nowhere.npy', readlink(dir .. '/dangling.npy'))
+    assert.are.equal('none', kind_of(dir .. '/nowhere.npy'))
+    assert.are.equal('none', kind_of(dir .. '/nowhere.npz'))
+    assert.is_nil(leftovers(dir))
+    assert.is_nil(leftovers(dir .. '/dir.npy'))
+  end)
+
+  it('writes through a symbolic link to a regular file, which stays a link', function()
+    local dir = tmp('links')
+    sh(("rm -rf '%s' && mkdir -p '%s/data' '%s/links'"):format(dir, dir, dir))
+    for _, ext in ipairs({ '.npy', '.npz' }) do
+      local wrap = function(x) if ext == '.npy' then return x end return { w = x } end
+      local unwrap = function(v) if ext == '.npy' then return v end return v.w end
+      local real, link = dir .. '/data/w' .. ext, dir .. '/links/w' .. ext
+      tgl.save(real, wrap(tgl.array({ 1, 2 }, 'float64')))
+      sh(("ln -s ../data/w%s '%s'"):format(ext, link))
+      tgl.save(link, wrap(tgl.array({ 5, 6, 7 }, 'int32')))
+      assert.are.equal('link', kind_of(link))
+      assert.are.equal('../data/w' .. ext, readlink(link))
+      assert.are.equal('file', kind_of(real))
+      assert.are.same({ 5, 6, 7 }, unwrap(tgl.load(real)):totable())
+      assert.are.same({ 5, 6, 7 }, unwrap(tgl.load(link)):totable())
+      -- a failed save through the link leaves the target as it was
+      local before = read_file(real)
+      if ext == '.npz' then error_of(tgl.save, link, { w = tgl.array({ 1 }), b = 5 }) end
+      assert.are.equal(before, read_file(real))
+    end
+    assert.is_nil(leftovers(dir .. '/data'))
+    assert.is_nil(leftovers(dir .. '/links'))
+  end)
+
   it('rejects bad arguments with errors that name them', function()
     local a = tgl.array({ 1, 2 })
     local cases = {

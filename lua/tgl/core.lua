@@ -60,7 +60,12 @@ core.MAX_PARAMS = cdef.defines.TGL_MAX_PARAMS
 -- luajit loads the shared library instead.
 local C = ffi.C
 if not pcall(function() return C.tgl_version end) then
-  local ok, lib = pcall(ffi.load, os.getenv('TGL_LIBRARY') or 'tgl')
+  local libname = os.getenv('TGL_LIBRARY') or 'tgl'
+  if libname == '' then
+    error("tgl: environment variable TGL_LIBRARY='' is not valid: expected the path of "
+          .. 'libtgl.so (or leave it unset)', 0)
+  end
+  local ok, lib = pcall(ffi.load, libname)
   if not ok then
     error('tgl: cannot find the tgl engine library (run scripts with the tgl host, '
           .. 'or set TGL_LIBRARY to the path of libtgl.so): ' .. tostring(lib), 0)
@@ -72,6 +77,14 @@ core.C = C
 -- One context per Lua state: error text and the random generator.
 core.ctx = ffi.gc(C.tgl_ctx_new(), C.tgl_ctx_free)
 assert(core.ctx ~= nil, 'tgl: out of memory creating the context')
+-- Every TGL_* variable was checked when the context was made (config.c);
+-- a bad one is an error here, once, naming it and the accepted values.
+do
+  local bad = C.tgl_config_env_error(core.ctx)
+  if bad ~= nil then
+    error('tgl: ' .. ffi.string(bad):gsub('\n', '\ntgl: '), 0)
+  end
+end
 
 -- The host's Ctrl-C flag, when running inside the tgl host (declared by
 -- host/tgl_host.h; plain luajit has no such symbol).

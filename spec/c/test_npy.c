@@ -545,11 +545,22 @@ static void test_failed_save_leaves_the_old_file_and_no_temp_file(void **state)
     assert_memory_equal(before, after, l1);
     free(after);
 
-    /* The destination is a directory: the rename fails, the temp file goes. */
+    /* The destination is not a regular file: refused before anything is
+     * written, and left as it was. */
     mkdir(tpath("adir"), 0755);
-    assert_error(tgl_npy_save(ctx, tpath("adir"), a), TGL_EIO, "cannot replace it");
+    assert_error(tgl_npy_save(ctx, tpath("adir"), a), TGL_EIO, "is a directory, not a regular file");
     as[0] = a;
-    assert_error(tgl_npz_save(ctx, tpath("adir"), 1, ns, as, 1), TGL_EIO, "cannot replace it");
+    assert_error(tgl_npz_save(ctx, tpath("adir"), 1, ns, as, 1), TGL_EIO,
+                 "is a directory, not a regular file");
+    assert_int_equal(mkfifo(tpath("fifo"), 0644), 0);
+    assert_error(tgl_npy_save(ctx, tpath("fifo"), a), TGL_EIO, "is a FIFO (named pipe)");
+    assert_error(tgl_npz_save(ctx, tpath("fifo"), 1, ns, as, 0), TGL_EIO, "is a FIFO (named pipe)");
+    struct stat fsb;
+    assert_int_equal(lstat(tpath("fifo"), &fsb), 0);
+    assert_true(S_ISFIFO(fsb.st_mode));
+    assert_int_equal(symlink("nowhere", tpath("dangling")), 0);
+    assert_error(tgl_npy_save(ctx, tpath("dangling"), a), TGL_EIO, "dangling symbolic link");
+    assert_int_equal(lstat(tpath("nowhere"), &fsb), -1);
     assert_int_equal(count_tmp_files(), 0);
     assert_error(tgl_npy_save(ctx, tpath("no/such/dir/x.npy"), a), TGL_EIO, "No such file");
     assert_error(tgl_npz_save(ctx, tpath("no/such/dir/x.npz"), 1, ns, as, 0), TGL_EIO,

@@ -1,9 +1,10 @@
 /*
  * config.c — the context's settings (struct tgl_config): defaults, the
  * environment variables that override them when a context is made
- * (TGL_EXCLUDE, TGL_NUM_THREADS, TGL_CC, TGL_CACHE_DIR, TGL_COMPILE,
- * TGL_EXIT_WAIT), and
- * tgl_config_set / tgl_config_get.
+ * (TGL_EXCLUDE, TGL_NUM_THREADS, TGL_CC, TGL_CFLAGS, TGL_CACHE_DIR,
+ * TGL_COMPILE, TGL_EXIT_WAIT; TGL_FLOATX is only checked: floatX lives in
+ * Lua), the record of bad ones (tgl_config_env_error), and tgl_config_set /
+ * tgl_config_get.
  */
 #include "engine/backend.h"
 
@@ -42,6 +43,31 @@ static tgl_status set_exclude(tgl_ctx *ctx, const char *value)
     buf[k] = '\0';
     memcpy(ctx->config.exclude, buf, k + 1);
     return TGL_OK;
+}
+
+/* Whether every name in a comma-separated list (blanks ignored) is a
+ * rewrite rule. */
+static bool rules_known(const char *list)
+{
+    const char *p = list;
+    while (*p) {
+        while (*p == ',' || *p == ' ' || *p == '\t')
+            p++;
+        size_t n = 0;
+        while (p[n] && p[n] != ',' && p[n] != ' ' && p[n] != '\t')
+            n++;
+        if (!n)
+            break;
+        bool found = false;
+        for (int i = 0; i < tgl_rule_count() && !found; i++) {
+            const char *r = tgl_rule_name(i);
+            found = strlen(r) == n && !strncmp(r, p, n);
+        }
+        if (!found)
+            return false;
+        p += n;
+    }
+    return true;
 }
 
 static tgl_status config_set(tgl_ctx *ctx, const char *key, const char *value)
@@ -148,17 +174,47 @@ void tgl_config_defaults(tgl_ctx *ctx)
     snprintf(c->compile, sizeof c->compile, "tiered");
     c->cache_max_bytes = (int64_t)256 << 20;
     c->exit_wait = 5;
-    /* The environment overrides the defaults; bad values are ignored
-     * (there is no caller to report them to yet). */
-    static const struct { const char *env, *key; } vars[] = {
-        {"TGL_EXCLUDE", "exclude"}, {"TGL_NUM_THREADS", "threads"}, {"TGL_CC", "cc"},
-        {"TGL_CFLAGS", "cflags"},   {"TGL_CACHE_DIR", "cache_dir"}, {"TGL_COMPILE", "compile"},
-        {"TGL_EXIT_WAIT", "exit_wait"},
+    /* The environment overrides the defaults.  A bad value (or an empty
+     * one, but for TGL_EXCLUDE's empty list) keeps the default and is recorded, naming the variable, for
+     * tgl_config_env_error: the Lua module raises it when it loads, and the
+     * host exits with it before running anything. */
+    static const struct { const char *env, *key, *accepted; } vars[] = {
+        {"TGL_FLOATX", NULL, "float32 or float64"},
+        {"TGL_EXCLUDE", "exclude", "a comma-separated list of rewrite rule names (see tgl.rules())"},
+        {"TGL_NUM_THREADS", "threads", "an integer from 0 to 256 (0: one thread per CPU)"},
+        {"TGL_CC", "cc", "a compiler command, such as cc or gcc (at most 255 bytes)"},
+        {"TGL_CFLAGS", "cflags", "compiler flags, such as -O3 -march=native (at most 255 bytes)"},
+        {"TGL_CACHE_DIR", "cache_dir", "a directory's path (at most 1023 bytes)"},
+        {"TGL_COMPILE", "compile", "tiered, sync, tcc or cc"},
+        {"TGL_EXIT_WAIT", "exit_wait", "seconds from 0 to 3600"},
     };
+    size_t used = 0;
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
         const char *v = getenv(vars[i].env);
-        if (v && tgl_config_set(ctx, vars[i].key, v) != TGL_OK)
+        if (!v)
+            continue;
+        bool ok;
+        if (!vars[i].key)
+            ok = !strcmp(v, "float32") || !strcmp(v, "float64");
+        else if (!*v && strcmp(vars[i].key, "exclude") != 0)
+            ok = false;   /* empty is a bad value, except TGL_EXCLUDE= (no rule off) */
+        else if (!strcmp(vars[i].key, "exclude") && !rules_known(v))
+            ok = false;
+        else if (!(ok = tgl_config_set(ctx, vars[i].key, v) == TGL_OK))
             tgl_ctx_clear_error(ctx);
+        if (ok || used >= sizeof c->env_error - 1)
+            continue;
+        int n = snprintf(c->env_error + used, sizeof c->env_error - used,
+                         "%senvironment variable %s='%.*s%s' is not valid: expected %s",
+                         used ? "\n" : "", vars[i].env, 64, v, strlen(v) > 64 ? "..." : "",
+                         vars[i].accepted);
+        used = n < 0 ? used : used + (size_t)n < sizeof c->env_error ? used + (size_t)n
+                                                                     : sizeof c->env_error - 1;
     }
     tgl_backend_opts_sync(ctx);
+}
+
+const char *tgl_config_env_error(tgl_ctx *ctx)
+{
+    return ctx && ctx->config.env_error[0] ? ctx->config.env_error : NULL;
 }

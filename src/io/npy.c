@@ -642,31 +642,97 @@ static mode_t current_umask(void)
     return mask & 0777;
 }
 
+/* What a file that is not a regular file is, for messages. */
+static const char *file_kind(mode_t m)
+{
+    if (S_ISDIR(m))
+        return "a directory";
+    if (S_ISFIFO(m))
+        return "a FIFO (named pipe)";
+    if (S_ISCHR(m))
+        return "a character device";
+    if (S_ISBLK(m))
+        return "a block device";
+    if (S_ISSOCK(m))
+        return "a socket";
+    if (S_ISLNK(m))
+        return "a symbolic link";
+    return "not a regular file";
+}
+
+#define ONLY_REGULAR "save replaces only a regular file (or a symbolic link to one)"
+
+/* Refuses to replace anything but a regular file.  On success *target is
+ * NULL (path itself is written, or created) or the resolved target of the
+ * symbolic link path, to be written instead (malloc'd). */
+static tgl_status check_destination(tgl_ctx *ctx, const char *fn, const char *where,
+                                    const char *path, char **target)
+{
+    *target = NULL;
+    struct stat lsb, sb;
+    if (lstat(path, &lsb) != 0)
+        return TGL_OK;   /* nothing there (or unreachable): creating it reports */
+    if (S_ISREG(lsb.st_mode))
+        return TGL_OK;
+    if (!S_ISLNK(lsb.st_mode))
+        return tgl_io_fail(ctx, TGL_EIO, fn, where, "is %s, not a regular file; " ONLY_REGULAR,
+                           file_kind(lsb.st_mode));
+    if (stat(path, &sb) != 0) {
+        int e = errno;
+        if (e == ENOENT)
+            return tgl_io_fail(ctx, TGL_EIO, fn, where,
+                               "is a dangling symbolic link (its target does not exist); "
+                               ONLY_REGULAR);
+        return tgl_io_fail(ctx, TGL_EIO, fn, where,
+                           "is a symbolic link that cannot be followed (%s); " ONLY_REGULAR,
+                           strerror(e));
+    }
+    if (!S_ISREG(sb.st_mode))
+        return tgl_io_fail(ctx, TGL_EIO, fn, where,
+                           "is a symbolic link to %s, not to a regular file; " ONLY_REGULAR,
+                           file_kind(sb.st_mode));
+    if (!(*target = realpath(path, NULL))) {
+        int e = errno;
+        return tgl_io_fail(ctx, TGL_EIO, fn, where, "cannot resolve the symbolic link: %s",
+                           strerror(e));
+    }
+    return TGL_OK;
+}
+
 tgl_status tgl_atomic_open(tgl_ctx *ctx, const char *fn, const char *path,
                            tgl_atomic_file *af)
 {
     char where[TGL_ERRMSG_SIZE / 2];
     snprintf(where, sizeof where, "'%s'", path);
-    size_t n = strlen(path);
     af->fp = NULL;
     af->path = path;
+    af->tmp = NULL;
+    tgl_status st = check_destination(ctx, fn, where, path, &af->target);
+    if (st)
+        return st;
+    const char *dest = af->target ? af->target : path;
+    size_t n = strlen(dest);
     af->tmp = malloc(n + sizeof ".tmp.XXXXXX");
-    if (!af->tmp)
+    if (!af->tmp) {
+        free(af->target);
+        af->target = NULL;
         return tgl_ctx_set_error(ctx, TGL_ENOMEM, "%s: out of memory", fn);
-    memcpy(af->tmp, path, n);
+    }
+    memcpy(af->tmp, dest, n);
     memcpy(af->tmp + n, ".tmp.XXXXXX", sizeof ".tmp.XXXXXX");
     int fd = mkstemp(af->tmp);
     if (fd < 0) {
         int e = errno;
         free(af->tmp);
-        af->tmp = NULL;
+        free(af->target);
+        af->tmp = af->target = NULL;
         return tgl_io_fail(ctx, TGL_EIO, fn, where, "cannot create a file in its directory: %s",
                            strerror(e));
     }
     /* mkstemp makes the file private (0600); give it the mode a plain
      * fopen would, or keep the mode of the file being replaced. */
     struct stat sb;
-    mode_t mode = stat(path, &sb) == 0 && S_ISREG(sb.st_mode) ? (sb.st_mode & 07777)
+    mode_t mode = stat(dest, &sb) == 0 && S_ISREG(sb.st_mode) ? (sb.st_mode & 07777)
                                                               : (0666 & ~current_umask());
     (void)fchmod(fd, mode);   /* best effort: the data is what matters */
     if (!(af->fp = fdopen(fd, "wb"))) {
@@ -674,7 +740,8 @@ tgl_status tgl_atomic_open(tgl_ctx *ctx, const char *fn, const char *path,
         close(fd);
         unlink(af->tmp);
         free(af->tmp);
-        af->tmp = NULL;
+        free(af->target);
+        af->tmp = af->target = NULL;
         return tgl_io_fail(ctx, TGL_EIO, fn, where, "cannot open: %s", strerror(e));
     }
     return TGL_OK;
@@ -702,14 +769,22 @@ tgl_status tgl_atomic_commit(tgl_ctx *ctx, const char *fn, tgl_atomic_file *af)
         e = errno;
     af->fp = NULL;
     tgl_status st = TGL_OK;
+    const char *dest = af->target ? af->target : af->path;
+    struct stat sb;
     if (e)
         st = tgl_io_fail(ctx, TGL_EIO, fn, where, "write failed: %s", strerror(e));
-    else if (rename(af->tmp, af->path) != 0)
+    /* Check again just before replacing: something else may have been put
+     * there while the data was written. */
+    else if (lstat(dest, &sb) == 0 && !S_ISREG(sb.st_mode))
+        st = tgl_io_fail(ctx, TGL_EIO, fn, where, "is %s, not a regular file; " ONLY_REGULAR,
+                         file_kind(sb.st_mode));
+    else if (rename(af->tmp, dest) != 0)
         st = tgl_io_fail(ctx, TGL_EIO, fn, where, "cannot replace it: %s", strerror(errno));
     if (st)
         unlink(af->tmp);
     free(af->tmp);
-    af->tmp = NULL;
+    free(af->target);
+    af->tmp = af->target = NULL;
     return st;
 }
 
@@ -721,6 +796,7 @@ void tgl_atomic_abort(tgl_atomic_file *af)
         unlink(af->tmp);
         free(af->tmp);
     }
+    free(af->target);
     af->fp = NULL;
-    af->tmp = NULL;
+    af->tmp = af->target = NULL;
 }

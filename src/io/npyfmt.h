@@ -44,14 +44,20 @@ tgl_status tgl_npy_decode(tgl_ctx *ctx, const char *fn, const char *where,
                           const unsigned char *buf, size_t len, tgl_array **out);
 
 /* A file written to a temporary name and renamed into place on commit, so
- * that a failure at any point leaves the destination as it was. */
+ * that a failure at any point leaves the destination as it was.  Only a
+ * regular file is ever replaced: when path is a symbolic link to one, the
+ * link's target is written (and the link stays a link); anything else that
+ * is not a regular file (a directory, FIFO, device, socket, dangling link)
+ * is refused with TGL_EIO and left alone. */
 typedef struct tgl_atomic_file {
     FILE *fp;
-    char *tmp;         /* "<path>.tmp.XXXXXX" */
-    const char *path;
+    char *tmp;         /* "<dest>.tmp.XXXXXX" */
+    const char *path;  /* what the caller named, for messages */
+    char *target;      /* the link's resolved target, or NULL: dest is path */
 } tgl_atomic_file;
 
-/* Creates the temporary file next to path. */
+/* Checks what path is, then creates the temporary file next to the file
+ * that will be replaced. */
 tgl_status tgl_atomic_open(tgl_ctx *ctx, const char *fn, const char *path,
                            tgl_atomic_file *af);
 /* Writes n bytes to the temporary file (TGL_EIO on failure). */
