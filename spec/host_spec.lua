@@ -794,7 +794,9 @@ f.fn { n_calls = 1e12 }
         .. 'echo "exit status $?"; sleep 60'):format(q(history), q(log), q(TGL))
       tmux('new-session -d -s s -x 160 -y 50 ' .. q(cmd))
       wait_for('\n>\n', true)
-      keys('hist_marker_3 = 3', 'Enter', 'C-d')
+      keys('hist_marker_3 = 3', 'Enter')
+      wait_for('hist_marker_3 = 3\n>', false)
+      keys('C-d')
       wait_for('exit status 0')
       local trace = read_file(log) or ''
       assert.truthy(trace:find(history, 1, true), trace)  -- the trace works
