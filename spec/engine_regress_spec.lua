@@ -480,26 +480,8 @@ end)
 -- ---------------------------------------------------------------------------
 -- found while writing the property tests (spec/property_spec.lua)
 
--- Runs a chunk in a new tgl process (a crash there fails one test instead
--- of ending the run); returns stdout, stderr and the exit status.
-local BIN = os.getenv('TGL_BIN') or arg[-1]
-local function run_process(chunk)
-  local src, errf = os.tmpname(), os.tmpname()
-  local f = assert(io.open(src, 'w'))
-  f:write(chunk)
-  f:close()
-  local p = io.popen(('%q %q 2>%q; echo "exit status $?"'):format(BIN, src, errf))
-  local out = p:read('*a')
-  p:close()
-  f = io.open(errf)
-  local err = f and f:read('*a') or ''
-  if f then f:close() end
-  os.remove(errf)
-  os.remove(src)
-  local code = tonumber(out:match('exit status (%d+)%s*$'))
-  out = out:gsub('exit status %d+%s*$', '')
-  return out, err, code
-end
+-- Runs a chunk in a new tgl process (spec/support.lua).
+local run_process = dofile('spec/support.lua').run_process
 
 describe('fusion', function()
   it('groups that read each other\'s results compile: exp(x) * exp(y) and sum(exp(x)) + exp(y)', function()

@@ -3,19 +3,10 @@
 local tmp = os.getenv('TGL_TEST_TMP') or '/tmp'
 os.execute('mkdir -p ' .. tmp)
 
--- What the suite needs beyond the build (scripts/install-deps.sh --test
--- installs it).  When it is missing the test fails in CI (CI set) and
--- under scripts/test.sh (TGL_TEST_STRICT=1), and is pending elsewhere.
-local function strict_deps()
-  local ci = os.getenv('CI')
-  return os.getenv('TGL_TEST_STRICT') == '1'
-      or (ci ~= nil and ci ~= '' and ci ~= 'false' and ci ~= '0')
-end
-local function missing_dep(what)
-  local msg = what .. ' is not installed (scripts/install-deps.sh --test installs it)'
-  if strict_deps() then error(msg, 2) end
-  pending(msg)
-end
+-- What the suite needs beyond the build: missing, it fails the test in CI
+-- and under scripts/test.sh, and makes it pending elsewhere (support.lua).
+local support = dofile('spec/support.lua')
+local strict_deps, missing_dep = support.strict_deps, support.missing_dep
 
 local function be32(n)
   return string.char(math.floor(n / 16777216) % 256, math.floor(n / 65536) % 256,
