@@ -5,8 +5,8 @@
  * expression as the engine compiled it) against a kernel generated from
  * the same entry and compiled by libtcc and by the system compiler (-O3,
  * vectorized), on contiguous and strided operands, on edge values (NaN,
- * +-inf, +-0, +-1, large, integer extremes); casts between every pair of
- * dtypes.
+ * +-inf, +-0, +-1, large, integer extremes).  Casts between every pair of
+ * dtypes are test_cgen.c's.
  *
  * libtcc's code calls the same scalar libm as the reference: it matches bit
  * for bit.  The system compiler's may call libmvec's vector functions, so
@@ -167,43 +167,12 @@ static void generated_ops_match_reference_in_every_compute_dtype(void **state)
     }
 }
 
-/* The cast entry: every (from, to) pair. */
-static void generated_casts_match_reference_between_every_dtype(void **state)
-{
-    int64_t n = 2 * COUNT(fvals);
-    tgl_array *in[TGL_NDTYPES], *sin[TGL_NDTYPES];
-    pb b;
-    pb_init(&b, 1);
-    int x[TGL_NDTYPES];
-    for (int dt = 0; dt < TGL_NDTYPES; dt++) {
-        in[dt] = edge_array(CTX, dt, n, 0, false);
-        sin[dt] = edge_array(CTX, dt, n, 0, true);
-        x[dt] = pb_in(&b, dt, 0);
-    }
-    case_ cs[TGL_NDTYPES * TGL_NDTYPES];
-    int ncase = 0;
-    for (int from = 0; from < TGL_NDTYPES; from++)
-        for (int to = 0; to < TGL_NDTYPES; to++) {
-            tgl_params p = {.n = 1, .i = {to}};
-            tgl_array *want = NULL;
-            assert_ok(CTX, tgl_eval(CTX, TGL_OP_CAST, 1, &in[from], &p, &want));
-            pb_out(&b, pb_op(&b, TGL_OP_CAST, to, x[from], -1, -1));
-            cs[ncase++] = (case_){TGL_OP_CAST, want, false};
-        }
-    check(CTX, &b, in, sin, cs, ncase, "between dtypes");
-    for (int k = 0; k < ncase; k++)
-        tgl_array_release(cs[k].want);
-    release_all(in, TGL_NDTYPES);
-    release_all(sin, TGL_NDTYPES);
-}
-
 int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
     const struct CMUnitTest tests[] = {
         T(table_covers_the_elemwise_family),
         T(generated_ops_match_reference_in_every_compute_dtype),
-        T(generated_casts_match_reference_between_every_dtype),
     };
 #undef T
     return cmocka_run_group_tests(tests, NULL, NULL);
