@@ -267,11 +267,14 @@ static int read_line(repl *r, const char *prompt)
     tgl_host_arm_prompt();
     if (!r->tty)
         return read_plain(r);
+    errno = 0;
     line = readline(prompt);
     if (line == NULL) {
         /* libedit returns NULL both at EOF and when the read fails with
-         * EINTR; the flag tells them apart */
-        if (tgl_host_take_interrupt()) {
+         * EINTR; the flag tells them apart, and errno when the signal
+         * libedit re-raises to our handler has not been delivered yet */
+        int interrupted = errno == EINTR;
+        if (tgl_host_take_interrupt() || interrupted) {
             fputs("\n", stdout);
             fflush(stdout);
             return READ_INTERRUPT;
