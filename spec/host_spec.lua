@@ -635,12 +635,12 @@ f.fn { n_calls = 1e12 }
     local function screen()
       return (tmux('capture-pane -p -t s'))
     end
-    -- Waits up to 10 s for text (a Lua pattern when is_pattern) on the
+    -- Waits up to 20 s for text (a Lua pattern when is_pattern) on the
     -- screen; returns the screen.  capture-pane drops trailing blanks, so an
     -- empty prompt shows as a line ">".
     local function wait_for(text, is_pattern)
       local s
-      for _ = 1, 100 do
+      for _ = 1, 200 do
         s = screen() or ''
         if s:find(text, 1, not is_pattern) then return s end
         sleep(0.1)
@@ -740,6 +740,9 @@ f.fn { n_calls = 1e12 }
 
     it('leaves a history file in another format alone, with one warning', function()
       tmux('kill-server')
+      -- a new server: no race with the one shutting down (a new session on
+      -- the old socket can land on the dying server and vanish with it)
+      sock = sock .. '_foreign'
       -- a file of its own: the tgl just killed may still be writing the other
       history = TMP .. '/history_foreign_' .. seq
       local lines = {}
