@@ -401,6 +401,68 @@ TGL_API tgl_status tgl_grad(tgl_ctx *ctx, tgl_node *cost, int nwrt, tgl_node *co
                             tgl_node **grads);
 
 /* ------------------------------------------------------------------------ */
+/* Loops: scan                                                              */
+/* ------------------------------------------------------------------------ */
+
+/* A loop whose body is a graph (src/scan): step t reads slices of the
+ * sequences, earlier values of the recurrent outputs and the
+ * non-sequences, and computes every output for step t.
+ *
+ * The body is given as inner placeholder inputs (tgl_node_input, each
+ * used by one scan only) and the inner outputs computed from them, in this
+ * order:
+ *   inner_in   every tap of sequence 0, of sequence 1, ...; then every tap
+ *              of recurrent output 0, 1, ...; then the non-sequences.
+ *   inner_out  the nrec recurrent outputs, then the nnofb outputs not fed
+ *              back, then (has_until) the stop condition, a scalar.
+ * Taps are increasing step offsets: a sequence tap d reads element
+ * t + d - (first tap) of the sequence at step t (so the first step reads
+ * the sequence's first element through its first tap); a recurrent tap is
+ * negative, -k reading the value the output had k steps earlier.  The
+ * outer initial value of a recurrent output has K = -(first tap) leading
+ * entries (K, state...): its last K values, oldest first.
+ * Leaves of the body other than inner_in and constants (shared variables,
+ * outer inputs and values) become extra non-sequences automatically;
+ * inner inputs no output depends on are dropped.
+ *
+ * The node has nrec + nnofb outputs: output k stacks every step's value of
+ * inner output k on a new leading axis (T, ...), or, with keep[k] = 1,
+ * only holds the value of the last step (the output's own type; for a
+ * recurrent output with no step run, its last initial value).  With a
+ * stop condition the loop ends after the first step whose condition is
+ * true, and outputs hold the steps that ran. */
+typedef struct tgl_scan_spec {
+    const char *name;             /* for messages and printouts; NULL: "scan" */
+    int nseq;
+    const int *seq_ntaps;         /* per sequence: its number of taps (>= 1)  */
+    const int *seq_taps;          /* every sequence's taps, one after another */
+    int nrec;
+    const int *rec_ntaps;
+    const int *rec_taps;          /* negative, increasing                     */
+    int nnofb;
+    int nnonseq;
+    int has_until;
+    int reverse;                  /* nonzero: steps run from T-1 down to 0 and
+                                     a tap -k reads step t+k (a backward scan;
+                                     initial values follow the last step)   */
+    int truncate_gradient;        /* -1: full backpropagation through time  */
+    tgl_node *const *inner_in;
+    tgl_node *const *inner_out;
+    tgl_node *n_steps;            /* an integer scalar, or NULL: the sequences
+                                     decide (the shortest)                   */
+    tgl_node *const *seqs;        /* nseq outer sequences                     */
+    tgl_node *const *inits;       /* nrec initial values (K, state...)        */
+    tgl_node *const *nonseqs;     /* nnonseq                                  */
+    const int *keep;              /* nrec + nnofb: 0 every step, 1 the last;
+                                     NULL: every step                        */
+} tgl_scan_spec;
+
+/* Builds a scan node (a multi-output node: read output k through
+ * tgl_node_output).  source as for tgl_apply. */
+TGL_API tgl_status tgl_scan(tgl_ctx *ctx, const tgl_scan_spec *spec, const char *source,
+                            tgl_node **out);
+
+/* ------------------------------------------------------------------------ */
 /* Configuration and graph rewrites                                         */
 /* ------------------------------------------------------------------------ */
 

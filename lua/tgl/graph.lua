@@ -77,6 +77,8 @@ local function wrap_node(n)
   return ffi.gc(vref_t(n), release_vref)
 end
 M.wrap_node = wrap_node
+M.user_source = user_source
+M.DTYPE, M.DTYPE_NAME = DTYPE, DTYPE_NAME
 
 local function node_type(x) return C.tgl_node_type(x.n) end
 

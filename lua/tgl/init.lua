@@ -165,6 +165,9 @@ tgl.grad = grad.grad
 tgl.jacobian = grad.jacobian
 tgl.hessian = grad.hessian
 tgl.verify_grad = grad.verify_grad
+local scan = require 'tgl.scan'
+tgl.scan = scan.scan
+tgl.until_ = scan.until_
 
 -- files
 tgl.save = io_.save

@@ -38,8 +38,10 @@ tgl_status tgl_frame_new(tgl_ctx *ctx, const tgl_program *prog, tgl_frame **out)
         fr->ins_ns = calloc((size_t)prog->ncode + 1, sizeof *fr->ins_ns);
         fr->ins_calls = calloc((size_t)prog->ncode + 1, sizeof *fr->ins_calls);
     }
+    if (prog->nsub)
+        fr->sub = calloc((size_t)prog->ncode + 1, sizeof *fr->sub);
     if (!fr->slot || !fr->last_out || !fr->newval || !fr->seen ||
-        (prog->profile && (!fr->ins_ns || !fr->ins_calls))) {
+        (prog->profile && (!fr->ins_ns || !fr->ins_calls)) || (prog->nsub && !fr->sub)) {
         tgl_frame_free(fr);
         return tgl_ctx_set_error(ctx, TGL_ENOMEM, "%s: out of memory", prog->name);
     }
@@ -68,6 +70,10 @@ void tgl_frame_free(tgl_frame *fr)
             tgl_array_release(fr->pool[c].a[i]);
         free(fr->pool[c].a);
     }
+    if (fr->sub)
+        for (int32_t pc = 0; pc < prog->ncode; pc++)
+            tgl_frame_free(fr->sub[pc]);
+    free(fr->sub);
     free(fr->slot);
     free(fr->last_out);
     free(fr->newval);

@@ -13,6 +13,7 @@
 #include "engine/program.h"
 #include "engine/fprog.h"
 #include "engine/backend.h"
+#include "scan/scan.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -250,6 +251,7 @@ void tgl_program_free(tgl_program *prog)
         free(prog->code[pc].in);
         free(prog->code[pc].free_slots);
         free(prog->code[pc].outs);
+        tgl_program_free(prog->code[pc].sub);
     }
     for (size_t i = 0; i < prog->nowned; i++)
         tgl_node_unref(prog->owned[i]);
@@ -534,6 +536,13 @@ tgl_status tgl_program_new(tgl_ctx *ctx, int nin, tgl_node *const *inputs, int n
     for (int32_t pc = 0; !st && pc < prog->ncode; pc++)
         if (prog->code[pc].kind == TGL_I_OP && prog->code[pc].node->op == TGL_OP_FUSED)
             st = tgl_backend_prepare(ctx, TGL_DEVICE_CPU, tgl_fprog_of(prog->code[pc].node));
+    /* Inner programs of ops with a body (scan), compiled with the same
+     * options. */
+    for (int32_t pc = 0; !st && pc < prog->ncode; pc++)
+        if (prog->code[pc].kind == TGL_I_OP && prog->code[pc].node->op == TGL_OP_SCAN) {
+            st = tgl_scan_prepare(ctx, prog->code[pc].node, prog, &prog->code[pc].sub);
+            prog->nsub++;
+        }
     if (!st)
         st = tgl_node_map_init(ctx, &prog->op_pc);
     for (int32_t pc = 0; !st && pc < prog->ncode; pc++)

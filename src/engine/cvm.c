@@ -16,6 +16,7 @@
  */
 #include "engine/program.h"
 #include "engine/backend.h"
+#include "scan/scan.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
@@ -195,7 +196,10 @@ static tgl_status run_op(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins)
         in[i] = fr->slot[ins->in[i]];
     tgl_status st;
     tgl_array **dst = &fr->slot[ins->out];
-    if (impl->kernel_n) {
+    if (ins->sub) {
+        /* An op with a body (scan) writes its output slots itself. */
+        st = tgl_scan_exec(ctx, fr, ins, &fr->sub[ins - fr->prog->code], in);
+    } else if (impl->kernel_n) {
         st = run_multi(ctx, fr, ins, in);
     } else if (impl->view) {
         tgl_array *v = NULL;
@@ -232,7 +236,7 @@ tgl_status tgl_cvm_check_deferred(tgl_ctx *ctx, tgl_frame *fr)
     for (int32_t pc = prog->defer_start; pc < prog->ncode; pc++) {
         const tgl_instr *ins = &prog->code[pc];
         tgl_array *args[16];
-        if (ins->nin > 16 || ins->impl->view || ins->impl->kernel_n)
+        if (ins->nin > 16 || ins->impl->view || ins->impl->kernel_n || !ins->impl->shape)
             continue;
         for (int i = 0; i < ins->nin; i++)
             args[i] = fr->slot[ins->in[i]];

@@ -43,6 +43,7 @@ typedef struct tgl_instr {
     int32_t *outs;
     int32_t region;          /* 0: straight-line code; else the ifelse
                                 branch it sits in (plan.c)                 */
+    struct tgl_program *sub; /* an op with a body (scan): its inner program */
 } tgl_instr;
 
 /* What a slot holds between calls. */
@@ -87,6 +88,7 @@ typedef struct tgl_program {
     tgl_node_map op_pc;      /* node -> its (last) instruction, for lookups */
     tgl_node **owned;        /* nodes retained for the program's life      */
     size_t nowned;
+    int32_t nsub;            /* instructions with an inner program         */
 } tgl_program;
 
 /* Free buffers a frame keeps for the next instructions that fit, by size
@@ -109,6 +111,8 @@ typedef struct tgl_frame {
     tgl_pool_class pool[TGL_POOL_CLASSES];  /* free buffers (cvm linker)   */
     uint64_t *ins_ns, *ins_calls;   /* profile, per instruction            */
     uint64_t ncalls, total_ns;
+    struct tgl_frame **sub;  /* per instruction with a body: its frame, made
+                                on first use (NULL: the program has none)  */
 } tgl_frame;
 
 struct tgl_function {

@@ -116,6 +116,8 @@
       "y[i] = -log softmax(x[i])[labels[i]] (1-based labels), stable")         \
     /* control */                                                               \
     _(IFELSE, "ifelse", ifelse, "y = c ? a : b, computing only the branch taken")      \
+    /* loops (src/scan): the layout and the body are the payload */            \
+    _(SCAN, "scan", scan, "y0, y1, ... = the outputs of a loop over the body (payload)") \
     /* multi-output nodes: one of their values */                             \
     _(OUTPUT, "output", output, "y = output p.i[0] of the multi-output node x")  \
     /* fused elementwise groups (the fuse stage builds them) */                 \

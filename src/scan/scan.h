@@ -1,0 +1,92 @@
+/*
+ * scan.h — internal header of the scan op (src/scan): the layout a scan
+ * node carries as its payload, and the hooks the compiler and the CVM call
+ * for an op with an inner program.
+ *
+ * A scan node's inputs are, in order: n_steps (an int64 scalar; -1: the
+ * sequences decide), the sequences, the recurrent outputs' initial values,
+ * the non-sequences.  Its outputs are the recurrent outputs, then the
+ * outputs not fed back.  Everything about the loop beyond that lives in
+ * the layout (tgl_scan_layout), never in index arithmetic over the inputs: use
+ * the accessors below.
+ */
+#ifndef TGL_SCAN_H
+#define TGL_SCAN_H
+
+#include "engine/program.h"
+
+/* One sequence: its taps (increasing step offsets). */
+typedef struct tgl_scan_seq {
+    int32_t ntaps;
+    int32_t *taps;
+    int32_t span;         /* last tap - first tap: elements beyond the steps */
+} tgl_scan_seq;
+
+/* One recurrent output: its taps (negative, increasing) and how many
+ * earlier values it needs (K = -taps[0]). */
+typedef struct tgl_scan_rec {
+    int32_t ntaps;
+    int32_t *taps;
+    int32_t K;
+} tgl_scan_rec;
+
+typedef struct tgl_scan_layout {
+    tgl_payload base;     /* first: a SCAN node's payload is its layout    */
+    char *name;
+    int32_t nseq, nrec, nnofb, nnonseq;
+    tgl_scan_seq *seq;
+    tgl_scan_rec *rec;
+    int32_t *keep;        /* per output (nrec + nnofb): 1 = last step only */
+    bool has_until;
+    bool reverse;
+    int32_t truncate_gradient;
+    /* The body: placeholders in fn's order (sequence taps, recurrent taps,
+     * non-sequences) and the inner outputs (recurrent, not fed back, until). */
+    int32_t ninner_in, ninner_out;
+    tgl_node **inner_in;
+    tgl_node **inner_out;
+} tgl_scan_layout;
+
+static inline const tgl_scan_layout *tgl_scan_of(const tgl_node *n)
+{
+    return (const tgl_scan_layout *)n->payload;
+}
+/* Outer input positions. */
+static inline int tgl_scan_in_nsteps(void) { return 0; }
+static inline int tgl_scan_in_seq(const tgl_scan_layout *s, int i) { (void)s; return 1 + i; }
+static inline int tgl_scan_in_init(const tgl_scan_layout *s, int r) { return 1 + s->nseq + r; }
+static inline int tgl_scan_in_nonseq(const tgl_scan_layout *s, int j)
+{
+    return 1 + s->nseq + s->nrec + j;
+}
+static inline int tgl_scan_nout(const tgl_scan_layout *s) { return s->nrec + s->nnofb; }
+/* Inner input positions: tap a of sequence i, tap a of recurrent output r,
+ * non-sequence j. */
+int tgl_scan_inner_seq(const tgl_scan_layout *s, int i, int a);
+int tgl_scan_inner_rec(const tgl_scan_layout *s, int r, int a);
+static inline int tgl_scan_inner_nonseq(const tgl_scan_layout *s, int j)
+{
+    return s->ninner_in - s->nnonseq + j;
+}
+
+/* The scan payload's vtable (for tests of a node's kind). */
+extern const tgl_payload_vt tgl_scan_vt;
+
+/* Builds a scan node from a layout (the caller's spec in public form). */
+tgl_status tgl_scan_build(tgl_ctx *ctx, const tgl_scan_spec *spec, const char *source,
+                          tgl_node **out);
+
+/* Compiler hook: the inner program of a scan node, compiled with the
+ * outer compile's options. */
+tgl_status tgl_scan_prepare(tgl_ctx *ctx, const tgl_node *n, const tgl_program *outer,
+                            tgl_program **inner);
+/* CVM hook: runs the loop of instruction ins on frame fr, reading in[]
+ * and writing the slots of the instruction's outputs.  *sub is the inner
+ * frame kept in fr for this instruction (made on first use). */
+tgl_status tgl_scan_exec(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins, tgl_frame **sub,
+                         tgl_array *const *in);
+
+/* The pullback (scan_grad.c): a backward scan. */
+tgl_status tgl_scan_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *const *gout, tgl_node **gin);
+
+#endif /* TGL_SCAN_H */
