@@ -60,7 +60,12 @@ if arg[1] == '--mem-child' then
   if variant == 'baseline' then
     f = tgl.compile { inputs = { h0 }, outputs = h0 + 1, name = 'inc' }
   else
-    if variant == 'no_save_mem' then tgl.config.exclude = 'scan_save_mem' end
+    if variant == 'no_save_mem' then
+      local known = false
+      for _, r in ipairs(tgl.rules()) do known = known or r.name == 'scan_save_mem' end
+      if not known then print('missing: no rewrite rule scan_save_mem in tgl.rules()'); return end
+      tgl.config.exclude = 'scan_save_mem'
+    end
     local hs = tgl.scan { fn = function(h) return h + 1 end, outputs_info = { h0 }, n_steps = N_MEM,
                           name = 'count' }
     f = tgl.compile { inputs = { h0 }, outputs = hs[-1], name = 'scan_last' }
@@ -261,7 +266,11 @@ if cases.memory then
     local out = p:read('*a')
     p:close()
     local mib, sec = out:match('^([%d.]+) ([%d.]+) ')
-    if not mib then
+    local why = out:match('^missing: ([^\n]*)')
+    if why then
+      say(('%-34s missing (%s)'):format(variant, why))
+      if opts.csv then print(('#missing,%s,%s,%s'):format(opts.system, variant, why)) end
+    elseif not mib then
       io.stderr:write(('memory case %s failed:\n%s\n'):format(variant, out))
       report(variant, 'memory', 'MiB', { median = -1, min = -1, max = -1, spread_pct = 0, n = 0, values = {} },
              { note = 'FAILED' })

@@ -86,6 +86,7 @@ end
 for k, v in pairs(meta) do
   if k:match('^version%.') then w('- ', k:sub(9), ' ', v) end
   if k:match('^missing%.') then w('- ', k:sub(9), ': missing (', v, ')') end
+  if k:match('^missing_variant%.') then w('- ', k:sub(17), ': not run (', v, ')') end
 end
 w('- Load average (1, 5, 15 min) before the run: ', meta.load_before or '?', '; after: ', meta.load_after or '?',
   '; highest 1-min figure seen between processes: ', meta.load_max or '?')

@@ -103,6 +103,7 @@ run_one() {   # system case threads -> appends CSV rows to $csv.tmp
   echo "-- $s $c threads=$t: ${cmd[*]}" >> "$log"
   "${env[@]}" timeout 900 "${cmd[@]}" > "$out/.one.tmp" 2>> "$log" || rc=$?
   grep -v '^#' "$out/.one.tmp" >> "$csv.tmp" || true
+  grep '^#missing' "$out/.one.tmp" | sort -u >> "$out/.missing.tmp" || true
   sample_load
   printf '  %-6s %-9s threads=%d  %3ds  load %s%s\n' "$s" "$c" "$t" $((SECONDS - t0)) \
     "$(cut -d' ' -f1 /proc/loadavg)" "$([ $rc -ne 0 ] && echo "  FAILED (rc $rc, see $log)")"
@@ -113,7 +114,7 @@ if awk -v l="$load" 'BEGIN { exit !(l > 0.5) }'; then
   echo "bench/run: warning: load average $load before the run: other work on the machine skews the figures" >&2
 fi
 echo "== scan: ${run_systems[*]} (missing: ${!missing[*]}); $repeats repeats of >= $min_time s per figure"
-: > "$csv.tmp"
+: > "$csv.tmp"; : > "$out/.missing.tmp"
 start=$SECONDS; rot=0; first=1
 IFS=, read -ra clist <<< "$cases"
 for t in $threads; do
@@ -136,6 +137,7 @@ done
 { "$TGL" "$here/scan.lua" --csv --header --cases none | head -1; cat "$csv.tmp"; } > "$csv"
 sample_load
 { echo "load_after,$(cut -d' ' -f1-3 /proc/loadavg)"; echo "load_max,$load_max"; echo "run_seconds,$((SECONDS - start))"; } >> "$meta"
-rm -f "$csv.tmp" "$out/.one.tmp"
+sort -u "$out/.missing.tmp" | sed 's/^#missing,\([^,]*\),\([^,]*\),\(.*\)$/missing_variant.\1\/\2,\3/' | sed 's/;/ /g' >> "$meta"
+rm -f "$csv.tmp" "$out/.one.tmp" "$out/.missing.tmp"
 echo "== ran in $((SECONDS - start)) s; wrote $csv"
 "$TGL" "$here/lib/scan_report.lua" "$csv" "$meta" "$out/scan.md"
