@@ -83,7 +83,11 @@ w('')
 for _, k in ipairs({ 'date', 'cpu', 'blas', 'tgl_commit', 'repeats', 'min_time', 'run_seconds' }) do
   if meta[k] then w('- ', k, ': ', meta[k]) end
 end
-for k, v in pairs(meta) do
+local mkeys = {}
+for k in pairs(meta) do mkeys[#mkeys + 1] = k end
+table.sort(mkeys)
+for _, k in ipairs(mkeys) do
+  local v = meta[k]
   if k:match('^version%.') then w('- ', k:sub(9), ' ', v) end
   if k:match('^missing%.') then w('- ', k:sub(9), ': missing (', v, ')') end
   if k:match('^missing_variant%.') then w('- ', k:sub(17), ': not run (', v, ')') end
@@ -154,16 +158,19 @@ if #tl > 0 then
   w('')
   w('| system | threads | loss before | loss after 20 steps | vs tgl |')
   w('|---|---:|---:|---:|---:|')
-  local done = {}
   for _, t in ipairs(tl) do
-    local ref
-    for _, r in ipairs(sel('rnn', t)) do if r.system == 'tgl' and r.loss_after ~= '' then ref = r end end
+    local ref, done = nil, {}
     for _, r in ipairs(sel('rnn', t)) do
-      local k = r.system .. t
-      if not done[k] and type(r.loss_after) == 'number' then
-        done[k] = true
-        local agree = '–'
-        if ref and type(ref.loss_after) == 'number' and r ~= ref then
+      if not ref and r.system == 'tgl' and type(r.loss_after) == 'number' then ref = r end
+    end
+    local order = {}
+    if ref then order[1] = ref end
+    for _, r in ipairs(sel('rnn', t)) do if r.system ~= 'tgl' then order[#order + 1] = r end end
+    for _, r in ipairs(order) do
+      if not done[r.system] and type(r.loss_after) == 'number' then
+        done[r.system] = true
+        local agree = r == ref and 'reference' or '–'
+        if ref and r ~= ref then
           local rel = math.abs(r.loss_after - ref.loss_after) / math.abs(ref.loss_after)
           agree = rel < 1e-4 and ('agrees (%.1e)'):format(rel) or ('**DIFFERS** (%.1e)'):format(rel)
         end
