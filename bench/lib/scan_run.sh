@@ -44,6 +44,10 @@ awk -v s="$min_time" 'BEGIN { exit !(s + 0 > 0) }' || { echo "bench/run: --min-t
 if [ "$repeats" -lt 5 ] || awk -v s="$min_time" 'BEGIN { exit !(s < 0.5) }'; then
   echo "bench/run: warning: --repeats $repeats --min-time $min_time is below the protocol (5 repeats of 0.5 s): a quick look, not figures to publish" >&2
 fi
+IFS=, read -ra clist <<< "$cases"
+for c in "${clist[@]}"; do
+  case "$c" in overhead|rnn|memory) ;; *) echo "bench/run scan: unknown case '$c' (known: overhead rnn memory)" >&2; exit 2 ;; esac
+done
 mkdir -p "$out"
 data=$here/.data
 log=$out/scan.log; csv=$out/scan.csv; meta=$out/scan_meta.csv
@@ -116,13 +120,11 @@ fi
 echo "== scan: ${run_systems[*]} (missing: ${!missing[*]}); $repeats repeats of >= $min_time s per figure"
 : > "$csv.tmp"; : > "$out/.missing.tmp"
 start=$SECONDS; rot=0; first=1
-IFS=, read -ra clist <<< "$cases"
 for t in $threads; do
   for c in "${clist[@]}"; do
     case "$c" in
       overhead|memory) [ $first = 1 ] || continue ;;
-      rnn) ;;
-      *) echo "bench/run scan: unknown case '$c' (known: overhead rnn memory)" >&2; exit 2 ;;
+      *) ;;
     esac
     if [ "$c" = memory ]; then             # tgl only: peak RSS of fresh processes
       [ -n "${version[tgl]:-}" ] && run_one tgl memory "$t"
