@@ -453,8 +453,10 @@ typedef struct tgl_scan_spec {
     tgl_node *const *seqs;        /* nseq outer sequences                     */
     tgl_node *const *inits;       /* nrec initial values (K, state...)        */
     tgl_node *const *nonseqs;     /* nnonseq                                  */
-    const int *keep;              /* nrec + nnofb: 0 every step, 1 the last;
-                                     NULL: every step                        */
+    const int *keep;              /* nrec + nnofb: 0 every step, 1 the last
+                                     (the last initial value when no step
+                                     runs), 2 the last (an error when no step
+                                     runs, as x[-1] of no steps); NULL: 0s  */
 } tgl_scan_spec;
 
 /* Builds a scan node (a multi-output node: read output k through

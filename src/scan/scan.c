@@ -579,7 +579,7 @@ tgl_status tgl_scan_build(tgl_ctx *ctx, const tgl_scan_spec *sp, const char *sou
         s->rec[r].K = -s->rec[r].taps[0];
     }
     for (int k = 0; !st && sp->keep && k < b.nrec + b.nnofb; k++)
-        s->keep[k] = sp->keep[k] ? 1 : 0;
+        s->keep[k] = sp->keep[k] == 2 ? 2 : sp->keep[k] ? 1 : 0;
     if (!st) {
         memcpy(s->inner_in, b.inner_in, sizeof *s->inner_in * (size_t)b.ninner_in);
         memcpy(s->inner_out, b.inner_out, sizeof *s->inner_out * (size_t)b.ninner_out);
@@ -980,6 +980,13 @@ tgl_status tgl_scan_exec(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins, tgl_
     for (int k = 0; k < nout && !st; k++) {
         tgl_array *res = NULL;
         bool last = s->keep[k] != 0;
+        if (s->keep[k] == 2 && done == 0) {
+            /* scan_save_mem made it from x[-1], which fails on no steps */
+            st = tgl_ctx_set_error(ctx, TGL_ESHAPE,
+                                   "scan '%s': index -1 is out of range for axis 1 of size 0 "
+                                   "(output %d: the loop ran no step)", nm, k + 1);
+            break;
+        }
         /* the range of entries the run wrote, in the buffer's order */
         if (k < s->nrec) {
             tgl_array *B = rs.rec_buf[k];

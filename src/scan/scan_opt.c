@@ -824,7 +824,7 @@ static tgl_status run_pass(tgl_ctx *ctx, pass_kind kind, int nroots, tgl_node **
                         rst = tgl_ctx_set_error(ctx, TGL_ENOMEM, "scan_save_mem: out of memory");
                     } else {
                         for (int k = 0; k < nout; k++)
-                            e.keep[k] = s->keep[k] || keep[k];
+                            e.keep[k] = keep[k] ? 2 : s->keep[k];
                         rst = tgl_scan_build(ctx, &e.sp, n->source, &m);
                         espec_free(&e);
                     }
