@@ -689,6 +689,148 @@ static tgl_status grad_gemm(tgl_ctx *ctx, tgl_node *n, tgl_node **res, bool *cha
     return st;
 }
 
+/* ---- scan_dead_outputs ---------------------------------------------------- */
+
+/* Scan n without the outputs drop[k] marks (outputs not fed back, or
+ * recurrent ones whose taps nothing else in the body reads); res[k] gets
+ * the new node's output for each output kept. */
+static tgl_status drop_outputs(tgl_ctx *ctx, tgl_node *n, const bool *drop, tgl_node **res)
+{
+    const tgl_scan_layout *s = tgl_scan_of(n);
+    int nout = tgl_scan_nout(s);
+    espec e;
+    if (!espec_of(n, 0, &e))
+        return tgl_ctx_set_error(ctx, TGL_ENOMEM, "scan_dead_outputs: out of memory");
+    tgl_status st = TGL_OK;
+    int *newpos = calloc((size_t)nout + 1, sizeof *newpos);
+    if (!newpos)
+        st = tgl_ctx_set_error(ctx, TGL_ENOMEM, "scan_dead_outputs: out of memory");
+    int nseqtaps = 0;
+    for (int i = 0; i < s->nseq; i++)
+        nseqtaps += s->seq[i].ntaps;
+    int wi = nseqtaps, wr = 0, wt = 0, wo = 0;
+    for (int r = 0; r < s->nrec && !st; r++) {
+        newpos[r] = -1;
+        if (drop[r])
+            continue;
+        e.rec_ntaps[wr] = s->rec[r].ntaps;
+        e.inits[wr] = n->in[tgl_scan_in_init(s, r)];
+        for (int a = 0; a < s->rec[r].ntaps; a++) {
+            e.rec_taps[wt++] = s->rec[r].taps[a];
+            e.inner_in[wi++] = s->inner_in[tgl_scan_inner_rec(s, r, a)];
+        }
+        e.inner_out[wo] = s->inner_out[r];
+        e.keep[wo] = s->keep[r];
+        newpos[r] = wo++;
+        wr++;
+    }
+    for (int j = 0; j < s->nnonseq && !st; j++)
+        e.inner_in[wi++] = s->inner_in[tgl_scan_inner_nonseq(s, j)];
+    int wn = 0;
+    for (int k = s->nrec; k < nout && !st; k++) {
+        newpos[k] = -1;
+        if (drop[k])
+            continue;
+        e.inner_out[wo] = s->inner_out[k];
+        e.keep[wo] = s->keep[k];
+        newpos[k] = wo++;
+        wn++;
+    }
+    if (s->has_until)
+        e.inner_out[wo++] = s->inner_out[nout];
+    e.sp.nrec = wr;
+    e.sp.nnofb = wn;
+    e.ninner_in = wi;
+    tgl_node *m = NULL;
+    if (!st && wr + wn > 0)
+        st = tgl_scan_build(ctx, &e.sp, n->source, &m);
+    for (int k = 0; k < nout && !st && m; k++)
+        if (newpos[k] >= 0)
+            st = tgl_node_output(ctx, m, newpos[k], &res[k]);
+    free(newpos);
+    espec_free(&e);
+    return st;
+}
+
+/* Which outputs of n nothing reads: not a root, no reader among order[]
+ * (and, for a recurrent output, no other output's body reads its taps). */
+static tgl_status dead_outputs(tgl_ctx *ctx, tgl_node *n, tgl_node **order, size_t count,
+                               int nroots, tgl_node **roots, bool *drop, int *ndrop)
+{
+    const tgl_scan_layout *s = tgl_scan_of(n);
+    int nout = tgl_scan_nout(s);
+    *ndrop = 0;
+    tgl_node **outk = calloc((size_t)nout + 1, sizeof *outk);
+    if (!outk)
+        return tgl_ctx_set_error(ctx, TGL_ENOMEM, "scan_dead_outputs: out of memory");
+    tgl_status st = TGL_OK;
+    for (int k = 0; k < nout && !st; k++) {
+        st = tgl_node_output(ctx, n, k, &outk[k]);
+        drop[k] = true;
+    }
+    for (int r = 0; r < nroots && !st; r++)
+        for (int k = 0; k < nout; k++)
+            if (roots[r] == outk[k])
+                drop[k] = false;
+    for (size_t j = 0; j < count && !st; j++) {
+        tgl_node *c = order[j];
+        if (c->kind != TGL_NODE_APPLY)
+            continue;
+        for (int q = 0; q < c->nin; q++)
+            for (int k = 0; k < nout; k++)
+                if (c->in[q] == outk[k] && c != outk[k])
+                    drop[k] = false;
+    }
+    /* A recurrent output stays while a kept output's body reads its taps. */
+    bool again = true;
+    while (again && !st) {
+        again = false;
+        int nkeep = 0;
+        tgl_node **kept = calloc((size_t)s->ninner_out + 1, sizeof *kept);
+        if (!kept) {
+            st = tgl_ctx_set_error(ctx, TGL_ENOMEM, "scan_dead_outputs: out of memory");
+            break;
+        }
+        for (int k = 0; k < nout; k++)
+            if (!drop[k])
+                kept[nkeep++] = s->inner_out[k];
+        if (s->has_until)
+            kept[nkeep++] = s->inner_out[nout];
+        tgl_node **ord = NULL;
+        size_t cnt = 0;
+        if (nkeep && (st = tgl_toposort(ctx, nkeep, kept, &ord, &cnt))) {
+            free(kept);
+            break;
+        }
+        tgl_node_map used;
+        if ((st = tgl_node_map_init(ctx, &used))) {
+            free(ord);
+            free(kept);
+            break;
+        }
+        for (size_t i = 0; i < cnt && !st; i++)
+            st = tgl_node_map_seti(ctx, &used, ord[i], 1);
+        for (int r = 0; r < s->nrec && !st; r++) {
+            if (!drop[r])
+                continue;
+            for (int a = 0; a < s->rec[r].ntaps; a++)
+                if (tgl_node_map_has(&used, s->inner_in[tgl_scan_inner_rec(s, r, a)])) {
+                    drop[r] = false;
+                    again = true;
+                }
+        }
+        tgl_node_map_free(&used);
+        free(ord);
+        free(kept);
+    }
+    for (int k = 0; k < nout; k++)
+        *ndrop += drop[k];
+    if (*ndrop == nout)
+        *ndrop = 0; /* a scan nobody reads is dead code: not this pass's */
+    free(outk);
+    return st;
+}
+
 /* ---- scan_save_mem ------------------------------------------------------- */
 
 /* True when m takes the last step of its input: x[-1] along axis 0. */
@@ -701,7 +843,7 @@ static bool takes_last(const tgl_node *m)
 
 /* ---- the stage ----------------------------------------------------------- */
 
-typedef enum { PASS_HOIST, PASS_SEQ_WHOLE, PASS_GRAD_GEMM, PASS_SAVE_MEM } pass_kind;
+typedef enum { PASS_DEAD, PASS_HOIST, PASS_SEQ_WHOLE, PASS_GRAD_GEMM, PASS_SAVE_MEM } pass_kind;
 
 /* Replaces, in the roots, the outputs of scan node n: output k by res[k]
  * (n's own outputs where res[k] is NULL). */
@@ -775,6 +917,19 @@ static tgl_status run_pass(tgl_ctx *ctx, pass_kind kind, int nroots, tgl_node **
             tgl_node **xfrom = NULL, **xto = NULL;
             int nextra = 0;
             switch (kind) {
+            case PASS_DEAD: {
+                bool *drop = calloc((size_t)nout + 1, sizeof *drop);
+                int ndrop = 0;
+                rst = drop ? dead_outputs(ctx, n, order, count, nroots, roots, drop, &ndrop)
+                           : tgl_ctx_set_error(ctx, TGL_ENOMEM, "scan: out of memory");
+                if (!rst && ndrop) {
+                    rst = drop_outputs(ctx, n, drop, res);
+                    if (!rst)
+                        changed = true;
+                }
+                free(drop);
+                break;
+            }
             case PASS_HOIST:
                 rst = hoist(ctx, n, &m);
                 break;
@@ -903,6 +1058,9 @@ static const struct {
     pass_kind kind;
     const char *synopsis;
 } passes[] = {
+    {"scan_dead_outputs", PASS_DEAD,
+     "outputs of a scan that nothing reads (e.g. the gradient of a sequence nobody asked for) "
+     "are not computed"},
     {"scan_hoist", PASS_HOIST,
      "loop-invariant work in a scan's body is computed once before the loop"},
     {"scan_seq_whole", PASS_SEQ_WHOLE,
