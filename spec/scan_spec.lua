@@ -678,3 +678,126 @@ describe('tgl.scan errors', function()
     raises('nofn', function() tgl.scan { sequences = { x }, name = 'nofn' } end, "'fn'")
   end)
 end)
+
+-- Property test: random Elman-like recurrences
+--   h_t = tanh(sum_a x_{t+d_a} Wx_a + sum_b h_{t+e_b} Wh_b + bias)
+-- with random sizes, dtypes, sequence taps (-2..2), output taps, lengths,
+-- n_steps given or inferred, go_backwards, and the weights passed as
+-- non_sequences or closed over: the scan against the same loop unrolled by
+-- hand, values and gradients; finite differences on some float64 cases.
+local DEFAULT_SEED, DEFAULT_CASES = 20261201, 16
+local seed_env = os.getenv('TGL_PROP_SEED')
+local BASE_SEED = tonumber(seed_env) or DEFAULT_SEED
+if seed_env == 'random' then BASE_SEED = math.floor(tgl.time() * 1000) % 2000000000 end
+local CASES = tonumber(os.getenv('TGL_PROP_CASES')) or DEFAULT_CASES
+
+local OUT_TAPS = { { -1 }, { -2, -1 }, { -3, -1 }, { -2 }, { -3, -2, -1 } }
+
+-- A random recipe (plain Lua data).
+local function recipe(seed)
+  math.randomseed(seed)
+  local r = {
+    dtype = math.random(2) == 1 and 'float32' or 'float64',
+    nin = math.random(1, 3), nh = math.random(1, 3),
+    T = math.random(1, 5),
+    given = math.random(2) == 1,
+    backwards = math.random(3) == 1,
+    nonseq = math.random(2) == 1,
+    explicit_taps = math.random(2) == 1,
+  }
+  local pool, staps = { -2, -1, 0, 1, 2 }, {}
+  for _ = 1, math.random(1, 2) do
+    staps[#staps + 1] = table.remove(pool, math.random(#pool))
+  end
+  table.sort(staps)
+  r.staps = staps
+  r.otaps = OUT_TAPS[math.random(#OUT_TAPS)]
+  r.single = #r.otaps == 1 and r.otaps[1] == -1
+  r.K = -r.otaps[1]
+  r.L = r.T + (staps[#staps] - staps[1]) + (r.given and math.random(0, 2) or 0)
+  r.E = r.single and 1 or r.K + math.random(0, 1)   -- entries in the initial value
+  return r
+end
+
+local function describe_recipe(r)
+  return ('%s nin=%d nh=%d T=%d L=%d seq taps {%s} out taps {%s} init entries %d%s%s%s'):format(
+    r.dtype, r.nin, r.nh, r.T, r.L, table.concat(r.staps, ','), table.concat(r.otaps, ','), r.E,
+    r.given and ' n_steps given' or '', r.backwards and ' go_backwards' or '',
+    r.nonseq and ' non_sequences' or ' closed over')
+end
+
+-- The scan and the unrolled loop over variables {x, h0, Wx_1.., Wh_1.., b}.
+local function build(r, v)
+  local x, h0 = v[1], v[2]
+  local Wx, Wh = {}, {}
+  for a = 1, #r.staps do Wx[a] = v[2 + a] end
+  for b = 1, #r.otaps do Wh[b] = v[2 + #r.staps + b] end
+  local bias = v[3 + #r.staps + #r.otaps]
+  local params = {}
+  for a = 1, #Wx do params[#params + 1] = Wx[a] end
+  for b = 1, #Wh do params[#params + 1] = Wh[b] end
+  params[#params + 1] = bias
+  local ns, no = #r.staps, #r.otaps
+  local function step(...)
+    local args = { ... }
+    local W = r.nonseq and { unpack(args, ns + no + 1) } or params
+    assert.equals(r.nonseq and ns + no + #params or ns + no, select('#', ...))
+    local acc = W[#W]
+    for a = 1, ns do acc = acc + args[a]:dot(W[a]) end
+    for b = 1, no do acc = acc + args[ns + b]:dot(W[ns + b]) end
+    return tgl.tanh(acc)
+  end
+  local info
+  if r.single and not r.explicit_taps then info = h0
+  else info = { initial = h0, taps = r.otaps } end
+  local out = tgl.scan { fn = step, sequences = { { input = x, taps = r.staps } }, outputs_info = { info },
+                         non_sequences = r.nonseq and params or nil, n_steps = r.given and r.T or nil,
+                         go_backwards = r.backwards, name = 'elman' }
+  -- unrolled
+  local function elem(i) return r.backwards and x[r.L + 1 - i] or x[i] end
+  local H = {}
+  if r.single then H[1] = h0 else for j = 1, r.K do H[j] = h0[r.E - r.K + j] end end
+  local u = {}
+  for t = 1, r.T do
+    local acc = bias
+    for a = 1, ns do acc = acc + elem(t + r.staps[a] - r.staps[1]):dot(Wx[a]) end
+    for b = 1, no do acc = acc + H[r.K + t + r.otaps[b]]:dot(Wh[b]) end
+    H[r.K + t] = tgl.tanh(acc)
+    u[t] = H[r.K + t]
+  end
+  return out, tgl.stack(u)
+end
+
+local function random_point(r, dtype)
+  local o = { dtype = dtype }
+  local pts = { tgl.randn(r.L, r.nin, o) }
+  pts[2] = r.single and tgl.randn(r.nh, o) or tgl.randn(r.E, r.nh, o)
+  for _ = 1, #r.staps do pts[#pts + 1] = tgl.randn(r.nin, r.nh, o) * 0.6 end
+  for _ = 1, #r.otaps do pts[#pts + 1] = tgl.randn(r.nh, r.nh, o) * 0.6 end
+  pts[#pts + 1] = tgl.randn(r.nh, o) * 0.3
+  return pts
+end
+
+describe('property: random Elman-like recurrences, scan against the unrolled loop', function()
+  for case = 1, CASES do
+    local seed = BASE_SEED + case - 1
+    it(('case %d (TGL_PROP_SEED=%d)'):format(case, seed), function()
+      local r = recipe(seed)
+      tgl.manual_seed(seed)
+      local what = describe_recipe(r)
+      local vars = {}
+      local pts = random_point(r, r.dtype)
+      for i, p in ipairs(pts) do
+        vars[i] = tgl.tensor { dtype = r.dtype, ndim = p:dim(), name = 'v' .. i }
+      end
+      local out, unrolled = build(r, vars)
+      local tol = r.dtype == 'float32' and 2e-4 or 1e-10
+      local ok, err = pcall(check_vs_unrolled, vars, pts, { { out, unrolled } }, vars, tol)
+      if not ok then error(('seed %d (%s): %s'):format(seed, what, tostring(err)), 0) end
+      if r.dtype == 'float64' and case % 2 == 0 then
+        local e = tgl.verify_grad(function(...) return (build(r, { ... })) end, random_point(r, 'float64'))
+        assert.is_true(e < 1e-5, ('seed %d (%s): verify_grad error %g'):format(seed, what, e))
+      end
+    end)
+  end
+end)
