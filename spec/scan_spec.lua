@@ -196,6 +196,24 @@ describe('tgl.scan values and gradients', function()
     assert.is_true(err < 1e-6)
   end)
 
+  it('only the last steps of an output used (the loop may keep a ring of K + 1 entries): values and gradients', function()
+    local h0 = tgl.dvector('h0')
+    local out = tgl.scan { fn = function(a, c) return tgl.tanh(a * 0.5 + c * 1.3) end,
+                           outputs_info = { { initial = h0, taps = { -3, -1 } } }, n_steps = 6 }
+    local H = { h0[1], h0[2], h0[3] }
+    for t = 1, 6 do H[3 + t] = tgl.tanh(H[t] * 0.5 + H[2 + t] * 1.3) end
+    local hv = f64 { 0.2, -0.7, 0.4 }
+    check_vs_unrolled({ h0 }, { hv }, { { out[-1], H[9] } }, { h0 })
+    check_vs_unrolled({ h0 }, { hv }, { { out[-2], H[8] } }, { h0 })
+    check_vs_unrolled({ h0 }, { hv }, { { out[1], H[4] } }, { h0 })
+    -- a state of 1 tap, only its final value
+    local x, s0 = tgl.dvector('x'), tgl.dscalar('s0')
+    local o = tgl.scan { fn = function(xt, h) return tgl.sin(h) + xt end, sequences = { x }, outputs_info = { s0 } }
+    local u = s0
+    for t = 1, 5 do u = tgl.sin(u) + x[t] end
+    check_vs_unrolled({ x, s0 }, { f64 { 0.1, 0.2, -0.3, 0.4, 0.5 }, f64(1) }, { { o[-1], u } }, { x, s0 })
+  end)
+
   it('a matrix-valued state with taps {-2,-1}: the initial value is a 3-d tensor of steps', function()
     local H0, A = tgl.dtensor3('H0'), tgl.dmatrix('A')
     local out = tgl.scan { fn = function(h2, h1, a) return tgl.tanh(h2:dot(a) + h1 * 0.5) end,
@@ -369,6 +387,38 @@ describe('tgl.scan values and gradients', function()
     -- gradient through the steps that ran
     local g = eval({ x }, { tgl.grad(tgl.sum(s[1]) + tgl.sum(s[2]), x) }, { f64 { 1, 2, 3, 4, 5 } })[1]
     assert_close({ 5, 4, 3, 0, 0 }, g)
+    -- gradients wrt the sequence and the initial value: 1*2 = 2, 2*3 = 6 > 5 stops
+    local m = tgl.scan { fn = function(xt, a) local v = a * xt; return v, tgl.until_(tgl.gt(tgl.abs(v), 5)) end,
+                         sequences = { x }, outputs_info = { k } }
+    local v2 = eval({ x, k }, { m, tgl.grad(m[-1], x), tgl.grad(m[-1], k) }, { f64 { 2, 3, 4, 5 }, f64(1) })
+    assert_close({ 2, 6 }, v2[1])
+    assert_close({ 3, 2, 0, 0 }, v2[2])
+    assert_close(6, v2[3])
+    -- updates count only the steps that ran; the gradient of the last value
+    local c = tgl.shared(tgl.array(0, 'int64'), 'c')
+    local p2, ups = tgl.scan { fn = function(prev) local v = prev * 2; return v, { { c, c + 1 } }, tgl.until_(tgl.gt(v, 100)) end,
+                               outputs_info = { k }, n_steps = 1000 }
+    local fu = tgl.compile { inputs = { k }, outputs = { p2, tgl.grad(p2[-1], k) }, updates = ups }
+    local a, gk = fu(1)
+    assert.equals(7, a:nelement())
+    assert_close(128, gk)
+    assert.equals(7, c:get_value():get())
+    a = fu(50)
+    assert_close({ 100, 200 }, a)
+    assert.equals(9, c:get_value():get())
+    -- a nested loop whose inner until stops after a different number of steps at each outer step
+    local M = tgl.dmatrix('M')
+    local o = tgl.scan { fn = function(row)
+      local inner = tgl.scan { fn = function(e, acc) local v = acc + e; return v, tgl.until_(tgl.gt(v, 2)) end,
+                               sequences = { row }, outputs_info = { tgl.constant(0, 'float64') } }
+      return tgl.sum(inner)
+    end, sequences = { M } }
+    local fn2 = tgl.compile { inputs = { M }, outputs = { o, tgl.grad(tgl.sum(o), M) } }
+    for _ = 1, 2 do
+      local ov, gm = fn2(f64 { { 1, 1, 1, 1 }, { 3, 0, 0, 0 }, { 0, 0, 0, 0 } })
+      assert_close({ 6, 3, 0 }, ov)
+      assert_close({ { 3, 2, 1, 0 }, { 1, 0, 0, 0 }, { 4, 3, 2, 1 } }, gm)
+    end
   end)
 
   it('updates to shared variables inside fn: loop state, applied by compile; each step sees the previous value', function()
@@ -398,6 +448,12 @@ describe('tgl.scan values and gradients', function()
     -- acc: {1,1} -> {3,3} -> {8,8}; outputs 2*1, 6*2
     assert_close({ 2, 12 }, h({ 1, 2 }))
     assert_close({ 8, 8 }, acc:get_value())
+    -- a step function that returns only updates
+    local total = tgl.shared(f64(0), 'total')
+    local none, ups3 = tgl.scan { fn = function(xt) return nil, { { total, total + xt * xt } } end, sequences = { x } }
+    assert.same({}, none)
+    tgl.compile { inputs = { x }, outputs = {}, updates = ups3 }({ 1, 2, 3 })
+    assert_close(14, total:get_value())
   end)
 
   it('integer outputs: a step counter in int64', function()
@@ -498,6 +554,29 @@ describe('tgl.scan values and gradients', function()
     local g1 = eval({ x, h0, w }, tgl.grad(tgl.sum(full), { x, h0, w }), { xv, hv, wv })
     local g2 = eval({ x, h0, w }, tgl.grad(tgl.sum(big), { x, h0, w }), { xv, hv, wv })
     for i = 1, 3 do assert_close(g1[i], g2[i]) end
+    -- with go_backwards: the last k steps processed are the first elements
+    local back = tgl.scan { fn = fn, sequences = { x }, outputs_info = { h0 }, non_sequences = { w },
+                            go_backwards = true, truncate_gradient = K }
+    local vb = eval({ x, h0, w }, { back }, { xv, hv, wv })[1]
+    local ub, hb = {}, hk
+    for t = T - K + 1, T do hb = tgl.tanh(hb * w + x[T + 1 - t]); ub[#ub + 1] = hb end
+    local gsb = eval({ x, h0, w }, tgl.grad(tgl.sum(back), { x, h0, w }), { xv, hv, wv })
+    local gub = eval({ x, w, hk }, tgl.grad(tgl.sum(tgl.stack(ub)), { x, w }), { xv, wv, vb[{ T - K }] })
+    assert_close(gub[1], gsb[1], 1e-10, 1e-12, 'go_backwards: gradient wrt x')
+    for t = K + 1, T do assert.equals(0, gsb[1]:get(t)) end
+    assert_close(0, gsb[2], 0, 0)
+    assert_close(gub[2], gsb[3], 1e-10, 1e-12, 'go_backwards: gradient wrt w')
+    -- with taps {-2,-1}: the last 2 steps read h_{T-3}, h_{T-2} as constants
+    local H0 = tgl.dvector('H0')
+    local lag = tgl.scan { fn = function(a, b, ww) return tgl.tanh(a * ww + b) end, non_sequences = { w },
+                           outputs_info = { { initial = H0, taps = { -2, -1 } } }, n_steps = 5, truncate_gradient = 2 }
+    local lv = eval({ H0, w }, { lag }, { f64 { 0.3, 0.1 }, wv })[1]
+    local gl = eval({ H0, w }, tgl.grad(tgl.sum(lag), { H0, w }), { f64 { 0.3, 0.1 }, wv })
+    assert_close({ 0, 0 }, gl[1], 0, 0)
+    local a, b = tgl.dscalar('a'), tgl.dscalar('b')
+    local y1 = tgl.tanh(a * w + b)
+    local y2 = tgl.tanh(b * w + y1)
+    assert_close(eval({ a, b, w }, { tgl.grad(y1 + y2, w) }, { lv[{ 2 }], lv[{ 3 }], wv })[1], gl[2])
   end)
 
   it('every compile mode and linker gives the same values and gradients', function()
