@@ -86,6 +86,14 @@ tgl_status tgl_scan_prepare(tgl_ctx *ctx, const tgl_node *n, const tgl_program *
 tgl_status tgl_scan_exec(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins, tgl_frame **sub,
                          tgl_array *const *in);
 
+/* The scan stage of the rewrites (scan_opt.c): every scan pass not
+ * excluded, over the graphs of roots (rewritten in place). */
+tgl_status tgl_scan_optimize(tgl_ctx *ctx, int n, tgl_node **roots);
+/* The scan passes, for the rule list. */
+int tgl_scan_npasses(void);
+const char *tgl_scan_pass_name(int i);
+const char *tgl_scan_pass_synopsis(int i);
+
 /* The pullback (scan_grad.c): a backward scan. */
 tgl_status tgl_scan_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *const *gout, tgl_node **gin);
 

@@ -11,6 +11,7 @@
  * rule: rebuilding through tgl_apply returns the existing node.
  */
 #include "engine/opt/opt.h"
+#include "scan/scan.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -232,6 +233,17 @@ tgl_status tgl_optimize(tgl_ctx *ctx, int level, int n, tgl_node *const *in, tgl
     /* Stabilized forms can expose canonical ones (e.g. a folded constant). */
     if (!st)
         st = run_stage(ctx, tgl_rules_canonicalize, tgl_nrules_canonicalize, n, out);
+    /* Loops (src/scan): hoisting, whole-sequence ops, saving memory; what
+     * they move out of a body is then canonicalized like the rest.  Only
+     * when compiling for speed: tgl.grad stabilizes a cost before
+     * differentiating it, and a scan keeping only its last step has no
+     * gradient. */
+    if (!st && level >= TGL_OPT_FAST_RUN) {
+        size_t before = ctx->graph.next_id;
+        st = tgl_scan_optimize(ctx, n, out);
+        if (!st && ctx->graph.next_id != before)
+            st = run_stage(ctx, tgl_rules_canonicalize, tgl_nrules_canonicalize, n, out);
+    }
     if (!st && level >= TGL_OPT_FAST_RUN)
         st = run_stage(ctx, tgl_rules_specialize, tgl_nrules_specialize, n, out);
     if (!st && level >= TGL_OPT_FAST_RUN && !tgl_rule_excluded(ctx, "elemwise_fusion"))
@@ -259,9 +271,15 @@ static const tgl_rule *rule_at(int i, const char **stage)
     return NULL;
 }
 
+/* After the per-node rules: the scan passes, then fusion. */
+static int nrules_per_node(void)
+{
+    return tgl_nrules_canonicalize + tgl_nrules_stabilize + tgl_nrules_specialize;
+}
+
 int tgl_rule_count(void)
 {
-    return tgl_nrules_canonicalize + tgl_nrules_stabilize + tgl_nrules_specialize + 1;
+    return nrules_per_node() + tgl_scan_npasses() + 1;
 }
 
 const char *tgl_rule_name(int i)
@@ -270,6 +288,8 @@ const char *tgl_rule_name(int i)
     const tgl_rule *r = rule_at(i, &stage);
     if (r)
         return r->name;
+    if (i >= nrules_per_node() && i < nrules_per_node() + tgl_scan_npasses())
+        return tgl_scan_pass_name(i - nrules_per_node());
     return i == tgl_rule_count() - 1 ? "elemwise_fusion" : NULL;
 }
 
@@ -278,6 +298,8 @@ const char *tgl_rule_stage(int i)
     const char *stage;
     if (rule_at(i, &stage))
         return stage;
+    if (i >= nrules_per_node() && i < nrules_per_node() + tgl_scan_npasses())
+        return "scan";
     return i == tgl_rule_count() - 1 ? "fuse" : NULL;
 }
 
@@ -287,6 +309,8 @@ const char *tgl_rule_synopsis(int i)
     const tgl_rule *r = rule_at(i, &stage);
     if (r)
         return r->synopsis;
+    if (i >= nrules_per_node() && i < nrules_per_node() + tgl_scan_npasses())
+        return tgl_scan_pass_synopsis(i - nrules_per_node());
     return i == tgl_rule_count() - 1
                ? "maximal groups of elementwise ops (and a reduction they feed) become one "
                  "generated kernel"
