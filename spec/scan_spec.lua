@@ -43,7 +43,7 @@ end
 -- list of {scan_expr, unrolled_expr}; the cost of each side is the sum of
 -- its expressions (weighted by position, so that each output counts
 -- differently), differentiated with respect to `wrt`.
-local function check_vs_unrolled(inputs, args, pairs, wrt, rtol)
+local function check_vs_unrolled(inputs, args, pairs, wrt, rtol, opts)
   rtol = rtol or 1e-10
   local outs = {}
   local cs, cu
@@ -58,7 +58,7 @@ local function check_vs_unrolled(inputs, args, pairs, wrt, rtol)
     cs = cs and cs + ws or ws
     cu = cu and cu + wu or wu
   end
-  local got = eval(inputs, outs, args)
+  local got = eval(inputs, outs, args, opts)
   for k = 1, #pairs do
     assert_close(got[2 * k], got[2 * k - 1], rtol, rtol, ('output %d'):format(k))
   end
@@ -67,7 +67,7 @@ local function check_vs_unrolled(inputs, args, pairs, wrt, rtol)
     local gu = tgl.grad(cu, wrt)
     local all = {}
     for k = 1, #wrt do all[#all + 1], all[#all + 2] = gs[k], gu[k] end
-    local g = eval(inputs, all, args)
+    local g = eval(inputs, all, args, opts)
     for k = 1, #wrt do
       assert_close(g[2 * k], g[2 * k - 1], rtol, rtol, ('gradient %d'):format(k))
     end
@@ -761,9 +761,10 @@ end)
 -- Property test: random Elman-like recurrences
 --   h_t = tanh(sum_a x_{t+d_a} Wx_a + sum_b h_{t+e_b} Wh_b + bias)
 -- with random sizes, dtypes, sequence taps (-2..2), output taps, lengths,
--- n_steps given or inferred, go_backwards, and the weights passed as
--- non_sequences or closed over: the scan against the same loop unrolled by
--- hand, values and gradients; finite differences on some float64 cases.
+-- n_steps given or inferred, go_backwards, the weights passed as
+-- non_sequences or closed over, and a random compile mode and linker: the
+-- scan against the same loop unrolled by hand, values and gradients;
+-- finite differences on some float64 cases.
 local DEFAULT_SEED, DEFAULT_CASES = 20261201, 16
 local seed_env = os.getenv('TGL_PROP_SEED')
 local BASE_SEED = tonumber(seed_env) or DEFAULT_SEED
@@ -783,6 +784,8 @@ local function recipe(seed)
     backwards = math.random(3) == 1,
     nonseq = math.random(2) == 1,
     explicit_taps = math.random(2) == 1,
+    mode = ({ 'FAST_RUN', 'FAST_RUN', 'FAST_COMPILE', 'DEBUG' })[math.random(4)],
+    linker = ({ 'cvm', 'cvm_nogc', 'vm' })[math.random(3)],
   }
   local pool, staps = { -2, -1, 0, 1, 2 }, {}
   for _ = 1, math.random(1, 2) do
@@ -799,7 +802,8 @@ local function recipe(seed)
 end
 
 local function describe_recipe(r)
-  return ('%s nin=%d nh=%d T=%d L=%d seq taps {%s} out taps {%s} init entries %d%s%s%s'):format(
+  return ('%s/%s %s nin=%d nh=%d T=%d L=%d seq taps {%s} out taps {%s} init entries %d%s%s%s'):format(
+    r.mode, r.linker,
     r.dtype, r.nin, r.nh, r.T, r.L, table.concat(r.staps, ','), table.concat(r.otaps, ','), r.E,
     r.given and ' n_steps given' or '', r.backwards and ' go_backwards' or '',
     r.nonseq and ' non_sequences' or ' closed over')
@@ -871,7 +875,8 @@ describe('property: random Elman-like recurrences, scan against the unrolled loo
       end
       local out, unrolled = build(r, vars)
       local tol = r.dtype == 'float32' and 2e-4 or 1e-10
-      local ok, err = pcall(check_vs_unrolled, vars, pts, { { out, unrolled } }, vars, tol)
+      local ok, err = pcall(check_vs_unrolled, vars, pts, { { out, unrolled } }, vars, tol,
+                            { mode = r.mode, linker = r.linker })
       if not ok then error(('seed %d (%s): %s'):format(seed, what, tostring(err)), 0) end
       if r.dtype == 'float64' and case % 2 == 0 then
         local e = tgl.verify_grad(function(...) return (build(r, { ... })) end, random_point(r, 'float64'))
