@@ -448,6 +448,22 @@ describe('tgl.scan values and gradients', function()
     -- acc: {1,1} -> {3,3} -> {8,8}; outputs 2*1, 6*2
     assert_close({ 2, 12 }, h({ 1, 2 }))
     assert_close({ 8, 8 }, acc:get_value())
+    -- a shared matrix updated in fn and read with the sequence (x_t W): each step reads that
+    -- step's W, in every mode (FAST_RUN must not compute x W on the whole sequence at once)
+    local xm, hv0 = tgl.dmatrix('xm'), tgl.dvector('hv0')
+    local W0 = f64 { { 0.5, 0.1 }, { 0.2, 0.3 } }
+    local Wsh = tgl.shared(W0, 'Wsh')
+    local o4, ups4 = tgl.scan { fn = function(xt, hh) return tgl.tanh(xt:dot(Wsh) + hh * 0.5), { { Wsh, Wsh * -0.7 } } end,
+                                sequences = { xm }, outputs_info = { hv0 } }
+    local xv = f64 { { 0.1, 0.2 }, { -0.3, 0.4 }, { 0.5, 0.6 } }
+    local want, hh, Wv = {}, f64 { 0, 0 }, W0
+    for t = 1, 3 do hh = tgl.tanh(xv[t]:dot(Wv) + hh * 0.5); want[t] = hh; Wv = Wv * -0.7 end
+    for _, mode in ipairs({ 'FAST_RUN', 'FAST_COMPILE', 'DEBUG' }) do
+      Wsh:set_value(W0)
+      local got = tgl.compile { inputs = { xm, hv0 }, outputs = o4, updates = ups4, mode = mode }(xv, f64 { 0, 0 })
+      assert_close(tgl.stack(want), got, 1e-12, 1e-14, mode)
+      assert_close(Wv, Wsh:get_value(), 1e-12, 1e-14, mode)
+    end
     -- a step function that returns only updates
     local total = tgl.shared(f64(0), 'total')
     local none, ups3 = tgl.scan { fn = function(xt) return nil, { { total, total + xt * xt } } end, sequences = { x } }
