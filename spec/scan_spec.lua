@@ -699,6 +699,25 @@ describe('tgl.scan errors', function()
     assert_close({ 2, 3 }, W:get_value())
   end)
 
+  it('an error inside a step names the line of the step function, in every mode', function()
+    local xm, Wm = tgl.dmatrix('xm'), tgl.dmatrix('Wm')
+    local v0 = tgl.dvector('v0')
+    local line = debug.getinfo(1, 'l').currentline + 2
+    local o = tgl.scan { fn = function(xt, h)
+      return tgl.tanh(xt:dot(Wm) + h)
+    end, sequences = { xm }, outputs_info = { v0 }, name = 'badstep' }
+    for _, mode in ipairs({ 'FAST_RUN', 'FAST_COMPILE', 'DEBUG' }) do
+      local f = tgl.compile { inputs = { xm, Wm, v0 }, outputs = o, mode = mode }
+      local ok, err = pcall(f, tgl.zeros({ 2, 3 }, { dtype = 'float64' }), tgl.zeros({ 2, 2 }, { dtype = 'float64' }),
+                            tgl.zeros({ 2 }, { dtype = 'float64' }))
+      assert.is_false(ok)
+      assert.matches('inner sizes 3 and 2 differ', err, 1, true)
+      assert.matches('scan_spec.lua:' .. line, err, 1, true)
+      -- run inside the loop, the error also names the scan and the step
+      if mode == 'FAST_COMPILE' then assert.matches("scan 'badstep', step 1", err, 1, true) end
+    end
+  end)
+
   it('taps reaching before the start: output tap -2 with an initial value of one entry', function()
     local v0 = tgl.dvector('v0')
     local out = tgl.scan { fn = function(a, b) return a + b end, outputs_info = { { initial = v0, taps = { -2, -1 } } },
