@@ -304,8 +304,16 @@ describe('tgl.jacobian and tgl.hessian', function()
     assert.same({ 2, 4 }, tgl.compile { inputs = { x }, outputs = J }(f64 { 1, 2 }):totable())
   end)
 
-  it('the jacobian of a vector of unknown length asks for its size', function()
-    raises('jacobian', function() tgl.jacobian(tgl.tanh(x), x) end, 'pass {size = n}')
+  it('the jacobian of a vector of length known only at run time is a scan over its rows', function()
+    local J = tgl.jacobian(tgl.tanh(x) * 2, x)
+    local v = f64 { 0.5, -1, 2 }
+    local got = tgl.compile { inputs = { x }, outputs = J }(v)
+    for i = 1, 3 do
+      for j = 1, 3 do
+        local want = i == j and 2 * (1 - math.tanh(v:get(i)) ^ 2) or 0
+        assert.is_true(math.abs(got:get(i, j) - want) < 1e-12)
+      end
+    end
     raises('jacobian', function() tgl.jacobian(tgl.dmatrix('m'), x) end, 'f must be a scalar or a vector')
   end)
 

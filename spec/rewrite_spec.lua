@@ -453,6 +453,68 @@ case { rule = 'elemwise_fusion', what = 'a bias row stays outside the matrix gro
   build = function(x, v) return tgl.tanh(x + tgl.exp(v)) end,
   view = 'graph_run', on = { 'fused' }, off = { 'tanh', 'add' } }
 
+-- scan -------------------------------------------------------------------
+-- A recurrence h_t = tanh(x_t . A + h_{t-1} . B + exp(c)) computed eagerly,
+-- step by step, as the reference.
+local A_, B_ = rd(3, 2), rd(2, 2) * 0.5
+local function rnn_ref(x, h0, c)
+  local hs, h = {}, h0
+  for t = 1, x:size(1) do
+    h = tgl.tanh(tgl.dot(x[t], A_) + tgl.dot(h, B_) + tgl.exp(c))
+    hs[t] = h
+  end
+  return hs
+end
+local H0, C = tgl.dvector('h0'), tgl.dvector('c')
+local function rnn(x, h0, c, name)
+  return tgl.scan { fn = function(xt, h, a, b)
+    return tgl.tanh(xt:dot(a) + h:dot(b) + tgl.exp(c)) end,
+    sequences = { x }, outputs_info = { h0 }, non_sequences = { tgl.constant(A_), tgl.constant(B_) },
+    name = name }
+end
+local function rnn_args() return { rd(5, 3), rd(2), rd(2) } end
+
+case { rule = 'scan_hoist', what = 'exp(c) of an outer vector leaves the body',
+  vars = { X, H0, C }, args = rnn_args,
+  build = function(x, h0, c) return rnn(x, h0, c, 'hoist') end,
+  ref = function(x, h0, c) return tgl.stack(rnn_ref(x, h0, c), 1) end,
+  view = 'program', text_on = { 'hoisted' } }
+
+case { rule = 'scan_seq_whole', what = 'x_t . A for every t becomes one product before the loop',
+  vars = { X, H0, C }, args = rnn_args,
+  build = function(x, h0, c) return rnn(x, h0, c, 'whole') end,
+  ref = function(x, h0, c) return tgl.stack(rnn_ref(x, h0, c), 1) end,
+  view = 'program', text_on = { 'whole[t]' } }
+
+case { rule = 'scan_save_mem', what = 'only h[-1] is read: the scan keeps the last step',
+  vars = { X, H0, C }, args = rnn_args,
+  build = function(x, h0, c) return rnn(x, h0, c, 'last')[-1] end,
+  ref = function(x, h0, c) local hs = rnn_ref(x, h0, c); return hs[#hs] end,
+  view = 'program', text_on = { 'last only: 1}' } }
+
+local Ws = tgl.shared(tgl.array({ { 0.3, -0.2 }, { 0.1, 0.4 } }, 'float64'), 'Ws')
+case { rule = 'scan_grad_gemm', what = 'the gradient of W accumulated per step becomes one product',
+  vars = { X, H0 }, args = function() return { rd(6, 2), rd(2) } end,
+  build = function(x, h0)
+    local H = tgl.scan { fn = function(xt, h) return tgl.tanh(xt + h:dot(Ws)) end,
+      sequences = { x }, outputs_info = { h0 }, name = 'gg' }
+    return tgl.grad(tgl.sum(H * H), Ws)
+  end,
+  ref = function(x, h0)
+    -- backpropagation through time by hand
+    local W = Ws:get_value()
+    local hs, h = { [0] = h0 }, h0
+    for t = 1, x:size(1) do h = tgl.tanh(x[t] + tgl.dot(h, W)); hs[t] = h end
+    local gW, carry = tgl.zeros(2, 2, F64), tgl.zeros(2, F64)
+    for t = x:size(1), 1, -1 do
+      local d = (hs[t] * 2 + carry) * (1 - hs[t] * hs[t])
+      gW = gW + tgl.outer(hs[t - 1], d)
+      carry = tgl.dot(W, d)
+    end
+    return gW
+  end,
+  view = 'program', text_on = { '{grad of gg: 3 seq, 1 rec,' } }
+
 -- ---------------------------------------------------------------------------
 
 describe('rewrite rules', function()
@@ -474,7 +536,7 @@ describe('rewrite rules', function()
   end)
 
   it('lists the rules by stage, in driver order', function()
-    local stages, order = {}, { canonicalize = 1, stabilize = 2, specialize = 3, fuse = 4 }
+    local stages, order = {}, { canonicalize = 1, stabilize = 2, scan = 3, specialize = 4, fuse = 5 }
     local last = 0
     for _, r in ipairs(tgl.rules()) do
       assert.is_not_nil(order[r.stage], 'unknown stage ' .. r.stage)
@@ -482,7 +544,8 @@ describe('rewrite rules', function()
       last = order[r.stage]
       stages[r.stage] = true
     end
-    assert.are.same({ canonicalize = true, stabilize = true, specialize = true, fuse = true }, stages)
+    assert.are.same({ canonicalize = true, stabilize = true, scan = true, specialize = true,
+                      fuse = true }, stages)
   end)
 
   local names = {}

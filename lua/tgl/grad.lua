@@ -72,54 +72,52 @@ function M.grad(cost, wrt, opts)
   return res
 end
 
--- The number of elements of f, when it can be known now: from opts.size,
--- or from a shared variable's or constant's value of the same shape.
-local function static_size(fname, f, opts)
-  if opts and opts.size then return opts.size end
-  if f.ndim == 0 then return 1 end
-  argerror(fname, 'the size of the output is only known at run time: pass {size = n} '
-           .. '(the loop-based form comes with tgl.scan)')
-end
-
--- tgl.jacobian(f, wrt [, {size = n}]): rows d f[i] / d wrt for a vector
--- (or scalar) f, stacked; one table entry per wrt when wrt is a table.
+-- tgl.jacobian(f, wrt): rows d f[i] / d wrt for a vector (or scalar) f,
+-- stacked on a new first axis; one table entry per wrt when wrt is a
+-- table.  For a vector f the rows come from a tgl.scan over i = 1..#f (as
+-- Theano's jacobian does), so f's length may be known only at run time;
+-- the scan rewrites move the work that does not depend on i out of the
+-- loop.  {size = n} is accepted for older scripts and checked at run time
+-- through n_steps.
 local SIZE_OPTIONS = { size = 'number' }
 function M.jacobian(f, wrt, opts)
-  core.check_options('jacobian', opts, SIZE_OPTIONS)
+  opts = core.check_options('jacobian', opts, SIZE_OPTIONS)
   if not is_var(f) then argerror('jacobian', 'f must be a variable') end
   if f.ndim > 1 then argerror('jacobian', 'f must be a scalar or a vector, got %d dimensions', f.ndim) end
   local single = is_var(wrt)
   local list = single and { wrt } or wrt
-  local n = static_size('jacobian', f, opts)
-  local rows = {}
-  for k = 1, #list do rows[k] = {} end
-  for i = 1, n do
-    local fi = f.ndim == 0 and f or f[i]
-    local g = M.grad(fi, list, { disconnected = 'ignore' })
-    for k = 1, #list do rows[k][i] = g[k] end
+  if type(list) ~= 'table' or #list == 0 then
+    argerror('jacobian', 'wrt must be a variable or a table of variables')
   end
-  local res = {}
-  for k = 1, #list do
-    res[k] = f.ndim == 0 and rows[k][1] or G.stack(rows[k], 1)
+  local res
+  if f.ndim == 0 then
+    res = M.grad(f, list, { disconnected = 'ignore' })
+  else
+    local scan = require('tgl.scan').scan
+    local n = f:size(1)
+    local rows = G.symbolic_arange(1, n)
+    local outs = scan{
+      fn = function(i) return M.grad(f[i], list, { disconnected = 'ignore' }) end,
+      sequences = { rows }, n_steps = opts.size, name = 'jacobian',
+    }
+    res = #list == 1 and { outs } or outs
   end
   if single then return res[1] end
   return res
 end
 
--- tgl.hessian(cost, wrt [, {size = n}]): the jacobian of the gradient.
--- For a shared wrt the size is read from its value.
+-- tgl.hessian(cost, wrt): the jacobian of the gradient (a scan over the
+-- gradient's elements); for a matrix wrt, the gradient is flattened first,
+-- so the result is (#wrt, shape of wrt...).
 function M.hessian(cost, wrt, opts)
-  core.check_options('hessian', opts, SIZE_OPTIONS)
+  opts = core.check_options('hessian', opts, SIZE_OPTIONS)
   local single = is_var(wrt)
   local list = single and { wrt } or wrt
   local res = {}
   for k, v in ipairs(list) do
-    local size = opts and opts.size
-    if not size and v.kind == 'shared' then size = v:get_value{ borrow = true }:nelement() end
-    if not size and v.ndim == 0 then size = 1 end
     local g = M.grad(cost, v)
     if v.ndim > 1 then g = G.flatten(g, 1) end
-    res[k] = M.jacobian(g, v, { size = size or static_size('hessian', g, opts) })
+    res[k] = M.jacobian(g, v, opts)
   end
   if single then return res[1] end
   return res

@@ -31,7 +31,15 @@
     F(tgl_params, n) F(tgl_params, flags) F(tgl_params, i) F(tgl_params, f) \
     S(tgl_compile_options)                                                \
     F(tgl_compile_options, linker) F(tgl_compile_options, profile)        \
-    F(tgl_compile_options, name) F(tgl_compile_options, mode)
+    F(tgl_compile_options, name) F(tgl_compile_options, mode)             \
+    S(tgl_scan_spec)                                                      \
+    F(tgl_scan_spec, name) F(tgl_scan_spec, nseq) F(tgl_scan_spec, seq_ntaps) \
+    F(tgl_scan_spec, seq_taps) F(tgl_scan_spec, nrec) F(tgl_scan_spec, rec_ntaps) \
+    F(tgl_scan_spec, rec_taps) F(tgl_scan_spec, nnofb) F(tgl_scan_spec, nnonseq) \
+    F(tgl_scan_spec, has_until) F(tgl_scan_spec, reverse)                 \
+    F(tgl_scan_spec, truncate_gradient) F(tgl_scan_spec, inner_in)        \
+    F(tgl_scan_spec, inner_out) F(tgl_scan_spec, n_steps) F(tgl_scan_spec, seqs) \
+    F(tgl_scan_spec, inits) F(tgl_scan_spec, nonseqs) F(tgl_scan_spec, keep)
 
 #define DEFINES(D)                                                        \
     D(TGL_VERSION_MAJOR) D(TGL_VERSION_MINOR) D(TGL_VERSION_PATCH)        \

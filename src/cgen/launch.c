@@ -286,9 +286,14 @@ tgl_status tgl_cgen_launch(const tgl_backend_opts *o, const tgl_fprog *prog, tgl
         return TGL_OK;
     }
 
+    /* Operand descriptors: on the stack for the usual few (a launch per
+     * scan step must not allocate). */
     int nop = prog->nin + prog->nout;
-    tgl_kbuf *kb = calloc((size_t)nop, sizeof *kb);
+    tgl_kbuf kb_stack[8];
+    tgl_kbuf *kb = nop <= 8 ? kb_stack : calloc((size_t)nop, sizeof *kb);
     CHECK(kb, TGL_ENOMEM, "cgen: out of memory");
+    if (kb == kb_stack)
+        memset(kb_stack, 0, sizeof kb_stack);
     run r = {.fn = fn, .nout = prog->nout};
     tgl_kargs *a = &r.base;
     a->ndim = geometry(prog, in, out, space, kb, a->shape);
@@ -341,7 +346,8 @@ tgl_status tgl_cgen_launch(const tgl_backend_opts *o, const tgl_fprog *prog, tgl
         if (!scratch || (privat && !r.outs)) {
             free(scratch);
             free(r.outs);
-            free(kb);
+            if (kb != kb_stack)
+                free(kb);
             return tgl_errbuf_set(err, TGL_ENOMEM, "cgen: out of memory");
         }
         acc0 = direct ? o0->data : scratch;
@@ -372,6 +378,7 @@ tgl_status tgl_cgen_launch(const tgl_backend_opts *o, const tgl_fprog *prog, tgl
     }
     free(scratch);
     free(r.outs);
-    free(kb);
+    if (kb != kb_stack)
+        free(kb);
     return TGL_OK;
 }

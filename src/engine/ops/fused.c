@@ -209,8 +209,10 @@ static tgl_status tgl_fused_run(tgl_ctx *ctx, const tgl_node *n, tgl_array *cons
 {
     const tgl_fprog *p = prog_of(ctx, n);
     bool gen = tgl_backend_tier(p) > 0; /* the backend has kernel code */
-    /* Outputs nobody asked for still need a buffer for the kernel. */
-    tgl_array **all = calloc((size_t)p->nout * 3, sizeof *all);
+    /* Outputs nobody asked for still need a buffer for the kernel.  The
+     * usual few outputs' lists live on the stack: no allocation per run. */
+    tgl_array *stack_all[3 * 4] = {NULL};
+    tgl_array **all = p->nout <= 4 ? stack_all : calloc((size_t)p->nout * 3, sizeof *all);
     if (!all)
         return tgl_ctx_set_error(ctx, TGL_ENOMEM, "fused: out of memory");
     tgl_array **tmp = all + p->nout, **ref = all + 2 * p->nout;
@@ -244,7 +246,8 @@ static tgl_status tgl_fused_run(tgl_ctx *ctx, const tgl_node *n, tgl_array *cons
     }
     for (int k = 0; k < p->nout; k++)
         tgl_array_release(tmp[k]);
-    free(all);
+    if (all != stack_all)
+        free(all);
     return st;
 }
 

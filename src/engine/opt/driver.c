@@ -253,66 +253,77 @@ tgl_status tgl_optimize(tgl_ctx *ctx, int level, int n, tgl_node *const *in, tgl
 
 /* ---- the rule list, for inspection ---------------------------------- */
 
-static const tgl_rule *rule_at(int i, const char **stage)
+/* The rules in driver order: canonicalize, stabilize, the scan passes,
+ * specialize, fusion.  *stage names the stage; the result is the per-node
+ * rule, or NULL with *pass set for a whole-graph pass (a scan pass index,
+ * or -1 for fusion). */
+static const tgl_rule *rule_at(int i, const char **stage, int *pass)
 {
+    *pass = -2;
     if (i < 0)
         return NULL;
-    static const char *names[] = {"canonicalize", "stabilize", "specialize"};
-    const tgl_rule *tables[] = {tgl_rules_canonicalize, tgl_rules_stabilize,
-                                tgl_rules_specialize};
-    const int counts[] = {tgl_nrules_canonicalize, tgl_nrules_stabilize, tgl_nrules_specialize};
-    for (int t = 0; t < 3; t++) {
-        if (i < counts[t]) {
-            *stage = names[t];
-            return &tables[t][i];
-        }
-        i -= counts[t];
+    if (i < tgl_nrules_canonicalize) {
+        *stage = "canonicalize";
+        return &tgl_rules_canonicalize[i];
+    }
+    i -= tgl_nrules_canonicalize;
+    if (i < tgl_nrules_stabilize) {
+        *stage = "stabilize";
+        return &tgl_rules_stabilize[i];
+    }
+    i -= tgl_nrules_stabilize;
+    if (i < tgl_scan_npasses()) {
+        *stage = "scan";
+        *pass = i;
+        return NULL;
+    }
+    i -= tgl_scan_npasses();
+    if (i < tgl_nrules_specialize) {
+        *stage = "specialize";
+        return &tgl_rules_specialize[i];
+    }
+    i -= tgl_nrules_specialize;
+    if (i == 0) {
+        *stage = "fuse";
+        *pass = -1;
     }
     return NULL;
 }
 
-/* After the per-node rules: the scan passes, then fusion. */
-static int nrules_per_node(void)
-{
-    return tgl_nrules_canonicalize + tgl_nrules_stabilize + tgl_nrules_specialize;
-}
-
 int tgl_rule_count(void)
 {
-    return nrules_per_node() + tgl_scan_npasses() + 1;
+    return tgl_nrules_canonicalize + tgl_nrules_stabilize + tgl_scan_npasses() +
+           tgl_nrules_specialize + 1;
 }
 
 const char *tgl_rule_name(int i)
 {
-    const char *stage;
-    const tgl_rule *r = rule_at(i, &stage);
+    const char *stage = NULL;
+    int pass;
+    const tgl_rule *r = rule_at(i, &stage, &pass);
     if (r)
         return r->name;
-    if (i >= nrules_per_node() && i < nrules_per_node() + tgl_scan_npasses())
-        return tgl_scan_pass_name(i - nrules_per_node());
-    return i == tgl_rule_count() - 1 ? "elemwise_fusion" : NULL;
+    return pass >= 0 ? tgl_scan_pass_name(pass) : pass == -1 ? "elemwise_fusion" : NULL;
 }
 
 const char *tgl_rule_stage(int i)
 {
-    const char *stage;
-    if (rule_at(i, &stage))
-        return stage;
-    if (i >= nrules_per_node() && i < nrules_per_node() + tgl_scan_npasses())
-        return "scan";
-    return i == tgl_rule_count() - 1 ? "fuse" : NULL;
+    const char *stage = NULL;
+    int pass;
+    const tgl_rule *r = rule_at(i, &stage, &pass);
+    return r || pass >= -1 ? stage : NULL;
 }
 
 const char *tgl_rule_synopsis(int i)
 {
-    const char *stage;
-    const tgl_rule *r = rule_at(i, &stage);
+    const char *stage = NULL;
+    int pass;
+    const tgl_rule *r = rule_at(i, &stage, &pass);
     if (r)
         return r->synopsis;
-    if (i >= nrules_per_node() && i < nrules_per_node() + tgl_scan_npasses())
-        return tgl_scan_pass_synopsis(i - nrules_per_node());
-    return i == tgl_rule_count() - 1
-               ? "maximal groups of elementwise ops (and a reduction they feed) become one "
-                 "generated kernel"
-               : NULL;
+    if (pass >= 0)
+        return tgl_scan_pass_synopsis(pass);
+    return pass == -1 ? "maximal groups of elementwise ops (and a reduction they feed) become one "
+                        "generated kernel"
+                      : NULL;
 }

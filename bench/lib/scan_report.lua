@@ -1,0 +1,208 @@
+-- bench/lib/scan_report.lua — turns bench/results/scan.csv (and the run's
+-- scan_meta.csv) into scan.md, and prints it.
+--   tgl bench/lib/scan_report.lua scan.csv scan_meta.csv scan.md
+-- A cell is the median of the repeats with the spread (% of the median);
+-- '!' marks a spread above 10%.  Ratios tgl/peer are speed ratios (above 1:
+-- tgl faster), from tgl's best variant and the peer's best variant; '≈'
+-- marks two figures whose min–max ranges overlap (the run does not
+-- separate them).
+package.path = (arg[0]:match('^(.*)/[^/]*$') or '.') .. '/?.lua;' .. package.path
+local stats = require 'stats'
+
+local csv_path, meta_path, md_path = arg[1], arg[2], arg[3]
+assert(csv_path and meta_path and md_path, 'usage: tgl bench/lib/scan_report.lua scan.csv scan_meta.csv scan.md')
+
+local function split(line)
+  local t = {}
+  for f in (line .. ','):gmatch('([^,]*),') do t[#t + 1] = f end
+  return t
+end
+local rows, cols = {}, nil
+for line in io.lines(csv_path) do
+  if line ~= '' then
+    local f = split(line)
+    if not cols then cols = f else
+      local r = {}
+      for i, c in ipairs(cols) do r[c] = tonumber(f[i]) or f[i] end
+      r.key = r.system .. '/' .. r.variant
+      rows[#rows + 1] = r
+    end
+  end
+end
+local meta = {}
+for line in io.lines(meta_path) do
+  local k, v = line:match('^([^,]+),(.*)$')
+  if k and k ~= 'key' then meta[k] = v end
+end
+
+local out = {}
+local function w(...) out[#out + 1] = table.concat({ ... }) end
+local function sel(case, threads)
+  local r = {}
+  for _, x in ipairs(rows) do
+    if x.case == case and (not threads or x.threads == threads) then r[#r + 1] = x end
+  end
+  return r
+end
+local function cell(r, fmt)
+  if r.median == nil or r.median < 0 then return 'failed' end
+  return (fmt .. ' (%.0f%%)%s'):format(r.median, r.spread_pct, r.spread_pct > stats.FLAG_PCT and '!' or '')
+end
+local function threads_of(case)
+  local seen, list = {}, {}
+  for _, x in ipairs(rows) do
+    if x.case == case and not seen[x.threads] then seen[x.threads] = true; list[#list + 1] = x.threads end
+  end
+  table.sort(list)
+  return list
+end
+-- tgl's or a peer's best row (higher is better when `higher`)
+local function best(rs, system, higher)
+  local b
+  for _, r in ipairs(rs) do
+    if r.system == system and r.median and r.median > 0 then
+      if not b or (higher and r.median > b.median) or (not higher and r.median < b.median) then b = r end
+    end
+  end
+  return b
+end
+local function ratio(a, b, higher)     -- speed ratio a over b, marks
+  if not a or not b then return '–' end
+  local q = higher and a.median / b.median or b.median / a.median
+  local marks = (stats.overlap(a, b) and ' ≈' or '') ..
+                ((a.spread_pct > stats.FLAG_PCT or b.spread_pct > stats.FLAG_PCT) and '!' or '')
+  return ('%.2f×%s'):format(q, marks)
+end
+
+w('# tgl.scan benchmarks')
+w('')
+w('Made by `bench/run scan` (bench/lib/scan_run.sh, bench/scan.lua, bench/peers/scan_*.py). ',
+  'Each figure: ', stats.describe():gsub('median of %d+ repeats', 'median of ' .. (meta.repeats or '?') ..
+  ' repeats'):gsub('>= [%d.]+ s', '>= ' .. (meta.min_time or '?') .. ' s'), '.')
+w('')
+for _, k in ipairs({ 'date', 'cpu', 'blas', 'tgl_commit', 'repeats', 'min_time', 'run_seconds' }) do
+  if meta[k] then w('- ', k, ': ', meta[k]) end
+end
+local mkeys = {}
+for k in pairs(meta) do mkeys[#mkeys + 1] = k end
+table.sort(mkeys)
+for _, k in ipairs(mkeys) do
+  local v = meta[k]
+  if k:match('^version%.') then w('- ', k:sub(9), ' ', v) end
+  if k:match('^missing%.') then w('- ', k:sub(9), ': missing (', v, ')') end
+  if k:match('^missing_variant%.') then w('- ', k:sub(17), ': not run (', v, ')') end
+end
+w('- Load average (1, 5, 15 min) before the run: ', meta.load_before or '?', '; after: ', meta.load_after or '?',
+  '; highest 1-min figure seen between processes: ', meta.load_max or '?')
+w('')
+
+-- overhead
+local ov = sel('overhead')
+if #ov > 0 then
+  w('## Per-step overhead: h = h + 1 on one float64, ns per step (lower is better)')
+  w('')
+  w('`scan`: one compiled loop of 10^6 steps (tgl.scan; JAX lax.scan under jit). `lua_loop`: a Lua `for` ',
+    'loop calling a compiled `h + 1` (trust_input) 10^6 times, the result fed back; `py_loop`: a Python ',
+    'loop calling the jitted `h + 1` (JAX) or eager `h + 1` (PyTorch). ',
+    '**tgl scan / this**: tgl scan\'s speed over the row\'s (above 1: tgl scan is faster).')
+  w('')
+  w('| system | variant | threads | ns/step (spread) | min–max | tgl scan / this |')
+  w('|---|---|---:|---:|---:|---:|')
+  local ref
+  for _, r in ipairs(ov) do if r.key == 'tgl/scan' then ref = r end end
+  for _, r in ipairs(ov) do
+    w(('| %s | %s | %d | %s | %.4g–%.4g | %s |'):format(r.system, r.variant, r.threads, cell(r, '%.4g'),
+      r.min, r.max, r == ref and '1' or ratio(ref, r, false)))
+  end
+  w('')
+end
+
+-- rnn
+local tl = threads_of('rnn')
+if #tl > 0 then
+  w('## Elman RNN 100-100-10, 100 time steps, batch 1, float32: forward + BPTT + SGD, time steps/s (higher is better)')
+  w('')
+  w('One compiled function (tgl: `tgl.scan`, `tgl.grad`, updates; JAX: `lax.scan`, `value_and_grad`, jit) ',
+    'or one eager step (PyTorch: a Python loop over the steps, autograd) per sequence. ',
+    'tgl `trust_input`: one call from Lua per sequence; `n_calls`: `f.fn{n_calls=N}`. ',
+    'JAX `jit`: one jitted call per sequence; `loop`: a jitted `fori_loop` of N sequences. ',
+    '**tgl/peer**: tgl\'s best variant over the peer\'s best (above 1: tgl faster); ≈: ranges overlap; ',
+    '!: a spread above ', stats.FLAG_PCT, '%.')
+  w('')
+  local keys, seen = {}, {}
+  for _, r in ipairs(sel('rnn')) do if not seen[r.key] then seen[r.key] = true; keys[#keys + 1] = r.key end end
+  local peers, pseen = {}, {}
+  for _, r in ipairs(sel('rnn')) do
+    if r.system ~= 'tgl' and not pseen[r.system] then pseen[r.system] = true; peers[#peers + 1] = r.system end
+  end
+  local hdr, al = { '| threads' }, { '|---:' }
+  for _, k in ipairs(keys) do hdr[#hdr + 1] = k; al[#al + 1] = '---:' end
+  for _, p in ipairs(peers) do hdr[#hdr + 1] = 'tgl/' .. p; al[#al + 1] = '---:' end
+  w(table.concat(hdr, ' | '), ' |')
+  w(table.concat(al, '|'), '|')
+  for _, t in ipairs(tl) do
+    local rs = sel('rnn', t)
+    local line = { '| ' .. t }
+    for _, k in ipairs(keys) do
+      local c = '–'
+      for _, r in ipairs(rs) do if r.key == k then c = cell(r, '%.0f') end end
+      line[#line + 1] = c
+    end
+    local tb = best(rs, 'tgl', true)
+    for _, p in ipairs(peers) do line[#line + 1] = ratio(tb, best(rs, p, true), true) end
+    w(table.concat(line, ' | '), ' |')
+  end
+  w('')
+  w('Check (same data and initial weights for all, bench/.data/scan_rnn.npz): the loss before and after 20 SGD ',
+    'steps, per system; they should agree to float32 rounding.')
+  w('')
+  w('| system | threads | loss before | loss after 20 steps | vs tgl |')
+  w('|---|---:|---:|---:|---:|')
+  for _, t in ipairs(tl) do
+    local ref, done = nil, {}
+    for _, r in ipairs(sel('rnn', t)) do
+      if not ref and r.system == 'tgl' and type(r.loss_after) == 'number' then ref = r end
+    end
+    local order = {}
+    if ref then order[1] = ref end
+    for _, r in ipairs(sel('rnn', t)) do if r.system ~= 'tgl' then order[#order + 1] = r end end
+    for _, r in ipairs(order) do
+      if not done[r.system] and type(r.loss_after) == 'number' then
+        done[r.system] = true
+        local agree = r == ref and 'reference' or '–'
+        if ref and r ~= ref then
+          local rel = math.abs(r.loss_after - ref.loss_after) / math.abs(ref.loss_after)
+          agree = rel < 1e-4 and ('agrees (%.1e)'):format(rel) or ('**DIFFERS** (%.1e)'):format(rel)
+        end
+        w(('| %s | %d | %.6f | %.6f | %s |'):format(r.system, t, r.loss_before, r.loss_after, agree))
+      end
+    end
+  end
+  w('')
+end
+
+-- memory
+local mem = sel('memory')
+if #mem > 0 then
+  w('## Memory: 10^5 steps of h = h + 1 on 1000 float64, result h[-1] only; peak RSS (VmHWM) of a fresh process')
+  w('')
+  w('`baseline`: the same process compiling and calling `h + 1` once, no scan. `default`: the default ',
+    'rewrites (`scan_save_mem` keeps only the states the result reads). `no_save_mem`: ',
+    '`tgl.config.exclude = \'scan_save_mem\'` (every step\'s state kept: 10^5 × 1000 × 8 B = 763 MiB).')
+  w('')
+  w('| variant | peak RSS, MiB | over baseline, MiB | note |')
+  w('|---|---:|---:|---|')
+  local base
+  for _, r in ipairs(mem) do if r.variant == 'baseline' then base = r end end
+  for _, r in ipairs(mem) do
+    w(('| %s | %s | %s | %s |'):format(r.variant, r.median >= 0 and ('%.1f'):format(r.median) or 'failed',
+      (base and r.median >= 0 and r ~= base) and ('%.1f'):format(r.median - base.median) or '–', r.note or ''))
+  end
+  w('')
+end
+
+local text = table.concat(out, '\n') .. '\n'
+local f = assert(io.open(md_path, 'w'))
+f:write(text)
+f:close()
+io.write(text)
