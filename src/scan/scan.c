@@ -759,8 +759,8 @@ static tgl_status step_error(tgl_ctx *ctx, const tgl_scan_layout *s, int64_t t, 
     return tgl_ctx_set_error(ctx, st, "scan '%s', step %" PRId64 ": %s", s->name, t + 1, msg);
 }
 
-tgl_status tgl_scan_exec(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins, tgl_frame **subp,
-                         tgl_array *const *in)
+static tgl_status scan_exec(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins, tgl_frame **subp,
+                            tgl_array *const *in)
 {
     const tgl_node *n = ins->node;
     const tgl_scan_layout *s = tgl_scan_of(n);
@@ -1032,6 +1032,22 @@ tgl_status tgl_scan_exec(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins, tgl_
         }
     }
     run_state_free(&rs, nseqv, nrecv);
+    return st;
+}
+
+/* The scan's own run-time errors end with where the user built it, as
+ * other ops' do (tgl_op_error); an error inside a step already names the
+ * inner op's line. */
+tgl_status tgl_scan_exec(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins, tgl_frame **subp,
+                         tgl_array *const *in)
+{
+    tgl_status st = scan_exec(ctx, fr, ins, subp, in);
+    const char *src = ins->node->source;
+    if (st && src && !strstr(ctx->errmsg, "built at ")) {
+        char msg[TGL_ERRMSG_SIZE];
+        snprintf(msg, sizeof msg, "%s", ctx->errmsg);
+        return tgl_ctx_set_error(ctx, st, "%s; built at %s", msg, src);
+    }
     return st;
 }
 

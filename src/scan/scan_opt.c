@@ -448,6 +448,9 @@ static tgl_status seq_whole(tgl_ctx *ctx, tgl_node *n, tgl_node **out)
             tgl_node_map_geti(&seq_of, m, 0) <= 0)
             continue;
         tgl_node *w = lift(ctx, n, m, &wh, &dep, &seq_of);
+        /* Errors at run time name the line the user wrote. */
+        if (w && !w->source && m->source)
+            w->source = strdup(m->source);
         if (w)
             st = tgl_node_map_set(ctx, &wh, m, w);
     }
