@@ -125,12 +125,13 @@ function M.scan(opts)
     argerror('scan', 'expected an options table: tgl.scan{fn = ..., sequences = {...}, '
              .. 'outputs_info = {...}, non_sequences = {...}}')
   end
-  core.check_options('scan', opts, SCAN_OPTIONS)
+  local name = type(opts.name) == 'string' and opts.name or 'scan'
+  -- messages name the scan: "tgl.scan: 'rnn': ..."
+  core.check_options(("scan: '%s'"):format(name), opts, SCAN_OPTIONS)
   local fn = opts.fn
-  if fn == nil then argerror('scan', "option 'fn' (the step function) is required") end
-  local name = opts.name or 'scan'
   local fname = 'scan'
   local function fail(fmt, ...) argerror(fname, "'%s': " .. fmt, name, ...) end
+  if fn == nil then fail("option 'fn' (the step function) is required") end
 
   -- Sequences: {x, ...} or {{input = x, taps = {...}}, ...}.
   local seqs, nseq_in = as_list(opts.sequences)

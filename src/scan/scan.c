@@ -441,10 +441,12 @@ static tgl_node *slice_from(tgl_ctx *ctx, tgl_node *x, int64_t from)
     return tgl_mk(ctx, TGL_OP_SUBTENSOR, 1, &x, &p);
 }
 
-/* Drops inner inputs no output reads: non-sequences, and (when n_steps
- * is given, so the sequences do not decide the length) sequence taps and
- * whole sequences.  Dropping a sequence's first taps slices the sequence
- * so that the taps left read the same elements. */
+/* Drops inner inputs no output reads: non-sequences, and for a backward
+ * scan (reverse: built by the pullback, whose sequences are long enough by
+ * construction) sequence taps and whole sequences.  A user's scan keeps
+ * its sequences: their declared taps decide how many steps there are and
+ * check n_steps.  Dropping a sequence's first taps slices the sequence so
+ * that the taps left read the same elements. */
 static tgl_status prune(tgl_ctx *ctx, const tgl_scan_spec *sp, building *b)
 {
     tgl_node **order = NULL;
@@ -468,7 +470,7 @@ static tgl_status prune(tgl_ctx *ctx, const tgl_scan_spec *sp, building *b)
         int nt = b->seq_ntaps[i], kept = 0, first = b->seq_taps[tp];
         int newfirst = 0;
         for (int a = 0; a < nt; a++) {
-            bool keep = !sp->n_steps || tgl_node_map_has(&used, in[p + a]);
+            bool keep = !sp->n_steps || !sp->reverse || tgl_node_map_has(&used, in[p + a]);
             if (keep) {
                 if (!kept)
                     newfirst = b->seq_taps[tp + a];
