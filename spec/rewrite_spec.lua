@@ -474,6 +474,16 @@ local function rnn(x, h0, c, name)
 end
 local function rnn_args() return { rd(5, 3), rd(2), rd(2) } end
 
+case { rule = 'scan_dead_outputs', what = 'an output nobody reads is not computed',
+  vars = { X }, args = function() return { rd(4, 3) } end,
+  build = function(x)
+    local outs = tgl.scan { fn = function(xt) return { xt * 2, tgl.exp(xt) } end,
+      sequences = { x }, name = 'dead' }
+    return outs[1]
+  end,
+  ref = function(x) return x * 2 end,
+  view = 'program', text_on = { '{dead: 1 seq, 0 rec, 1 out' } }
+
 case { rule = 'scan_hoist', what = 'exp(c) of an outer vector leaves the body',
   vars = { X, H0, C }, args = rnn_args,
   build = function(x, h0, c) return rnn(x, h0, c, 'hoist') end,
