@@ -482,7 +482,7 @@ case { rule = 'scan_dead_outputs', what = 'an output nobody reads is not compute
     return outs[1]
   end,
   ref = function(x) return x * 2 end,
-  view = 'program', text_on = { '{dead: 1 seq, 0 rec, 1 out' } }
+  view = 'program', text_on = { ' 0 rec, 1 out, 0 nonseq}' } }
 
 case { rule = 'scan_hoist', what = 'exp(c) of an outer vector leaves the body',
   vars = { X, H0, C }, args = rnn_args,
