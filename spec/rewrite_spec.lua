@@ -484,6 +484,22 @@ case { rule = 'scan_dead_outputs', what = 'an output nobody reads is not compute
   ref = function(x) return x * 2 end,
   view = 'program', text_on = { ' 0 rec, 1 out, 0 nonseq}' } }
 
+case { rule = 'scan_merge', what = 'a running sum and a running product over one sequence: one loop',
+  vars = { V }, args = function() return { rd(5) } end,
+  build = function(v)
+    local a = tgl.scan { fn = function(xt, h) return h + xt end, sequences = { v },
+      outputs_info = { tgl.constant(0, 'float64') }, name = 'm_sum' }
+    local b = tgl.scan { fn = function(xt, h) return h * xt end, sequences = { v },
+      outputs_info = { tgl.constant(1, 'float64') }, name = 'm_prod' }
+    return { a, b }
+  end,
+  ref = function(v)
+    local s, p, ss, ps = 0, 1, {}, {}
+    for t = 1, v:size(1) do s = s + v:get(t); p = p * v:get(t); ss[t] = s; ps[t] = p end
+    return { tgl.array(ss, 'float64'), tgl.array(ps, 'float64') }
+  end,
+  view = 'program', text_on = { '{m_sum+m_prod:' }, count = { scan = { 1, 2 } } }
+
 case { rule = 'scan_hoist', what = 'exp(c) of an outer vector leaves the body',
   vars = { X, H0, C }, args = rnn_args,
   build = function(x, h0, c) return rnn(x, h0, c, 'hoist') end,

@@ -844,9 +844,224 @@ static bool takes_last(const tgl_node *m)
            !(m->p.i[0] & TGL_IDX_START_INPUT) && m->p.i[1] == -1;
 }
 
+/* ---- scan_merge ---------------------------------------------------------- */
+
+/* True when a and b run the same number of steps for certain: the same
+ * n_steps node, and (when the sequences decide) the same sequences with
+ * the same spans. */
+static bool same_steps(const tgl_node *a, const tgl_node *b)
+{
+    const tgl_scan_layout *sa = tgl_scan_of(a), *sb = tgl_scan_of(b);
+    tgl_node *na = a->in[tgl_scan_in_nsteps()], *nb = b->in[tgl_scan_in_nsteps()];
+    if (na != nb)
+        return false;
+    double v;
+    bool inferred = na->kind == TGL_NODE_CONSTANT && tgl_const_value(na, &v) && v < 0;
+    if (!inferred)
+        return true;
+    /* every sequence of one is a sequence of the other, with its span */
+    for (int pass = 0; pass < 2; pass++) {
+        const tgl_node *x = pass ? b : a, *y = pass ? a : b;
+        const tgl_scan_layout *sx = tgl_scan_of(x), *sy = tgl_scan_of(y);
+        for (int i = 0; i < sx->nseq; i++) {
+            bool found = false;
+            for (int j = 0; j < sy->nseq && !found; j++)
+                found = x->in[tgl_scan_in_seq(sx, i)] == y->in[tgl_scan_in_seq(sy, j)] &&
+                        sx->seq[i].span == sy->seq[j].span;
+            if (!found)
+                return false;
+        }
+    }
+    return sa->nseq > 0 && sb->nseq > 0;
+}
+
+/* True when node `from` is among the ancestors of `to`. */
+static bool depends(tgl_ctx *ctx, tgl_node *to, const tgl_node *from)
+{
+    tgl_node **ord = NULL;
+    size_t cnt = 0;
+    if (tgl_toposort(ctx, 1, &to, &ord, &cnt))
+        return true; /* unsure: do not merge */
+    bool dep = false;
+    for (size_t i = 0; i < cnt && !dep; i++)
+        dep = ord[i] == from;
+    free(ord);
+    return dep;
+}
+
+/* One scan running a's and b's bodies side by side; resa/resb receive the
+ * replacements of a's and b's outputs. */
+static tgl_status merge_two(tgl_ctx *ctx, tgl_node *a, tgl_node *b, tgl_node **resa,
+                            tgl_node **resb)
+{
+    const tgl_scan_layout *L[2] = {tgl_scan_of(a), tgl_scan_of(b)};
+    const tgl_node *N[2] = {a, b};
+    int nseq = 0, nseqtaps = 0, nrec = 0, nrectaps = 0, nnofb = 0, nnonseq = 0;
+    for (int q = 0; q < 2; q++) {
+        nseq += L[q]->nseq;
+        nrec += L[q]->nrec;
+        nnofb += L[q]->nnofb;
+        nnonseq += L[q]->nnonseq;
+        for (int i = 0; i < L[q]->nseq; i++)
+            nseqtaps += L[q]->seq[i].ntaps;
+        for (int r = 0; r < L[q]->nrec; r++)
+            nrectaps += L[q]->rec[r].ntaps;
+    }
+    int nin = nseqtaps + nrectaps + nnonseq, nout = nrec + nnofb;
+    int *seq_ntaps = calloc((size_t)nseq + 1, sizeof(int));
+    int *seq_taps = calloc((size_t)nseqtaps + 1, sizeof(int));
+    int *rec_ntaps = calloc((size_t)nrec + 1, sizeof(int));
+    int *rec_taps = calloc((size_t)nrectaps + 1, sizeof(int));
+    int *keep = calloc((size_t)nout + 1, sizeof(int));
+    tgl_node **inner_in = calloc((size_t)nin + 1, sizeof(tgl_node *));
+    tgl_node **inner_out = calloc((size_t)nout + 1, sizeof(tgl_node *));
+    tgl_node **seqs = calloc((size_t)nseq + 1, sizeof(tgl_node *));
+    tgl_node **inits = calloc((size_t)nrec + 1, sizeof(tgl_node *));
+    tgl_node **nonseqs = calloc((size_t)nnonseq + 1, sizeof(tgl_node *));
+    tgl_status st = TGL_OK;
+    if (!seq_ntaps || !seq_taps || !rec_ntaps || !rec_taps || !keep || !inner_in || !inner_out ||
+        !seqs || !inits || !nonseqs)
+        st = tgl_ctx_set_error(ctx, TGL_ENOMEM, "scan_merge: out of memory");
+    int wi = 0, ws = 0, wt = 0, wr = 0, wrt = 0, wo = 0, wn = 0;
+    for (int q = 0; q < 2 && !st; q++)
+        for (int i = 0; i < L[q]->nseq; i++) {
+            seq_ntaps[ws] = L[q]->seq[i].ntaps;
+            seqs[ws++] = N[q]->in[tgl_scan_in_seq(L[q], i)];
+            for (int t = 0; t < L[q]->seq[i].ntaps; t++) {
+                seq_taps[wt++] = L[q]->seq[i].taps[t];
+                inner_in[wi++] = L[q]->inner_in[tgl_scan_inner_seq(L[q], i, t)];
+            }
+        }
+    for (int q = 0; q < 2 && !st; q++)
+        for (int r = 0; r < L[q]->nrec; r++) {
+            rec_ntaps[wr] = L[q]->rec[r].ntaps;
+            inits[wr++] = N[q]->in[tgl_scan_in_init(L[q], r)];
+            for (int t = 0; t < L[q]->rec[r].ntaps; t++) {
+                rec_taps[wrt++] = L[q]->rec[r].taps[t];
+                inner_in[wi++] = L[q]->inner_in[tgl_scan_inner_rec(L[q], r, t)];
+            }
+            keep[wo] = L[q]->keep[r];
+            inner_out[wo++] = L[q]->inner_out[r];
+        }
+    for (int q = 0; q < 2 && !st; q++)
+        for (int j = 0; j < L[q]->nnonseq; j++) {
+            nonseqs[wn++] = N[q]->in[tgl_scan_in_nonseq(L[q], j)];
+            inner_in[wi++] = L[q]->inner_in[tgl_scan_inner_nonseq(L[q], j)];
+        }
+    for (int q = 0; q < 2 && !st; q++)
+        for (int k = L[q]->nrec; k < tgl_scan_nout(L[q]); k++) {
+            keep[wo] = L[q]->keep[k];
+            inner_out[wo++] = L[q]->inner_out[k];
+        }
+    tgl_node *m = NULL;
+    if (!st) {
+        char name[256];
+        snprintf(name, sizeof name, "%s+%s", L[0]->name, L[1]->name);
+        tgl_scan_spec sp = {0};
+        tgl_node *ns = a->in[tgl_scan_in_nsteps()];
+        double v;
+        sp.name = name;
+        sp.nseq = nseq;
+        sp.seq_ntaps = seq_ntaps;
+        sp.seq_taps = seq_taps;
+        sp.nrec = nrec;
+        sp.rec_ntaps = rec_ntaps;
+        sp.rec_taps = rec_taps;
+        sp.nnofb = nnofb;
+        sp.nnonseq = nnonseq;
+        sp.reverse = L[0]->reverse;
+        sp.truncate_gradient = L[0]->truncate_gradient;
+        sp.inner_in = inner_in;
+        sp.inner_out = inner_out;
+        sp.n_steps = ns->kind == TGL_NODE_CONSTANT && tgl_const_value(ns, &v) && v < 0 ? NULL : ns;
+        sp.seqs = seqs;
+        sp.inits = inits;
+        sp.nonseqs = nonseqs;
+        sp.keep = keep;
+        st = tgl_scan_build(ctx, &sp, a->source, &m);
+    }
+    /* Output positions: a's recurrent, b's recurrent, a's others, b's others. */
+    for (int k = 0; k < tgl_scan_nout(L[0]) && !st; k++) {
+        int pos = k < L[0]->nrec ? k : nrec + (k - L[0]->nrec);
+        st = tgl_node_output(ctx, m, pos, &resa[k]);
+    }
+    for (int k = 0; k < tgl_scan_nout(L[1]) && !st; k++) {
+        int pos = k < L[1]->nrec ? L[0]->nrec + k : nrec + L[0]->nnofb + (k - L[1]->nrec);
+        st = tgl_node_output(ctx, m, pos, &resb[k]);
+    }
+    free(seq_ntaps);
+    free(seq_taps);
+    free(rec_ntaps);
+    free(rec_taps);
+    free(keep);
+    free(inner_in);
+    free(inner_out);
+    free(seqs);
+    free(inits);
+    free(nonseqs);
+    return st;
+}
+
+/* Merges pairs of scans over the same steps, one pair at a time. */
+static tgl_status run_merge(tgl_ctx *ctx, int nroots, tgl_node **roots)
+{
+    tgl_status st = TGL_OK;
+    for (int guard = 0; guard < 1000 && !st; guard++) {
+        tgl_node **order = NULL;
+        size_t count = 0;
+        if ((st = tgl_toposort(ctx, nroots, roots, &order, &count)))
+            break;
+        bool changed = false;
+        for (size_t i = 0; i < count && !st && !changed; i++) {
+            tgl_node *a = order[i];
+            if (a->kind != TGL_NODE_APPLY || a->op != TGL_OP_SCAN || tgl_scan_of(a)->has_until)
+                continue;
+            for (size_t j = i + 1; j < count && !st && !changed; j++) {
+                tgl_node *b = order[j];
+                if (b->kind != TGL_NODE_APPLY || b->op != TGL_OP_SCAN ||
+                    tgl_scan_of(b)->has_until)
+                    continue;
+                const tgl_scan_layout *sa = tgl_scan_of(a), *sb = tgl_scan_of(b);
+                if (sa->reverse != sb->reverse ||
+                    sa->truncate_gradient != sb->truncate_gradient || !same_steps(a, b) ||
+                    depends(ctx, b, a))
+                    continue;
+                int na = tgl_scan_nout(sa), nb = tgl_scan_nout(sb);
+                tgl_node **res = calloc((size_t)(na + nb) + 1, sizeof *res);
+                tgl_node **from = calloc((size_t)(na + nb) + 1, sizeof *from);
+                if (!res || !from) {
+                    free(res);
+                    free(from);
+                    st = tgl_ctx_set_error(ctx, TGL_ENOMEM, "scan_merge: out of memory");
+                    break;
+                }
+                char saved[TGL_ERRMSG_SIZE];
+                snprintf(saved, sizeof saved, "%s", ctx->errmsg);
+                tgl_status rst = merge_two(ctx, a, b, res, res + na);
+                for (int k = 0; k < na && !rst; k++)
+                    rst = tgl_node_output(ctx, a, k, &from[k]);
+                for (int k = 0; k < nb && !rst; k++)
+                    rst = tgl_node_output(ctx, b, k, &from[na + k]);
+                if (!rst)
+                    rst = tgl_clone_replace(ctx, nroots, roots, na + nb, from, res, roots);
+                if (rst)
+                    snprintf(ctx->errmsg, sizeof ctx->errmsg, "%s", saved);
+                else
+                    changed = true;
+                free(res);
+                free(from);
+            }
+        }
+        free(order);
+        if (!changed)
+            break;
+    }
+    return st;
+}
+
 /* ---- the stage ----------------------------------------------------------- */
 
-typedef enum { PASS_DEAD, PASS_HOIST, PASS_SEQ_WHOLE, PASS_GRAD_GEMM, PASS_SAVE_MEM } pass_kind;
+typedef enum { PASS_DEAD, PASS_MERGE, PASS_HOIST, PASS_SEQ_WHOLE, PASS_GRAD_GEMM, PASS_SAVE_MEM } pass_kind;
 
 /* Replaces, in the roots, the outputs of scan node n: output k by res[k]
  * (n's own outputs where res[k] is NULL). */
@@ -920,6 +1135,8 @@ static tgl_status run_pass(tgl_ctx *ctx, pass_kind kind, int nroots, tgl_node **
             tgl_node **xfrom = NULL, **xto = NULL;
             int nextra = 0;
             switch (kind) {
+            case PASS_MERGE: /* run_merge: pairs, not one scan */
+                break;
             case PASS_DEAD: {
                 bool *drop = calloc((size_t)nout + 1, sizeof *drop);
                 int ndrop = 0;
@@ -1064,6 +1281,9 @@ static const struct {
     {"scan_dead_outputs", PASS_DEAD,
      "outputs of a scan that nothing reads (e.g. the gradient of a sequence nobody asked for) "
      "are not computed"},
+    {"scan_merge", PASS_MERGE,
+     "independent scans over the same steps (the same n_steps, or the same sequences) become "
+     "one loop"},
     {"scan_hoist", PASS_HOIST,
      "loop-invariant work in a scan's body is computed once before the loop"},
     {"scan_seq_whole", PASS_SEQ_WHOLE,
@@ -1105,6 +1325,7 @@ tgl_status tgl_scan_optimize(tgl_ctx *ctx, int n, tgl_node **roots)
     free(order);
     for (int p = 0; any && p < tgl_scan_npasses() && !st; p++)
         if (!tgl_rule_excluded(ctx, passes[p].name))
-            st = run_pass(ctx, passes[p].kind, n, roots);
+            st = passes[p].kind == PASS_MERGE ? run_merge(ctx, n, roots)
+                                              : run_pass(ctx, passes[p].kind, n, roots);
     return st;
 }
