@@ -261,6 +261,8 @@ tgl_status tgl_cvm_run(tgl_ctx *ctx, tgl_frame *fr, int32_t from, int32_t to)
         int32_t next = pc + 1;
         switch (ins->kind) {
         case TGL_I_OP: {
+            if (ins->once && fr->once_done)
+                break; /* loop-invariant: its result is still in its slot */
             if (tgl_ctx_interrupted(ctx))
                 return tgl_ctx_set_error(ctx, TGL_EINTERRUPT, "%s: interrupted",
                                          tgl_op_name(ins->node->op));

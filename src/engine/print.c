@@ -89,6 +89,8 @@ static void render_program(tgl_sb *sbp, const tgl_program *fn, int indent)
                 slot_name(fn, ins->in[ins->inplace], a, sizeof a);
                 tgl_sb_printf(&sb, "  [in place of %s]", a);
             }
+            if (ins->once)
+                tgl_sb_printf(&sb, "  [first step only]");
             if (ins->node->op == TGL_OP_GEMM || ins->node->op == TGL_OP_GEMV ||
                 ins->node->op == TGL_OP_GER)
                 tgl_sb_printf(&sb, "  alpha=%g beta=%g", ins->node->p.f[0], ins->node->p.f[1]);

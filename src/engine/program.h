@@ -44,6 +44,9 @@ typedef struct tgl_instr {
     int32_t region;          /* 0: straight-line code; else the ifelse
                                 branch it sits in (plan.c)                 */
     struct tgl_program *sub; /* an op with a body (scan): its inner program */
+    int32_t once;            /* nonzero: loop-invariant (a scan body's work on
+                                non-sequences): runs on the first step only,
+                                its result stays in its slot (fr->once_done) */
 } tgl_instr;
 
 /* What a slot holds between calls. */
@@ -113,6 +116,7 @@ typedef struct tgl_frame {
     uint64_t ncalls, total_ns;
     struct tgl_frame **sub;  /* per instruction with a body: its frame, made
                                 on first use (NULL: the program has none)  */
+    bool once_done;          /* the `once` instructions ran for this loop   */
 } tgl_frame;
 
 struct tgl_function {

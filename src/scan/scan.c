@@ -624,6 +624,53 @@ tgl_status tgl_scan(tgl_ctx *ctx, const tgl_scan_spec *spec, const char *source,
 
 /* ---- compiling ------------------------------------------------------- */
 
+/* The body's loop-invariant instructions: straight-line ops whose inputs
+ * are non-sequences, constants or other invariant results (what the
+ * body's own rewrites made of the non-sequences, e.g. the transposed
+ * weight a gemv reads).  They run on the first step only; their slots are
+ * never freed or taken over in place, so later steps read them. */
+static tgl_status mark_invariant(tgl_ctx *ctx, const tgl_scan_layout *s, tgl_program *ip)
+{
+    bool *inv = calloc((size_t)ip->nslots + 1, sizeof *inv);
+    if (!inv)
+        return tgl_ctx_set_error(ctx, TGL_ENOMEM, "scan '%s': out of memory", s->name);
+    for (int j = 0; j < s->nnonseq; j++)
+        inv[ip->in_slot[tgl_scan_inner_nonseq(s, j)]] = true;
+    for (int32_t k = 0; k < ip->nslots; k++)
+        if (ip->slot_kind[k] == TGL_SLOT_CONSTANT)
+            inv[k] = true;
+    int nonce = 0;
+    for (int32_t pc = 0; pc < ip->ncode; pc++) {
+        tgl_instr *ins = &ip->code[pc];
+        if (ins->kind != TGL_I_OP || ins->region != 0 || ins->sub || ins->nouts != 1 ||
+            ins->update >= 0)
+            continue;
+        bool all = true;
+        for (int i = 0; i < ins->nin && all; i++)
+            all = inv[ins->in[i]];
+        if (!all)
+            continue;
+        ins->once = 1;
+        inv[ins->out] = true;
+        nonce++;
+    }
+    if (nonce) {
+        for (int32_t pc = 0; pc < ip->ncode; pc++) {
+            tgl_instr *ins = &ip->code[pc];
+            /* invariant results are never released, nor consumed in place */
+            int32_t w = 0;
+            for (int32_t k = 0; k < ins->nfree; k++)
+                if (!inv[ins->free_slots[k]] || ip->slot_kind[ins->free_slots[k]] != TGL_SLOT_TEMP)
+                    ins->free_slots[w++] = ins->free_slots[k];
+            ins->nfree = w;
+            if (ins->kind == TGL_I_OP && ins->inplace >= 0 && inv[ins->in[ins->inplace]])
+                ins->inplace = -1;
+        }
+    }
+    free(inv);
+    return TGL_OK;
+}
+
 tgl_status tgl_scan_prepare(tgl_ctx *ctx, const tgl_node *n, const tgl_program *outer,
                             tgl_program **inner)
 {
@@ -641,7 +688,7 @@ tgl_status tgl_scan_prepare(tgl_ctx *ctx, const tgl_node *n, const tgl_program *
         return tgl_ctx_set_error(ctx, st, "scan '%s': compiling the step function: %s",
                                  s->name, msg);
     }
-    return TGL_OK;
+    return mark_invariant(ctx, s, *inner);
 }
 
 /* ---- running --------------------------------------------------------- */
@@ -815,6 +862,7 @@ static tgl_status scan_exec(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins, t
     if (!*subp && (st = tgl_frame_new(ctx, ins->sub, subp)))
         return st;
     tgl_frame *sub = *subp;
+    sub->once_done = false; /* the non-sequences may have changed */
     const tgl_program *ip = sub->prog;
 
     run_state rs = {0};
@@ -914,6 +962,7 @@ static tgl_status scan_exec(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins, t
             st = step_error(ctx, s, t, st);
             break;
         }
+        sub->once_done = true;
         sub->ncalls++;
         /* Store the step's outputs. */
         for (int r = 0; r < s->nrec && !st; r++) {

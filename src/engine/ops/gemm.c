@@ -61,16 +61,20 @@ static tgl_status load_c(tgl_ctx *ctx, tgl_array *out, tgl_array *c)
 {
     if (c->storage == out->storage && c->data == out->data)
         return TGL_OK;
-    int64_t strides[TGL_MAX_DIMS];
-    for (int d = 0; d < out->ndim; d++)
-        strides[d] = c->shape[d] == 1 ? 0 : c->strides[d];
-    tgl_array *v;
-    tgl_status st = tgl_array_view(ctx, c, out->ndim, out->shape, strides, 0, &v);
-    if (st)
-        return st;
-    st = tgl_array_assign(ctx, out, v);
-    tgl_array_release(v);
-    return st;
+    /* c broadcast to out's shape, as a descriptor on the stack (no
+     * allocation: this runs once per step in a scan's body). */
+    tgl_array v = *c;
+    bool same = c->ndim == out->ndim;
+    for (int d = 0; d < out->ndim; d++) {
+        same = same && c->shape[d] == out->shape[d];
+        v.strides[d] = c->shape[d] == 1 ? 0 : c->strides[d];
+        v.shape[d] = out->shape[d];
+    }
+    v.ndim = out->ndim;
+    v.size = out->size;
+    v.refcount = 1;
+    v.flags = same ? c->flags : 0;
+    return tgl_array_assign(ctx, out, &v);
 }
 
 static bool check_c(const tgl_node *n, tgl_array *const *in, int ci, const tgl_array *out_like,
