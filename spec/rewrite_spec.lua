@@ -512,6 +512,20 @@ case { rule = 'scan_seq_whole', what = 'x_t . A for every t becomes one product 
   ref = function(x, h0, c) return tgl.stack(rnn_ref(x, h0, c), 1) end,
   view = 'program', text_on = { 'whole[t]' } }
 
+local Wb = tgl.constant(tgl.array({ { 0.5, -0.3 }, { 0.2, 0.1 }, { -0.4, 0.6 } }, 'float64'))
+case { rule = 'scan_seq_whole', what = 'a batch X_t . W for every t: one product over (T*batch) rows',
+  vars = { tgl.dtensor3('xb'), tgl.dmatrix('hb') }, args = function() return { rd(4, 2, 3), rd(2, 2) } end,
+  build = function(x, h0)
+    return tgl.scan { fn = function(xt, h) return tgl.tanh(xt:dot(Wb) + h * 0.5) end,
+      sequences = { x }, outputs_info = { h0 }, name = 'batch' }
+  end,
+  ref = function(x, h0)
+    local hs, h = {}, h0
+    for t = 1, x:size(1) do h = tgl.tanh(tgl.dot(x[t], tgl.array({ { 0.5, -0.3 }, { 0.2, 0.1 }, { -0.4, 0.6 } }, 'float64')) + h * 0.5); hs[t] = h end
+    return tgl.stack(hs, 1)
+  end,
+  view = 'program', text_on = { 'whole[t]' } }
+
 case { rule = 'scan_save_mem', what = 'only h[-1] is read: the scan keeps the last step',
   vars = { X, H0, C }, args = rnn_args,
   build = function(x, h0, c) return rnn(x, h0, c, 'last')[-1] end,

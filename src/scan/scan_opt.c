@@ -389,6 +389,39 @@ static tgl_node *lift(tgl_ctx *ctx, const tgl_node *scan, tgl_node *m, tgl_node_
             tgl_node *A = tgl_node_map_get(wh, a), *B = outer_value(ctx, scan, b);
             return A && B ? tgl_mk2(ctx, TGL_OP_DOT, A, B) : NULL;
         }
+        if (sa && !sb && a->type.ndim == 2 && b->type.ndim == 2) {
+            /* a batch X_t (b,n) . W for every t: (T*b, n) . W, reshaped to (T, b, m) */
+            tgl_node *A = tgl_node_map_get(wh, a), *B = outer_value(ctx, scan, b);
+            if (!A || !B)
+                return NULL;
+            tgl_params rp = {0};
+            rp.n = 2;
+            rp.i[0] = -1;
+            rp.i[1] = -4; /* copy axis 2 */
+            tgl_node *A2 = tgl_mk(ctx, TGL_OP_RESHAPE, 1, &A, &rp);
+            tgl_node *R = tgl_mk2(ctx, TGL_OP_DOT, A2, B);
+            tgl_params lead = {0}, tail = {0};
+            lead.n = 4;
+            lead.i[0] = TGL_IDX_SLICE;
+            lead.i[1] = 0;
+            lead.i[2] = 2;
+            lead.i[3] = 1;
+            tail.n = 4;
+            tail.i[0] = TGL_IDX_SLICE | TGL_IDX_NO_STOP;
+            tail.i[1] = 1;
+            tail.i[3] = 1;
+            tgl_node *sa_ = tgl_mk1(ctx, TGL_OP_SHAPE, A), *sr = R ? tgl_mk1(ctx, TGL_OP_SHAPE, R) : NULL;
+            tgl_node *parts[2] = {sa_ ? tgl_mk(ctx, TGL_OP_SUBTENSOR, 1, &sa_, &lead) : NULL,
+                                  sr ? tgl_mk(ctx, TGL_OP_SUBTENSOR, 1, &sr, &tail) : NULL};
+            tgl_params cp = {0};
+            cp.n = 1;
+            tgl_node *shape = parts[0] && parts[1] ? tgl_mk(ctx, TGL_OP_CONCATENATE, 2, parts, &cp)
+                                                   : NULL;
+            tgl_params op = {0};
+            op.n = 3;
+            tgl_node *ins2[2] = {R, shape};
+            return R && shape ? tgl_mk(ctx, TGL_OP_RESHAPE, 2, ins2, &op) : NULL;
+        }
         if (sb && !sa && a->type.ndim == 2 && b->type.ndim == 1) {
             /* W . x_t for every t: X . W' */
             static const int64_t tr[2] = {1, 0};
