@@ -549,6 +549,164 @@ done:
     return st;
 }
 
+/* ---- scan_dead_outputs ---------------------------------------------------- */
+
+/* Scan n rebuilt without the outputs drop[k] marks (outputs not fed back,
+ * or recurrent ones whose taps nothing left in the body reads), with
+ * nextra more outputs not fed back (extra[]) after the others.  *m is the
+ * new node; newpos[k] the new position of old output k (-1: dropped);
+ * the extras are outputs *first_extra on. */
+static tgl_status recompose(tgl_ctx *ctx, tgl_node *n, const bool *drop, int nextra,
+                            tgl_node *const *extra, tgl_node **m, int *newpos, int *first_extra)
+{
+    const tgl_scan_layout *s = tgl_scan_of(n);
+    int nout = tgl_scan_nout(s);
+    espec e;
+    if (!espec_of(n, nextra, &e))
+        return tgl_ctx_set_error(ctx, TGL_ENOMEM, "scan rewrites: out of memory");
+    int nseqtaps = 0;
+    for (int i = 0; i < s->nseq; i++)
+        nseqtaps += s->seq[i].ntaps;
+    int wi = nseqtaps, wr = 0, wt = 0, wo = 0, wn = 0;
+    for (int r = 0; r < s->nrec; r++) {
+        newpos[r] = -1;
+        if (drop[r])
+            continue;
+        e.rec_ntaps[wr] = s->rec[r].ntaps;
+        e.inits[wr] = n->in[tgl_scan_in_init(s, r)];
+        for (int a = 0; a < s->rec[r].ntaps; a++) {
+            e.rec_taps[wt++] = s->rec[r].taps[a];
+            e.inner_in[wi++] = s->inner_in[tgl_scan_inner_rec(s, r, a)];
+        }
+        e.inner_out[wo] = s->inner_out[r];
+        e.keep[wo] = s->keep[r];
+        newpos[r] = wo++;
+        wr++;
+    }
+    for (int j = 0; j < s->nnonseq; j++)
+        e.inner_in[wi++] = s->inner_in[tgl_scan_inner_nonseq(s, j)];
+    for (int k = s->nrec; k < nout; k++) {
+        newpos[k] = -1;
+        if (drop[k])
+            continue;
+        e.inner_out[wo] = s->inner_out[k];
+        e.keep[wo] = s->keep[k];
+        newpos[k] = wo++;
+        wn++;
+    }
+    *first_extra = wo;
+    for (int x = 0; x < nextra; x++) {
+        e.inner_out[wo] = extra[x];
+        e.keep[wo++] = 0;
+    }
+    if (s->has_until)
+        e.inner_out[wo++] = s->inner_out[nout];
+    e.sp.nrec = wr;
+    e.sp.nnofb = wn + nextra;
+    e.ninner_in = wi;
+    *m = NULL;
+    tgl_status st = wr + wn + nextra > 0 ? tgl_scan_build(ctx, &e.sp, n->source, m) : TGL_OK;
+    espec_free(&e);
+    return st;
+}
+
+/* Scan n without the outputs drop[k] marks; res[k] gets the new node's
+ * output for each output kept. */
+static tgl_status drop_outputs(tgl_ctx *ctx, tgl_node *n, const bool *drop, tgl_node **res)
+{
+    int nout = tgl_scan_nout(tgl_scan_of(n));
+    int *newpos = calloc((size_t)nout + 1, sizeof *newpos);
+    if (!newpos)
+        return tgl_ctx_set_error(ctx, TGL_ENOMEM, "scan_dead_outputs: out of memory");
+    tgl_node *m = NULL;
+    int first;
+    tgl_status st = recompose(ctx, n, drop, 0, NULL, &m, newpos, &first);
+    for (int k = 0; k < nout && !st && m; k++)
+        if (newpos[k] >= 0)
+            st = tgl_node_output(ctx, m, newpos[k], &res[k]);
+    free(newpos);
+    return st;
+}
+
+/* Which outputs of n nothing reads: not a root, no reader among order[]
+ * (and, for a recurrent output, no other output's body reads its taps). */
+static tgl_status dead_outputs(tgl_ctx *ctx, tgl_node *n, tgl_node **order, size_t count,
+                               int nroots, tgl_node **roots, bool *drop, int *ndrop)
+{
+    const tgl_scan_layout *s = tgl_scan_of(n);
+    int nout = tgl_scan_nout(s);
+    *ndrop = 0;
+    tgl_node **outk = calloc((size_t)nout + 1, sizeof *outk);
+    if (!outk)
+        return tgl_ctx_set_error(ctx, TGL_ENOMEM, "scan_dead_outputs: out of memory");
+    tgl_status st = TGL_OK;
+    for (int k = 0; k < nout && !st; k++) {
+        st = tgl_node_output(ctx, n, k, &outk[k]);
+        drop[k] = true;
+    }
+    for (int r = 0; r < nroots && !st; r++)
+        for (int k = 0; k < nout; k++)
+            if (roots[r] == outk[k])
+                drop[k] = false;
+    for (size_t j = 0; j < count && !st; j++) {
+        tgl_node *c = order[j];
+        if (c->kind != TGL_NODE_APPLY)
+            continue;
+        for (int q = 0; q < c->nin; q++)
+            for (int k = 0; k < nout; k++)
+                if (c->in[q] == outk[k] && c != outk[k])
+                    drop[k] = false;
+    }
+    /* A recurrent output stays while a kept output's body reads its taps. */
+    bool again = true;
+    while (again && !st) {
+        again = false;
+        int nkeep = 0;
+        tgl_node **kept = calloc((size_t)s->ninner_out + 1, sizeof *kept);
+        if (!kept) {
+            st = tgl_ctx_set_error(ctx, TGL_ENOMEM, "scan_dead_outputs: out of memory");
+            break;
+        }
+        for (int k = 0; k < nout; k++)
+            if (!drop[k])
+                kept[nkeep++] = s->inner_out[k];
+        if (s->has_until)
+            kept[nkeep++] = s->inner_out[nout];
+        tgl_node **ord = NULL;
+        size_t cnt = 0;
+        if (nkeep && (st = tgl_toposort(ctx, nkeep, kept, &ord, &cnt))) {
+            free(kept);
+            break;
+        }
+        tgl_node_map used;
+        if ((st = tgl_node_map_init(ctx, &used))) {
+            free(ord);
+            free(kept);
+            break;
+        }
+        for (size_t i = 0; i < cnt && !st; i++)
+            st = tgl_node_map_seti(ctx, &used, ord[i], 1);
+        for (int r = 0; r < s->nrec && !st; r++) {
+            if (!drop[r])
+                continue;
+            for (int a = 0; a < s->rec[r].ntaps; a++)
+                if (tgl_node_map_has(&used, s->inner_in[tgl_scan_inner_rec(s, r, a)])) {
+                    drop[r] = false;
+                    again = true;
+                }
+        }
+        tgl_node_map_free(&used);
+        free(ord);
+        free(kept);
+    }
+    for (int k = 0; k < nout; k++)
+        *ndrop += drop[k];
+    if (*ndrop == nout)
+        *ndrop = 0; /* a scan nobody reads is dead code: not this pass's */
+    free(outk);
+    return st;
+}
+
 /* ---- scan_grad_gemm ------------------------------------------------------ */
 
 /* x as a column (n,1) or a row (1,n) of a vector: a dimshuffle adding one
@@ -643,58 +801,24 @@ static tgl_status grad_gemm(tgl_ctx *ctx, tgl_node *n, tgl_node **res, bool *cha
         else
             A[r] = B[r] = NULL;
     tgl_status st = TGL_OK;
-    espec e;
-    if (nfound && !espec_of(n, 2 * nfound, &e))
-        st = tgl_ctx_set_error(ctx, TGL_ENOMEM, "scan_grad_gemm: out of memory");
-    if (nfound && !st) {
-        /* Recompose the lists without the dropped accumulators. */
-        tgl_scan_spec *sp = &e.sp;
-        int nseqtaps = 0;
-        for (int i = 0; i < s->nseq; i++)
-            nseqtaps += s->seq[i].ntaps;
-        int wi = nseqtaps, wr = 0, wt = 0, wo = 0;
+    if (nfound) {
+        /* Without the accumulators; their vectors a_t, b_t become stacked
+         * outputs, and each accumulator's value A' B. */
+        bool *drop = calloc((size_t)nout + 1, sizeof *drop);
+        tgl_node **extra = calloc((size_t)(2 * nfound) + 1, sizeof *extra);
         int *newpos = calloc((size_t)nout + 1, sizeof *newpos);
-        if (!newpos)
+        int nx = 0, first = 0;
+        tgl_node *m = NULL;
+        if (!drop || !extra || !newpos)
             st = tgl_ctx_set_error(ctx, TGL_ENOMEM, "scan_grad_gemm: out of memory");
-        for (int r = 0; r < s->nrec && !st; r++) {
-            if (A[r]) {
-                newpos[r] = -1;
-                continue;
-            }
-            e.rec_ntaps[wr] = s->rec[r].ntaps;
-            e.inits[wr] = n->in[tgl_scan_in_init(s, r)];
-            for (int a = 0; a < s->rec[r].ntaps; a++) {
-                e.rec_taps[wt++] = s->rec[r].taps[a];
-                e.inner_in[wi++] = s->inner_in[tgl_scan_inner_rec(s, r, a)];
-            }
-            e.inner_out[wo] = s->inner_out[r];
-            e.keep[wo] = s->keep[r];
-            newpos[r] = wo++;
-            wr++;
-        }
-        for (int j = 0; j < s->nnonseq && !st; j++)
-            e.inner_in[wi++] = s->inner_in[tgl_scan_inner_nonseq(s, j)];
-        for (int k = s->nrec; k < nout && !st; k++) {
-            e.inner_out[wo] = s->inner_out[k];
-            e.keep[wo] = s->keep[k];
-            newpos[k] = wo++;
-        }
-        int first_new = wo;
         for (int r = 0; r < s->nrec && !st; r++)
             if (A[r]) {
-                e.inner_out[wo] = A[r];
-                e.keep[wo++] = 0;
-                e.inner_out[wo] = B[r];
-                e.keep[wo++] = 0;
+                drop[r] = true;
+                extra[nx++] = A[r];
+                extra[nx++] = B[r];
             }
-        if (s->has_until)
-            e.inner_out[wo++] = s->inner_out[nout];
-        sp->nrec = wr;
-        sp->nnofb = s->nnofb + 2 * nfound;
-        e.ninner_in = wi;
-        tgl_node *m = NULL;
         if (!st)
-            st = tgl_scan_build(ctx, sp, n->source, &m);
+            st = recompose(ctx, n, drop, nx, extra, &m, newpos, &first);
         static const int64_t tr[2] = {1, 0};
         for (int k = 0, q = 0; k < nout && !st; k++) {
             if (newpos[k] >= 0) {
@@ -702,9 +826,9 @@ static tgl_status grad_gemm(tgl_ctx *ctx, tgl_node *n, tgl_node **res, bool *cha
                 continue;
             }
             tgl_node *SA = NULL, *SB = NULL;
-            st = tgl_node_output(ctx, m, first_new + 2 * q, &SA);
+            st = tgl_node_output(ctx, m, first + 2 * q, &SA);
             if (!st)
-                st = tgl_node_output(ctx, m, first_new + 2 * q + 1, &SB);
+                st = tgl_node_output(ctx, m, first + 2 * q + 1, &SB);
             q++;
             uint64_t e0 = ctx->nerrors;
             if (!st)
@@ -716,154 +840,12 @@ static tgl_status grad_gemm(tgl_ctx *ctx, tgl_node *n, tgl_node **res, bool *cha
         }
         if (!st)
             *changed = true;
+        free(drop);
+        free(extra);
         free(newpos);
     }
-    if (nfound)
-        espec_free(&e);
     free(A);
     free(B);
-    return st;
-}
-
-/* ---- scan_dead_outputs ---------------------------------------------------- */
-
-/* Scan n without the outputs drop[k] marks (outputs not fed back, or
- * recurrent ones whose taps nothing else in the body reads); res[k] gets
- * the new node's output for each output kept. */
-static tgl_status drop_outputs(tgl_ctx *ctx, tgl_node *n, const bool *drop, tgl_node **res)
-{
-    const tgl_scan_layout *s = tgl_scan_of(n);
-    int nout = tgl_scan_nout(s);
-    espec e;
-    if (!espec_of(n, 0, &e))
-        return tgl_ctx_set_error(ctx, TGL_ENOMEM, "scan_dead_outputs: out of memory");
-    tgl_status st = TGL_OK;
-    int *newpos = calloc((size_t)nout + 1, sizeof *newpos);
-    if (!newpos)
-        st = tgl_ctx_set_error(ctx, TGL_ENOMEM, "scan_dead_outputs: out of memory");
-    int nseqtaps = 0;
-    for (int i = 0; i < s->nseq; i++)
-        nseqtaps += s->seq[i].ntaps;
-    int wi = nseqtaps, wr = 0, wt = 0, wo = 0;
-    for (int r = 0; r < s->nrec && !st; r++) {
-        newpos[r] = -1;
-        if (drop[r])
-            continue;
-        e.rec_ntaps[wr] = s->rec[r].ntaps;
-        e.inits[wr] = n->in[tgl_scan_in_init(s, r)];
-        for (int a = 0; a < s->rec[r].ntaps; a++) {
-            e.rec_taps[wt++] = s->rec[r].taps[a];
-            e.inner_in[wi++] = s->inner_in[tgl_scan_inner_rec(s, r, a)];
-        }
-        e.inner_out[wo] = s->inner_out[r];
-        e.keep[wo] = s->keep[r];
-        newpos[r] = wo++;
-        wr++;
-    }
-    for (int j = 0; j < s->nnonseq && !st; j++)
-        e.inner_in[wi++] = s->inner_in[tgl_scan_inner_nonseq(s, j)];
-    int wn = 0;
-    for (int k = s->nrec; k < nout && !st; k++) {
-        newpos[k] = -1;
-        if (drop[k])
-            continue;
-        e.inner_out[wo] = s->inner_out[k];
-        e.keep[wo] = s->keep[k];
-        newpos[k] = wo++;
-        wn++;
-    }
-    if (s->has_until)
-        e.inner_out[wo++] = s->inner_out[nout];
-    e.sp.nrec = wr;
-    e.sp.nnofb = wn;
-    e.ninner_in = wi;
-    tgl_node *m = NULL;
-    if (!st && wr + wn > 0)
-        st = tgl_scan_build(ctx, &e.sp, n->source, &m);
-    for (int k = 0; k < nout && !st && m; k++)
-        if (newpos[k] >= 0)
-            st = tgl_node_output(ctx, m, newpos[k], &res[k]);
-    free(newpos);
-    espec_free(&e);
-    return st;
-}
-
-/* Which outputs of n nothing reads: not a root, no reader among order[]
- * (and, for a recurrent output, no other output's body reads its taps). */
-static tgl_status dead_outputs(tgl_ctx *ctx, tgl_node *n, tgl_node **order, size_t count,
-                               int nroots, tgl_node **roots, bool *drop, int *ndrop)
-{
-    const tgl_scan_layout *s = tgl_scan_of(n);
-    int nout = tgl_scan_nout(s);
-    *ndrop = 0;
-    tgl_node **outk = calloc((size_t)nout + 1, sizeof *outk);
-    if (!outk)
-        return tgl_ctx_set_error(ctx, TGL_ENOMEM, "scan_dead_outputs: out of memory");
-    tgl_status st = TGL_OK;
-    for (int k = 0; k < nout && !st; k++) {
-        st = tgl_node_output(ctx, n, k, &outk[k]);
-        drop[k] = true;
-    }
-    for (int r = 0; r < nroots && !st; r++)
-        for (int k = 0; k < nout; k++)
-            if (roots[r] == outk[k])
-                drop[k] = false;
-    for (size_t j = 0; j < count && !st; j++) {
-        tgl_node *c = order[j];
-        if (c->kind != TGL_NODE_APPLY)
-            continue;
-        for (int q = 0; q < c->nin; q++)
-            for (int k = 0; k < nout; k++)
-                if (c->in[q] == outk[k] && c != outk[k])
-                    drop[k] = false;
-    }
-    /* A recurrent output stays while a kept output's body reads its taps. */
-    bool again = true;
-    while (again && !st) {
-        again = false;
-        int nkeep = 0;
-        tgl_node **kept = calloc((size_t)s->ninner_out + 1, sizeof *kept);
-        if (!kept) {
-            st = tgl_ctx_set_error(ctx, TGL_ENOMEM, "scan_dead_outputs: out of memory");
-            break;
-        }
-        for (int k = 0; k < nout; k++)
-            if (!drop[k])
-                kept[nkeep++] = s->inner_out[k];
-        if (s->has_until)
-            kept[nkeep++] = s->inner_out[nout];
-        tgl_node **ord = NULL;
-        size_t cnt = 0;
-        if (nkeep && (st = tgl_toposort(ctx, nkeep, kept, &ord, &cnt))) {
-            free(kept);
-            break;
-        }
-        tgl_node_map used;
-        if ((st = tgl_node_map_init(ctx, &used))) {
-            free(ord);
-            free(kept);
-            break;
-        }
-        for (size_t i = 0; i < cnt && !st; i++)
-            st = tgl_node_map_seti(ctx, &used, ord[i], 1);
-        for (int r = 0; r < s->nrec && !st; r++) {
-            if (!drop[r])
-                continue;
-            for (int a = 0; a < s->rec[r].ntaps; a++)
-                if (tgl_node_map_has(&used, s->inner_in[tgl_scan_inner_rec(s, r, a)])) {
-                    drop[r] = false;
-                    again = true;
-                }
-        }
-        tgl_node_map_free(&used);
-        free(ord);
-        free(kept);
-    }
-    for (int k = 0; k < nout; k++)
-        *ndrop += drop[k];
-    if (*ndrop == nout)
-        *ndrop = 0; /* a scan nobody reads is dead code: not this pass's */
-    free(outk);
     return st;
 }
 
