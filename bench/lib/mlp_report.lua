@@ -13,24 +13,8 @@ local csv_path, meta_path, md_path, svg_path = arg[1], arg[2], arg[3], arg[4]
 assert(csv_path and meta_path and md_path and svg_path,
        'usage: tgl bench/lib/mlp_report.lua mlp.csv mlp_meta.csv mlp.md mlp.svg')
 
-local function split(line)
-  local t = {}
-  for f in (line .. ','):gmatch('([^,]*),') do t[#t + 1] = f end
-  return t
-end
-
 -- The measurements.
-local rows, cols = {}, nil
-for line in io.lines(csv_path) do
-  if line ~= '' then
-    local f = split(line)
-    if not cols then cols = f else
-      local r = {}
-      for i, c in ipairs(cols) do r[c] = tonumber(f[i]) or f[i] end
-      rows[#rows + 1] = r
-    end
-  end
-end
+local rows = require('csv').read(csv_path)
 
 -- The run's facts (key,value; values may hold no commas).
 local meta, meta_order = {}, {}

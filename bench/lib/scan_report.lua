@@ -12,23 +12,8 @@ local stats = require 'stats'
 local csv_path, meta_path, md_path = arg[1], arg[2], arg[3]
 assert(csv_path and meta_path and md_path, 'usage: tgl bench/lib/scan_report.lua scan.csv scan_meta.csv scan.md')
 
-local function split(line)
-  local t = {}
-  for f in (line .. ','):gmatch('([^,]*),') do t[#t + 1] = f end
-  return t
-end
-local rows, cols = {}, nil
-for line in io.lines(csv_path) do
-  if line ~= '' then
-    local f = split(line)
-    if not cols then cols = f else
-      local r = {}
-      for i, c in ipairs(cols) do r[c] = tonumber(f[i]) or f[i] end
-      r.key = r.system .. '/' .. r.variant
-      rows[#rows + 1] = r
-    end
-  end
-end
+local rows = require('csv').read(csv_path)
+for _, r in ipairs(rows) do r.key = r.system .. '/' .. r.variant end
 local meta = {}
 for line in io.lines(meta_path) do
   local k, v = line:match('^([^,]+),(.*)$')
