@@ -168,6 +168,7 @@ tgl.verify_grad = grad.verify_grad
 local scan = require 'tgl.scan'
 tgl.scan = scan.scan
 tgl.until_ = scan.until_
+tgl.optim = require 'tgl.optim'
 
 -- files
 tgl.save = io_.save

@@ -1,0 +1,423 @@
+-- tgl.optim — optimisers built on tgl's symbolic machinery.
+--
+-- tgl.optim.hf{...}: Hessian-free optimisation (Martens 2010, "Deep
+-- learning via Hessian-free optimization", ICML): each step solves the
+-- damped Gauss-Newton system (G + λI) d = -g approximately by truncated
+-- conjugate gradient, where G·v products come from tgl.gauss_newton_product
+-- (two passes, no matrix formed) and g is the gradient on a (large) batch.
+-- CG starts from the previous solution (decayed), stops by Martens'
+-- relative-progress criterion, keeps iterates on a geometric schedule for
+-- backtracking, and λ follows the Levenberg-Marquardt rule on the reduction
+-- ratio ρ.  See doc/optim.md.
+--
+-- Parameter-space vectors (gradients, CG iterates, directions) are Lua
+-- tables of arrays, one per parameter, shaped and typed like it; the few
+-- vector operations CG needs (dot, axpy) run eagerly on those arrays.
+local core = require 'tgl.core'
+local G = require 'tgl.graph'
+local fun = require 'tgl.function'
+local grad = require 'tgl.grad'
+
+local argerror = core.argerror
+local is_var = G.is_var
+
+local M = {}
+
+-- ---------------------------------------------------------------------------
+-- Vectors in parameter space: tables of arrays.
+
+-- x·y, summed over the parameters, as a Lua number (BLAS dot on flat views).
+local function vdot(x, y)
+  local s = 0
+  for k = 1, #x do
+    local n = x[k]:nelement()
+    s = s + G.dot(x[k]:reshape(n), y[k]:reshape(n)):get()
+  end
+  return s
+end
+
+-- a*x + y (a fresh table of fresh arrays; nil x counts as zero).
+local function vaxpy(a, x, y)
+  local r = {}
+  for k = 1, #y do r[k] = (x and a ~= 0) and (y[k] + x[k] * a) or y[k] end
+  return r
+end
+
+local function vscale(a, x)
+  local r = {}
+  for k = 1, #x do r[k] = x[k] * a end
+  return r
+end
+
+local function vneg(x)
+  local r = {}
+  for k = 1, #x do r[k] = -x[k] end
+  return r
+end
+
+-- ---------------------------------------------------------------------------
+-- The Gauss-Newton product G·v = Jᵀ H_L J v.  tgl.gauss_newton_product
+-- (src/rop) when the engine has it; otherwise the same product from
+-- reverse mode alone: J·v as the gradient, with respect to a dummy
+-- cotangent u, of (uᵀJ)·v (both linear), and Jᵀw as a Lop (tgl.grad with
+-- known_grads).
+local function loss_hessian(loss, out)
+  if type(loss) == 'function' then return loss end
+  if loss == 'mse' then
+    return function(o, w)
+      local n = G.size(o, 1)
+      for d = 2, o.ndim do n = n * G.size(o, d) end
+      return w * (2 / G.cast(n, o.dtype))
+    end
+  end
+  -- softmax_crossentropy: out are the logits (rows), cost the mean over rows
+  return function(o, w)
+    local p = G.softmax(o)
+    local pw = p * w
+    return (pw - p * G.sum(pw, 2, { keepdims = true })) / G.cast(G.size(o, 1), o.dtype)
+  end
+end
+
+local function gn_product(out, params, v, loss)
+  local tgl = package.loaded.tgl
+  if tgl and tgl.gauss_newton_product then
+    return tgl.gauss_newton_product(out, params, v, loss)
+  end
+  local u = G.tensor { dtype = out.dtype, ndim = out.ndim, name = 'hf_u' }
+  local ju = grad.grad(nil, params, { known_grads = { [out] = u }, disconnected = 'ignore' })
+  local s
+  for k = 1, #params do
+    local t = G.sum(ju[k] * v[k])
+    s = s and s + t or t
+  end
+  local jv = grad.grad(s, u)
+  local hjv = loss_hessian(loss, out)(out, jv)
+  return grad.grad(nil, params, { known_grads = { [out] = hjv }, disconnected = 'ignore' }), u
+end
+
+-- ---------------------------------------------------------------------------
+-- tgl.optim.hf{...}
+
+local HF_OPTIONS = {
+  params = 'table', inputs = 'table', cost = 'variable', out = 'variable',
+  loss = 'string|function',
+  damping = 'number', damping_boost = 'number', damping_drop = 'number',
+  min_damping = 'number', adapt_damping = 'boolean',
+  max_cg_iters = 'number', min_cg_iters = 'number', cg_decay = 'number', cg_tol = 'number',
+  backtrack = 'boolean', backtrack_gamma = 'number',
+  line_search = 'boolean', line_search_c = 'number', line_search_shrink = 'number',
+  line_search_max = 'number', max_step_norm = 'number',
+  mode = 'string', name = 'string', verbose = 'boolean',
+}
+local LOSSES = { softmax_crossentropy = true, mse = true }
+
+local HF = {}
+HF.__index = HF
+
+local function positive(name, v, allow_zero)
+  if v ~= v or v == math.huge or v < 0 or (v == 0 and not allow_zero) then
+    argerror('optim.hf', "option '%s' must be a %s number, got %s", name,
+             allow_zero and 'non-negative finite' or 'positive finite', tostring(v))
+  end
+end
+
+function M.hf(opts)
+  if type(opts) ~= 'table' then
+    argerror('optim.hf', 'expected a table {params=, inputs=, cost=, out=, loss=, ...}, got %s', type(opts))
+  end
+  core.check_options('optim.hf', opts, HF_OPTIONS)
+  for _, k in ipairs({ 'params', 'inputs', 'cost', 'out', 'loss' }) do
+    if opts[k] == nil then argerror('optim.hf', "option '%s' is required", k) end
+  end
+  if type(opts.loss) == 'string' and not LOSSES[opts.loss] then
+    argerror('optim.hf', "loss must be 'softmax_crossentropy', 'mse' or a function(out, w) "
+             .. "returning H_L·w, got '%s'", opts.loss)
+  end
+  local params = opts.params
+  if #params == 0 then argerror('optim.hf', 'params must be a non-empty table of shared variables') end
+  for i, p in ipairs(params) do
+    if not is_var(p) or p.kind ~= 'shared' then
+      argerror('optim.hf', 'params[%d] must be a shared variable, got %s', i,
+               is_var(p) and ('a ' .. tostring(p.kind) .. ' variable') or type(p))
+    end
+    if not p.dtype:match('^float') then
+      argerror('optim.hf', 'params[%d] must be floating point, got %s', i, p.dtype)
+    end
+  end
+  for i, x in ipairs(opts.inputs) do
+    if not is_var(x) then argerror('optim.hf', 'inputs[%d] must be a variable, got %s', i, type(x)) end
+  end
+  if opts.cost.ndim ~= 0 then argerror('optim.hf', 'cost must be a scalar, got %d dimensions', opts.cost.ndim) end
+
+  local self = setmetatable({
+    params = params, inputs = opts.inputs, loss = opts.loss,
+    damping = opts.damping or 1,
+    damping_boost = opts.damping_boost or 3 / 2,
+    damping_drop = opts.damping_drop or 2 / 3,
+    min_damping = opts.min_damping or 0,
+    adapt_damping = opts.adapt_damping ~= false,
+    max_cg_iters = opts.max_cg_iters or 250,
+    min_cg_iters = opts.min_cg_iters or 1,
+    cg_decay = opts.cg_decay or 0.95,
+    cg_tol = opts.cg_tol or 5e-4,
+    backtrack = opts.backtrack ~= false,
+    backtrack_gamma = opts.backtrack_gamma or 1.3,
+    line_search = opts.line_search or false,
+    line_search_c = opts.line_search_c or 1e-2,
+    line_search_shrink = opts.line_search_shrink or 0.8,
+    line_search_max = opts.line_search_max or 20,
+    max_step_norm = opts.max_step_norm,
+    verbose = opts.verbose or false,
+    name = opts.name or 'hf',
+    n_steps = 0,
+  }, HF)
+  positive('damping', self.damping, true)
+  positive('damping_boost', self.damping_boost)
+  positive('damping_drop', self.damping_drop)
+  positive('min_damping', self.min_damping, true)
+  positive('cg_decay', self.cg_decay, true)
+  positive('cg_tol', self.cg_tol)
+  for _, k in ipairs({ 'max_cg_iters', 'min_cg_iters', 'line_search_max' }) do
+    local v = self[k]
+    if v ~= math.floor(v) or v < 1 then
+      argerror('optim.hf', "option '%s' must be a positive integer, got %s", k, tostring(v))
+    end
+  end
+  if self.backtrack_gamma <= 1 then
+    argerror('optim.hf', "option 'backtrack_gamma' must be > 1, got %s", tostring(self.backtrack_gamma))
+  end
+  if self.line_search_shrink <= 0 or self.line_search_shrink >= 1 then
+    argerror('optim.hf', "option 'line_search_shrink' must be in (0, 1), got %s", tostring(self.line_search_shrink))
+  end
+  if self.max_step_norm then positive('max_step_norm', self.max_step_norm) end
+
+  -- The compiled functions: the cost, the cost and its gradient, and the
+  -- Gauss-Newton product (extra inputs: v, one per parameter).
+  local mode = opts.mode
+  local name = self.name
+  local ins = {}
+  for i, x in ipairs(opts.inputs) do ins[i] = x end
+  self.f_cost = fun.compile { inputs = ins, outputs = opts.cost, mode = mode, name = name .. '_cost' }
+  local g = grad.grad(opts.cost, params)
+  local outs = { opts.cost }
+  for k = 1, #g do outs[k + 1] = g[k] end
+  self.f_grad = fun.compile { inputs = ins, outputs = outs, mode = mode, name = name .. '_grad' }
+  local vs = {}
+  for k, p in ipairs(params) do
+    vs[k] = G.tensor { dtype = p.dtype, ndim = p.ndim, name = 'v_' .. (p.name or tostring(k)) }
+  end
+  local gv, dummy = gn_product(opts.out, params, vs, opts.loss)
+  local gv_ins = {}
+  for i, x in ipairs(ins) do gv_ins[i] = x end
+  for k = 1, #vs do gv_ins[#gv_ins + 1] = vs[k] end
+  -- (the reverse-mode fallback's dummy cotangent: any value of out's shape)
+  local givens = dummy and { [dummy] = opts.out * 0 } or nil
+  self.f_gv = fun.compile { inputs = gv_ins, outputs = gv, givens = givens, mode = mode, name = name .. '_gv' }
+  return self
+end
+
+-- ---------------------------------------------------------------------------
+-- Pieces of a step, usable on their own.
+
+local function as_inputs(self, fname, data)
+  if type(data) ~= 'table' then
+    argerror(fname, 'inputs must be a table of %d arrays (one per symbolic input), got %s',
+             #self.inputs, type(data))
+  end
+  if #data ~= #self.inputs then
+    argerror(fname, 'expected %d input arrays (one per symbolic input), got %d', #self.inputs, #data)
+  end
+  return data
+end
+
+-- The current parameter values (a table of arrays).
+function HF:get_params()
+  local r = {}
+  for k, p in ipairs(self.params) do r[k] = p:get_value() end
+  return r
+end
+
+function HF:set_params(values)
+  for k, p in ipairs(self.params) do p:set_value(values[k]) end
+end
+
+-- The cost at the current parameters on a batch (a Lua number).
+function HF:evaluate(data)
+  as_inputs(self, self.name .. ':evaluate', data)
+  return self.f_cost(unpack(data)):get()
+end
+
+-- The cost and gradient (a table of arrays) on a batch.
+function HF:gradient(data)
+  local r = { self.f_grad(unpack(as_inputs(self, self.name .. ':gradient', data))) }
+  local c = table.remove(r, 1)
+  return c:get(), r
+end
+
+-- G·v on a batch (v and the result are tables of arrays).
+function HF:gv(data, v)
+  as_inputs(self, self.name .. ':gv', data)
+  local args = {}
+  for i = 1, #data do args[i] = data[i] end
+  for k = 1, #v do args[#args + 1] = v[k] end
+  local r = { self.f_gv(unpack(args)) }
+  return r
+end
+
+-- The cost at θ + d (θ the parameters, values given), leaving the parameters at θ + d.
+local function cost_at(self, theta, d, data)
+  local vals = {}
+  for k = 1, #theta do vals[k] = d and (theta[k] + d[k]) or theta[k] end
+  self:set_params(vals)
+  return self.f_cost(unpack(data)):get()
+end
+
+-- Truncated CG on (G + λI) x = -g from x0.  Returns the iterates kept for
+-- backtracking ({x=, phi=, iter=}, the last one last) and the iteration
+-- count.  φ(x) = ½xᵀ(G+λI)x + gᵀx is tracked as ½xᵀ(g - r), r = -g - Ax.
+function HF:cg(g, curv, x0, lambda)
+  local function A(v)
+    local r = self:gv(curv, v)
+    if lambda ~= 0 then r = vaxpy(lambda, v, r) end
+    return r
+  end
+  local x = x0
+  local r
+  if x then
+    r = vneg(vaxpy(1, A(x), g))           -- r = -g - A x0
+  else
+    local z = {}
+    for k = 1, #g do z[k] = g[k] * 0 end
+    x = z
+    r = vneg(g)
+  end
+  local p = r
+  local rr = vdot(r, r)
+  local phis, kept = {}, {}
+  local next_keep, gamma_pow = 1, 1
+  local i = 0
+  local max_iters = self.max_cg_iters
+  while i < max_iters do
+    i = i + 1
+    local Ap = A(p)
+    local pAp = vdot(p, Ap)
+    if not (pAp > 0) then i = i - 1; break end  -- no positive curvature left
+    local alpha = rr / pAp
+    x = vaxpy(alpha, p, x)
+    r = vaxpy(-alpha, Ap, r)
+    local rr_new = vdot(r, r)
+    local phi = 0.5 * (vdot(x, g) - vdot(x, r))
+    phis[i] = phi
+    if i >= next_keep then
+      kept[#kept + 1] = { x = x, phi = phi, iter = i }
+      while next_keep <= i do
+        gamma_pow = gamma_pow * self.backtrack_gamma
+        next_keep = math.ceil(gamma_pow)
+      end
+    end
+    -- Martens' criterion: little relative progress over the last k iterations.
+    local k = math.max(10, math.ceil(0.1 * i))
+    if i >= self.min_cg_iters and i > k and phi < 0
+       and (phi - phis[i - k]) / phi < k * self.cg_tol then
+      break
+    end
+    if rr_new == 0 then break end
+    local beta = rr_new / rr
+    rr = rr_new
+    p = vaxpy(beta, p, r)
+  end
+  if i == 0 then kept = { { x = x, phi = 0.5 * (vdot(x, g) - vdot(x, r)), iter = 0 } }
+  elseif kept[#kept].iter ~= i then kept[#kept + 1] = { x = x, phi = phis[i], iter = i } end
+  return kept, i, x
+end
+
+-- One HF step: the gradient on grad_data, curvature products on curv_data
+-- (default grad_data).  Updates the parameters and returns a table of
+-- statistics (see doc/optim.md).
+function HF:step(grad_data, curv_data)
+  local fname = self.name .. ':step'
+  as_inputs(self, fname, grad_data)
+  curv_data = curv_data and as_inputs(self, fname, curv_data) or grad_data
+  local t0 = core.C.tgl_wall_time()
+  local theta = self:get_params()
+  local f0, g = self:gradient(grad_data)
+  local lambda = self.damping
+  local x0 = self.cg_init and vscale(self.cg_decay, self.cg_init) or nil
+  local kept, iters, last = self:cg(g, curv_data, x0, lambda)
+  self.cg_init = last
+
+  -- Backtracking: from the last iterate kept, walk back while the cost drops.
+  local chosen = #kept
+  local f_chosen = cost_at(self, theta, kept[chosen].x, grad_data)
+  local evals = 1
+  if self.backtrack then
+    for j = #kept - 1, 1, -1 do
+      local fj = cost_at(self, theta, kept[j].x, grad_data)
+      evals = evals + 1
+      if fj < f_chosen then chosen, f_chosen = j, fj else break end
+    end
+  end
+  local d, phi = kept[chosen].x, kept[chosen].phi
+  local gd = vdot(g, d)
+
+  -- Reduction ratio: actual over predicted (the damped quadratic model).
+  local rho = (f_chosen - f0) / phi
+  if phi >= 0 then rho = -math.huge end
+  if f_chosen ~= f_chosen then rho = -math.huge end
+
+  -- Optional step size cap, then optional Armijo line search along d.
+  local rate = 1
+  local f1 = f_chosen
+  local dnorm = math.sqrt(vdot(d, d))
+  if self.max_step_norm and dnorm > self.max_step_norm then
+    rate = self.max_step_norm / dnorm
+    f1 = cost_at(self, theta, vscale(rate, d), grad_data)
+    evals = evals + 1
+  end
+  if self.line_search then
+    local tries = 0
+    while not (f1 <= f0 + self.line_search_c * rate * gd) do
+      tries = tries + 1
+      if tries > self.line_search_max then rate = 0; break end
+      rate = rate * self.line_search_shrink
+      f1 = cost_at(self, theta, vscale(rate, d), grad_data)
+      evals = evals + 1
+    end
+  elseif not (f1 < f0) then
+    rate = 0                                   -- reject a step that does not reduce the cost
+  end
+  if rate == 0 then
+    self:set_params(theta)
+    f1 = f0
+  elseif rate ~= 1 or chosen ~= #kept or self.backtrack then
+    -- the parameters hold θ + (last evaluated); make sure they hold θ + rate·d
+    self:set_params(vaxpy(rate, d, theta))
+  end
+
+  -- Levenberg-Marquardt damping.
+  local lambda_used = lambda
+  if self.adapt_damping then
+    if rho < 0.25 or rho ~= rho then lambda = lambda * self.damping_boost
+    elseif rho > 0.75 then lambda = lambda * self.damping_drop end
+    if lambda < self.min_damping then lambda = self.min_damping end
+    self.damping = lambda
+  end
+  self.n_steps = self.n_steps + 1
+  local stats = {
+    step = self.n_steps, cost_before = f0, cost = f1, damping = lambda_used, new_damping = self.damping,
+    rho = rho, cg_iters = iters, cg_chosen = kept[chosen].iter, phi = phi, grad_dot_step = gd,
+    step_norm = dnorm * rate, rate = rate, accepted = rate > 0, cost_evals = evals,
+    seconds = core.C.tgl_wall_time() - t0,
+  }
+  if self.verbose then
+    io.stderr:write(('%s step %d: cost %.6g -> %.6g  λ %.3g -> %.3g  ρ %.3f  CG %d (chose %d)  rate %.3g  %.2fs\n')
+      :format(self.name, stats.step, f0, f1, lambda_used, self.damping, rho, iters, stats.cg_chosen, rate, stats.seconds))
+  end
+  return stats
+end
+
+function HF:__tostring()
+  return ('tgl.optim.hf (%d params, damping %g, %d steps)'):format(#self.params, self.damping, self.n_steps)
+end
+
+return M
