@@ -17,6 +17,7 @@ local core = require 'tgl.core'
 local G = require 'tgl.graph'
 local fun = require 'tgl.function'
 local grad = require 'tgl.grad'
+local rop = require 'tgl.rop'
 
 local argerror = core.argerror
 local is_var = G.is_var
@@ -53,46 +54,6 @@ local function vneg(x)
   local r = {}
   for k = 1, #x do r[k] = -x[k] end
   return r
-end
-
--- ---------------------------------------------------------------------------
--- The Gauss-Newton product G·v = Jᵀ H_L J v.  tgl.gauss_newton_product
--- (src/rop) when the engine has it; otherwise the same product from
--- reverse mode alone: J·v as the gradient, with respect to a dummy
--- cotangent u, of (uᵀJ)·v (both linear), and Jᵀw as a Lop (tgl.grad with
--- known_grads).
-local function loss_hessian(loss, out)
-  if type(loss) == 'function' then return loss end
-  if loss == 'mse' then
-    return function(o, w)
-      local n = G.size(o, 1)
-      for d = 2, o.ndim do n = n * G.size(o, d) end
-      return w * (2 / G.cast(n, o.dtype))
-    end
-  end
-  -- softmax_crossentropy: out are the logits (rows), cost the mean over rows
-  return function(o, w)
-    local p = G.softmax(o)
-    local pw = p * w
-    return (pw - p * G.sum(pw, 2, { keepdims = true })) / G.cast(G.size(o, 1), o.dtype)
-  end
-end
-
-local function gn_product(out, params, v, loss)
-  local tgl = package.loaded.tgl
-  if tgl and tgl.gauss_newton_product then
-    return tgl.gauss_newton_product(out, params, v, loss)
-  end
-  local u = G.tensor { dtype = out.dtype, ndim = out.ndim, name = 'hf_u' }
-  local ju = grad.grad(nil, params, { known_grads = { [out] = u }, disconnected = 'ignore' })
-  local s
-  for k = 1, #params do
-    local t = G.sum(ju[k] * v[k])
-    s = s and s + t or t
-  end
-  local jv = grad.grad(s, u)
-  local hjv = loss_hessian(loss, out)(out, jv)
-  return grad.grad(nil, params, { known_grads = { [out] = hjv }, disconnected = 'ignore' }), u
 end
 
 -- ---------------------------------------------------------------------------
@@ -206,13 +167,11 @@ function M.hf(opts)
   for k, p in ipairs(params) do
     vs[k] = G.tensor { dtype = p.dtype, ndim = p.ndim, name = 'v_' .. (p.name or tostring(k)) }
   end
-  local gv, dummy = gn_product(opts.out, params, vs, opts.loss)
+  local gv = rop.gauss_newton_product(opts.out, params, vs, opts.loss)
   local gv_ins = {}
   for i, x in ipairs(ins) do gv_ins[i] = x end
   for k = 1, #vs do gv_ins[#gv_ins + 1] = vs[k] end
-  -- (the reverse-mode fallback's dummy cotangent: any value of out's shape)
-  local givens = dummy and { [dummy] = opts.out * 0 } or nil
-  self.f_gv = fun.compile { inputs = gv_ins, outputs = gv, givens = givens, mode = mode, name = name .. '_gv' }
+  self.f_gv = fun.compile { inputs = gv_ins, outputs = gv, mode = mode, name = name .. '_gv' }
   return self
 end
 
