@@ -50,12 +50,6 @@ local function vscale(a, x)
   return r
 end
 
-local function vneg(x)
-  local r = {}
-  for k = 1, #x do r[k] = -x[k] end
-  return r
-end
-
 -- ---------------------------------------------------------------------------
 -- tgl.optim.hf{...}
 
@@ -113,6 +107,7 @@ function M.hf(opts)
   local self = setmetatable({
     params = params, inputs = opts.inputs, loss = opts.loss,
     damping = opts.damping or 1,
+    initial_damping = opts.damping or 1,
     damping_boost = opts.damping_boost or 3 / 2,
     damping_drop = opts.damping_drop or 2 / 3,
     min_damping = opts.min_damping or 0,
@@ -152,26 +147,85 @@ function M.hf(opts)
   end
   if self.max_step_norm then positive('max_step_norm', self.max_step_norm) end
 
-  -- The compiled functions: the cost, the cost and its gradient, and the
-  -- Gauss-Newton product (extra inputs: v, one per parameter).
+  -- The compiled functions.  CG's vectors live in shared variables, one
+  -- per parameter: the gradient g, the iterate x, the residual r = -g - Ax,
+  -- the direction p and A p (A = G + λI); each CG iteration is three
+  -- compiled calls (A p and pᵀAp; the x and r updates and the dot products
+  -- the stopping rule needs; the new direction), so the vector arithmetic
+  -- is fused and runs in place.
   local mode = opts.mode
   local name = self.name
   local ins = {}
   for i, x in ipairs(opts.inputs) do ins[i] = x end
+  self._out, self._mode = opts.out, mode
   self.f_cost = fun.compile { inputs = ins, outputs = opts.cost, mode = mode, name = name .. '_cost' }
-  local g = grad.grad(opts.cost, params)
-  local outs = { opts.cost }
-  for k = 1, #g do outs[k + 1] = g[k] end
-  self.f_grad = fun.compile { inputs = ins, outputs = outs, mode = mode, name = name .. '_grad' }
-  local vs = {}
-  for k, p in ipairs(params) do
-    vs[k] = G.tensor { dtype = p.dtype, ndim = p.ndim, name = 'v_' .. (p.name or tostring(k)) }
+  local gr = grad.grad(opts.cost, params)
+  local function vec(tag)
+    local t = {}
+    for k, p in ipairs(params) do
+      t[k] = G.shared(p:get_value() * 0, tag .. '_' .. (p.name or tostring(k)))
+    end
+    return t
   end
-  local gv = rop.gauss_newton_product(opts.out, params, vs, opts.loss)
-  local gv_ins = {}
-  for i, x in ipairs(ins) do gv_ins[i] = x end
-  for k = 1, #vs do gv_ins[#gv_ins + 1] = vs[k] end
-  self.f_gv = fun.compile { inputs = gv_ins, outputs = gv, mode = mode, name = name .. '_gv' }
+  local g, x, r, pd, Ap = vec('hf_g'), vec('hf_x'), vec('hf_r'), vec('hf_p'), vec('hf_Ap')
+  self._g, self._x, self._Ap = g, x, Ap
+  local function dot(a, b)
+    local s
+    for k = 1, #a do
+      local t = G.sum(a[k] * b[k])
+      s = s and s + t or t
+    end
+    return s
+  end
+  local dt = params[1].dtype
+  local lam, alpha, beta, decay = G.scalar('lambda', dt), G.scalar('alpha', dt), G.scalar('beta', dt),
+                                   G.scalar('decay', dt)
+  local ups = {}
+  for k = 1, #params do ups[k] = { g[k], gr[k] } end
+  self.f_grad = fun.compile { inputs = ins, outputs = opts.cost, updates = ups, mode = mode,
+                              name = name .. '_grad' }
+  -- A p = G p + λ p, and pᵀ A p
+  local gp = rop.gauss_newton_product(opts.out, params, pd, opts.loss)
+  local ap = {}
+  ups = {}
+  for k = 1, #params do ap[k] = gp[k] + lam * pd[k]; ups[k] = { Ap[k], ap[k] } end
+  local ins_l = {}
+  for i, v in ipairs(ins) do ins_l[i] = v end
+  ins_l[#ins_l + 1] = lam
+  self.f_Ap = fun.compile { inputs = ins_l, outputs = dot(pd, ap), updates = ups, mode = mode,
+                            name = name .. '_Ap' }
+  -- CG's start: x = decay·x (the previous solution), p = x (for A x0)
+  ups = {}
+  for k = 1, #params do
+    local xk = x[k] * decay
+    ups[#ups + 1] = { x[k], xk }; ups[#ups + 1] = { pd[k], xk }
+  end
+  self.f_start = fun.compile { inputs = { decay }, outputs = {}, updates = ups, mode = mode,
+                               name = name .. '_start' }
+  -- r = -g - A x0 (A x0 in Ap), p = r; outputs rᵀr, xᵀg, xᵀr
+  ups = {}
+  local rn = {}
+  for k = 1, #params do
+    rn[k] = -g[k] - Ap[k]
+    ups[#ups + 1] = { r[k], rn[k] }; ups[#ups + 1] = { pd[k], rn[k] }
+  end
+  self.f_residual = fun.compile { inputs = {}, outputs = { dot(rn, rn), dot(x, g), dot(x, rn) },
+                                  updates = ups, mode = mode, name = name .. '_residual' }
+  -- x += α p, r -= α A p; outputs rᵀr, xᵀg, xᵀr (for φ(x) = ½xᵀ(g - r))
+  ups = {}
+  local xn = {}
+  rn = {}
+  for k = 1, #params do
+    xn[k] = x[k] + alpha * pd[k]; rn[k] = r[k] - alpha * Ap[k]
+    ups[#ups + 1] = { x[k], xn[k] }; ups[#ups + 1] = { r[k], rn[k] }
+  end
+  self.f_xr = fun.compile { inputs = { alpha }, outputs = { dot(rn, rn), dot(xn, g), dot(xn, rn) },
+                            updates = ups, mode = mode, name = name .. '_xr' }
+  -- p = r + β p
+  ups = {}
+  for k = 1, #params do ups[k] = { pd[k], r[k] + beta * pd[k] } end
+  self.f_dir = fun.compile { inputs = { beta }, outputs = {}, updates = ups, mode = mode,
+                             name = name .. '_dir' }
   return self
 end
 
@@ -208,19 +262,29 @@ end
 
 -- The cost and gradient (a table of arrays) on a batch.
 function HF:gradient(data)
-  local r = { self.f_grad(unpack(as_inputs(self, self.name .. ':gradient', data))) }
-  local c = table.remove(r, 1)
+  local c = self.f_grad(unpack(as_inputs(self, self.name .. ':gradient', data)))
+  local r = {}
+  for k, v in ipairs(self._g) do r[k] = v:get_value() end
   return c:get(), r
 end
 
--- G·v on a batch (v and the result are tables of arrays).
+-- G·v on a batch (v and the result are tables of arrays); compiled on first use.
 function HF:gv(data, v)
   as_inputs(self, self.name .. ':gv', data)
+  if not self.f_gv then
+    local vs, ins = {}, {}
+    for i, x in ipairs(self.inputs) do ins[i] = x end
+    for k, p in ipairs(self.params) do
+      vs[k] = G.tensor { dtype = p.dtype, ndim = p.ndim, name = 'v_' .. (p.name or tostring(k)) }
+      ins[#ins + 1] = vs[k]
+    end
+    local gv = rop.gauss_newton_product(self._out, self.params, vs, self.loss)
+    self.f_gv = fun.compile { inputs = ins, outputs = gv, mode = self._mode, name = self.name .. '_gv' }
+  end
   local args = {}
   for i = 1, #data do args[i] = data[i] end
   for k = 1, #v do args[#args + 1] = v[k] end
-  local r = { self.f_gv(unpack(args)) }
-  return r
+  return { self.f_gv(unpack(args)) }
 end
 
 -- The cost at θ + d (θ the parameters, values given), leaving the parameters at θ + d.
@@ -231,63 +295,56 @@ local function cost_at(self, theta, d, data)
   return self.f_cost(unpack(data)):get()
 end
 
--- Truncated CG on (G + λI) x = -g from x0.  Returns the iterates kept for
--- backtracking ({x=, phi=, iter=}, the last one last) and the iteration
--- count.  φ(x) = ½xᵀ(G+λI)x + gᵀx is tracked as ½xᵀ(g - r), r = -g - Ax.
-function HF:cg(g, curv, x0, lambda)
-  local function A(v)
-    local r = self:gv(curv, v)
-    if lambda ~= 0 then r = vaxpy(lambda, v, r) end
-    return r
+-- Truncated CG on (G + λI) x = -g (g in the shared gradient, G on the
+-- curvature batch), from decay × the previous solution.  Returns the
+-- iterates kept for backtracking ({x = table of arrays, phi =, iter =},
+-- the last one last) and the iteration count.  φ(x) = ½xᵀ(G+λI)x + gᵀx,
+-- the quadratic model, is ½xᵀ(g - r) with r = -g - Ax.
+function HF:cg(curv, lambda, decay)
+  local args = {}
+  for i = 1, #curv do args[i] = curv[i] end
+  args[#args + 1] = lambda
+  local function snapshot()
+    local t = {}
+    for k, v in ipairs(self._x) do t[k] = v:get_value() end
+    return t
   end
-  local x = x0
-  local r
-  if x then
-    r = vneg(vaxpy(1, A(x), g))           -- r = -g - A x0
-  else
-    local z = {}
-    for k = 1, #g do z[k] = g[k] * 0 end
-    x = z
-    r = vneg(g)
-  end
-  local p = r
-  local rr = vdot(r, r)
+  self.f_start(decay)
+  if decay ~= 0 then self.f_Ap(unpack(args)) end     -- A x0 (x0 = 0: A x0 = 0 already)
+  if decay == 0 then for _, v in ipairs(self._Ap) do v:set_value(v:get_value({ borrow = true }) * 0) end end
+  local rr, xg, xr = self.f_residual()
+  rr, xg, xr = rr:get(), xg:get(), xr:get()
+  local phi = 0.5 * (xg - xr)
   local phis, kept = {}, {}
   local next_keep, gamma_pow = 1, 1
   local i = 0
-  local max_iters = self.max_cg_iters
-  while i < max_iters do
+  while i < self.max_cg_iters do
+    local pAp = self.f_Ap(unpack(args)):get()
+    if not (pAp > 0) or rr == 0 then break end   -- converged, or no positive curvature left
     i = i + 1
-    local Ap = A(p)
-    local pAp = vdot(p, Ap)
-    if not (pAp > 0) then i = i - 1; break end  -- no positive curvature left
-    local alpha = rr / pAp
-    x = vaxpy(alpha, p, x)
-    r = vaxpy(-alpha, Ap, r)
-    local rr_new = vdot(r, r)
-    local phi = 0.5 * (vdot(x, g) - vdot(x, r))
+    local rr_new
+    rr_new, xg, xr = self.f_xr(rr / pAp)
+    rr_new, xg, xr = rr_new:get(), xg:get(), xr:get()
+    phi = 0.5 * (xg - xr)
     phis[i] = phi
     if i >= next_keep then
-      kept[#kept + 1] = { x = x, phi = phi, iter = i }
+      kept[#kept + 1] = { x = snapshot(), phi = phi, iter = i }
       while next_keep <= i do
         gamma_pow = gamma_pow * self.backtrack_gamma
         next_keep = math.ceil(gamma_pow)
       end
     end
-    -- Martens' criterion: little relative progress over the last k iterations.
+    -- Martens' criterion: little relative progress over the last k iterations
     local k = math.max(10, math.ceil(0.1 * i))
     if i >= self.min_cg_iters and i > k and phi < 0
        and (phi - phis[i - k]) / phi < k * self.cg_tol then
       break
     end
-    if rr_new == 0 then break end
-    local beta = rr_new / rr
+    self.f_dir(rr_new / rr)
     rr = rr_new
-    p = vaxpy(beta, p, r)
   end
-  if i == 0 then kept = { { x = x, phi = 0.5 * (vdot(x, g) - vdot(x, r)), iter = 0 } }
-  elseif kept[#kept].iter ~= i then kept[#kept + 1] = { x = x, phi = phis[i], iter = i } end
-  return kept, i, x
+  if #kept == 0 or kept[#kept].iter ~= i then kept[#kept + 1] = { x = snapshot(), phi = phi, iter = i } end
+  return kept, i
 end
 
 -- One HF step: the gradient on grad_data, curvature products on curv_data
@@ -299,11 +356,9 @@ function HF:step(grad_data, curv_data)
   curv_data = curv_data and as_inputs(self, fname, curv_data) or grad_data
   local t0 = core.C.tgl_wall_time()
   local theta = self:get_params()
-  local f0, g = self:gradient(grad_data)
+  local f0 = self.f_grad(unpack(grad_data)):get()
   local lambda = self.damping
-  local x0 = self.cg_init and vscale(self.cg_decay, self.cg_init) or nil
-  local kept, iters, last = self:cg(g, curv_data, x0, lambda)
-  self.cg_init = last
+  local kept, iters = self:cg(curv_data, lambda, self.n_steps == 0 and 0 or self.cg_decay)
 
   -- Backtracking: from the last iterate kept, walk back while the cost drops.
   local chosen = #kept
@@ -317,6 +372,8 @@ function HF:step(grad_data, curv_data)
     end
   end
   local d, phi = kept[chosen].x, kept[chosen].phi
+  local g = {}
+  for k, v in ipairs(self._g) do g[k] = v:get_value({ borrow = true }) end
   local gd = vdot(g, d)
 
   -- Reduction ratio: actual over predicted (the damped quadratic model).
@@ -373,6 +430,12 @@ function HF:step(grad_data, curv_data)
       :format(self.name, stats.step, f0, f1, lambda_used, self.damping, rho, iters, stats.cg_chosen, rate, stats.seconds))
   end
   return stats
+end
+
+-- Forgets the state carried between steps (damping, CG's starting point,
+-- the step count); the parameters are left as they are.
+function HF:reset()
+  self.damping, self.n_steps = self.initial_damping, 0
 end
 
 function HF:__tostring()
