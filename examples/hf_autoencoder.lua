@@ -36,13 +36,13 @@ package.path = script_dir .. '/../bench/lib/?.lua;' .. package.path
 local svg_ok, svg = pcall(require, 'svg')
 
 local opts = { seconds = 25, layers = '784,400,200,100,30', train = 20000, lr = 0.1, batch = 100,
-               momentum = 0, grad_batch = 5000, curv_batch = 1000, max_cg = 100, damping = 1, seed = 1, threads = nil,
+               momentum = 0, grad_batch = 5000, curv_batch = 1000, max_cg = 100, damping = 1, method = 'both', seed = 1, threads = nil,
                data = '/usr/share/datasets/fashion-mnist', out = '/tmp/tgl-hf' }
 local usage = 'usage: tgl examples/hf_autoencoder.lua [--seconds S] [--layers 784,400,200,100,30] ' ..
               '[--train N] [--lr R] [--batch B] [--momentum M] [--grad_batch G] [--curv_batch C] ' ..
-              '[--max_cg N] [--seed S] [--threads T] [--data DIR] [--out DIR]\n'
+              '[--max_cg N] [--damping L] [--method both|hf|sgd] [--seed S] [--threads T] [--data DIR] [--out DIR]\n'
 do
-  local strings = { data = true, out = true, layers = true }
+  local strings = { data = true, out = true, layers = true, method = true }
   local i = 1
   while arg and arg[i] do
     local k = arg[i]:match('^%-%-([%w_]+)$')
@@ -233,13 +233,19 @@ local function run_hf()
                 :format(hf.n_steps, cg, GB, CB)
 end
 
-print(('HF (%d-image gradient batches, %d-image curvature batches):'):format(GB, CB))
-local hf_curve, hf_note = run_hf()
-local hf_test = f_err(Xtest):get()
-print(('SGD (batch %d, learning rate %g%s):'):format(B, opts.lr,
-      opts.momentum > 0 and (', momentum %g'):format(opts.momentum) or ''))
-local sgd_curve, sgd_note = run_sgd()
-local sgd_test = f_err(Xtest):get()
+local skipped = { { t = 0, err = f_err(Xeval):get() } }
+local hf_curve, hf_note, hf_test, sgd_curve, sgd_note, sgd_test = skipped, 'not run', 0, skipped, 'not run', 0
+if opts.method ~= 'sgd' then
+  print(('HF (%d-image gradient batches, %d-image curvature batches):'):format(GB, CB))
+  hf_curve, hf_note = run_hf()
+  hf_test = f_err(Xtest):get()
+end
+if opts.method ~= 'hf' then
+  print(('SGD (batch %d, learning rate %g%s):'):format(B, opts.lr,
+        opts.momentum > 0 and (', momentum %g'):format(opts.momentum) or ''))
+  sgd_curve, sgd_note = run_sgd()
+  sgd_test = f_err(Xtest):get()
+end
 
 -- ---------------------------------------------------------------------------
 -- The curves side by side: the error each had reached at the same times.
