@@ -8,8 +8,9 @@
 --                                   [--grad_batch G] [--curv_batch C] [--max_cg N]
 --                                   [--seed S] [--threads T] [--data DIR] [--out DIR]
 --
--- The model is Martens' auto-encoder scaled down: 784-400-200-100-30 and
--- back (logistic hidden units, a linear 30-unit code, logistic output with
+-- The model is Martens' "CURVES" auto-encoder on Fashion-MNIST:
+-- 784-400-200-100-50-25-6 and back (logistic hidden units, a linear 6-unit
+-- code, logistic output with
 -- the cross-entropy loss), "sparse" initialisation (each unit gets 15
 -- nonzero incoming weights drawn from N(0, 1); Martens' choice) shared by
 -- both optimisers.  Deep logistic auto-encoders are the textbook case
@@ -31,14 +32,29 @@
 -- the 784 pixels, averaged over images), as in Martens' tables.
 --
 -- Output: DIR/curve.svg and DIR/history.csv (default DIR /tmp/tgl-hf).
+--
+-- Measured (2 cores, defaults, 25 s each; error on 2000 training images):
+--   time    2.5s  5s    10s   15s   20s   25s   test
+--   HF      68.6  55.7  36.1  33.6  30.7  29.1  28.7  (62 steps, 620 CG iterations)
+--   SGD     48.6  33.7  28.9  25.4  23.3  22.2  22.0  (6170 steps, lr 0.01, batch 100)
+-- At this budget HF does NOT beat a tuned SGD.  SGD with a learning rate
+-- one notch too high (--lr 0.1) does sit on the mean-image plateau
+-- (error about 68.7, where HF also spends its first seconds) for most of
+-- the run, which is the behaviour Martens' comparison is about; but plain
+-- SGD at 0.01 leaves it within a second, and with momentum (--lr 0.003
+-- --momentum 0.9) it reaches about 19 in 20 s.  HF's advantage in Martens'
+-- experiments shows over hours and with his diagonal preconditioner, which
+-- tgl.optim.hf does not have; here each HF step costs about 40 SGD steps.
+-- HF settings tried (20 s): CG capped at 10 iterations did best (31.5),
+-- 20 -> 37.3, 100 -> 48.5; 5000/1000-image batches -> 57.2.
 local script_dir = (arg and arg[0] or ''):match('^(.*)/[^/]*$') or '.'
 package.path = script_dir .. '/../bench/lib/?.lua;' .. package.path
 local svg_ok, svg = pcall(require, 'svg')
 
-local opts = { seconds = 25, layers = '784,400,200,100,30', train = 20000, lr = 0.1, batch = 100,
-               momentum = 0, grad_batch = 5000, curv_batch = 1000, max_cg = 100, damping = 1, method = 'both', seed = 1, threads = nil,
+local opts = { seconds = 25, layers = '784,400,200,100,50,25,6', train = 20000, lr = 0.01, batch = 100,
+               momentum = 0, grad_batch = 2000, curv_batch = 500, max_cg = 10, damping = 10, method = 'both', seed = 1, threads = nil,
                data = '/usr/share/datasets/fashion-mnist', out = '/tmp/tgl-hf' }
-local usage = 'usage: tgl examples/hf_autoencoder.lua [--seconds S] [--layers 784,400,200,100,30] ' ..
+local usage = 'usage: tgl examples/hf_autoencoder.lua [--seconds S] [--layers 784,400,200,100,50,25,6] ' ..
               '[--train N] [--lr R] [--batch B] [--momentum M] [--grad_batch G] [--curv_batch C] ' ..
               '[--max_cg N] [--damping L] [--method both|hf|sgd] [--seed S] [--threads T] [--data DIR] [--out DIR]\n'
 do
