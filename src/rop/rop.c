@@ -260,10 +260,12 @@ static tgl_status push_transposed(tgl_ctx *ctx, tgl_node *n, tgl_node *const *ti
     for (int i = 0; i < n->nin && !st; i++) {
         if (!gin[i] || !tin[i])
             continue;
-        tgl_node *t = tin[i];
-        tgl_node *term = tgl_mk_sum(ctx, tgl_mk_cast(ctx, tgl_mk2(ctx, TGL_OP_MUL, gin[i], t),
-                                                     TGL_FLOAT64),
-                                    0, NULL, false);
+        tgl_node *prod = tgl_mk_cast(ctx, tgl_mk2(ctx, TGL_OP_MUL, gin[i], tin[i]), TGL_FLOAT64);
+        int64_t axes[TGL_MAX_DIMS];
+        int nd = prod ? prod->type.ndim : 0;
+        for (int d = 0; d < nd; d++)
+            axes[d] = d;
+        tgl_node *term = nd ? tgl_mk_sum(ctx, prod, nd, axes, false) : prod;
         s = add_opt(ctx, s, term);
     }
     for (int k = 0; k < nout && !st; k++) {
