@@ -51,6 +51,15 @@ local function directions(fname, what, v, vars, single, of)
       d = G.as_node(type(d) == 'number' and d or d, fname)
       if core.is_array(list[i]) then
         local shp = list[i]:shape()
+        -- a shared variable's shape is known now: compare it too
+        if var.kind == 'shared' and #shp == var.ndim then
+          local vs = var:get_value { borrow = true }:shape()
+          if table.concat(vs, ',') ~= table.concat(shp, ',') then
+            argerror(fname, '%s %d has shape (%s), %s %d (%s) has shape (%s)', what, i,
+                     table.concat(shp, ','), of, i, var.name and ("'" .. var.name .. "'") or 'unnamed',
+                     table.concat(vs, ','))
+          end
+        end
         if #shp ~= var.ndim then
           argerror(fname, '%s %d has %d dimensions, %s %d (%s) has %d', what, i, #shp, of, i,
                    var.name and ("'" .. var.name .. "'") or 'unnamed', var.ndim)
