@@ -400,6 +400,15 @@ TGL_API tgl_status tgl_grad(tgl_ctx *ctx, tgl_node *cost, int nwrt, tgl_node *co
                             tgl_node *const *known_grads, tgl_disconnected disconnected,
                             tgl_node **grads);
 
+/* Forward mode (src/rop): out[i] = J_i v, the derivative of f[i] along the
+ * directions v[k] of the variables wrt[k] (the R-operator), in one forward
+ * walk.  v[k] has wrt[k]'s rank (a float).  A wrt that no f depends on
+ * fails under TGL_DISCONNECTED_RAISE; a result with no tangent is zeros of
+ * f[i]'s shape. */
+TGL_API tgl_status tgl_rop(tgl_ctx *ctx, int nf, tgl_node *const *f, int nwrt,
+                           tgl_node *const *wrt, tgl_node *const *v,
+                           tgl_disconnected disconnected, tgl_node **out);
+
 /* ------------------------------------------------------------------------ */
 /* Loops: scan                                                              */
 /* ------------------------------------------------------------------------ */
