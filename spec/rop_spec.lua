@@ -722,6 +722,73 @@ describe('tgl.Rop through scan', function()
   end)
 end)
 
+describe('tgl.Rop of an optimized graph (the internal ops)', function()
+  it('fused elementwise groups and gemm, as tgl.optimize leaves them', function()
+    math.randomseed(80)
+    local xs = { N({ 3, 4 }), N({ 4, 2 }) }
+    local seen
+    check_rop(xs, function(x, W)
+      local o = tgl.optimize(tgl.tanh(tgl.dot(x, W) * 2 + 1) * tgl.exp(tgl.sum(x[{ {}, { 1, 2 } }])))
+      seen = ops_in(o)
+      return o
+    end, { 1, 2 }, 'optimized graph')
+    assert(seen.fused and seen.gemm, 'the optimized graph has no fused group or no gemm')
+  end)
+end)
+
+describe('tgl.Rop forms', function()
+  it('a table of outputs gives a table of tangents, each matching finite differences', function()
+    math.randomseed(81)
+    local xa, Wa = N(M), N({ 3, 2 })
+    local x, W = var_like(xa, 'x'), var_like(Wa, 'W')
+    local f1, f2 = tgl.tanh(tgl.dot(x, W)), tgl.sum(tgl.sqr(x), 2)
+    local vx, vW = N(M), N({ 3, 2 })
+    local rs = tgl.Rop({ f1, f2 }, { x, W }, { vx, vW })
+    assert(type(rs) == 'table' and #rs == 2, 'a table of f gives a table')
+    local f = tgl.compile { inputs = { x, W }, outputs = { f1, f2, rs[1], rs[2] } }
+    local _, _, r1, r2 = f(xa, Wa)
+    local p1, p2 = f(axpy(xa, EPS, vx), axpy(Wa, EPS, vW))
+    local m1, m2 = f(axpy(xa, -EPS, vx), axpy(Wa, -EPS, vW))
+    local fd1, fd2 = tgl.div(tgl.sub(p1, m1), 2 * EPS), tgl.div(tgl.sub(p2, m2), 2 * EPS)
+    assert_close(fd1, r1, 1e-6, 'Rop of output 1')
+    assert_close(fd2, r2, 1e-6, 'Rop of output 2')
+  end)
+
+  it('float32: Rop of a float32 graph is float32 and close to float64 finite differences', function()
+    math.randomseed(82)
+    local xa, Wa, va = N(M), N({ 3, 2 }), N(M)
+    local x, W, v = tgl.fmatrix('x'), tgl.fmatrix('W'), tgl.fmatrix('v')
+    local r = tgl.Rop(tgl.softmax(tgl.tanh(tgl.dot(x, W))), x, v)
+    assert.equals('float32', r.dtype)
+    local got = tgl.compile { inputs = { x, W, v }, outputs = r }(xa:astype('float32'), Wa:astype('float32'),
+                                                                 va:astype('float32'))
+    local x64, W64 = tgl.dmatrix(), tgl.dmatrix()
+    local f = tgl.compile { inputs = { x64, W64 }, outputs = tgl.softmax(tgl.tanh(tgl.dot(x64, W64))) }
+    local fd = tgl.div(tgl.sub(f(axpy(xa, EPS, va), Wa), f(axpy(xa, -EPS, va), Wa)), 2 * EPS)
+    assert_close(fd, got, 1e-5, 'float32 Rop')
+  end)
+end)
+
+describe('tgl.hessian_vector_product through scan', function()
+  it('of a cost of an Elman recurrence (the pushforward of a backward scan) matches finite differences of the gradient', function()
+    math.randomseed(83)
+    local xa, h0a, Wa, Ua = N({ 4, 2, 3 }), N({ 2, 3 }), rnd({ 3, 3 }, U(-0.7, 0.7)), rnd({ 3, 3 }, U(-0.7, 0.7))
+    local x, h0, W, Uw = var_like(xa, 'x'), var_like(h0a, 'h0'), var_like(Wa, 'W'), var_like(Ua, 'U')
+    local hs = tgl.scan { fn = function(x_t, h) return tgl.tanh(tgl.dot(x_t, W) + tgl.dot(h, Uw)) end,
+                          sequences = { x }, outputs_info = { h0 } }
+    local cost = tgl.sum(tgl.sqr(hs)) + tgl.sum(hs[-1])
+    local vW, vU = N({ 3, 3 }), N({ 3, 3 })
+    local hv = tgl.hessian_vector_product(cost, { W, Uw }, { vW, vU })
+    local got = { tgl.compile { inputs = { x, h0, W, Uw }, outputs = hv }(xa, h0a, Wa, Ua) }
+    local g = tgl.compile { inputs = { x, h0, W, Uw }, outputs = tgl.grad(cost, { W, Uw }) }
+    local gp = { g(xa, h0a, axpy(Wa, EPS, vW), axpy(Ua, EPS, vU)) }
+    local gm = { g(xa, h0a, axpy(Wa, -EPS, vW), axpy(Ua, -EPS, vU)) }
+    for i = 1, 2 do
+      assert_close(tgl.div(tgl.sub(gp[i], gm[i]), 2 * EPS), got[i], 1e-6, 'H v through scan, parameter ' .. i)
+    end
+  end)
+end)
+
 -- ---------------------------------------------------------------------------
 -- Lop
 
