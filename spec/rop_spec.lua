@@ -1101,12 +1101,12 @@ describe('tgl.Rop and tgl.Lop errors', function()
   end)
 
   it('an array direction of the wrong length for a symbolic input is an error at run time', function()
-    -- Pending: for an input (shape known only at the call) nothing checks
-    -- the direction's shape; where no op combines the two, the result is
-    -- silently computed from v alone: Rop(sum(y), y, [1,2,3,4]) called with
-    -- y of length 3 returns 10.
-    pending('Rop does not check an array direction against an input\'s run-time shape '
-            .. '(Rop(sum(y), y, {1,2,3,4}) with #y == 3 returns 10)')
+    local y = tgl.dvector('y')
+    local f = tgl.compile { inputs = { y }, outputs = tgl.Rop(tgl.sum(y), y, tgl.array({ 1, 2, 3, 4 }, 'float64')) }
+    assert.equals(10, f(tgl.array({ 0, 0, 0, 0 }, 'float64')):get())
+    local ok, err = pcall(f, tgl.array({ 1, 2, 3 }, 'float64'))
+    assert.is_false(ok)
+    assert.matches('sizes', tostring(err))
   end)
 
   it('an integer wrt', function()

@@ -400,8 +400,13 @@ tgl_status tgl_rop(tgl_ctx *ctx, int nf, tgl_node *const *f, int nwrt, tgl_node 
             st = ctx->last_status;
             break;
         }
-        /* a direction broadcast where the variable is not: its full shape */
-        if (t->type.bcast & ~wrt[k]->type.bcast)
+        /* A direction broadcast where the variable is not gets its full
+         * shape; a fixed direction (an array) for a value whose shape is
+         * known only when the function runs is checked against it then
+         * (the addition fails on a size mismatch, naming the user's line). */
+        bool fixed = v[k]->kind == TGL_NODE_CONSTANT && wrt[k]->kind != TGL_NODE_SHARED &&
+                     wrt[k]->kind != TGL_NODE_CONSTANT;
+        if ((t->type.bcast & ~wrt[k]->type.bcast) || fixed)
             t = tgl_mk2(ctx, TGL_OP_ADD, t, zeros_like(ctx, wrt[k]));
         st = t ? tgl_node_map_set(ctx, &tan, wrt[k], t) : ctx->last_status;
     }
