@@ -394,6 +394,21 @@ describe('regressions (bugs found and fixed)', function()
     assert.same({ 5, 7 }, r:totable())
   end)
 
+  it('the branch an ifelse does not take gets zeros of its own shape when the branches broadcast differently', function()
+    local c = tgl.lscalar('c')
+    local a = tgl.tensor { dtype = 'float64', ndim = 2, broadcastable = { true, false }, name = 'a' }
+    local b, u = tgl.dmatrix('b'), tgl.dmatrix('u')
+    local g = tgl.grad(tgl.sum(tgl.ifelse(c, a, b) * u), { a, b })
+    local f = tgl.compile { inputs = { c, a, b, u }, outputs = g }
+    local one = function(m, n) return tgl.ones(m, n, { dtype = 'float64' }) end
+    local ga, gb = f(1, one(1, 3), one(2, 3), one(1, 3) * 2)
+    assert.same({ { 2, 2, 2 } }, ga:totable())
+    assert.same({ { 0, 0, 0 }, { 0, 0, 0 } }, gb:totable())
+    ga, gb = f(0, one(1, 3), one(2, 3), one(2, 3) * 2)
+    assert.same({ { 0, 0, 0 } }, ga:totable())
+    assert.same({ { 2, 2, 2 }, { 2, 2, 2 } }, gb:totable())
+  end)
+
   it('the gradient of a lazy ifelse does not compute the branch not taken', function()
     -- x:reshape(3) fails for a 2-vector x; the forward pass never runs it
     -- when c is true, and neither does the gradient (the branch not taken

@@ -30,7 +30,7 @@ end
 
 -- The directions: one per variable, variables or arrays/numbers (made
 -- constants of the variable's dtype), checked against the variable.
-local function directions(fname, what, v, vars, single)
+local function directions(fname, what, v, vars, single, of)
   local list
   if single then
     list = { v }
@@ -51,15 +51,24 @@ local function directions(fname, what, v, vars, single)
       d = G.as_node(type(d) == 'number' and d or d, fname)
       if core.is_array(list[i]) then
         local shp = list[i]:shape()
+        -- a shared variable's shape is known now: compare it too
+        if var.kind == 'shared' and #shp == var.ndim then
+          local vs = var:get_value { borrow = true }:shape()
+          if table.concat(vs, ',') ~= table.concat(shp, ',') then
+            argerror(fname, '%s %d has shape (%s), %s %d (%s) has shape (%s)', what, i,
+                     table.concat(shp, ','), of, i, var.name and ("'" .. var.name .. "'") or 'unnamed',
+                     table.concat(vs, ','))
+          end
+        end
         if #shp ~= var.ndim then
-          argerror(fname, '%s %d has %d dimensions, %s has %d', what, i, #shp,
-                   var.name and ("'" .. var.name .. "'") or 'its variable', var.ndim)
+          argerror(fname, '%s %d has %d dimensions, %s %d (%s) has %d', what, i, #shp, of, i,
+                   var.name and ("'" .. var.name .. "'") or 'unnamed', var.ndim)
         end
       end
     end
     if d.ndim ~= var.ndim then
-      argerror(fname, '%s %d has %d dimensions, %s has %d', what, i, d.ndim,
-               var.name and ("'" .. var.name .. "'") or 'its variable', var.ndim)
+      argerror(fname, '%s %d has %d dimensions, %s %d (%s) has %d', what, i, d.ndim, of, i,
+               var.name and ("'" .. var.name .. "'") or 'unnamed', var.ndim)
     end
     if not (d.dtype == 'float32' or d.dtype == 'float64') then
       argerror(fname, '%s %d is %s; directions are floats', what, i, d.dtype)
@@ -89,7 +98,7 @@ function M.Rop(f, wrt, v, opts)
                w.name and ("'" .. w.name .. "'") or 'unnamed', w.dtype)
     end
   end
-  local vs = directions('Rop', 'v', v, ws, wsingle)
+  local vs = directions('Rop', 'v', v, ws, wsingle, 'wrt')
   local cf, cw, cv, out = node_list(#fs), node_list(#ws), node_list(#ws), node_list(#fs)
   for i, x in ipairs(fs) do cf[i - 1] = x.n end
   for i = 1, #ws do cw[i - 1] = ws[i].n; cv[i - 1] = vs[i].n end
@@ -106,7 +115,7 @@ function M.Lop(f, wrt, u, opts)
   opts = core.check_options('Lop', opts, DISC)
   local fs, fsingle = as_list('Lop', 'f', f)
   local ws, wsingle = as_list('Lop', 'wrt', wrt)
-  local us = directions('Lop', 'u', u, fs, fsingle)
+  local us = directions('Lop', 'u', u, fs, fsingle, 'f')
   local known = {}
   for i, x in ipairs(fs) do
     if known[x] then argerror('Lop', 'f %d repeats an earlier output', i) end

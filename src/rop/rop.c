@@ -260,10 +260,12 @@ static tgl_status push_transposed(tgl_ctx *ctx, tgl_node *n, tgl_node *const *ti
     for (int i = 0; i < n->nin && !st; i++) {
         if (!gin[i] || !tin[i])
             continue;
-        tgl_node *t = tin[i];
-        tgl_node *term = tgl_mk_sum(ctx, tgl_mk_cast(ctx, tgl_mk2(ctx, TGL_OP_MUL, gin[i], t),
-                                                     TGL_FLOAT64),
-                                    0, NULL, false);
+        tgl_node *prod = tgl_mk_cast(ctx, tgl_mk2(ctx, TGL_OP_MUL, gin[i], tin[i]), TGL_FLOAT64);
+        int64_t axes[TGL_MAX_DIMS];
+        int nd = prod ? prod->type.ndim : 0;
+        for (int d = 0; d < nd; d++)
+            axes[d] = d;
+        tgl_node *term = nd ? tgl_mk_sum(ctx, prod, nd, axes, false) : prod;
         s = add_opt(ctx, s, term);
     }
     for (int k = 0; k < nout && !st; k++) {
@@ -398,8 +400,13 @@ tgl_status tgl_rop(tgl_ctx *ctx, int nf, tgl_node *const *f, int nwrt, tgl_node 
             st = ctx->last_status;
             break;
         }
-        /* a direction broadcast where the variable is not: its full shape */
-        if (t->type.bcast & ~wrt[k]->type.bcast)
+        /* A direction broadcast where the variable is not gets its full
+         * shape; a fixed direction (an array) for a value whose shape is
+         * known only when the function runs is checked against it then
+         * (the addition fails on a size mismatch, naming the user's line). */
+        bool fixed = v[k]->kind == TGL_NODE_CONSTANT && wrt[k]->kind != TGL_NODE_SHARED &&
+                     wrt[k]->kind != TGL_NODE_CONSTANT;
+        if ((t->type.bcast & ~wrt[k]->type.bcast) || fixed)
             t = tgl_mk2(ctx, TGL_OP_ADD, t, zeros_like(ctx, wrt[k]));
         st = t ? tgl_node_map_set(ctx, &tan, wrt[k], t) : ctx->last_status;
     }

@@ -1129,5 +1129,5 @@ static tgl_status scan_kernel_n(tgl_ctx *ctx, const tgl_node *n, tgl_array *cons
 const tgl_opimpl tgl_impl_scan = {
     .family = TGL_FAM_CONTROL, .nin_min = 1, .nin_max = -1,
     .infer = scan_infer, .out_type = scan_out_type, .shape_k = scan_shape_k,
-    .kernel_n = scan_kernel_n, .grad_n = tgl_scan_grad,
+    .kernel_n = scan_kernel_n, .grad_n = tgl_scan_grad, .rop = tgl_scan_rop,
 };

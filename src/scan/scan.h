@@ -94,6 +94,10 @@ int tgl_scan_npasses(void);
 const char *tgl_scan_pass_name(int i);
 const char *tgl_scan_pass_synopsis(int i);
 
+/* The pushforward (scan_rop.c): the tangent recurrence alongside the
+ * forward one, in one loop. */
+tgl_status tgl_scan_rop(tgl_ctx *ctx, tgl_node *n, tgl_node *const *tin, tgl_node **tout);
+
 /* The pullback (scan_grad.c): a backward scan. */
 tgl_status tgl_scan_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *const *gout, tgl_node **gin);
 

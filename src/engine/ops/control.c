@@ -38,10 +38,13 @@ static tgl_status ifelse_view(tgl_ctx *ctx, const tgl_node *n, tgl_array *const 
     return TGL_OK;
 }
 
-/* The gradient flows to the branch taken; the other gets zeros shaped
- * like the output gradient (the branches have one shape when both are
- * valid), so the untaken branch's forward value is never needed.  Its
- * backward pass still runs, on zeros. */
+/* The gradient flows to the branch taken; the other gets zeros.  When
+ * the branches have one type they have one shape whenever both are valid,
+ * so the zeros are shaped like the output gradient and the untaken
+ * branch's forward value is never needed (its backward pass still runs,
+ * on zeros).  Branches that broadcast differently ((1,n) and (m,n)) differ
+ * in shape: each then gets zeros of its own shape (reading its value, in
+ * the gradient only, when the other branch was taken). */
 static tgl_status ifelse_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *g, tgl_node **gin)
 {
     tgl_node *c = n->in[0], *a = n->in[1], *b = n->in[2];
@@ -50,11 +53,11 @@ static tgl_status ifelse_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *g, tgl_node *
     if (!tgl_dtype_is_float(n->type.dtype))
         return TGL_OK;
     int dt = n->type.dtype;
-    (void)a;
-    (void)b;
-    tgl_node *zero = tgl_mk_fill_like(ctx, g, dt, 0.0);
-    gin[1] = tgl_mk3(ctx, TGL_OP_IFELSE, c, g, zero);
-    gin[2] = tgl_mk3(ctx, TGL_OP_IFELSE, c, zero, g);
+    bool same = a->type.ndim == b->type.ndim && a->type.bcast == b->type.bcast;
+    tgl_node *zero_a = tgl_mk_fill_like(ctx, same ? g : a, dt, 0.0);
+    tgl_node *zero_b = same ? zero_a : tgl_mk_fill_like(ctx, b, dt, 0.0);
+    gin[1] = tgl_mk3(ctx, TGL_OP_IFELSE, c, g, zero_a);
+    gin[2] = tgl_mk3(ctx, TGL_OP_IFELSE, c, zero_b, g);
     return TGL_OK;
 }
 

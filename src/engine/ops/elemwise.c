@@ -219,8 +219,8 @@ TGL_ELEMWISE_HELPERS(HELPER)
 #define I_LOGIC CASE_T
 #define I_SELECT CASE_SELECT
 #define I_CAST CASE_NONE
-#define FCASE(ID, ar, kind, tmp, fexpr, iexpr, pull, push) F_##kind(ID, ar, tmp, fexpr)
-#define ICASE(ID, ar, kind, tmp, fexpr, iexpr, pull, push) I_##kind(ID, ar, tmp, iexpr)
+#define FCASE(ID, ar, kind, tmp, fexpr, iexpr, pull) F_##kind(ID, ar, tmp, fexpr)
+#define ICASE(ID, ar, kind, tmp, fexpr, iexpr, pull) I_##kind(ID, ar, tmp, iexpr)
 
 /* row_<NAME>: one row of op in compute type T; false when op has no loop
  * for T.  The switch runs once per row; each case is a plain loop.  Kept
@@ -361,7 +361,7 @@ done:
 #define K(v) tgl_mk_scalar(ctx, dt, v)
 #define MASK(m) tgl_mk_cast(ctx, m, dt)
 #define FLAT(x) tgl_mk_fill_like(ctx, x, dt, 0.0) /* flat almost everywhere */
-#define PULL(ID, ar, kind, tmp, fexpr, iexpr, pull, push)                            \
+#define PULL(ID, ar, kind, tmp, fexpr, iexpr, pull)                            \
     static tgl_status pull_##ID(tgl_ctx *ctx, tgl_node *y, tgl_node *g, tgl_node **gin) \
     {                                                                                \
         tgl_node *a = y->in[0], *b = y->nin > 1 ? y->in[1] : NULL;                   \
@@ -388,8 +388,8 @@ static tgl_status elemwise_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *g, tgl_node
 
 /* ---- the table ----------------------------------------------------------- */
 
-#define DEF(ID, ar, kind, tmp, fexpr, iexpr, pull, push)                            \
-    [TGL_OP_##ID] = {ar, TGL_EW_##kind, #tmp, #fexpr, #iexpr, pull_##ID, push},
+#define DEF(ID, ar, kind, tmp, fexpr, iexpr, pull)                            \
+    [TGL_OP_##ID] = {ar, TGL_EW_##kind, #tmp, #fexpr, #iexpr, pull_##ID},
 static const tgl_elemwise_def defs[TGL_NOPS] = {TGL_ELEMWISE_OPS(DEF)};
 #undef DEF
 

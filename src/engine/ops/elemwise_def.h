@@ -19,7 +19,7 @@
  * TGL_OPS stays one line per op.  elemwise.c static_asserts that this table
  * lists exactly the ops TGL_OPS gives impl `elemwise`, each once.
  *
- * An entry: _(ID, arity, kind, tmp, float, int, pull, push)
+ * An entry: _(ID, arity, kind, tmp, float, int, pull)
  *
  *   kind   the dtype rule (TGL_EW_<kind>; inputs are promoted as NumPy
  *          promotes bool < uint8 < int32 < int64 < float32 < float64):
@@ -53,9 +53,9 @@
  *          (bool m as dt), FLAT(a) (zeros shaped like a, of dt).  The
  *          driver (grad.c) sums each gin[i] to its input's broadcast
  *          pattern and casts it to its dtype.
- *   push   the pushforward (forward mode), tgl_elemwise_def.push's type;
- *          NULL today: the Rop issue fills it where cheaper than the
- *          transposed pullback.
+ *
+ * No pushforward column: an elementwise Jacobian is diagonal, so forward
+ * mode (src/rop) applies the pullback to the input's tangent.
  *
  * Adding an elementwise op: its line in TGL_OPS (ops.h), its entry here,
  * and its Lua name in lua/tgl if it is public; a libm function cgen has
@@ -72,97 +72,96 @@
 #define TGL_ELEMWISE_OPS(_)                                                     \
     /* unary */                                                                 \
     _(NEG, 1, SIGNED, 0, -a, (T)(0 - (uint64_t)a),                              \
-      gin[0] = MK1(NEG, g), NULL)                                               \
+      gin[0] = MK1(NEG, g))                                               \
     _(ABS, 1, SIGNED, 0, fabs(a), a < 0 ? (T)(0 - (uint64_t)a) : a,             \
-      gin[0] = MK2(MUL, g, MK1(SIGN, a)), NULL)                                 \
+      gin[0] = MK2(MUL, g, MK1(SIGN, a)))                                 \
     /* sign: keeps NaN and -0.0 */                                              \
     _(SIGN, 1, SIGNED, 0, a > 0 ? (T)1 : a < 0 ? (T)-1 : a,                     \
       (T)(a > 0 ? 1 : a < 0 ? -1 : 0),                                          \
-      gin[0] = FLAT(a), NULL)                                                   \
+      gin[0] = FLAT(a))                                                   \
     _(EXP, 1, MATH, 0, exp(a), NONE,                                            \
-      gin[0] = MK2(MUL, g, y), NULL)                                            \
+      gin[0] = MK2(MUL, g, y))                                            \
     _(LOG, 1, MATH, 0, log(a), NONE,                                            \
-      gin[0] = MK2(DIV, g, a), NULL)                                            \
+      gin[0] = MK2(DIV, g, a))                                            \
     _(LOG1P, 1, MATH, 0, log1p(a), NONE,                                        \
-      gin[0] = MK2(DIV, g, MK2(ADD, one, a)), NULL)                             \
+      gin[0] = MK2(DIV, g, MK2(ADD, one, a)))                             \
     _(EXPM1, 1, MATH, 0, expm1(a), NONE,                                        \
-      gin[0] = MK2(MUL, g, MK2(ADD, y, one)), NULL)                             \
+      gin[0] = MK2(MUL, g, MK2(ADD, y, one)))                             \
     _(SQRT, 1, MATH, 0, sqrt(a), NONE,                                          \
-      gin[0] = MK2(DIV, MK2(MUL, g, K(0.5)), y), NULL)                          \
+      gin[0] = MK2(DIV, MK2(MUL, g, K(0.5)), y))                          \
     _(SQR, 1, ARITH, 0, a * a, (T)((uint64_t)a * (uint64_t)a),                  \
-      gin[0] = MK2(MUL, g, MK2(MUL, K(2.0), a)), NULL)                          \
+      gin[0] = MK2(MUL, g, MK2(MUL, K(2.0), a)))                          \
     _(RECIP, 1, MATH, 0, (T)1 / a, NONE,                                        \
-      gin[0] = MK1(NEG, MK2(MUL, g, MK1(SQR, y))), NULL)                        \
+      gin[0] = MK1(NEG, MK2(MUL, g, MK1(SQR, y))))                        \
     _(TANH, 1, MATH, 0, tanh(a), NONE,                                          \
-      gin[0] = MK2(MUL, g, MK2(SUB, one, MK1(SQR, y))), NULL)                   \
+      gin[0] = MK2(MUL, g, MK2(SUB, one, MK1(SQR, y))))                   \
     /* sigmoid: e = e^-|a|, so a >= 0 ? 1/(1+e^-a) : e^a/(1+e^a) (stable,  */  \
     /* NaN stays NaN) with one exp and no branch, which vectorizes         */  \
     _(SIGMOID, 1, MATH, exp(-fabs(a)), a >= 0 ? (T)1 / ((T)1 + e) : e / ((T)1 + e), \
       NONE,                                                                     \
-      gin[0] = MK2(MUL, g, MK2(MUL, y, MK2(SUB, one, y))), NULL)                \
+      gin[0] = MK2(MUL, g, MK2(MUL, y, MK2(SUB, one, y))))                \
     /* softplus: a > 0 ? a + ln(1 + e^-a) : ln(1 + e^a), stable            */  \
     _(SOFTPLUS, 1, MATH, log1p(exp(-fabs(a))), a > 0 ? a + e : e, NONE,         \
-      gin[0] = MK2(MUL, g, MK1(SIGMOID, a)), NULL)                              \
+      gin[0] = MK2(MUL, g, MK1(SIGMOID, a)))                              \
     _(RELU, 1, ARITH, 0, a > 0 ? a : (T)0, a > 0 ? a : (T)0,                    \
-      gin[0] = MK2(MUL, g, MASK(MK2(GT, a, zero))), NULL)                       \
+      gin[0] = MK2(MUL, g, MASK(MK2(GT, a, zero))))                       \
     _(SIN, 1, MATH, 0, sin(a), NONE,                                            \
-      gin[0] = MK2(MUL, g, MK1(COS, a)), NULL)                                  \
+      gin[0] = MK2(MUL, g, MK1(COS, a)))                                  \
     _(COS, 1, MATH, 0, cos(a), NONE,                                            \
-      gin[0] = MK1(NEG, MK2(MUL, g, MK1(SIN, a))), NULL)                        \
+      gin[0] = MK1(NEG, MK2(MUL, g, MK1(SIN, a))))                        \
     _(FLOOR, 1, ARITH, 0, floor(a), a,                                          \
-      gin[0] = FLAT(a), NULL)                                                   \
+      gin[0] = FLAT(a))                                                   \
     _(CEIL, 1, ARITH, 0, ceil(a), a,                                            \
-      gin[0] = FLAT(a), NULL)                                                   \
+      gin[0] = FLAT(a))                                                   \
     /* round: half away from zero (C's round, not rint) */                      \
     _(ROUND, 1, ARITH, 0, round(a), a,                                          \
-      gin[0] = FLAT(a), NULL)                                                   \
+      gin[0] = FLAT(a))                                                   \
     _(NOT, 1, LOGIC, 0, NONE, (T)(a == 0),                                      \
-      gin[0] = NULL, NULL)                                                      \
+      gin[0] = NULL)                                                      \
     /* cast: float to float passes the gradient; through integers, none */     \
     _(CAST, 1, CAST, 0, NONE, NONE,                                             \
-      gin[0] = tgl_dtype_is_float(a->type.dtype) && tgl_dtype_is_float(dt) ? g : NULL, \
-      NULL)                                                                     \
+      gin[0] = tgl_dtype_is_float(a->type.dtype) && tgl_dtype_is_float(dt) ? g : NULL)   \
     /* binary */                                                                \
     _(ADD, 2, ARITH, 0, a + b, (T)((uint64_t)a + (uint64_t)b),                  \
-      gin[0] = g; gin[1] = g, NULL)                                             \
+      gin[0] = g; gin[1] = g)                                             \
     _(SUB, 2, ARITH, 0, a - b, (T)((uint64_t)a - (uint64_t)b),                  \
-      gin[0] = g; gin[1] = MK1(NEG, g), NULL)                                   \
+      gin[0] = g; gin[1] = MK1(NEG, g))                                   \
     _(MUL, 2, ARITH, 0, a * b, (T)((uint64_t)a * (uint64_t)b),                  \
-      gin[0] = MK2(MUL, g, b); gin[1] = MK2(MUL, g, a), NULL)                   \
+      gin[0] = MK2(MUL, g, b); gin[1] = MK2(MUL, g, a))                   \
     _(DIV, 2, MATH, 0, a / b, NONE,                                             \
-      gin[0] = MK2(DIV, g, b); gin[1] = MK1(NEG, MK2(DIV, MK2(MUL, g, y), b)), NULL) \
+      gin[0] = MK2(DIV, g, b); gin[1] = MK1(NEG, MK2(DIV, MK2(MUL, g, y), b))) \
     /* pow: d/da = b a^(b-1), d/db = a^b ln a (for a > 0) */                   \
     _(POW, 2, ARITH, 0, pow(a, b), (T)tgl_pow_i(a, b),                          \
       gin[0] = MK2(MUL, g, MK2(MUL, b, MK2(POW, a, MK2(SUB, b, one))));         \
-      gin[1] = MK2(MUL, g, MK2(MUL, y, MK1(LOG, a))), NULL)                     \
+      gin[1] = MK2(MUL, g, MK2(MUL, y, MK1(LOG, a))))                     \
     /* mod: Lua's %, the sign of b */                                          \
     _(MOD, 2, ARITH, 0, a - floor(a / b) * b, (T)tgl_mod_i(a, b),               \
-      gin[0] = g; gin[1] = MK1(NEG, MK2(MUL, g, MK1(FLOOR, MK2(DIV, a, b)))), NULL) \
+      gin[0] = g; gin[1] = MK1(NEG, MK2(MUL, g, MK1(FLOOR, MK2(DIV, a, b))))) \
     /* maximum, minimum: a NaN in a wins, and b's NaN fails a >= b */          \
     _(MAXIMUM, 2, ARITH, 0, (a != a || a >= b) ? a : b, a >= b ? a : b,         \
       gin[0] = MK2(MUL, g, MASK(MK2(GE, a, b)));                                \
-      gin[1] = MK2(MUL, g, MASK(MK2(LT, a, b))), NULL)                          \
+      gin[1] = MK2(MUL, g, MASK(MK2(LT, a, b))))                          \
     _(MINIMUM, 2, ARITH, 0, (a != a || a <= b) ? a : b, a <= b ? a : b,         \
       gin[0] = MK2(MUL, g, MASK(MK2(LE, a, b)));                                \
-      gin[1] = MK2(MUL, g, MASK(MK2(GT, a, b))), NULL)                          \
-    _(EQ, 2, CMP, 0, a == b, a == b, gin[0] = gin[1] = NULL, NULL)              \
-    _(NEQ, 2, CMP, 0, a != b, a != b, gin[0] = gin[1] = NULL, NULL)             \
-    _(LT, 2, CMP, 0, a < b, a < b, gin[0] = gin[1] = NULL, NULL)                \
-    _(LE, 2, CMP, 0, a <= b, a <= b, gin[0] = gin[1] = NULL, NULL)              \
-    _(GT, 2, CMP, 0, a > b, a > b, gin[0] = gin[1] = NULL, NULL)                \
-    _(GE, 2, CMP, 0, a >= b, a >= b, gin[0] = gin[1] = NULL, NULL)              \
+      gin[1] = MK2(MUL, g, MASK(MK2(GT, a, b))))                          \
+    _(EQ, 2, CMP, 0, a == b, a == b, gin[0] = gin[1] = NULL)              \
+    _(NEQ, 2, CMP, 0, a != b, a != b, gin[0] = gin[1] = NULL)             \
+    _(LT, 2, CMP, 0, a < b, a < b, gin[0] = gin[1] = NULL)                \
+    _(LE, 2, CMP, 0, a <= b, a <= b, gin[0] = gin[1] = NULL)              \
+    _(GT, 2, CMP, 0, a > b, a > b, gin[0] = gin[1] = NULL)                \
+    _(GE, 2, CMP, 0, a >= b, a >= b, gin[0] = gin[1] = NULL)              \
     _(AND, 2, LOGIC, 0, NONE, (T)(a != 0 && b != 0),                            \
-      gin[0] = gin[1] = NULL, NULL)                                             \
+      gin[0] = gin[1] = NULL)                                             \
     _(OR, 2, LOGIC, 0, NONE, (T)(a != 0 || b != 0),                             \
-      gin[0] = gin[1] = NULL, NULL)                                             \
+      gin[0] = gin[1] = NULL)                                             \
     /* ternary */                                                               \
     _(SWITCH, 3, SELECT, 0, a ? b : c, a ? b : c,                               \
       gin[0] = NULL; gin[1] = MK3(SWITCH, a, g, zero);                          \
-      gin[2] = MK3(SWITCH, a, zero, g), NULL)                                   \
+      gin[2] = MK3(SWITCH, a, zero, g))                                   \
     _(CLIP, 3, ARITH, 0, a < b ? b : a > c ? c : a, a < b ? b : a > c ? c : a,  \
       gin[0] = MK2(MUL, g, MASK(MK2(AND, MK2(GE, a, b), MK2(LE, a, c))));       \
       gin[1] = MK2(MUL, g, MASK(MK2(LT, a, b)));                                \
-      gin[2] = MK2(MUL, g, MASK(MK2(GT, a, c))), NULL)
+      gin[2] = MK2(MUL, g, MASK(MK2(GT, a, c))))
 
 /* Functions the expressions may call: _(return type, name, (parameters),
  * body...).  The engine compiles them (elemwise.c); a generated kernel
@@ -207,7 +206,6 @@ typedef struct tgl_elemwise_def {
     const char *fexpr;         /* "NONE" where the kind has no such form    */
     const char *iexpr;
     tgl_status (*pull)(tgl_ctx *ctx, tgl_node *n, tgl_node *gout, tgl_node **gin);
-    tgl_status (*push)(tgl_ctx *ctx, tgl_node *n, tgl_node *const *tin, tgl_node **tout);
 } tgl_elemwise_def;
 
 /* The entry of op, or NULL when op is not elementwise. */
