@@ -291,7 +291,7 @@ else
   for _, c in ipairs({ hf_curve, sgd_curve }) do tmax = math.max(tmax, c[#c].t) end
   local function PX(t) return ml + t / tmax * pw end
   local function PY(e) return mt + ph - (math.log10(math.max(e, 1e-6)) - llo) / (lhi - llo) * ph end
-  doc:text(Wd / 2, 22, ('Addition problem, T = %d, tanh RNN (%d units): Hessian-free vs SGD (tgl)'):format(T, H),
+  doc:text(Wd / 2, 22, ('Addition problem, T = %d, tanh RNN (%d units): HF vs SGD'):format(T, H),
            { size = 14, anchor = 'middle', weight = 'bold' })
   for k = 0, 5 do
     local e = 10 ^ (llo + (lhi - llo) * k / 5)
