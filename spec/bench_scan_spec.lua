@@ -3,7 +3,7 @@
 -- ratios whichever way the unit goes, "≈" and "!", the loss check, the
 -- memory table, a missing variant); bench/scan.lua's rows have the header's
 -- columns; every examples/*scan*/rnn/lstm script runs and passes its own
--- checks.  No timing is checked: nothing here depends on the load.
+-- checks, and examples/hf_rnn_addition.lua runs on a short budget.  No timing is checked: nothing here depends on the load.
 local BIN = os.getenv('TGL_BIN') or 'build/tgl'
 local base = os.getenv('TGL_TEST_TMP')
 if not base then base = os.tmpname(); os.remove(base) end      -- tmpname makes a file
@@ -107,4 +107,18 @@ describe('the scan examples', function()
       assert.are.equal(0, code, out)
     end)
   end
+  it('examples/hf_rnn_addition.lua runs on a short budget and writes its curve', function()
+    -- HF vs SGD on the addition problem, 1 s each on 10-step sequences
+    -- (the figures of doc/optim.md need --seconds 30 and more; not checked here)
+    local dir = tmpdir .. '/hf_rnn'
+    local out, code = sh(("'%s' examples/hf_rnn_addition.lua --seconds 1 --T 10 --train 2000 --out '%s'")
+                         :format(BIN, dir))
+    assert.are.equal(0, code, out)
+    assert.is_truthy(out:find('HF:  %d+ steps'), out)
+    assert.is_truthy(out:find('SGD: %d+ steps'), out)
+    local f = io.open(dir .. '/curve.svg')
+    assert.is_truthy(f, 'no curve.svg')
+    assert.is_truthy(f:read('*a'):find('Hessian%-free'))
+    f:close()
+  end)
 end)
