@@ -1,0 +1,142 @@
+# bench/lib/peer_run.sh — the shared part of the `bench/run <name>` drivers
+# that run one tgl benchmark script and its Python peers (jax, torch) in
+# alternation: bench/lib/scan_run.sh and bench/lib/rop_run.sh source it.
+#
+# The driver sets, before sourcing: name (scan, rop: bench/<name>.lua,
+# bench/lib/<name>_report.lua, <out>/<name>.{csv,md,log}, <name>_meta.csv),
+# known_cases (space-separated) and the defaults threads, cases, systems,
+# repeats, min_time; then it calls, in order: peer_parse_args "$@",
+# peer_check_args, peer_setup, peer_make_data FILE, peer_write_meta,
+# peer_start, peer_exec (once a process) and peer_finish HEADER.
+here=$(cd "$(dirname "$0")/.." && pwd)         # bench/
+root=$(dirname "$here")
+TGL=${TGL:-$root/build/tgl}
+out=$here/results
+declare -A version missing
+
+usage() { awk 'NR > 1 { if (!/^#/) exit; sub(/^# ?/, ""); print }' "$0" >&2; exit 2; }
+
+peer_parse_args() {   # "$@" -> threads cases systems repeats min_time out
+  while [ $# -gt 0 ]; do
+    [ $# -ge 2 ] || usage
+    case "$1" in
+      --threads) threads=$2; shift 2 ;;
+      --cases) cases=$2; shift 2 ;;
+      --systems) systems=$2; shift 2 ;;
+      --repeats) repeats=$2; shift 2 ;;
+      --min-time) min_time=$2; shift 2 ;;
+      --out) out=$2; shift 2 ;;
+      *) usage ;;
+    esac
+  done
+}
+
+peer_check_args() {   # -> clist (the cases, an array)
+  [ -x "$TGL" ] || { echo "bench/run: $TGL not found; build first: scripts/build.sh build" >&2; exit 1; }
+  [[ "$repeats" =~ ^[1-9][0-9]*$ ]] || { echo "bench/run: --repeats needs a positive integer" >&2; exit 2; }
+  awk -v s="$min_time" 'BEGIN { exit !(s + 0 > 0) }' || { echo "bench/run: --min-time needs a positive number of seconds" >&2; exit 2; }
+  if [ "$repeats" -lt 5 ] || awk -v s="$min_time" 'BEGIN { exit !(s < 0.5) }'; then
+    echo "bench/run: warning: --repeats $repeats --min-time $min_time is below the protocol (5 repeats of 0.5 s): a quick look, not figures to publish" >&2
+  fi
+  IFS=, read -ra clist <<< "$cases"
+  local c k ok
+  for c in "${clist[@]}"; do
+    ok=0
+    for k in $known_cases; do [ "$c" != "$k" ] || ok=1; done
+    [ $ok = 1 ] || { echo "bench/run $name: unknown case '$c' (known: $known_cases)" >&2; exit 2; }
+  done
+}
+
+# Python interpreters: Debian's for torch, bench/.venv's for jax (as
+# bench/run mlp).
+PY_DEB=/usr/bin/python3
+PY_VENV=$here/.venv/bin/python
+[ -x "$PY_VENV" ] || PY_VENV=$PY_DEB
+pyver() { "$1" -c "import $2; print($2.__version__)" 2>/dev/null || true; }
+
+peer_setup() {   # -> data log csv meta, version[] missing[] run_systems
+  mkdir -p "$out"
+  data=$here/.data
+  log=$out/$name.log; csv=$out/$name.csv; meta=$out/${name}_meta.csv
+  : > "$log"
+  local s v
+  for s in $systems; do
+    case "$s" in
+      tgl) version[tgl]=$("$TGL" -v | head -1 | awk '{print $2}') ;;
+      torch) v=$(pyver "$PY_DEB" torch); [ -n "$v" ] && version[torch]=$v || missing[torch]="python3-torch not installed (bench/peers/install.sh)" ;;
+      jax) v=$(pyver "$PY_VENV" jax); [ -n "$v" ] && version[jax]=$v || missing[jax]="jax not installed in bench/.venv (bench/peers/install.sh)" ;;
+      *) echo "bench/run $name: unknown system '$s' (known: tgl jax torch)" >&2; exit 2 ;;
+    esac
+  done
+  run_systems=()
+  for s in $systems; do [ -z "${version[$s]:-}" ] || run_systems+=("$s"); done
+}
+
+peer_make_data() {   # file: made by `tgl bench/<name>.lua --make-data` unless there
+  [ -f "$data/$1" ] || "$TGL" "$here/$name.lua" --make-data "$data" >> "$log"
+}
+
+peer_write_meta() {
+  local s
+  {
+    echo "key,value"
+    echo "date,$(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo "cpu,$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//;s/,/ /g') ($(nproc) cores)"
+    echo "blas,$("$TGL" -v | grep '^BLAS' | cut -d' ' -f2- | sed 's/,/ /g')"
+    echo "tgl_commit,$(cd "$root" && git rev-parse --short HEAD 2>/dev/null)$(cd "$root" && git diff --quiet HEAD -- src include lua host CMakeLists.txt 2>/dev/null || echo ' + uncommitted engine changes')"
+    echo "repeats,$repeats"
+    echo "min_time,$min_time"
+    echo "load_before,$(cut -d' ' -f1-3 /proc/loadavg)"
+    for s in $systems; do
+      [ -z "${version[$s]:-}" ] || echo "version.$s,${version[$s]}"
+      [ -z "${missing[$s]:-}" ] || echo "missing.$s,$(echo "${missing[$s]}" | sed 's/,/;/g')"
+    done
+  } > "$meta"
+}
+
+# Pin a run with t threads to cores 0..t-1 (as bench/run mlp).
+pin() { if command -v taskset >/dev/null && [ "$1" -le "$(nproc)" ]; then echo taskset -c "0-$(($1 - 1))"; fi; }
+sample_load() {   # keeps the highest 1-minute load average seen between processes
+  local l; l=$(cut -d' ' -f1 /proc/loadavg)
+  load_max=$(awk -v a="$load_max" -v b="$l" 'BEGIN { print (b > a) ? b : a }')
+}
+
+peer_start() {   # the load warning, the header line; -> load_max, start, empty temporary files
+  local load
+  load_max=$(cut -d' ' -f1 /proc/loadavg)
+  load=$(cut -d' ' -f1 /proc/loadavg)
+  if awk -v l="$load" 'BEGIN { exit !(l > 0.5) }'; then
+    echo "bench/run: warning: load average $load before the run: other work on the machine skews the figures" >&2
+  fi
+  echo "== $name: ${run_systems[*]} (missing: ${!missing[*]}); $repeats repeats of >= $min_time s per figure"
+  : > "$csv.tmp"; : > "$out/.missing.tmp"
+  start=$SECONDS
+}
+
+# threads "log label" "progress label" command... : runs the command as its
+# own process with the thread count in its environment, pinned; appends its
+# CSV rows to $csv.tmp and prints a progress line.
+peer_exec() {
+  local t=$1 label=$2 shown=$3 rc=0 t0=$SECONDS
+  shift 3
+  local env=(env OPENBLAS_NUM_THREADS="$t" OMP_NUM_THREADS="$t" MKL_NUM_THREADS="$t" TGL_NUM_THREADS="$t"
+             TGL_BENCH_REPEATS="$repeats" TGL_BENCH_MIN_TIME="$min_time")
+  env+=($(pin "$t"))
+  echo "-- $label: $*" >> "$log"
+  "${env[@]}" timeout 900 "$@" > "$out/.one.tmp" 2>> "$log" || rc=$?
+  grep -v '^#' "$out/.one.tmp" >> "$csv.tmp" || true
+  grep '^#missing' "$out/.one.tmp" | sort -u >> "$out/.missing.tmp" || true
+  sample_load
+  printf '  %s  %3ds  load %s%s\n' "$shown" $((SECONDS - t0)) \
+    "$(cut -d' ' -f1 /proc/loadavg)" "$([ $rc -ne 0 ] && echo "  FAILED (rc $rc, see $log)")"
+}
+
+peer_finish() {   # CSV header line: writes the CSV, the rest of the meta, the report
+  { echo "$1"; cat "$csv.tmp"; } > "$csv"
+  sample_load
+  { echo "load_after,$(cut -d' ' -f1-3 /proc/loadavg)"; echo "load_max,$load_max"; echo "run_seconds,$((SECONDS - start))"; } >> "$meta"
+  sort -u "$out/.missing.tmp" | sed 's/^#missing,\([^,]*\),\([^,]*\),\(.*\)$/missing_variant.\1\/\2,\3/' | sed 's/;/ /g' >> "$meta"
+  rm -f "$csv.tmp" "$out/.one.tmp" "$out/.missing.tmp"
+  echo "== ran in $((SECONDS - start)) s; wrote $csv"
+  "$TGL" "$here/lib/${name}_report.lua" "$csv" "$meta" "$out/$name.md"
+}
