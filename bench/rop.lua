@@ -31,6 +31,7 @@
 local here = arg[0]:match('^(.*)/[^/]*$') or '.'
 package.path = here .. '/lib/?.lua;' .. package.path
 local stats = require 'stats'
+local peer = require 'peer_common'
 
 local SIZES = { 784, 1000, 1000, 1000, 10 }
 local BATCH = 60
@@ -39,29 +40,9 @@ local CSV_HEADER = 'system,variant,case,threads,unit,median,min,max,spread_pct,r
 
 local opts = { cases = 'grad,gn,hvp', threads = tonumber(os.getenv('TGL_NUM_THREADS')) or 1,
                csv = false, header = false, system = 'tgl', data = here .. '/.data' }
-do
-  local rest = stats.parse_args(arg)
-  local i = 1
-  local function usage()
-    io.stderr:write('usage: tgl bench/rop.lua [--cases grad,gn,hvp] [--threads N] [--data DIR]\n' ..
-                    '                         [--make-data DIR] [--csv [--header]] [--system NAME]\n' ..
-                    '                         [--repeats R] [--min-time S]\n')
-    os.exit(2)
-  end
-  while rest[i] do
-    local a = rest[i]
-    if a == '--csv' or a == '--header' then
-      opts[a:sub(3)] = true; i = i + 1
-    elseif a == '--cases' or a == '--data' or a == '--make-data' or a == '--system' then
-      if not rest[i + 1] then usage() end
-      opts[a:sub(3):gsub('-', '_')] = rest[i + 1]; i = i + 2
-    elseif a == '--threads' then
-      opts.threads = tonumber(rest[i + 1]) or usage(); i = i + 2
-    else
-      usage()
-    end
-  end
-end
+peer.parse_args(arg, opts, 'usage: tgl bench/rop.lua [--cases grad,gn,hvp] [--threads N] [--data DIR]\n' ..
+                '                         [--make-data DIR] [--csv [--header]] [--system NAME]\n' ..
+                '                         [--repeats R] [--min-time S]\n')
 
 local function exists(path)
   local f = io.open(path, 'rb')

@@ -33,6 +33,7 @@
 local here = arg[0]:match('^(.*)/[^/]*$') or '.'
 package.path = here .. '/lib/?.lua;' .. package.path
 local stats = require 'stats'
+local peer = require 'peer_common'
 
 local N_OVERHEAD = 1000000             -- steps of case overhead
 local N_MEM, D_MEM = 100000, 1000      -- steps and state size of case memory
@@ -83,29 +84,9 @@ end
 
 local opts = { cases = 'overhead,rnn,memory', threads = tonumber(os.getenv('TGL_NUM_THREADS')) or 1,
                csv = false, header = false, system = 'tgl' }
-do
-  local rest = stats.parse_args(arg)
-  local i = 1
-  local function usage()
-    io.stderr:write('usage: tgl bench/scan.lua [--cases overhead,rnn,memory] [--threads N] [--data DIR]\n' ..
-                    '                          [--make-data DIR] [--csv [--header]] [--system NAME]\n' ..
-                    '                          [--repeats R] [--min-time S]\n')
-    os.exit(2)
-  end
-  while rest[i] do
-    local a = rest[i]
-    if a == '--csv' or a == '--header' then
-      opts[a:sub(3)] = true; i = i + 1
-    elseif a == '--cases' or a == '--data' or a == '--make-data' or a == '--system' then
-      if not rest[i + 1] then usage() end
-      opts[a:sub(3):gsub('-', '_')] = rest[i + 1]; i = i + 2
-    elseif a == '--threads' then
-      opts.threads = tonumber(rest[i + 1]) or usage(); i = i + 2
-    else
-      usage()
-    end
-  end
-end
+peer.parse_args(arg, opts, 'usage: tgl bench/scan.lua [--cases overhead,rnn,memory] [--threads N] [--data DIR]\n' ..
+                '                          [--make-data DIR] [--csv [--header]] [--system NAME]\n' ..
+                '                          [--repeats R] [--min-time S]\n')
 
 -- The RNN's data and initial weights (float32): x (T x N_IN) ~ N(0, 1),
 -- target y (T x N_OUT) = sin of a random phase plus step / 10, Wx, Wy ~

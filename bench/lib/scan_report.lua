@@ -8,17 +8,14 @@
 -- separate them).
 package.path = (arg[0]:match('^(.*)/[^/]*$') or '.') .. '/?.lua;' .. package.path
 local stats = require 'stats'
+local peer = require 'peer_common'
 
 local csv_path, meta_path, md_path = arg[1], arg[2], arg[3]
 assert(csv_path and meta_path and md_path, 'usage: tgl bench/lib/scan_report.lua scan.csv scan_meta.csv scan.md')
 
 local rows = require('csv').read(csv_path)
 for _, r in ipairs(rows) do r.key = r.system .. '/' .. r.variant end
-local meta = {}
-for line in io.lines(meta_path) do
-  local k, v = line:match('^([^,]+),(.*)$')
-  if k and k ~= 'key' then meta[k] = v end
-end
+local meta = peer.read_meta(meta_path)
 
 local out = {}
 local function w(...) out[#out + 1] = table.concat({ ... }) end
@@ -62,24 +59,9 @@ end
 w('# tgl.scan benchmarks')
 w('')
 w('Made by `bench/run scan` (bench/lib/scan_run.sh, bench/scan.lua, bench/peers/scan_*.py). ',
-  'Each figure: ', stats.describe():gsub('median of %d+ repeats', 'median of ' .. (meta.repeats or '?') ..
-  ' repeats'):gsub('>= [%d.]+ s', '>= ' .. (meta.min_time or '?') .. ' s'), '.')
+  'Each figure: ', peer.describe(meta), '.')
 w('')
-for _, k in ipairs({ 'date', 'cpu', 'blas', 'tgl_commit', 'repeats', 'min_time', 'run_seconds' }) do
-  if meta[k] then w('- ', k, ': ', meta[k]) end
-end
-local mkeys = {}
-for k in pairs(meta) do mkeys[#mkeys + 1] = k end
-table.sort(mkeys)
-for _, k in ipairs(mkeys) do
-  local v = meta[k]
-  if k:match('^version%.') then w('- ', k:sub(9), ' ', v) end
-  if k:match('^missing%.') then w('- ', k:sub(9), ': missing (', v, ')') end
-  if k:match('^missing_variant%.') then w('- ', k:sub(17), ': not run (', v, ')') end
-end
-w('- Load average (1, 5, 15 min) before the run: ', meta.load_before or '?', '; after: ', meta.load_after or '?',
-  '; highest 1-min figure seen between processes: ', meta.load_max or '?')
-w('')
+peer.write_meta(w, meta)
 
 -- overhead
 local ov = sel('overhead')
