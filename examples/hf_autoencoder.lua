@@ -48,8 +48,8 @@
 -- HF settings tried (20 s): CG capped at 10 iterations did best (31.5),
 -- 20 -> 37.3, 100 -> 48.5; 5000/1000-image batches -> 57.2.
 local script_dir = (arg and arg[0] or ''):match('^(.*)/[^/]*$') or '.'
-package.path = script_dir .. '/../bench/lib/?.lua;' .. package.path
-local svg_ok, svg = pcall(require, 'svg')
+package.path = script_dir .. '/lib/?.lua;' .. script_dir .. '/../bench/lib/?.lua;' .. package.path
+local curves = require 'curves'
 
 local opts = { seconds = 25, layers = '784,400,200,100,50,25,6', train = 20000, lr = 0.01, batch = 100,
                momentum = 0, grad_batch = 2000, curv_batch = 500, max_cg = 10, damping = 10, method = 'both', seed = 1, threads = nil,
@@ -57,19 +57,7 @@ local opts = { seconds = 25, layers = '784,400,200,100,50,25,6', train = 20000, 
 local usage = 'usage: tgl examples/hf_autoencoder.lua [--seconds S] [--layers 784,400,200,100,50,25,6] ' ..
               '[--train N] [--lr R] [--batch B] [--momentum M] [--grad_batch G] [--curv_batch C] ' ..
               '[--max_cg N] [--damping L] [--method both|hf|sgd] [--seed S] [--threads T] [--data DIR] [--out DIR]\n'
-do
-  local strings = { data = true, out = true, layers = true, method = true }
-  local i = 1
-  while arg and arg[i] do
-    local k = arg[i]:match('^%-%-([%w_]+)$')
-    if not k or (opts[k] == nil and k ~= 'threads') or arg[i + 1] == nil then
-      io.stderr:write(usage); os.exit(1)
-    end
-    opts[k] = strings[k] and arg[i + 1] or tonumber(arg[i + 1])
-    if opts[k] == nil then io.stderr:write(usage); os.exit(1) end
-    i = i + 2
-  end
-end
+curves.parse_args(arg, opts, { data = true, out = true, layers = true, method = true }, usage)
 if opts.threads then tgl.config.threads = opts.threads end
 local sizes = {}
 for s in opts.layers:gmatch('%d+') do sizes[#sizes + 1] = tonumber(s) end
@@ -265,16 +253,7 @@ end
 
 -- ---------------------------------------------------------------------------
 -- The curves side by side: the error each had reached at the same times.
-local function at(curve, t)
-  local e = curve[1].err
-  for _, p in ipairs(curve) do if p.t <= t then e = p.err end end
-  return e
-end
-print(('\n%8s  %12s  %12s'):format('time', 'HF error', 'SGD error'))
-for k = 0, 10 do
-  local t = opts.seconds * k / 10
-  print(('%7.1fs  %12.2f  %12.2f'):format(t, at(hf_curve, t), at(sgd_curve, t)))
-end
+curves.print_table(hf_curve, sgd_curve, opts.seconds, 'error', '%12.2f')
 local hf_final, sgd_final = hf_curve[#hf_curve].err, sgd_curve[#sgd_curve].err
 print(('\nHF:  %s; training error %.2f, test error %.2f'):format(hf_note, hf_final, hf_test))
 print(('SGD: %s; training error %.2f, test error %.2f'):format(sgd_note, sgd_final, sgd_test))
@@ -284,55 +263,12 @@ print(('after %.0f s: %s'):format(opts.seconds, hf_final < sgd_final
 
 -- ---------------------------------------------------------------------------
 -- Outputs: history.csv and curve.svg.
-os.execute(('mkdir -p %q'):format(opts.out))
-local f = assert(io.open(opts.out .. '/history.csv', 'w'))
-f:write('method,seconds,error\n')
-for _, p in ipairs(hf_curve) do f:write(('hf,%.3f,%.6f\n'):format(p.t, p.err)) end
-for _, p in ipairs(sgd_curve) do f:write(('sgd,%.3f,%.6f\n'):format(p.t, p.err)) end
-f:close()
+curves.write_csv(opts.out, 'error', hf_curve, sgd_curve)
 
-if not svg_ok then
-  io.stderr:write('hf_autoencoder: curve.svg not written: bench/lib/svg.lua not found next to examples/\n')
-else
-  local Wd, Hd, ml, mr, mt, mb = 640, 380, 64, 24, 44, 50
-  local doc = svg.new(Wd, Hd)
-  local pw, ph = Wd - ml - mr, Hd - mt - mb
-  local lo, hi = math.huge, 0
-  for _, c in ipairs({ hf_curve, sgd_curve }) do
-    for _, p in ipairs(c) do lo = math.min(lo, p.err); hi = math.max(hi, p.err) end
-  end
-  -- log scale on the error axis
-  local llo, lhi = math.log10(lo * 0.9), math.log10(hi * 1.1)
-  local tmax = opts.seconds
-  for _, c in ipairs({ hf_curve, sgd_curve }) do tmax = math.max(tmax, c[#c].t) end
-  local function PX(t) return ml + t / tmax * pw end
-  local function PY(e) return mt + ph - (math.log10(e) - llo) / (lhi - llo) * ph end
-  doc:text(Wd / 2, 22, ('Auto-encoder %s on Fashion-MNIST: Hessian-free vs SGD (tgl)'):format(table.concat(dims, '-')),
-           { size = 14, anchor = 'middle', weight = 'bold' })
-  for k = 0, 5 do
-    local e = 10 ^ (llo + (lhi - llo) * k / 5)
-    local yy = PY(e)
-    doc:line(ml, yy, ml + pw, yy, { stroke = '#e5e5e5' })
-    doc:text(ml - 6, yy + 4, ('%.1f'):format(e), { size = 10, anchor = 'end' })
-  end
-  for k = 0, 5 do
-    local t = tmax * k / 5
-    doc:text(PX(t), mt + ph + 16, ('%.0f'):format(t), { size = 10, anchor = 'middle' })
-  end
-  doc:line(ml, mt + ph, ml + pw, mt + ph, { stroke = '#333' })
-  doc:line(ml, mt, ml, mt + ph, { stroke = '#333' })
-  doc:text(ml + pw / 2, Hd - 12, 'training time (s)', { size = 12, anchor = 'middle' })
-  doc:text(16, mt + ph / 2, 'squared reconstruction error per image', { size = 12, anchor = 'middle', rotate = -90 })
-  for _, c in ipairs({ { hf_curve, '#d62728', 'Hessian-free' }, { sgd_curve, '#1f77b4', 'SGD' } }) do
-    local pts = {}
-    for i, p in ipairs(c[1]) do pts[i] = { PX(p.t), PY(p.err) } end
-    doc:polyline(pts, { stroke = c[2], width = 2 })
-  end
-  doc:line(ml + pw - 150, mt + 14, ml + pw - 126, mt + 14, { stroke = '#d62728', width = 2 })
-  doc:text(ml + pw - 120, mt + 18, ('Hessian-free (%.2f)'):format(hf_final), { size = 11 })
-  doc:line(ml + pw - 150, mt + 32, ml + pw - 126, mt + 32, { stroke = '#1f77b4', width = 2 })
-  doc:text(ml + pw - 120, mt + 36, ('SGD (%.2f)'):format(sgd_final), { size = 11 })
-  doc:save(opts.out .. '/curve.svg')
-end
+curves.write_svg({
+  script = 'hf_autoencoder', dir = opts.out, seconds = opts.seconds,
+  title = ('Auto-encoder %s on Fashion-MNIST: Hessian-free vs SGD (tgl)'):format(table.concat(dims, '-')),
+  ylabel = 'squared reconstruction error per image', tick_fmt = '%.1f', final_fmt = '%.2f',
+}, hf_curve, sgd_curve)
 print(('wrote %s/curve.svg, %s/history.csv'):format(opts.out, opts.out))
 return hf_final, sgd_final

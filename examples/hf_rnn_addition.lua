@@ -52,8 +52,8 @@
 --   clipping wins here.  Without clipping (--clip 0) SGD stays at 0.17.
 --   T = 30, 30 s: SGD 0.0003 (solved in 6 s), HF 0.0009.
 local script_dir = (arg and arg[0] or ''):match('^(.*)/[^/]*$') or '.'
-package.path = script_dir .. '/../bench/lib/?.lua;' .. package.path
-local svg_ok, svg = pcall(require, 'svg')
+package.path = script_dir .. '/lib/?.lua;' .. script_dir .. '/../bench/lib/?.lua;' .. package.path
+local curves = require 'curves'
 
 local opts = { seconds = 60, T = 100, hidden = 50, train = 20000, lr = 0.01, momentum = 0.9, clip = 1,
                batch = 100, grad_batch = 1000, curv_batch = 250, max_cg = 50, damping = 1,
@@ -63,19 +63,7 @@ local usage = 'usage: tgl examples/hf_rnn_addition.lua [--seconds S] [--T STEPS]
               '[--lr R] [--momentum M] [--clip C] [--batch B] [--grad_batch G] [--curv_batch C] ' ..
               '[--max_cg N] [--damping L] [--radius R] [--method both|hf|sgd] [--seed S] [--threads T] ' ..
               '[--out DIR] [--verbose 0|1]\n'
-do
-  local strings = { out = true, method = true }
-  local i = 1
-  while arg and arg[i] do
-    local k = arg[i]:match('^%-%-([%w_]+)$')
-    if not k or (opts[k] == nil and k ~= 'threads') or arg[i + 1] == nil then
-      io.stderr:write(usage); os.exit(1)
-    end
-    opts[k] = strings[k] and arg[i + 1] or tonumber(arg[i + 1])
-    if opts[k] == nil then io.stderr:write(usage); os.exit(1) end
-    i = i + 2
-  end
-end
+curves.parse_args(arg, opts, { out = true, method = true }, usage)
 if opts.method ~= 'both' and opts.method ~= 'hf' and opts.method ~= 'sgd' then
   io.stderr:write(usage); os.exit(1)
 end
@@ -248,16 +236,7 @@ end
 
 -- ---------------------------------------------------------------------------
 -- The curves side by side: the validation error each had reached at the same times.
-local function at(curve, t)
-  local e = curve[1].err
-  for _, p in ipairs(curve) do if p.t <= t then e = p.err end end
-  return e
-end
-print(('\n%8s  %12s  %12s'):format('time', 'HF MSE', 'SGD MSE'))
-for k = 0, 10 do
-  local t = opts.seconds * k / 10
-  print(('%7.1fs  %12.4f  %12.4f'):format(t, at(hf_curve, t), at(sgd_curve, t)))
-end
+curves.print_table(hf_curve, sgd_curve, opts.seconds, 'MSE', '%12.4f')
 local hf_final, sgd_final = hf_curve[#hf_curve].err, sgd_curve[#sgd_curve].err
 print(('\nHF:  %s; validation MSE %.4f'):format(hf_note, hf_final))
 print(('SGD: %s; validation MSE %.4f'):format(sgd_note, sgd_final))
@@ -267,59 +246,17 @@ print(('after %.0f s: %s'):format(opts.seconds, hf_final < sgd_final
 
 -- ---------------------------------------------------------------------------
 -- Outputs: history.csv and curve.svg.
-os.execute(('mkdir -p %q'):format(opts.out))
-local f = assert(io.open(opts.out .. '/history.csv', 'w'))
-f:write('method,seconds,mse\n')
-for _, p in ipairs(hf_curve) do f:write(('hf,%.3f,%.6f\n'):format(p.t, p.err)) end
-for _, p in ipairs(sgd_curve) do f:write(('sgd,%.3f,%.6f\n'):format(p.t, p.err)) end
-f:close()
+curves.write_csv(opts.out, 'mse', hf_curve, sgd_curve)
 
-if not svg_ok then
-  io.stderr:write('hf_rnn_addition: curve.svg not written: bench/lib/svg.lua not found next to examples/\n')
-else
-  local Wd, Hd, ml, mr, mt, mb = 640, 380, 64, 24, 44, 50
-  local doc = svg.new(Wd, Hd)
-  local pw, ph = Wd - ml - mr, Hd - mt - mb
-  local lo, hi = math.huge, 0
-  for _, c in ipairs({ hf_curve, sgd_curve }) do
-    for _, p in ipairs(c) do lo = math.min(lo, p.err); hi = math.max(hi, p.err) end
-  end
-  lo, hi = math.max(lo, 1e-6), math.max(hi, 1 / 6)
-  -- log scale on the error axis
-  local llo, lhi = math.log10(lo * 0.9), math.log10(hi * 1.1)
-  local tmax = opts.seconds
-  for _, c in ipairs({ hf_curve, sgd_curve }) do tmax = math.max(tmax, c[#c].t) end
-  local function PX(t) return ml + t / tmax * pw end
-  local function PY(e) return mt + ph - (math.log10(math.max(e, 1e-6)) - llo) / (lhi - llo) * ph end
-  doc:text(Wd / 2, 22, ('Addition problem, T = %d, tanh RNN (%d units): HF vs SGD'):format(T, H),
-           { size = 14, anchor = 'middle', weight = 'bold' })
-  for k = 0, 5 do
-    local e = 10 ^ (llo + (lhi - llo) * k / 5)
-    local yy = PY(e)
-    doc:line(ml, yy, ml + pw, yy, { stroke = '#e5e5e5' })
-    doc:text(ml - 6, yy + 4, ('%.3g'):format(e), { size = 10, anchor = 'end' })
-  end
-  for k = 0, 5 do
-    local t = tmax * k / 5
-    doc:text(PX(t), mt + ph + 16, ('%.0f'):format(t), { size = 10, anchor = 'middle' })
-  end
-  -- the baseline: predicting the mean
-  doc:line(ml, PY(1 / 6), ml + pw, PY(1 / 6), { stroke = '#999', dash = '4,3' })
-  doc:text(ml + 6, PY(1 / 6) - 4, 'predicting the mean (1/6)', { size = 10 })
-  doc:line(ml, mt + ph, ml + pw, mt + ph, { stroke = '#333' })
-  doc:line(ml, mt, ml, mt + ph, { stroke = '#333' })
-  doc:text(ml + pw / 2, Hd - 12, 'training time (s)', { size = 12, anchor = 'middle' })
-  doc:text(16, mt + ph / 2, 'validation mean squared error', { size = 12, anchor = 'middle', rotate = -90 })
-  for _, c in ipairs({ { hf_curve, '#d62728', 'Hessian-free' }, { sgd_curve, '#1f77b4', 'SGD' } }) do
-    local pts = {}
-    for i, p in ipairs(c[1]) do pts[i] = { PX(p.t), PY(p.err) } end
-    doc:polyline(pts, { stroke = c[2], width = 2 })
-  end
-  doc:line(ml + pw - 150, mt + 14, ml + pw - 126, mt + 14, { stroke = '#d62728', width = 2 })
-  doc:text(ml + pw - 120, mt + 18, ('Hessian-free (%.4f)'):format(hf_final), { size = 11 })
-  doc:line(ml + pw - 150, mt + 32, ml + pw - 126, mt + 32, { stroke = '#1f77b4', width = 2 })
-  doc:text(ml + pw - 120, mt + 36, ('SGD (%.4f)'):format(sgd_final), { size = 11 })
-  doc:save(opts.out .. '/curve.svg')
-end
+curves.write_svg({
+  script = 'hf_rnn_addition', dir = opts.out, seconds = opts.seconds,
+  title = ('Addition problem, T = %d, tanh RNN (%d units): HF vs SGD'):format(T, H),
+  ylabel = 'validation mean squared error', tick_fmt = '%.3g', final_fmt = '%.4f',
+  floor = 1e-6, min_hi = 1 / 6,
+  decorate = function(doc, PX, PY, ml, pw)   -- the baseline: predicting the mean
+    doc:line(ml, PY(1 / 6), ml + pw, PY(1 / 6), { stroke = '#999', dash = '4,3' })
+    doc:text(ml + 6, PY(1 / 6) - 4, 'predicting the mean (1/6)', { size = 10 })
+  end,
+}, hf_curve, sgd_curve)
 print(('wrote %s/curve.svg, %s/history.csv'):format(opts.out, opts.out))
 return hf_final, sgd_final
