@@ -284,11 +284,21 @@ function M.shared(value, name, opts)
   elseif type(value) == 'table' and not is_array(value) then value = array.array(value) end
   if not is_array(value) then argerror('shared', 'value must be an array or a number, got %s', type(value)) end
   if name ~= nil and type(name) ~= 'string' then argerror('shared', 'name must be a string') end
-  if not opts.borrow then value = value:clone() end
   local bits = 0
   for i, b in ipairs(opts.broadcastable or {}) do if b then bits = bits + 2 ^ (i - 1) end end
   local out = out_node()
-  check(C.tgl_node_shared(core.ctx, value.p, bits, name, out), 'shared')
+  if opts.borrow then
+    check(C.tgl_node_shared(core.ctx, value.p, bits, name, out), 'shared')
+  else
+    -- The variable's own copy, held by the variable alone (no Lua box
+    -- waiting for the collector): updates can then run in place in its
+    -- storage instead of computing elsewhere and copying in.
+    local copy = out_array()
+    check(C.tgl_array_copy(core.ctx, value.p, value.p.dtype_id, copy), 'shared')
+    local st = C.tgl_node_shared(core.ctx, copy[0], bits, name, out)
+    C.tgl_array_release(copy[0])
+    check(st, 'shared')
+  end
   return wrap_node(out[0])
 end
 
