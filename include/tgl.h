@@ -479,8 +479,8 @@ TGL_API tgl_status tgl_scan(tgl_ctx *ctx, const tgl_scan_spec *spec, const char 
 
 /* Sets a setting of the context (values are strings):
  *   exclude          comma-separated rewrite rules to switch off
- *   threads          threads for kernels and for BLAS, 0..256 (0: one per core;
- *                    BLAS's count is process-wide)
+ *   threads          threads for kernels and for large BLAS products, 0..256
+ *                    (0: one per core; OpenBLAS itself runs single-threaded)
  *   cc, cflags       the optimizing compiler and its flags
  *   cache_dir        the kernel cache ("" : $TGL_CACHE_DIR or ~/.cache/tgl)
  *   compile          tiered | sync | tcc | cc

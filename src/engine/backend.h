@@ -79,7 +79,7 @@ typedef struct tgl_backend {
     /* *out = x . y, one element of dtype in device memory; float32 sums in double. */
     tgl_status (*dot)(int dtype, int n, const void *x, int incx, const void *y, int incy,
                       void *out, tgl_errbuf *err);
-    /* Sets the BLAS library's own thread count (process-wide). */
+    /* Sets how many threads the backend's products may use. */
     void (*set_threads)(int n);
     /* The BLAS library and its configuration, as static text. */
     const char *(*info)(void);
