@@ -5,9 +5,12 @@
  * lock, bumps a generation counter and wakes the workers; everybody, the
  * caller included, takes task numbers from an atomic counter until none
  * are left; the caller then waits until every worker has checked in, so
- * nothing touches the run's argument after tgl_pool_run returns.  Workers
- * sleep on a condition variable between runs (no spinning: the machines
- * tgl targets have few cores, shared with BLAS).  A second run that finds
+ * nothing touches the run's argument after tgl_pool_run returns.  Between
+ * runs a worker first watches the generation for a short while (SPIN_NS:
+ * the runs of one training step come microseconds apart, and waking a
+ * sleeping thread costs about ten), then sleeps on a condition variable,
+ * so an idle pool takes no CPU; the caller likewise watches for the
+ * workers' check-in before sleeping on it.  A second run that finds
  * the pool busy runs inline rather than queueing, so a task that calls
  * back into the pool cannot deadlock.
  */
@@ -17,10 +20,41 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 /* More threads than this is a configuration mistake, not a wish. */
 #define MAX_THREADS 256
+/* How long a worker (or the caller) watches before it sleeps. */
+#define SPIN_NS 50000
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Watches *word until it differs from `from` (true) or SPIN_NS pass
+ * (false).  The clock is read every 64 turns. */
+static bool watch_changes(const uint64_t *word, uint64_t from)
+{
+    uint64_t deadline = 0;
+    for (unsigned i = 1;; i++) {
+        if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != from)
+            return true;
+        if ((i & 63) == 0) {
+            uint64_t t = now_ns();
+            if (!deadline)
+                deadline = t + SPIN_NS;
+            else if (t >= deadline)
+                return false;
+        }
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+    }
+}
 
 struct tgl_pool {
     pthread_mutex_t lock;
@@ -28,8 +62,10 @@ struct tgl_pool {
     int nthreads;          /* including the caller                          */
     int nworkers;          /* started successfully                          */
     pthread_t *workers;
-    uint64_t generation;   /* bumped per run; workers compare with theirs   */
-    int active;            /* workers that have not finished this run       */
+    uint64_t generation;   /* bumped per run (atomically, under the lock);
+                              workers compare with theirs                  */
+    uint64_t active;       /* workers that have not finished this run
+                              (atomic; changed under the lock)              */
     bool stop;
     tgl_task_fn fn;
     void *arg;
@@ -50,6 +86,12 @@ static void *worker(void *arg)
     uint64_t seen = 0;
     pthread_mutex_lock(&p->lock);
     for (;;) {
+        if (p->generation == seen && !p->stop) {
+            /* watch a while before sleeping: the next run is often near */
+            pthread_mutex_unlock(&p->lock);
+            watch_changes(&p->generation, seen);
+            pthread_mutex_lock(&p->lock);
+        }
         while (p->generation == seen && !p->stop)
             pthread_cond_wait(&p->wake, &p->lock);
         if (p->stop)
@@ -61,7 +103,7 @@ static void *worker(void *arg)
         pthread_mutex_unlock(&p->lock);
         run_tasks(p, fn, a, n);
         pthread_mutex_lock(&p->lock);
-        if (--p->active == 0)
+        if (__atomic_sub_fetch(&p->active, 1, __ATOMIC_ACQ_REL) == 0)
             pthread_cond_signal(&p->done);
     }
     pthread_mutex_unlock(&p->lock);
@@ -154,11 +196,16 @@ void tgl_pool_run_in(struct tgl_pool **slot, int configured, int ntasks, tgl_tas
     p->arg = arg;
     p->ntasks = ntasks;
     atomic_store(&p->next, 0);
-    p->active = p->nworkers;
-    p->generation++;
+    __atomic_store_n(&p->active, (uint64_t)p->nworkers, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&p->generation, 1, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->lock);
     run_tasks(p, fn, arg, ntasks);
+    /* the workers usually finish within microseconds of the caller */
+    uint64_t a = __atomic_load_n(&p->active, __ATOMIC_ACQUIRE);
+    if (a)
+        while (a && watch_changes(&p->active, a))
+            a = __atomic_load_n(&p->active, __ATOMIC_ACQUIRE);
     pthread_mutex_lock(&p->lock);
     while (p->active > 0)
         pthread_cond_wait(&p->done, &p->lock);
