@@ -421,6 +421,12 @@ case { rule = 'gemm_add', what = 'w + A.u and u.A + w (gemv)',
   ref = function(a, u, w) return { w + tgl.dot(a, u), tgl.dot(u, a) + w } end,
   view = 'program', on = { 'gemv' }, off = { 'dot' } }
 
+case { rule = 'gemm_sub', what = "c - s x'd with one inner index (a batch-1 weight gradient: runs as a rank-1 update)",
+  vars = { X, Y }, args = function() return { rd(1, 5), rd(1, 4) } end,
+  build = function(x, d) return tgl.constant(tgl.ones(5, 4, { dtype = 'float64' })) - x:T():dot(d) * 0.25 end,
+  ref = function(x, d) return tgl.ones(5, 4, { dtype = 'float64' }) - tgl.dot(x:T(), d) * 0.25 end,
+  view = 'program', text_on = { 'alpha=-0.25 beta=1' } }
+
 case { rule = 'gemm_sub', what = 'C - 0.1 * A.B',
   vars = { A, B, Cm }, args = function() return { rd(3, 5), rd(5, 4), rd(3, 4) } end,
   build = function(a, b, c) return c - 0.1 * tgl.dot(a, b) end,

@@ -164,6 +164,13 @@ static tgl_status gemm_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *const 
         int r = transb ? nn : k, c = transb ? k : nn;
         st = be->gemv(out->dtype_id, !transb, r, c, alpha, b->data, ldb, a->data, incx, beta,
                       out->data, 1, &e);
+    } else if (k == 1 && beta == 1 && in[0]->strides[0] > 0 && in[0]->strides[0] <= INT32_MAX &&
+               in[1]->strides[1] > 0 && in[1]->strides[1] <= INT32_MAX) {
+        /* One inner index (a batch-1 weight gradient, x' d, added to the
+         * weights): a rank-1 update of out, which BLAS's ger does without
+         * gemm's per-call packing. */
+        st = be->ger(out->dtype_id, m, nn, alpha, in[0]->data, (int)in[0]->strides[0],
+                     in[1]->data, (int)in[1]->strides[1], out->data, nn, &e);
     } else {
         st = be->gemm(out->dtype_id, transa, transb, m, nn, k, alpha, a->data, lda, b->data, ldb,
                       beta, out->data, nn, &e);
