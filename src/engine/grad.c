@@ -30,21 +30,6 @@ static tgl_node *fit(tgl_ctx *ctx, tgl_node *g, const tgl_node *x)
     return tgl_mk_cast(ctx, tgl_mk_sum_to(ctx, g, x->type), x->type.dtype);
 }
 
-/* Names a node for messages: its name, or its op and source line. */
-static const char *describe(const tgl_node *n, char *buf, size_t size)
-{
-    if (n->name)
-        snprintf(buf, size, "'%s'", n->name);
-    else if (n->kind == TGL_NODE_APPLY)
-        snprintf(buf, size, "the result of %s%s%s", tgl_op_name(n->op),
-                 n->source ? " built at " : "", n->source ? n->source : "");
-    else
-        snprintf(buf, size, "an unnamed %s", n->kind == TGL_NODE_SHARED ? "shared variable"
-                                             : n->kind == TGL_NODE_CONSTANT ? "constant"
-                                                                            : "input");
-    return buf;
-}
-
 tgl_status tgl_grad(tgl_ctx *ctx, tgl_node *cost, int nwrt, tgl_node *const *wrt, int nknown,
                     tgl_node *const *known_vars, tgl_node *const *known_grads,
                     tgl_disconnected disconnected, tgl_node **grads)
@@ -67,14 +52,14 @@ tgl_status tgl_grad(tgl_ctx *ctx, tgl_node *cost, int nwrt, tgl_node *const *wrt
         TGL_CHECK(wrt[k], TGL_EINVAL, "%s: wrt %d is NULL", fn, k + 1);
         TGL_CHECK(tgl_dtype_is_float(wrt[k]->type.dtype), TGL_EDTYPE,
                   "%s: cannot differentiate with respect to %s of dtype %s", fn,
-                  describe(wrt[k], buf, sizeof buf), tgl_dtype_name(wrt[k]->type.dtype));
+                  tgl_node_describe(wrt[k], buf, sizeof buf), tgl_dtype_name(wrt[k]->type.dtype));
     }
     for (int k = 0; k < nknown; k++) {
         TGL_CHECK(known_vars[k] && known_grads[k], TGL_EINVAL, "%s: known gradient %d is NULL",
                   fn, k + 1);
         TGL_CHECK(known_grads[k]->type.ndim == known_vars[k]->type.ndim, TGL_ESHAPE,
                   "%s: the known gradient of %s has %d dimensions, the variable %d", fn,
-                  describe(known_vars[k], buf, sizeof buf), known_grads[k]->type.ndim,
+                  tgl_node_describe(known_vars[k], buf, sizeof buf), known_grads[k]->type.ndim,
                   known_vars[k]->type.ndim);
     }
 
@@ -164,7 +149,7 @@ tgl_status tgl_grad(tgl_ctx *ctx, tgl_node *cost, int nwrt, tgl_node *const *wrt
         const tgl_opimpl *impl = tgl_op_impl(n->op);
         if (gouts ? !impl->grad_n : !impl->grad && !impl->grad_n) {
             st = tgl_ctx_set_error(ctx, TGL_EINVAL, "%s: %s has no gradient (%s)", fn,
-                                   tgl_op_name(n->op), describe(n, buf, sizeof buf));
+                                   tgl_op_name(n->op), tgl_node_describe(n, buf, sizeof buf));
         } else if (gouts) {
             st = impl->grad_n(ctx, n, gouts, gin);
         } else if (impl->grad) {
@@ -190,7 +175,7 @@ tgl_status tgl_grad(tgl_ctx *ctx, tgl_node *cost, int nwrt, tgl_node *const *wrt
             snprintf(msg, sizeof msg, "%s", ctx->errmsg);
             tgl_status why = st ? st : ctx->last_status;
             st = tgl_ctx_set_error(ctx, why, "%s: differentiating %s: %s", fn,
-                                   describe(n, buf, sizeof buf), msg);
+                                   tgl_node_describe(n, buf, sizeof buf), msg);
         }
         if (gin != stackgin)
             free(gin);
@@ -205,7 +190,7 @@ tgl_status tgl_grad(tgl_ctx *ctx, tgl_node *cost, int nwrt, tgl_node *const *wrt
                 st = tgl_ctx_set_error(ctx, TGL_EINVAL,
                                        "%s: the cost does not depend on %s (wrt %d); pass "
                                        "disconnected='ignore' to get zeros",
-                                       fn, describe(x, buf, sizeof buf), k + 1);
+                                       fn, tgl_node_describe(x, buf, sizeof buf), k + 1);
                 break;
             }
             g = tgl_mk_fill_like(ctx, x, x->type.dtype, 0.0);

@@ -619,6 +619,21 @@ tgl_status tgl_apply_payload(tgl_ctx *ctx, int op, int nin, tgl_node *const *in,
     return st;
 }
 
+/* Names a node for messages: its name, or its op and source line. */
+const char *tgl_node_describe(const tgl_node *n, char *buf, size_t size)
+{
+    if (n->name)
+        snprintf(buf, size, "'%s'", n->name);
+    else if (n->kind == TGL_NODE_APPLY)
+        snprintf(buf, size, "the result of %s%s%s", tgl_op_name(n->op),
+                 n->source ? " built at " : "", n->source ? n->source : "");
+    else
+        snprintf(buf, size, "an unnamed %s", n->kind == TGL_NODE_SHARED ? "shared variable"
+                                             : n->kind == TGL_NODE_CONSTANT ? "constant"
+                                                                            : "input");
+    return buf;
+}
+
 /* ---- accessors ------------------------------------------------------- */
 
 tgl_type tgl_node_type(const tgl_node *n) { return n->type; }

@@ -92,6 +92,9 @@ static inline bool tgl_dtype_is_float(int dtype)
 
 /* Renders a type as "float32 matrix (bcast: 1,0)"-like text into buf. */
 const char *tgl_type_str(tgl_type t, char *buf, size_t size);
+/* Names a node for messages into buf: its name ('W'), or "the result of
+ * <op> built at <file:line>", or "an unnamed input" (grad and Rop). */
+const char *tgl_node_describe(const tgl_node *n, char *buf, size_t size);
 /* Renders an array's dtype and shape as "float32 (3,4)" into buf. */
 const char *tgl_array_str(const tgl_array *a, char *buf, size_t size);
 

@@ -311,21 +311,6 @@ static tgl_status push_transposed(tgl_ctx *ctx, tgl_node *n, tgl_node *const *ti
 
 /* ---- the walk ---------------------------------------------------------- */
 
-/* Names a node for messages. */
-static const char *label(const tgl_node *n, char *buf, size_t size)
-{
-    if (n->name)
-        snprintf(buf, size, "'%s'", n->name);
-    else if (n->kind == TGL_NODE_APPLY)
-        snprintf(buf, size, "the result of %s%s%s", tgl_op_name(n->op),
-                 n->source ? " built at " : "", n->source ? n->source : "");
-    else
-        snprintf(buf, size, "an unnamed %s", n->kind == TGL_NODE_SHARED ? "shared variable"
-                                             : n->kind == TGL_NODE_CONSTANT ? "constant"
-                                                                            : "input");
-    return buf;
-}
-
 /* The tangents of every output of n, given its inputs' (tin[i] NULL: none). */
 static tgl_status push(tgl_ctx *ctx, tgl_node *n, tgl_node *const *tin, tgl_node **tout)
 {
@@ -377,10 +362,10 @@ tgl_status tgl_rop(tgl_ctx *ctx, int nf, tgl_node *const *f, int nwrt, tgl_node 
         TGL_CHECK(wrt[k] && v[k], TGL_EINVAL, "%s: wrt %d or its direction is NULL", fn, k + 1);
         TGL_CHECK(tgl_dtype_is_float(wrt[k]->type.dtype), TGL_EDTYPE,
                   "%s: cannot differentiate with respect to %s of dtype %s (wrt %d)", fn,
-                  label(wrt[k], b1, sizeof b1), tgl_dtype_name(wrt[k]->type.dtype), k + 1);
+                  tgl_node_describe(wrt[k], b1, sizeof b1), tgl_dtype_name(wrt[k]->type.dtype), k + 1);
         TGL_CHECK(v[k]->type.ndim == wrt[k]->type.ndim && tgl_dtype_is_float(v[k]->type.dtype),
                   TGL_ESHAPE, "%s: the direction for %s (wrt %d) is %s, the variable %s", fn,
-                  label(wrt[k], b1, sizeof b1), k + 1, tgl_type_str(v[k]->type, t1, sizeof t1),
+                  tgl_node_describe(wrt[k], b1, sizeof b1), k + 1, tgl_type_str(v[k]->type, t1, sizeof t1),
                   tgl_type_str(wrt[k]->type, t2, sizeof t2));
     }
     tgl_node **order = NULL;
@@ -436,7 +421,7 @@ tgl_status tgl_rop(tgl_ctx *ctx, int nf, tgl_node *const *f, int nwrt, tgl_node 
             char msg[TGL_ERRMSG_SIZE];
             snprintf(msg, sizeof msg, "%s", ctx->errmsg);
             st = tgl_ctx_set_error(ctx, st, "%s: the pushforward of %s: %s", fn,
-                                   label(n, b1, sizeof b1), msg);
+                                   tgl_node_describe(n, b1, sizeof b1), msg);
         }
         for (int k = 0; k < n->nout && !st; k++) {
             if (!tout[k])
@@ -459,7 +444,7 @@ tgl_status tgl_rop(tgl_ctx *ctx, int nf, tgl_node *const *f, int nwrt, tgl_node 
             st = tgl_ctx_set_error(ctx, TGL_EINVAL,
                                    "%s: the output does not depend on %s (wrt %d); pass "
                                    "disconnected='ignore' to allow it",
-                                   fn, label(wrt[k], b1, sizeof b1), k + 1);
+                                   fn, tgl_node_describe(wrt[k], b1, sizeof b1), k + 1);
     for (int i = 0; i < nf && !st; i++) {
         tgl_node *t = tgl_node_map_get(&tan, f[i]);
         if (!carries_tangent(f[i]))
