@@ -21,17 +21,7 @@ local NDOT = tonumber(os.getenv('TGL_DEEP_NDOT')) or 10000
 
 local MODES = { 'FAST_RUN', 'FAST_COMPILE', 'DEBUG' }
 
-local saved = {}
-setup(function()
-  saved.floatX = tgl.config.floatX
-  saved.compile = tgl.config.compile
-  tgl.config.floatX = 'float32'
-  tgl.config.compile = 'tcc'
-end)
-teardown(function()
-  tgl.config.floatX = saved.floatX
-  tgl.config.compile = saved.compile
-end)
+dofile('spec/support.lua').with_config { floatX = 'float32', compile = 'tcc' }
 
 -- want and got agree element by element within abs + rel * |want|.
 local function assert_close(want, got, abs, rel, what)

@@ -16,17 +16,7 @@ local ffi = require 'ffi'
 local MODES = { 'FAST_RUN', 'FAST_COMPILE', 'DEBUG' }
 local LINKERS = { 'cvm', 'cvm_nogc', 'vm' }
 
-local saved = {}
-setup(function()
-  saved.floatX = tgl.config.floatX
-  saved.compile = tgl.config.compile
-  tgl.config.floatX = 'float32'
-  tgl.config.compile = 'tcc'
-end)
-teardown(function()
-  tgl.config.floatX = saved.floatX
-  tgl.config.compile = saved.compile
-end)
+dofile('spec/support.lua').with_config { floatX = 'float32', compile = 'tcc' }
 
 local function flat(a)
   local v = a:contiguous():reshape(-1)

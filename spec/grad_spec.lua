@@ -21,19 +21,8 @@ end
 
 local function f64(t) return tgl.array(t, 'float64') end
 
--- Elementwise |want - got| <= atol + rtol * |want|, naming the element.
-local function assert_close(want, got, rtol, atol, what)
-  rtol, atol = rtol or 1e-9, atol or 1e-12
-  if type(want) == 'table' then want = f64(want) end
-  assert.same(want:shape(), got:shape())
-  local w, g = want:reshape(-1), got:reshape(-1)
-  for i = 1, w:nelement() do
-    local a, b = w:get(i), g:get(i)
-    if not (math.abs(a - b) <= atol + rtol * math.abs(a)) then
-      error(('%s: element %d: expected %.12g, got %.12g'):format(what or 'arrays', i, a, b), 2)
-    end
-  end
-end
+-- Elementwise closeness, naming the element (spec/support.lua).
+local assert_close = dofile('spec/support.lua').assert_close
 
 -- Central differences of cost() (a Lua function returning a number) with
 -- respect to every element of the shared variable v, perturbed through

@@ -41,4 +41,43 @@ function M.run_process(chunk)
   return out, err, code
 end
 
+-- Elementwise |want - got| <= atol + rtol * |want| (defaults 1e-9, 1e-12),
+-- naming the first element that is not; want may be a number or a Lua
+-- table (made float64 arrays).  Raises at the caller's level.
+function M.assert_close(want, got, rtol, atol, what)
+  local tgl = require 'tgl'
+  rtol, atol, what = rtol or 1e-9, atol or 1e-12, what or 'arrays'
+  local function arr(x)
+    if type(x) == 'number' or (type(x) == 'table' and not tgl.is_array(x)) then
+      return tgl.array(x, 'float64')
+    end
+    return x
+  end
+  want, got = arr(want), arr(got)
+  if not tgl.is_array(got) then error(what .. ': expected an array, got ' .. type(got), 2) end
+  local ws, gs = table.concat(want:shape(), 'x'), table.concat(got:shape(), 'x')
+  if ws ~= gs then error(('%s: shapes differ: expected %s, got %s'):format(what, ws, gs), 2) end
+  local w, g = want:reshape(-1), got:reshape(-1)
+  for i = 1, w:nelement() do
+    local a, b = w:get(i), g:get(i)
+    if not (math.abs(a - b) <= atol + rtol * math.abs(a)) then
+      error(('%s: element %d: expected %.12g, got %.12g'):format(what, i, a, b), 2)
+    end
+  end
+end
+
+-- Sets tgl.config keys (a table) for the calling describe block and puts
+-- the old values back after it (busted's setup/teardown).
+function M.with_config(settings)
+  local env = getfenv(2)
+  local tgl = require 'tgl'
+  local saved = {}
+  env.setup(function()
+    for k, v in pairs(settings) do saved[k] = tgl.config[k]; tgl.config[k] = v end
+  end)
+  env.teardown(function()
+    for k in pairs(settings) do tgl.config[k] = saved[k] end
+  end)
+end
+
 return M
