@@ -13,18 +13,9 @@ local ffi = require 'ffi'
 local here = debug.getinfo(1, 'S').source:match('^@(.*)[/\\]') or 'spec'
 local root = here .. '/..'
 
-local function read_file(path)
-  local f = assert(io.open(path, 'rb'))
-  local s = f:read('*a')
-  f:close()
-  return s
-end
+local read_file = dofile('spec/support.lua').read_file
 
-local function write_file(path, s)
-  local f = assert(io.open(path, 'wb'))
-  f:write(s)
-  f:close()
-end
+local write_file = dofile('spec/support.lua').write_file
 
 local function q(s)
   return "'" .. tostring(s):gsub("'", [['\'']]) .. "'"

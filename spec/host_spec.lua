@@ -15,19 +15,9 @@ end
 
 os.execute('mkdir -p ' .. q(TMP))
 
-local function write_file(path, s)
-  local f = assert(io.open(path, 'wb'))
-  f:write(s)
-  f:close()
-end
+local write_file = dofile('spec/support.lua').write_file
 
-local function read_file(path)
-  local f = io.open(path, 'rb')
-  if not f then return nil end
-  local s = f:read('*a')
-  f:close()
-  return s
-end
+local function read_file(path) return dofile('spec/support.lua').read_file(path, true) end
 
 -- The exit code of a command run by os.execute: LuaJIT returns the raw
 -- wait status; Lua 5.2+ returns ok, 'exit'|'signal', n.

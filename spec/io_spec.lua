@@ -17,18 +17,9 @@ tmpdir = tmpdir .. '/io_spec'
 os.execute("mkdir -p '" .. tmpdir .. "'")
 local function tmp(name) return tmpdir .. '/' .. name end
 
-local function read_file(path)
-  local f = assert(io.open(path, 'rb'))
-  local s = f:read('*a')
-  f:close()
-  return s
-end
+local read_file = dofile('spec/support.lua').read_file
 
-local function write_file(path, s)
-  local f = assert(io.open(path, 'wb'))
-  f:write(s)
-  f:close()
-end
+local write_file = dofile('spec/support.lua').write_file
 
 local function bytes_of(a)
   return ffi.string(a:data(), a:nelement() * ffi.sizeof(({

@@ -80,4 +80,23 @@ function M.with_config(settings)
   end)
 end
 
+-- A file's bytes; a missing file raises, or gives nil when optional.
+function M.read_file(path, optional)
+  local f, err = io.open(path, 'rb')
+  if not f then
+    if optional then return nil end
+    error(err, 2)
+  end
+  local s = f:read('*a')
+  f:close()
+  return s
+end
+
+-- Writes s to path (replacing it).
+function M.write_file(path, s)
+  local f = assert(io.open(path, 'wb'))
+  f:write(s)
+  f:close()
+end
+
 return M
