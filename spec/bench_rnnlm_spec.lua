@@ -25,7 +25,7 @@ local function write(name, text)
   f:close()
   return path
 end
-local HEADER = 'system,mode,hidden,class,train_words,vocab,threads,words_per_s,valid_ppl,epochs,precision,wall_s,note'
+local HEADER = 'system,mode,hidden,class,train_words,vocab,threads,words_per_s,valid_ppl,epochs,precision,wall_s,cpu_pct,note'
 local function row(...)
   local args = { ... }
   for i, a in ipairs(args) do args[i] = "'" .. tostring(a) .. "'" end
@@ -64,7 +64,7 @@ local CONVERGE = table.concat({
 
 describe('bench rnnlm: parsing RNNLM\'s and tgl\'s output', function()
   it('reads a one-epoch RNNLM run: its last Words/sec and the -test perplexity', function()
-    local r = row('rnnlm', 'one_iter', 50, 100, 29000, 3, 0, write('one.log', ONE_ITER), write('test.log', TEST))
+    local r = row('rnnlm', 'one_iter', 50, 100, 29000, 3, 99, 0, write('one.log', ONE_ITER), write('test.log', TEST))
     assert.are.equal('44125.5', r.words_per_s)
     assert.are.equal('123.457', r.valid_ppl)
     assert.are.equal('1', r.epochs)
@@ -72,10 +72,11 @@ describe('bench rnnlm: parsing RNNLM\'s and tgl\'s output', function()
     assert.are.equal('30000', r.train_words)        -- RNNLM's own count wins over the driver's
     assert.are.equal('float64', r.precision)
     assert.are.equal('', r.note)
+    assert.are.equal('99', r.cpu_pct)
   end)
 
   it('reads a run to convergence: all epochs\' speed together, the best validation entropy', function()
-    local r = row('rnnlm', 'converge', 100, 100, 30000, 9, 0, write('conv.log', CONVERGE))
+    local r = row('rnnlm', 'converge', 100, 100, 30000, 9, 99, 0, write('conv.log', CONVERGE))
     -- equal words per epoch: 3 / (1/40000 + 1/20000 + 1/40000) = 30000
     assert.are.equal('30000', r.words_per_s)
     assert.are.equal('128', r.valid_ppl)             -- 2^7, the kept model's
@@ -83,13 +84,13 @@ describe('bench rnnlm: parsing RNNLM\'s and tgl\'s output', function()
   end)
 
   it('says why when RNNLM printed no figure, or failed, and gives no number', function()
-    local r = row('rnnlm', 'one_iter', 50, 1, 100, 1, 0, write('empty.log', 'Vocab size: 3\n'))
+    local r = row('rnnlm', 'one_iter', 50, 1, 100, 1, 99, 0, write('empty.log', 'Vocab size: 3\n'))
     assert.are.equal('', r.words_per_s)
     assert.is_truthy(r.note:find('no Words/sec', 1, true), r.note)
-    r = row('rnnlm', 'one_iter', 50, 1, 100, 1, 0, write('one2.log', ONE_ITER), write('bad.log', 'oops\n'))
+    r = row('rnnlm', 'one_iter', 50, 1, 100, 1, 99, 0, write('one2.log', ONE_ITER), write('bad.log', 'oops\n'))
     assert.are.equal('', r.valid_ppl)
     assert.is_truthy(r.note:find('PPL net', 1, true), r.note)
-    r = row('rnnlm', 'one_iter', 500, 1, 100, 3600, 124, write('one3.log', ONE_ITER))
+    r = row('rnnlm', 'one_iter', 500, 1, 100, 3600, 99, 124, write('one3.log', ONE_ITER))
     assert.are.equal('', r.words_per_s)
     assert.is_truthy(r.note:find('exit status 124 (timeout)', 1, true), r.note)
   end)
@@ -97,11 +98,11 @@ describe('bench rnnlm: parsing RNNLM\'s and tgl\'s output', function()
   it('reads tgl\'s RESULT line', function()
     local log = write('tgl.log', 'epoch 1 valid ppl 300\n' ..
       'RESULT words_per_s=51234.5 valid_ppl=201.25 epochs=1 precision=float32 threads=1\n')
-    local r = row('tgl', 'one_iter', 100, 100, 30000, 2, 0, log)
+    local r = row('tgl', 'one_iter', 100, 100, 30000, 2, 99, 0, log)
     assert.are.equal('51234.5', r.words_per_s)
     assert.are.equal('201.25', r.valid_ppl)
     assert.are.equal('float32', r.precision)
-    r = row('tgl', 'one_iter', 100, 100, 30000, 2, 1, write('tgl2.log', 'lua error\n'))
+    r = row('tgl', 'one_iter', 100, 100, 30000, 2, 99, 1, write('tgl2.log', 'lua error\n'))
     assert.are.equal('', r.words_per_s)
     assert.is_truthy(r.note:find('exit status 1; no RESULT line', 1, true), r.note)
   end)
@@ -110,16 +111,16 @@ end)
 describe('bench rnnlm report', function()
   it('gives tgl/RNNLM speed and perplexity ratios per cell, and the precisions', function()
     local csv = write('rnnlm.csv', HEADER .. '\n' ..
-      'tgl,one_iter,50,100,30000,,1,60000,210,1,float32,1,\n' ..
-      'rnnlm,one_iter,50,100,30000,812,1,40000,200,1,float64,1,\n' ..
-      'rnnlm,one_iter,500,1,30000,812,1,500,190,1,float64,60,\n' ..
-      'tgl,one_iter,500,1,30000,,1,,,,,5,exit status 1; no RESULT line\n')
+      'tgl,one_iter,50,100,30000,,1,60000,210,1,float32,1,97,\n' ..
+      'rnnlm,one_iter,50,100,30000,812,1,40000,200,1,float64,1,99,\n' ..
+      'rnnlm,one_iter,500,1,30000,812,1,500,190,1,float64,60,100,\n' ..
+      'tgl,one_iter,500,1,30000,,1,,,,,5,,exit status 1; no RESULT line\n')
     local meta = write('rnnlm_meta.csv', 'key,value\ndate,today\ntgl_precision,float32\n' ..
       'rnnlm_cflags,g++ -O2\nversion.rnnlm,0.3d\nload_before,0.1 0.2 0.3\n')
     local out, code = sh(("'%s' bench/lib/rnnlm_report.lua '%s' '%s' '%s/rnnlm.md' '%s/rnnlm.svg'"):format(
       BIN, csv, meta, tmpdir, tmpdir))
     assert.are.equal(0, code, out)
-    assert.is_truthy(out:find('| 100 | 50 | 30000 | 812 | 60000 | 40000 | 1.50× | 210.00 | 200.00 | 1.050 | 1, 1 |  |',
+    assert.is_truthy(out:find('| 100 | 50 | 30000 | 812 | 60000 | 40000 | 1.50× | 210.00 | 200.00 | 1.050 | 1, 1 | 97, 99 |  |',
       1, true), out)
     assert.is_truthy(out:find('| 1 | 500 | 30000 | 812 | failed | 500 | – | – | 190.00 | – |', 1, true), out)
     assert.is_truthy(out:find('double precision', 1, true), out)

@@ -3,7 +3,7 @@
 --
 --   tgl bench/lib/rnnlm_report.lua --header
 --       the CSV's header line
---   tgl bench/lib/rnnlm_report.lua --row SYSTEM MODE HIDDEN CLASS TRAIN_WORDS WALL_S RC TRAIN_LOG [VALID_LOG]
+--   tgl bench/lib/rnnlm_report.lua --row SYSTEM MODE HIDDEN CLASS TRAIN_WORDS WALL_S CPU_PCT RC TRAIN_LOG [VALID_LOG]
 --       one CSV row from one run's output: SYSTEM rnnlm (RNNLM's training
 --       output, and for MODE one_iter the output of `rnnlm -test valid`) or
 --       tgl (examples/rnnlm.lua's `RESULT ...` line); a run that failed or
@@ -13,7 +13,7 @@
 package.path = (arg[0]:match('^(.*)/[^/]*$') or '.') .. '/?.lua;' .. package.path
 
 local COLS = { 'system', 'mode', 'hidden', 'class', 'train_words', 'vocab', 'threads', 'words_per_s',
-               'valid_ppl', 'epochs', 'precision', 'wall_s', 'note' }
+               'valid_ppl', 'epochs', 'precision', 'wall_s', 'cpu_pct', 'note' }
 local HEADER = table.concat(COLS, ',')
 
 local function slurp(path)
@@ -85,12 +85,12 @@ local function fmt(v)
 end
 
 local function row(args)
-  local system, mode, hidden, class, twords, wall, rc, tlog, vlog =
-    args[2], args[3], args[4], args[5], args[6], args[7], args[8], args[9], args[10]
-  if not tlog then error('rnnlm_report.lua --row: needs SYSTEM MODE HIDDEN CLASS TRAIN_WORDS WALL_S RC TRAIN_LOG [VALID_LOG]', 0) end
+  local system, mode, hidden, class, twords, wall, cpu, rc, tlog, vlog =
+    args[2], args[3], args[4], args[5], args[6], args[7], args[8], args[9], args[10], args[11]
+  if not tlog then error('rnnlm_report.lua --row: needs SYSTEM MODE HIDDEN CLASS TRAIN_WORDS WALL_S CPU_PCT RC TRAIN_LOG [VALID_LOG]', 0) end
   if system ~= 'tgl' and system ~= 'rnnlm' then error('rnnlm_report.lua --row: unknown system ' .. system, 0) end
   local r = { system = system, mode = mode, hidden = tonumber(hidden), class = tonumber(class),
-              train_words = tonumber(twords), wall_s = tonumber(wall), threads = 1 }
+              train_words = tonumber(twords), wall_s = tonumber(wall), cpu_pct = tonumber(cpu), threads = 1 }
   local text, note = slurp(tlog), nil
   if system == 'rnnlm' then
     r.precision = 'float64'
@@ -193,10 +193,12 @@ for _, mode in ipairs({ 'one_iter', 'converge' }) do
     w(mode == 'one_iter' and '## One epoch' or '## To convergence (RNNLM\'s schedule)')
     w('')
     w('**tgl/RNNLM**: tgl\'s words/s over RNNLM\'s (above 1: tgl faster). **ppl tgl/RNNLM**: the ratio of the ',
-      'validation perplexities (below 1: tgl\'s model is better).')
+      'validation perplexities (below 1: tgl\'s model is better). **CPU %**: CPU time over elapsed time of each ',
+      'whole process (bash `time`): RNNLM times itself in CPU time, tgl in elapsed time, so on a busy machine ',
+      '(CPU % well under 100 for tgl) the ratio is unfair to tgl.')
     w('')
-    w('| class | hidden | train words | vocab | tgl words/s | RNNLM words/s | tgl/RNNLM | tgl valid ppl | RNNLM valid ppl | ppl tgl/RNNLM | epochs tgl, RNNLM | note |')
-    w('|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|')
+    w('| class | hidden | train words | vocab | tgl words/s | RNNLM words/s | tgl/RNNLM | tgl valid ppl | RNNLM valid ppl | ppl tgl/RNNLM | epochs tgl, RNNLM | CPU % tgl, RNNLM | note |')
+    w('|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|')
     for _, k in ipairs(order) do
       local c = cells[k]
       if c.mode == mode then
@@ -206,9 +208,11 @@ for _, mode in ipairs({ 'one_iter', 'converge' }) do
         if t and t.note and t.note ~= '' then notes[#notes + 1] = 'tgl: ' .. t.note end
         if n and n.note and n.note ~= '' then notes[#notes + 1] = 'RNNLM: ' .. n.note end
         local vocab = (n and type(n.vocab) == 'number' and n.vocab) or (t and type(t.vocab) == 'number' and t.vocab) or '–'
-        w(('| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s, %s | %s |'):format(c.class, c.hidden,
+        local function cpu(r) return r and type(r.cpu_pct) == 'number' and ('%d'):format(r.cpu_pct) or '–' end
+        w(('| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s, %s | %s, %s | %s |'):format(c.class, c.hidden,
           any_row.train_words or '–', vocab, wps(t), wps(n), ratio(t, n), ppl(t), ppl(n), pratio(t, n),
-          t and t.epochs ~= '' and t.epochs or '–', n and n.epochs ~= '' and n.epochs or '–', table.concat(notes, '; ')))
+          t and t.epochs ~= '' and t.epochs or '–', n and n.epochs ~= '' and n.epochs or '–', cpu(t), cpu(n),
+          table.concat(notes, '; ')))
       end
     end
     w('')

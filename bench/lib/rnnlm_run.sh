@@ -169,7 +169,7 @@ train_file() {   # limit (0: none) -> path of train.txt, or of its first sentenc
 
 # system hidden class mode(one_iter|converge) train-file: one run, one CSV row
 run_cell() {
-  local s=$1 h=$2 c=$3 mode=$4 train=$5 rc=0 t0=$SECONDS
+  local s=$1 h=$2 c=$3 mode=$4 train=$5 rc=0
   local env=(env OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 TGL_NUM_THREADS=1 $(pin 1))
   local common=(-train "$train" -valid "$valid" -hidden "$h" -class "$c" -bptt 4 -bptt-block 10 -rand-seed 1 -debug 2)
   [ "$mode" = converge ] || common+=(-one-iter)
@@ -181,8 +181,12 @@ run_cell() {
     rnnlm) cmd=("$RNNLM_BIN" "${common[@]}" -rnnlm "$tmp/model") ;;
   esac
   echo "-- $s hidden=$h class=$c $mode: ${cmd[*]}" >> "$log"
-  "${env[@]}" timeout "$tmo" "${cmd[@]}" > "$tmp/train.log" 2>&1 || rc=$?
-  local wall=$((SECONDS - t0))
+  # bash's `time`: elapsed and CPU seconds, for the share of a core the
+  # run had (RNNLM's words/s is over CPU time, tgl's over elapsed time)
+  local TIMEFORMAT='%R %U %S'
+  { time "${env[@]}" timeout "$tmo" "${cmd[@]}" > "$tmp/train.log" 2>&1; } 2> "$tmp/time.txt" || rc=$?
+  local wall=0 cpu=0
+  read -r wall cpu < <(awk '{ printf "%.1f %.0f\n", $1, $1 > 0 ? 100 * ($2 + $3) / $1 : 0 }' "$tmp/time.txt") || true
   if [ "$s" = rnnlm ] && [ "$mode" = one_iter ] && [ $rc = 0 ]; then
     # -one-iter skips RNNLM's validation: score valid.txt with the saved model
     vlog=$tmp/valid.log
@@ -191,11 +195,11 @@ run_cell() {
   fi
   tr '\r' '\n' < "$tmp/train.log" >> "$log"
   [ -z "$vlog" ] || cat "$vlog" >> "$log"
-  "$TGL" "$here/lib/rnnlm_report.lua" --row "$s" "$mode" "$h" "$c" "$(train_words "$train")" "$wall" "$rc" \
+  "$TGL" "$here/lib/rnnlm_report.lua" --row "$s" "$mode" "$h" "$c" "$(train_words "$train")" "$wall" "$cpu" "$rc" \
     "$tmp/train.log" $vlog >> "$csv.tmp"
   sample_load
-  printf '  %-5s hidden=%-4d class=%-4d %-8s %5ds  load %s  %s\n' "$s" "$h" "$c" "$mode" "$wall" \
-    "$(cut -d' ' -f1 /proc/loadavg)" "$(tail -1 "$csv.tmp" | awk -F, '{ printf "%s words/s, valid ppl %s%s", $8, $9, ($13 != "" ? "  (" $13 ")" : "") }')"
+  printf '  %-5s hidden=%-4d class=%-4d %-8s %6ss (cpu %s%%)  load %s  %s\n' "$s" "$h" "$c" "$mode" "$wall" "$cpu" \
+    "$(cut -d' ' -f1 /proc/loadavg)" "$(tail -1 "$csv.tmp" | awk -F, '{ printf "%s words/s, valid ppl %s%s", $8, $9, ($14 != "" ? "  (" $14 ")" : "") }')"
 }
 
 load_max=$(cut -d' ' -f1 /proc/loadavg)
