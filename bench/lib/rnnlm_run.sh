@@ -186,7 +186,7 @@ run_cell() {
   local TIMEFORMAT='%R %U %S'
   { time "${env[@]}" timeout "$tmo" "${cmd[@]}" > "$tmp/train.log" 2>&1; } 2> "$tmp/time.txt" || rc=$?
   local wall=0 cpu=0
-  read -r wall cpu < <(awk '{ printf "%.1f %.0f\n", $1, $1 > 0 ? 100 * ($2 + $3) / $1 : 0 }' "$tmp/time.txt") || true
+  read -r wall cpu < <(awk '{ printf "%.1f %.0f\n", $1, ($1 > 0) ? 100 * ($2 + $3) / $1 : 0 }' "$tmp/time.txt") || true
   if [ "$s" = rnnlm ] && [ "$mode" = one_iter ] && [ $rc = 0 ]; then
     # -one-iter skips RNNLM's validation: score valid.txt with the saved model
     vlog=$tmp/valid.log
