@@ -25,8 +25,9 @@
 # --max-words-full N does so for the class-1 cells only (default 20000:
 # a full softmax over 10k words is slow in RNNLM; 0: the whole file).
 # Both systems read the same (cut) file, so both build the same
-# vocabulary from it.  --converge H adds one cell trained to convergence
-# with RNNLM's own schedule (lr 0.1, halved once validation stops
+# vocabulary from it; validation words outside it are written <unk> (in a
+# copy of valid.txt), so both score the same words.  --converge H adds one
+# cell trained to convergence with RNNLM's own schedule (lr 0.1, halved once validation stops
 # improving, stop when it stops again), at hidden H and the first --class.
 # --double runs tgl in float64 (RNNLM is always double).
 #
@@ -83,6 +84,10 @@ case "$corpus" in
        { echo "bench/run rnnlm: --corpus '$corpus' is neither fortunes, zipf nor a directory with train.txt and valid.txt" >&2; exit 2; }
      cdir=$(cd "$corpus" && pwd) ;;
 esac
+# the cut training files and mapped validation files: beside a corpus made
+# here, under bench/.data/ for a DIR corpus (not written into it)
+ddir=$cdir
+[ "$corpus" = fortunes ] || [ "$corpus" = zipf ] || ddir=$here/.data/rnnlm-dir-$(printf '%s' "$cdir" | cksum | cut -d' ' -f1)
 [ -x "$TGL" ] || { echo "bench/run: $TGL not found; build first: scripts/build.sh build" >&2; exit 1; }
 example=$root/examples/rnnlm.lua
 
@@ -137,14 +142,26 @@ if [ ${#run_systems[@]} -gt 0 ] && ! [ -f "$cdir/train.txt" ]; then
     zipf) "$TGL" "$root/scripts/corpus.lua" zipf "$cdir" --vocab "$vocab" --words "$words" --seed "$seed" | tee -a "$log" ;;
   esac
 fi
-valid=$cdir/valid.txt
 
 train_words() { awk '{ n += NF + 1 } END { print n + 0 }' "$1"; }   # words + sentence ends, as RNNLM counts
 train_file() {   # limit (0: none) -> path of train.txt, or of its first sentences up to limit words
   local n=$1 f
   if [ "$n" = 0 ]; then echo "$cdir/train.txt"; return; fi
-  f=$cdir/train.max$n.txt
-  [ -f "$f" ] || awk -v n="$n" '{ print; c += NF + 1; if (c >= n) exit }' "$cdir/train.txt" > "$f"
+  mkdir -p "$ddir"
+  f=$ddir/train.max$n.txt
+  [ "$f" -nt "$cdir/train.txt" ] || awk -v n="$n" '{ print; c += NF + 1; if (c >= n) exit }' "$cdir/train.txt" > "$f"
+  echo "$f"
+}
+# train-file -> valid.txt with every word the training file lacks written
+# <unk>: RNNLM leaves such words out of its perplexity (and feeds no input
+# for them), tgl maps them to <unk>; mapped beforehand, both score the same
+# words (fortunes' full train.txt already has every valid.txt word)
+valid_file() {
+  local f
+  mkdir -p "$ddir"
+  f=$ddir/$(basename "${1%.txt}").valid.txt
+  [ "$f" -nt "$1" ] && [ "$f" -nt "$cdir/valid.txt" ] || awk 'NR == FNR { for (i = 1; i <= NF; i++) v[$i] = 1; next }
+                      { for (i = 1; i <= NF; i++) if (!($i in v)) $i = "<unk>"; print }' "$1" "$cdir/valid.txt" > "$f"
   echo "$f"
 }
 
@@ -169,7 +186,7 @@ train_file() {   # limit (0: none) -> path of train.txt, or of its first sentenc
 
 # system hidden class mode(one_iter|converge) train-file: one run, one CSV row
 run_cell() {
-  local s=$1 h=$2 c=$3 mode=$4 train=$5 rc=0
+  local s=$1 h=$2 c=$3 mode=$4 train=$5 valid=$6 rc=0
   local env=(env OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 TGL_NUM_THREADS=1 $(pin 1))
   local common=(-train "$train" -valid "$valid" -hidden "$h" -class "$c" -bptt 4 -bptt-block 10 -rand-seed 1 -debug 2)
   [ "$mode" = converge ] || common+=(-one-iter)
@@ -212,9 +229,10 @@ for s in "${!missing[@]}"; do echo "   $s: missing (${missing[$s]})"; done
 start=$SECONDS
 flip=0
 cell() {   # hidden class mode limit: every system once, the order flipping
-  local h=$1 c=$2 mode=$3 train i n=${#run_systems[@]}
+  local h=$1 c=$2 mode=$3 train valid i n=${#run_systems[@]}
   train=$(train_file "$4")
-  for ((i = 0; i < n; i++)); do run_cell "${run_systems[$(((i + flip) % n))]}" "$h" "$c" "$mode" "$train"; done
+  valid=$(valid_file "$train")
+  for ((i = 0; i < n; i++)); do run_cell "${run_systems[$(((i + flip) % n))]}" "$h" "$c" "$mode" "$train" "$valid"; done
   flip=$((flip + 1))
 }
 if [ ${#run_systems[@]} -gt 0 ]; then
