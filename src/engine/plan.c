@@ -391,7 +391,8 @@ void tgl_plan_shapes(tgl_program *prog)
                 case TGL_OP_ARGMAX: case TGL_OP_ARGMIN: case TGL_OP_DOT:
                 case TGL_OP_BATCHED_DOT: case TGL_OP_GEMM: case TGL_OP_GEMV: case TGL_OP_GER:
                 case TGL_OP_CONCATENATE: case TGL_OP_SOFTMAX: case TGL_OP_LOG_SOFTMAX:
-                case TGL_OP_ONE_HOT: case TGL_OP_SOFTMAX_XENT: case TGL_OP_ADV_SUBTENSOR:
+                case TGL_OP_ONE_HOT: case TGL_OP_SOFTMAX_XENT: case TGL_OP_SOFTMAX_XENT_DX:
+                case TGL_OP_ADV_SUBTENSOR:
                     s = all_s;
                     break;
                 case TGL_OP_DIMSHUFFLE:
