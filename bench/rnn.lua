@@ -67,8 +67,9 @@ while arg[i] ~= nil do
   end
 end
 peer.parse_args(rest, opts, USAGE)
-local function list(s, what)
+local function list(s, what)         -- 'none': no cells (--csv --header prints the header only)
   local r = {}
+  if s == 'none' then return r end
   for v in s:gmatch('[^,]+') do
     local n = tonumber(v)
     if not n or n < 1 or n % 1 ~= 0 then error(('--%s: %q is not a positive integer'):format(what, v), 0) end
