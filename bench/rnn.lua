@@ -158,8 +158,9 @@ local function build(H, V, w, profile)
   local e = Wx[x] + b                           -- T × H: one_hot(x) · Wx + b
   local hs = tgl.scan { fn = function(e_t, h_prev, Wh_) return tgl.sigmoid(e_t + h_prev:dot(Wh_)) end,
                         sequences = { e }, outputs_info = { h0 }, non_sequences = { Wh }, name = 'elman' }
-  local logp = tgl.log_softmax(hs:dot(Wy) + by, 2)
-  local cost = -tgl.mean(logp[{ tgl.arange(T), y }])
+  -- the mean over steps of -log softmax(h Wy + by)[y]: tgl's rewrites make
+  -- it one softmax_crossentropy op (and one op for its gradient)
+  local cost = tgl.mean(tgl.categorical_crossentropy(tgl.softmax(hs:dot(Wy) + by), y))
   local grads = tgl.grad(cost, P)
   local updates = {}
   for k, p in ipairs(P) do updates[k] = { p, p - LR * grads[k] } end

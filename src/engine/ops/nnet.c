@@ -24,6 +24,7 @@
 
 #include <inttypes.h>
 #include <math.h>
+#include "engine/ops/vexp.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,6 +125,31 @@ static void rows_next(rows_iter *it)
 SOFTMAX_ROW(float, expf, log)
 SOFTMAX_ROW(double, exp, log)
 
+/* A contiguous float32 row: vectorised exponentials (vexp.c). */
+static void softmax_row_float_contig(bool logsm, int64_t len, const float *x, float *out)
+{
+    float m = -INFINITY;
+    for (int64_t k = 0; k < len; k++) {
+        float v = x[k];
+        if (v > m || v != v)
+            m = v;
+    }
+    if (m != m) {
+        for (int64_t k = 0; k < len; k++)
+            out[k] = m;
+        return;
+    }
+    if (logsm) {
+        float ls = (float)log(tgl_vexp_sum_f32(x, m, len));
+        for (int64_t k = 0; k < len; k++)
+            out[k] = (x[k] == m ? 0.0f : x[k] - m) - ls;
+    } else {
+        float inv = (float)(1.0 / tgl_vexp_shifted_f32(x, m, out, len));
+        for (int64_t k = 0; k < len; k++)
+            out[k] *= inv;
+    }
+}
+
 static tgl_status softmax_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
                                  tgl_array *out)
 {
@@ -142,7 +168,10 @@ static tgl_status softmax_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *con
             st = tgl_op_error(ctx, n, in, TGL_EINTERRUPT, "interrupted");
             break;
         }
-        if (x->dtype_id == TGL_FLOAT32)
+        if (x->dtype_id == TGL_FLOAT32 && xs == 1 && os == 1)
+            softmax_row_float_contig(logsm, len, (const float *)x->data + it.off0,
+                                     (float *)out->data + it.off1);
+        else if (x->dtype_id == TGL_FLOAT32)
             softmax_row_float(logsm, len, (const float *)x->data + it.off0, xs,
                               (float *)out->data + it.off1, os);
         else
@@ -322,9 +351,19 @@ static tgl_status xent_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *const 
                                 "label %" PRId64 " at position %" PRId64 " is not in 1..%" PRId64,
                                 label, i + 1, cols);
         int64_t base = i * x->strides[0], cs = x->strides[1];
-        double loss = x->dtype_id == TGL_FLOAT32
-                          ? xent_row_float((const float *)x->data + base, cs, cols, label)
-                          : xent_row_double((const double *)x->data + base, cs, cols, label);
+        double loss;
+        if (x->dtype_id == TGL_FLOAT32 && cs == 1) {
+            const float *r = (const float *)x->data + base;
+            float m = -INFINITY;
+            for (int64_t j = 0; j < cols; j++)
+                if (r[j] > m || r[j] != r[j])
+                    m = r[j];
+            loss = m != m ? m : (double)m + log(tgl_vexp_sum_f32(r, m, cols)) - r[label - 1];
+        } else if (x->dtype_id == TGL_FLOAT32) {
+            loss = xent_row_float((const float *)x->data + base, cs, cols, label);
+        } else {
+            loss = xent_row_double((const double *)x->data + base, cs, cols, label);
+        }
         tgl_store_from_double(out->dtype_id, out->data, i, loss);
     }
     return TGL_OK;
@@ -415,7 +454,23 @@ static tgl_status xent_dx_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *con
                                 "label %" PRId64 " at position %" PRId64 " is not in 1..%" PRId64,
                                 label, i + 1, cols);
         double d = tgl_load_as_double(dy->dtype_id, dy->data, i * dy->strides[0]);
-        if (x->dtype_id == TGL_FLOAT32)
+        if (x->dtype_id == TGL_FLOAT32 && x->strides[1] == 1 && out->strides[1] == 1) {
+            const float *r = (const float *)x->data + i * x->strides[0];
+            float *o = (float *)out->data + i * out->strides[0];
+            float m = -INFINITY;
+            for (int64_t j = 0; j < cols; j++)
+                if (r[j] > m || r[j] != r[j])
+                    m = r[j];
+            if (m != m) {
+                for (int64_t j = 0; j < cols; j++)
+                    o[j] = m;
+                continue;
+            }
+            float scale = (float)(d / tgl_vexp_shifted_f32(r, m, o, cols));
+            for (int64_t j = 0; j < cols; j++)
+                o[j] *= scale;
+            o[label - 1] -= (float)d;
+        } else if (x->dtype_id == TGL_FLOAT32)
             xent_dx_row_float((const float *)x->data + i * x->strides[0], x->strides[1],
                               (float *)out->data + i * out->strides[0], out->strides[1], cols, d,
                               label);
