@@ -4,7 +4,7 @@
  * around the 16-lane blocking (so the vector body and the scalar tail are
  * both checked), sums against a double reference, and the special rows:
  * NaN stays NaN, -inf and values below -87 give 0, an infinite max gives
- * 1 where x equals it.
+ * 1 where x equals it; and the row max (NaN wins) for every length to 70.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -62,11 +62,33 @@ static void special_values(void **state)
     assert_true(tgl_vexp_sum_f32(ninf, -INFINITY, 2) == 2.0);
 }
 
+static void max_of_rows(void **state)
+{
+    (void)state;
+    float x[70];
+    for (int n = 0; n <= 70; n++) {
+        float want = -INFINITY;
+        for (int j = 0; j < n; j++) {
+            x[j] = (float)((j * 37) % 71) - 35.0f;
+            want = x[j] > want ? x[j] : want;
+        }
+        assert_true(tgl_vmax_f32(x, n) == want);
+        if (n > 0) {
+            x[n - 1] = NAN;
+            assert_true(isnan(tgl_vmax_f32(x, n)));
+            x[n - 1] = -INFINITY;
+            x[0] = INFINITY;
+            assert_true(tgl_vmax_f32(x, n) == INFINITY);
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(matches_expf_over_rows_of_every_length),
         cmocka_unit_test(special_values),
+        cmocka_unit_test(max_of_rows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

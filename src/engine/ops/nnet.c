@@ -128,12 +128,7 @@ SOFTMAX_ROW(double, exp, log)
 /* A contiguous float32 row: vectorised exponentials (vexp.c). */
 static void softmax_row_float_contig(bool logsm, int64_t len, const float *x, float *out)
 {
-    float m = -INFINITY;
-    for (int64_t k = 0; k < len; k++) {
-        float v = x[k];
-        if (v > m || v != v)
-            m = v;
-    }
+    float m = tgl_vmax_f32(x, len);
     if (m != m) {
         for (int64_t k = 0; k < len; k++)
             out[k] = m;
@@ -354,10 +349,7 @@ static tgl_status xent_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *const 
         double loss;
         if (x->dtype_id == TGL_FLOAT32 && cs == 1) {
             const float *r = (const float *)x->data + base;
-            float m = -INFINITY;
-            for (int64_t j = 0; j < cols; j++)
-                if (r[j] > m || r[j] != r[j])
-                    m = r[j];
+            float m = tgl_vmax_f32(r, cols);
             loss = m != m ? m : (double)m + log(tgl_vexp_sum_f32(r, m, cols)) - r[label - 1];
         } else if (x->dtype_id == TGL_FLOAT32) {
             loss = xent_row_float((const float *)x->data + base, cs, cols, label);
@@ -457,10 +449,7 @@ static tgl_status xent_dx_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *con
         if (x->dtype_id == TGL_FLOAT32 && x->strides[1] == 1 && out->strides[1] == 1) {
             const float *r = (const float *)x->data + i * x->strides[0];
             float *o = (float *)out->data + i * out->strides[0];
-            float m = -INFINITY;
-            for (int64_t j = 0; j < cols; j++)
-                if (r[j] > m || r[j] != r[j])
-                    m = r[j];
+            float m = tgl_vmax_f32(r, cols);
             if (m != m) {
                 for (int64_t j = 0; j < cols; j++)
                     o[j] = m;

@@ -14,6 +14,7 @@
 #include "engine/ops/vexp.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 /* The vector helpers below are static: no ABI to keep. */
@@ -168,4 +169,28 @@ VEXP_CLONES double tgl_vexp_sum_f32(const float *x, float m, int64_t n)
     for (; j < n; j++)
         sum += exp_core(x[j] - m);
     return sum;
+}
+
+VEXP_CLONES float tgl_vmax_f32(const float *x, int64_t n)
+{
+    v16f m = vsplat(-INFINITY);
+    v16i nan = {0};
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+        v16f v;
+        memcpy(&v, x + j, sizeof v);
+        nan |= v != v;
+        m = vselect(v > m, v, m);
+    }
+    float r = -INFINITY;
+    bool any_nan = false;
+    for (int l = 0; l < 16; l++) {
+        any_nan = any_nan || nan[l];
+        r = m[l] > r ? m[l] : r;
+    }
+    for (; j < n; j++) {
+        any_nan = any_nan || x[j] != x[j];
+        r = x[j] > r ? x[j] : r;
+    }
+    return any_nan ? NAN : r;
 }

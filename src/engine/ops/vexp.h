@@ -14,4 +14,7 @@ double tgl_vexp_shifted_f32(const float *x, float m, float *out, int64_t n);
 /* The same sum, storing nothing. */
 double tgl_vexp_sum_f32(const float *x, float m, int64_t n);
 
+/* The largest of x[0..n), NaN when any is NaN, -inf for n == 0. */
+float tgl_vmax_f32(const float *x, int64_t n);
+
 #endif /* TGL_OPS_VEXP_H */
