@@ -140,19 +140,28 @@ THIN_KERNELS(double, d)
     {                                                                                        \
         for (int j0 = 0; j0 < n; j0 += V) {                                                  \
             MT k = (MT)(n - j0 >= V ? (MT)~0u : (MT)((1u << (n - j0)) - 1));                 \
+            /* eight independent sums: the FMAs' latency, not their                    \
+             * count, bounds one long column */                                          \
             VT s0 = ZERO(), s1 = ZERO(), s2 = ZERO(), s3 = ZERO();                           \
+            VT s4 = ZERO(), s5 = ZERO(), s6 = ZERO(), s7 = ZERO();                           \
             const T *p = a + j0;                                                             \
             int i = 0;                                                                       \
-            for (; i + 4 <= m; i += 4, p += 4 * lda) {                                       \
+            for (; i + 8 <= m; i += 8, p += 8 * lda) {                                       \
                 s0 = FMA(SET1(x[i * incx]), L(ZERO(), k, p), s0);                            \
                 s1 = FMA(SET1(x[(i + 1) * incx]), L(ZERO(), k, p + lda), s1);                \
                 s2 = FMA(SET1(x[(i + 2) * incx]), L(ZERO(), k, p + 2 * lda), s2);            \
                 s3 = FMA(SET1(x[(i + 3) * incx]), L(ZERO(), k, p + 3 * lda), s3);            \
+                s4 = FMA(SET1(x[(i + 4) * incx]), L(ZERO(), k, p + 4 * lda), s4);            \
+                s5 = FMA(SET1(x[(i + 5) * incx]), L(ZERO(), k, p + 5 * lda), s5);            \
+                s6 = FMA(SET1(x[(i + 6) * incx]), L(ZERO(), k, p + 6 * lda), s6);            \
+                s7 = FMA(SET1(x[(i + 7) * incx]), L(ZERO(), k, p + 7 * lda), s7);            \
             }                                                                                \
             for (; i < m; i++, p += lda)                                                     \
                 s0 = FMA(SET1(x[i * incx]), L(ZERO(), k, p), s0);                            \
+            s0 = ADD(ADD(s0, s1), ADD(s2, s3));                                              \
+            s4 = ADD(ADD(s4, s5), ADD(s6, s7));                                              \
             T out[V];                                                                        \
-            ST(out, (MT)~0u, MUL(SET1(alpha), ADD(ADD(s0, s1), ADD(s2, s3))));               \
+            ST(out, (MT)~0u, MUL(SET1(alpha), ADD(s0, s4)));                                 \
             for (int j = j0; j < n && j < j0 + V; j++)                                       \
                 y[j * incy] = out[j - j0] + (beta == 0 ? (T)0 : beta * y[j * incy]);         \
         }                                                                                    \
