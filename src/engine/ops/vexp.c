@@ -134,6 +134,16 @@ VEXP_CLONES double tgl_vexp_shifted_f32(const float *x, float m, float *out, int
 {
     if (!isfinite(m))
         return shifted_inf(x, m, out, n);
+    if (n < 16) {
+        /* a short row (10 classes): no vector setup */
+        double sum = 0;
+        for (int64_t j = 0; j < n; j++) {
+            float e = exp_core(x[j] - m);
+            out[j] = e;
+            sum += e;
+        }
+        return sum;
+    }
     v8d lo = {0}, hi = {0};
     v16f vm = vsplat(m);
     int64_t j = 0;
@@ -144,19 +154,27 @@ VEXP_CLONES double tgl_vexp_shifted_f32(const float *x, float m, float *out, int
         memcpy(out + j, &e, sizeof e);
         add_lanes(&lo, &hi, e);
     }
-    double sum = lanes_sum(lo, hi);
-    for (; j < n; j++) {
-        float e = exp_core(x[j] - m);
-        out[j] = e;
-        sum += e;
+    if (j < n) {
+        /* the last n - j < 16: one padded vector (-inf: exp 0) */
+        v16f v = vsplat(-INFINITY);
+        memcpy(&v, x + j, sizeof(float) * (size_t)(n - j));
+        v16f e = exp_lanes(v - vm);
+        memcpy(out + j, &e, sizeof(float) * (size_t)(n - j));
+        add_lanes(&lo, &hi, e);
     }
-    return sum;
+    return lanes_sum(lo, hi);
 }
 
 VEXP_CLONES double tgl_vexp_sum_f32(const float *x, float m, int64_t n)
 {
     if (!isfinite(m))
         return shifted_inf(x, m, NULL, n);
+    if (n < 16) {
+        double sum = 0;
+        for (int64_t j = 0; j < n; j++)
+            sum += exp_core(x[j] - m);
+        return sum;
+    }
     v8d lo = {0}, hi = {0};
     v16f vm = vsplat(m);
     int64_t j = 0;
@@ -165,14 +183,25 @@ VEXP_CLONES double tgl_vexp_sum_f32(const float *x, float m, int64_t n)
         memcpy(&v, x + j, sizeof v);
         add_lanes(&lo, &hi, exp_lanes(v - vm));
     }
-    double sum = lanes_sum(lo, hi);
-    for (; j < n; j++)
-        sum += exp_core(x[j] - m);
-    return sum;
+    if (j < n) {
+        v16f v = vsplat(-INFINITY);
+        memcpy(&v, x + j, sizeof(float) * (size_t)(n - j));
+        add_lanes(&lo, &hi, exp_lanes(v - vm));
+    }
+    return lanes_sum(lo, hi);
 }
 
 VEXP_CLONES float tgl_vmax_f32(const float *x, int64_t n)
 {
+    if (n < 16) {
+        float r = -INFINITY;
+        bool any_nan = false;
+        for (int64_t j = 0; j < n; j++) {
+            any_nan = any_nan || x[j] != x[j];
+            r = x[j] > r ? x[j] : r;
+        }
+        return any_nan ? NAN : r;
+    }
     v16f m = vsplat(-INFINITY);
     v16i nan = {0};
     int64_t j = 0;
@@ -182,15 +211,17 @@ VEXP_CLONES float tgl_vmax_f32(const float *x, int64_t n)
         nan |= v != v;
         m = vselect(v > m, v, m);
     }
+    if (j < n) {
+        v16f v = vsplat(-INFINITY);
+        memcpy(&v, x + j, sizeof(float) * (size_t)(n - j));
+        nan |= v != v;
+        m = vselect(v > m, v, m);
+    }
     float r = -INFINITY;
     bool any_nan = false;
     for (int l = 0; l < 16; l++) {
         any_nan = any_nan || nan[l];
         r = m[l] > r ? m[l] : r;
-    }
-    for (; j < n; j++) {
-        any_nan = any_nan || x[j] != x[j];
-        r = x[j] > r ? x[j] : r;
     }
     return any_nan ? NAN : r;
 }
