@@ -520,6 +520,28 @@ describe('trust_input and f.fn{n_calls=}', function()
     assert.same({ 5, 11 }, f(a, f64 { 1, 2 }):totable())
   end)
 
+  it('trust_input still counts the arguments, for every number of inputs', function()
+    for nin = 1, 5 do
+      local vars, args = {}, {}
+      for i = 1, nin do vars[i] = tgl.dvector('v' .. i); args[i] = f64 { i, i } end
+      local sum = vars[1]
+      for i = 2, nin do sum = sum + vars[i] end
+      local f = tgl.compile { inputs = vars, outputs = sum, name = 'sum' .. nin }
+      f.trust_input = true
+      assert.same({ nin * (nin + 1) / 2, nin * (nin + 1) / 2 }, f(unpack(args, 1, nin)):totable())
+      local ok, err = pcall(f, unpack(args, 1, nin + 1))
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find(('takes %d inputs, got %d'):format(nin, nin + 1), 1, true), tostring(err))
+      ok, err = pcall(f, unpack(args, 1, nin - 1))
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find(('takes %d inputs, got %d'):format(nin, nin - 1), 1, true), tostring(err))
+      args[nin] = { nin, nin }
+      ok, err = pcall(f, unpack(args, 1, nin))
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find(('input %d must be an array with trust_input'):format(nin), 1, true), tostring(err))
+    end
+  end)
+
   it('f.fn{n_calls = N} advances a counter by N', function()
     local c = tgl.shared(tgl.array(0, 'int64'), 'c')
     local f = tgl.compile { inputs = {}, outputs = c * 1, updates = { { c, c + 1 } } }

@@ -63,30 +63,38 @@ local function convert(self, i, v)
   argerror(self.name, 'input %d must be an array, a number or a table, got %s', i, type(v))
 end
 
+-- Binds argument i (1-based) into the C input list, converted unless the
+-- function trusts its input.
+local function bind(self, i, a, ins, keep)
+  if self.trust_input then
+    -- No conversions; the engine still checks dtypes and ranks, so a wrong
+    -- argument is an error, never a crash.
+    if not core.is_array(a) then
+      argerror(self.name, 'input %d must be an array with trust_input (got %s)', i, type(a))
+    end
+  else
+    a = convert(self, i, a)
+  end
+  keep[i] = a
+  ins[i - 1] = a.p
+end
+
 local function call(self, ...)
   local n = select('#', ...)
   local nin = self.nin
   local ins, keep = self._ins, self._keep
-  if self.trust_input then
-    -- No conversions; the engine still checks dtypes and ranks, so a wrong
-    -- argument is an error, never a crash.
-    for i = 1, nin do
-      local a = select(i, ...)
-      if not core.is_array(a) then
-        argerror(self.name, 'input %d must be an array with trust_input (got %s)', i, type(a))
-      end
-      keep[i] = a
-      ins[i - 1] = a.p
-    end
+  if n ~= nin then
+    argerror(self.name, 'takes %d inputs, got %d', nin, n)
+  end
+  -- Up to three inputs without a loop over the varargs: LuaJIT compiles
+  -- the call into the caller's loop as straight code.
+  if nin <= 3 then
+    local a1, a2, a3 = ...
+    if nin >= 1 then bind(self, 1, a1, ins, keep) end
+    if nin >= 2 then bind(self, 2, a2, ins, keep) end
+    if nin >= 3 then bind(self, 3, a3, ins, keep) end
   else
-    if n ~= nin then
-      argerror(self.name, 'takes %d inputs, got %d', nin, n)
-    end
-    for i = 1, nin do
-      local a = convert(self, i, (select(i, ...)))
-      keep[i] = a
-      ins[i - 1] = a.p
-    end
+    for i = 1, nin do bind(self, i, (select(i, ...)), ins, keep) end
   end
   local outs = self._outs
   local st = C.tgl_function_call(core.ctx, self._fn, ins, outs, self.trust_input and 1 or 0)
