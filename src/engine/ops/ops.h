@@ -114,6 +114,10 @@
     _(ONE_HOT, "one_hot", one_hot, "y[..., k] = (labels == k), k = 1..p.i[0]")     \
     _(SOFTMAX_XENT, "softmax_crossentropy", softmax_xent,                      \
       "y[i] = -log softmax(x[i])[labels[i]] (1-based labels), stable")         \
+    _(CLASS_XENT, "class_xent", class_xent,                                    \
+      "y[t] = -log P(cls[t] | h[t]) - log P(tgt[t] | cls[t], h[t]), class-factored") \
+    _(CLASS_XENT_DELTA, "class_xent_delta", class_xent_delta,                  \
+      "y = softmax - onehot of class_xent's classes (p.i[0] 0) or words (1)")  \
     /* control */                                                               \
     _(IFELSE, "ifelse", ifelse, "y = c ? a : b, computing only the branch taken")      \
     /* loops (src/scan): the layout and the body are the payload */            \
