@@ -34,7 +34,7 @@
 --   build/tgl examples/rnnlm.lua -train F -valid F -rnnlm MODEL.npz -hidden H
 --       -class C -bptt 4 -bptt-block 10 -rand-seed 1 [-one-iter] [-max-words N]
 --       [-threads T] [-test F] [-double] [-debug 2] [-alpha 0.1] [-beta 1e-7]
---       [-old-classes] [-samples N]
+--       [-old-classes] [-samples N] [-profile]
 --   With an existing MODEL.npz, training continues from it; `-test F`
 --   without `-train` scores F with the saved model.  With no arguments it
 --   builds the fortunes corpus into build/data/fortunes/ (scripts/corpus.lua)
@@ -51,7 +51,7 @@ local opt = {
   hidden = 30, class = 100, bptt = 0, ['bptt-block'] = 10, ['rand-seed'] = 1,
   alpha = 0.1, beta = 1e-7, debug = 1, threads = 1, samples = 5,
 }
-local FLAGS = { ['one-iter'] = true, double = true, ['old-classes'] = true }
+local FLAGS = { ['one-iter'] = true, double = true, ['old-classes'] = true, profile = true }
 local NUM = { hidden = true, class = true, bptt = true, ['bptt-block'] = true, ['rand-seed'] = true,
               ['max-words'] = true, threads = true, debug = true, alpha = true, beta = true,
               samples = true }
@@ -208,7 +208,7 @@ local function make_train()
     updates[#updates + 1] = { Ww, tgl.inc_subtensor(Ww[rows], -lr * (g[4] + beta * Ws)) }
   end
   local f = tgl.compile { inputs = inputs(), outputs = cost, updates = updates,
-                          linker = 'cvm_nogc', name = 'train' }
+                          linker = 'cvm_nogc', name = 'train', profile = opt.profile }
   f.trust_input = true
   return f
 end
@@ -323,6 +323,7 @@ if opt.train then
   if not opt['one-iter'] then valid_ppl = lm.perplexity(-best, nvalid) end
   save()
   print('saved ' .. opt.rnnlm)
+  if opt.profile then print(train:profile_summary()) end
 end
 
 if opt.test then
