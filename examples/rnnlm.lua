@@ -74,6 +74,7 @@ if #argv == 0 then
   os.remove('build/data/fortunes/rnnlm.npz')
   print('rnnlm ' .. table.concat(argv, ' '))
 end
+local given = {}
 local i = 1
 while i <= #argv do
   local name = argv[i]:match('^%-(.+)$')
@@ -84,6 +85,7 @@ while i <= #argv do
   elseif NUM[name] or STR[name] then
     local v = argv[i + 1]
     if v == nil then error('rnnlm: -' .. name .. ' needs a value', 0) end
+    given[name] = true
     if NUM[name] then
       opt[name] = tonumber(v)
       if not opt[name] then error(('rnnlm: -%s needs a number, got %s'):format(name, v), 0) end
@@ -102,10 +104,6 @@ for _, k in ipairs({ 'hidden', 'class', 'bptt-block' }) do
   if opt[k] < 1 or opt[k] % 1 ~= 0 then error(('rnnlm: -%s must be a positive integer'):format(k), 0) end
 end
 if opt.bptt < 0 or opt.bptt % 1 ~= 0 then error('rnnlm: -bptt must be an integer >= 0', 0) end
--- RNNLM's -bptt counts the current step too: -bptt 1 is plain backprop,
--- -bptt 4 goes 3 steps further back.
-local BACK = math.max(opt.bptt - 1, 0)
-local BLOCK = opt['bptt-block']
 local DT = opt.double and 'float64' or 'float32'
 tgl.config.floatX = DT
 tgl.config.threads = opt.threads
@@ -132,6 +130,8 @@ if exists(opt.rnnlm) then
   meta = z.meta
   opt.hidden, opt.class = meta:get(1), meta:get(2)
   opt.alpha = meta:get(3)
+  if not given.bptt then opt.bptt = meta:get(4) end
+  if not given['bptt-block'] then opt['bptt-block'] = meta:get(5) end
   W = { E = z.E:astype(DT), R = z.R:astype(DT), Wc = z.Wc:astype(DT), Ww = z.Ww:astype(DT) }
   print(('loaded %s: vocabulary %d, hidden %d, class %d, alpha %g'):format(
     opt.rnnlm, vocab.size, opt.hidden, opt.class, opt.alpha))
@@ -146,6 +146,10 @@ else
   W = { E = init(V, H), R = init(H, H), Ww = init(V, H) }
   W.Wc = init(math.min(opt.class, V), H)
 end
+-- RNNLM's -bptt counts the current step too: -bptt 1 is plain backprop,
+-- -bptt 4 goes 3 steps further back.
+local BACK = math.max(opt.bptt - 1, 0)
+local BLOCK = opt['bptt-block']
 local V, H = vocab.size, opt.hidden
 local cl = lm.classes(vocab.counts, opt.class, { unigram = opt['old-classes'] })
 local FULL = opt.class == 1
@@ -313,11 +317,11 @@ if opt.train then
       saved = { E = E:get_value(), R = R:get_value(), Wc = Wc:get_value(), Ww = Ww:get_value() }
     end
     local small = ll * 1.003 < best
+    if ll > best then best = ll end
     if small then
       if halving then break end
       halving = true
     end
-    if ll > best then best = ll end
     if halving then lr:set_value(tgl.array(lr:get_value():get() / 2, DT)) end
   end
   if not opt['one-iter'] then valid_ppl = lm.perplexity(-best, nvalid) end
@@ -385,5 +389,7 @@ if opt.samples > 0 then
   end
 end
 
-print(('RESULT words_per_s=%.0f valid_ppl=%.2f epochs=%d precision=%s threads=%d'):format(
-  words_per_s, valid_ppl or 0 / 0, epochs, DT, opt.threads))
+if opt.train then
+  print(('RESULT words_per_s=%.0f valid_ppl=%.2f epochs=%d precision=%s threads=%d'):format(
+    words_per_s, valid_ppl, epochs, DT, opt.threads))
+end
