@@ -16,16 +16,19 @@
  *   loss[t] = -log softmax(Wc h[t])[cls[t]] - log softmax_{owner j = t}(Ws[j] . h[t])[tgt[t]]
  * Both softmaxes subtract their maximum, in double.
  *
- * class_xent_delta(h, Wc, Ws, cls, tgt, owner), p.i[0] = part:
- *   part 0: (T, C)  softmax(Wc h[t]) - onehot(cls[t])         per row t
- *   part 1: (K)     softmax over t's rows - onehot(tgt[t]), at row j of t
- * These are d loss[t] / d logits; the pullback scales them by the output
- * gradient and multiplies by h and the weights with ordinary ops (gemm,
- * an adv_inc_subtensor that sums each row's word terms), so Rop gets the
- * pushforward from the transposed pullback, which only needs the
- * derivative in the output gradient.  The delta itself has no pullback
- * (second derivatives of class_xent are not implemented: asking for one
- * is a clear error).
+ * class_xent_delta(h, Wc, Ws, cls, tgt, owner), p.i[0] = part: the pieces
+ * of the pullback, each for an output gradient of 1 on every row (the
+ * pullback scales them by the real one), with D the word deltas
+ * softmax over t's rows - onehot(tgt[t]):
+ *   part 0: (T, C)  softmax(Wc h[t]) - onehot(cls[t])   (d loss[t] / d class logits)
+ *   part 1: (T, H)  sum over t's rows j of D[j] Ws[j]    (the word part of d loss[t] / d h[t])
+ *   part 2: (K, H)  D[j] h[owner[j]]                      (d loss / d Ws[j])
+ * Parts 1 and 2 visit only the K gathered rows, once each.  The pullback
+ * finishes with ordinary ops (gemm with Wc and h for the class part, a
+ * row-wise product with the output gradient), so Rop gets the pushforward
+ * from the transposed pullback, which only needs the derivative in the
+ * output gradient.  The delta itself has no pullback (second derivatives
+ * of class_xent are not implemented: asking for one is a clear error).
  */
 #include "engine/ops/ops.h"
 
@@ -70,9 +73,9 @@ static tgl_status delta_infer(tgl_ctx *ctx, tgl_node *n)
     tgl_status st = cx_check(ctx, n);
     if (st)
         return st;
-    TGL_CHECK(n->p.n == 1 && (n->p.i[0] == 0 || n->p.i[0] == 1), TGL_EINVAL,
-              "takes one parameter, the part (0: classes, 1: words)");
-    n->type = tgl_type_make(n->in[0]->type.dtype, n->p.i[0] == 0 ? 2 : 1, 0);
+    TGL_CHECK(n->p.n == 1 && n->p.i[0] >= 0 && n->p.i[0] <= 2, TGL_EINVAL,
+              "takes one parameter, the part (0: classes, 1: hidden, 2: word rows)");
+    n->type = tgl_type_make(n->in[0]->type.dtype, 2, 0);
     return TGL_OK;
 }
 
@@ -108,12 +111,8 @@ static tgl_status delta_shape(tgl_ctx *ctx, const tgl_node *n, tgl_array *const 
                               int64_t *shape)
 {
     tgl_status st = cx_shapes(ctx, n, in);
-    if (n->p.i[0] == 0) {
-        shape[0] = in[0]->shape[0];
-        shape[1] = in[1]->shape[0];
-    } else {
-        shape[0] = in[2]->shape[0];
-    }
+    shape[0] = in[n->p.i[0] == 2 ? 2 : 0]->shape[0];
+    shape[1] = n->p.i[0] == 0 ? in[1]->shape[0] : in[0]->shape[1];
     return st;
 }
 
@@ -192,17 +191,24 @@ static tgl_status cx_index_build(tgl_ctx *ctx, const tgl_node *n, tgl_array *con
     return TGL_OK;
 }
 
-/* mode 0: loss into out; mode 1: class deltas; mode 2: word deltas.
+/* mode 0: loss into out; 1: class deltas; 2: hidden (word part); 3: word
+ * rows (the parts 0..2 of class_xent_delta, plus one).
  * z is scratch for max(C, K) doubles. */
 #define CX_KERNEL(T_)                                                                   \
     static double dot_##T_(const T_ *a, int64_t as, const T_ *b, int64_t bs, int64_t n) \
     {                                                                                   \
         double s = 0;                                                                   \
         if (as == 1 && bs == 1) {                                                       \
-            T_ acc = 0;                                                                 \
-            for (int64_t k = 0; k < n; k++)                                             \
-                acc += a[k] * b[k];                                                     \
-            return acc;                                                                 \
+            /* eight partial sums: the compiler vectorises them */                      \
+            T_ acc[8] = {0};                                                            \
+            int64_t k = 0;                                                              \
+            for (; k + 8 <= n; k += 8)                                                  \
+                for (int l = 0; l < 8; l++)                                             \
+                    acc[l] += a[k + l] * b[k + l];                                      \
+            for (; k < n; k++)                                                          \
+                acc[0] += a[k] * b[k];                                                  \
+            return ((double)acc[0] + acc[1] + acc[2] + acc[3]) +                        \
+                   ((double)acc[4] + acc[5] + acc[6] + acc[7]);                         \
         }                                                                               \
         for (int64_t k = 0; k < n; k++)                                                 \
             s += (double)a[k * as] * b[k * bs];                                         \
@@ -215,13 +221,13 @@ static tgl_status cx_index_build(tgl_ctx *ctx, const tgl_node *n, tgl_array *con
         int64_t H = h->shape[1];                                                        \
         const T_ *hd = h->data, *wcd = wc->data, *wsd = ws->data;                       \
         T_ *o = out->data;                                                              \
-        if (mode == 2)                                                                  \
-            for (int64_t j = 0; j < ix->K; j++)                                         \
+        if (mode == 3)                                                                  \
+            for (int64_t j = 0; j < ix->K * H; j++)                                     \
                 o[j] = 0;                                                               \
         for (int64_t t = 0; t < ix->T; t++) {                                           \
             const T_ *ht = hd + t * h->strides[0];                                      \
             double loss = 0;                                                            \
-            if (mode != 2) {                                                            \
+            if (mode <= 1) {                                                            \
                 double m = -INFINITY, s = 0;                                            \
                 for (int64_t c = 0; c < ix->C; c++) {                                   \
                     z[c] = dot_##T_(wcd + c * wc->strides[0], wc->strides[1], ht,       \
@@ -254,10 +260,26 @@ static tgl_status cx_index_build(tgl_ctx *ctx, const tgl_node *n, tgl_array *con
                     s += exp(z[r] - m);                                                 \
                 if (mode == 0)                                                          \
                     loss += m + log(s) - zt;                                            \
-                else                                                                    \
-                    for (int64_t r = 0; r < nr; r++)                                    \
-                        o[rows[r]] =                                                    \
-                            (T_)(exp(z[r] - m) / s - (rows[r] == ix->tgt[t] ? 1.0 : 0.0)); \
+                if (mode == 2) {                                                        \
+                    T_ *ot = o + t * H;                                                 \
+                    for (int64_t k = 0; k < H; k++)                                     \
+                        ot[k] = 0;                                                      \
+                    for (int64_t r = 0; r < nr; r++) {                                  \
+                        T_ d = (T_)(exp(z[r] - m) / s - (rows[r] == ix->tgt[t]));       \
+                        const T_ *w = wsd + rows[r] * ws->strides[0];                   \
+                        int64_t wk = ws->strides[1];                                    \
+                        for (int64_t k = 0; k < H; k++)                                 \
+                            ot[k] += d * w[k * wk];                                     \
+                    }                                                                   \
+                }                                                                       \
+                if (mode == 3)                                                          \
+                    for (int64_t r = 0; r < nr; r++) {                                  \
+                        T_ d = (T_)(exp(z[r] - m) / s - (rows[r] == ix->tgt[t]));       \
+                        T_ *orow = o + rows[r] * H;                                     \
+                        int64_t hk = h->strides[1];                                     \
+                        for (int64_t k = 0; k < H; k++)                                 \
+                            orow[k] += d * ht[k * hk];                                  \
+                    }                                                                   \
             }                                                                           \
             if (mode == 0)                                                              \
                 o[t] = (T_)loss;                                                        \
@@ -311,39 +333,33 @@ static tgl_node *transposed(tgl_ctx *ctx, tgl_node *x)
     return tgl_mk_dimshuffle(ctx, x, 2, order);
 }
 
-/* With Dc = delta part 0 scaled by g per row, Dw = delta part 1 scaled by
- * g[owner]:  gh = Dc . Wc + rows of (Dw * Ws) summed into their owners,
- * gWc = Dc' . h, gWs = Dw * h[owner] (only the K gathered rows). */
+/* With the output gradient g (one value per row):
+ *   gh  = (part0 * g) . Wc + part1 * g      (row-wise)
+ *   gWc = (part0 * g)' . h
+ *   gWs = part2 * g[owner]                  (only the K gathered rows) */
 static tgl_status cx_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *g, tgl_node **gin)
 {
-    tgl_node *h = n->in[0], *wc = n->in[1], *ws = n->in[2], *owner = n->in[5];
+    tgl_node *h = n->in[0], *wc = n->in[1], *owner = n->in[5];
     for (int i = 0; i < n->nin; i++)
         gin[i] = NULL;
-    tgl_params p = {0};
-    p.n = 1;
-    p.i[0] = 0;
-    tgl_node *dc = tgl_mk(ctx, TGL_OP_CLASS_XENT_DELTA, n->nin, n->in, &p);
-    p.i[0] = 1;
-    tgl_node *dw = tgl_mk(ctx, TGL_OP_CLASS_XENT_DELTA, n->nin, n->in, &p);
+    tgl_node *part[3];
+    for (int k = 0; k < 3; k++) {
+        tgl_params p = {0};
+        p.n = 1;
+        p.i[0] = k;
+        part[k] = tgl_mk(ctx, TGL_OP_CLASS_XENT_DELTA, n->nin, n->in, &p);
+    }
     int64_t col[2] = {0, -1};
-    dc = tgl_mk2(ctx, TGL_OP_MUL, dc, tgl_mk_dimshuffle(ctx, g, 2, col));
+    tgl_node *gcol = tgl_mk_dimshuffle(ctx, g, 2, col);
+    tgl_node *dc = tgl_mk2(ctx, TGL_OP_MUL, part[0], gcol);
     tgl_params ip = {0};
     ip.n = 1;
     ip.i[0] = 1;
     tgl_node *gin_[2] = {g, owner};
-    tgl_node *g_own = tgl_mk(ctx, TGL_OP_ADV_SUBTENSOR, 2, gin_, &ip);
-    dw = tgl_mk_dimshuffle(ctx, tgl_mk2(ctx, TGL_OP_MUL, dw, g_own), 2, col);
-    ip.n = 2;
-    ip.i[0] = 1;
-    ip.i[1] = 0;
-    tgl_node *hin[2] = {h, owner};
-    tgl_node *h_own = tgl_mk(ctx, TGL_OP_ADV_SUBTENSOR, 2, hin, &ip);
-    tgl_node *hw[3] = {tgl_mk_fill_like(ctx, h, h->type.dtype, 0.0),
-                       tgl_mk2(ctx, TGL_OP_MUL, dw, ws), owner};
-    tgl_node *gh_w = tgl_mk(ctx, TGL_OP_ADV_INC_SUBTENSOR, 3, hw, &ip);
-    gin[0] = tgl_mk2(ctx, TGL_OP_ADD, mk_dot(ctx, dc, wc), gh_w);
+    tgl_node *g_own = tgl_mk_dimshuffle(ctx, tgl_mk(ctx, TGL_OP_ADV_SUBTENSOR, 2, gin_, &ip), 2, col);
+    gin[0] = tgl_mk2(ctx, TGL_OP_ADD, mk_dot(ctx, dc, wc), tgl_mk2(ctx, TGL_OP_MUL, part[1], gcol));
     gin[1] = mk_dot(ctx, transposed(ctx, dc), h);
-    gin[2] = tgl_mk2(ctx, TGL_OP_MUL, dw, h_own);
+    gin[2] = tgl_mk2(ctx, TGL_OP_MUL, part[2], g_own);
     return TGL_OK;
 }
 
