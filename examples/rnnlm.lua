@@ -70,7 +70,7 @@ if #argv == 0 then
   end
   argv = { '-train', dir .. '/train.txt', '-valid', dir .. '/valid.txt', '-rnnlm',
            'build/data/fortunes/rnnlm.npz', '-hidden', '100', '-class', '100', '-bptt', '4',
-           '-bptt-block', '10', '-max-words', '200000', '-test', dir .. '/test.txt' }
+           '-bptt-block', '10', '-test', dir .. '/test.txt' }
   os.remove('build/data/fortunes/rnnlm.npz')
   print('rnnlm ' .. table.concat(argv, ' '))
 end
