@@ -292,6 +292,8 @@ if opt.train then
   local train_ids, ntrain = lm.read(opt.train, vocab)
   if opt['max-words'] then ntrain = math.min(ntrain, opt['max-words']) end
   local valid_ids, nvalid = lm.read(opt.valid, vocab)
+  if ntrain == 0 then error('rnnlm: no words in ' .. opt.train, 0) end
+  if nvalid == 0 then error('rnnlm: no words in ' .. opt.valid, 0) end
   local train = make_train()
   local best = -math.huge         -- validation log-likelihood (natural log)
   local halving = false
@@ -332,6 +334,7 @@ end
 
 if opt.test then
   local test_ids, ntest = lm.read(opt.test, vocab)
+  if ntest == 0 then error('rnnlm: no words in ' .. opt.test, 0) end
   local tnll = pass(eval, test_ids, ntest, BLOCK, 0)
   print(('test: %d words, ppl %.2f, entropy %.4f bits'):format(ntest, lm.perplexity(tnll, ntest),
                                                              tnll / ntest / math.log(2)))
