@@ -198,8 +198,13 @@ end
 local function make_train()
   local X, hs, cost, Ws = model(BACK)
   local beta = opt.beta
-  local wrt = FULL and { X, R, Ww } or { X, R, Wc, Ws }
+  -- the gradient wrt X is the one wrt each step's pre-activation x_t +
+  -- h_{t-1} R, so R's is one product after the loop: [h0; h_1..h_{n-1}]' gX
+  -- (cheaper than the per-step outer products inside the gradient loop)
+  local wrt = FULL and { X, Ww } or { X, Wc, Ws }
   local g = tgl.grad(cost, wrt)
+  local hprev = tgl.concatenate({ tgl.dimshuffle(hstate, { 'x', 1 }), hs[{ { 1, -2 } }] }, 1)
+  table.insert(g, 2, hprev:T():dot(g[1]))
   local updates = {
     { E, tgl.inc_subtensor(E[win], -lr * (g[1] + beta * X)) },
     { R, R - lr * (g[2] + beta * R) },
@@ -212,7 +217,7 @@ local function make_train()
     updates[#updates + 1] = { Ww, tgl.inc_subtensor(Ww[rows], -lr * (g[4] + beta * Ws)) }
   end
   local f = tgl.compile { inputs = inputs(), outputs = cost, updates = updates,
-                          linker = 'cvm_nogc', name = 'train', profile = opt.profile }
+                          linker = os.getenv('RNNLM_LINKER') or 'cvm_nogc', name = 'train', profile = opt.profile }
   f.trust_input = true
   return f
 end
@@ -261,6 +266,11 @@ local function pass(f, ids, n, block, back, progress)
       cost = f(wa, c, t, o, r)
     end
     nll = nll + cost:get()
+    if os.getenv("RNNLM_GC") and pos % 50000 < block then
+      collectgarbage()
+      local fh = io.open('/proc/self/status'); local st = fh:read('*a'); fh:close()
+      print(pos, st:match('VmRSS:%s*(%d+)'))
+    end
     pos = pos + m
     if progress and opt.debug >= 2 and tgl.time() - last_report > 1 then
       last_report = tgl.time()
