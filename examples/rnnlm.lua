@@ -43,6 +43,7 @@
 --   RESULT words_per_s=... valid_ppl=... epochs=... precision=... threads=...
 local ffi = require 'ffi'
 local lm = require 'tgl.lm'
+io.stdout:setvbuf('line')   -- progress shows as it happens, also in a log
 
 -- ---------------------------------------------------------------------------
 -- options
@@ -217,7 +218,7 @@ local function make_train()
     updates[#updates + 1] = { Ww, tgl.inc_subtensor(Ww[rows], -lr * (g[4] + beta * Ws)) }
   end
   local f = tgl.compile { inputs = inputs(), outputs = cost, updates = updates,
-                          linker = os.getenv('RNNLM_LINKER') or 'cvm_nogc', name = 'train', profile = opt.profile }
+                          linker = 'cvm_nogc', name = 'train', profile = opt.profile }
   f.trust_input = true
   return f
 end
@@ -266,11 +267,6 @@ local function pass(f, ids, n, block, back, progress)
       cost = f(wa, c, t, o, r)
     end
     nll = nll + cost:get()
-    if os.getenv("RNNLM_GC") and pos % 50000 < block then
-      collectgarbage()
-      local fh = io.open('/proc/self/status'); local st = fh:read('*a'); fh:close()
-      print(pos, st:match('VmRSS:%s*(%d+)'))
-    end
     pos = pos + m
     if progress and opt.debug >= 2 and tgl.time() - last_report > 1 then
       last_report = tgl.time()

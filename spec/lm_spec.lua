@@ -183,6 +183,9 @@ describe('truncated BPTT by windows', function()
     local g1, g2 = tgl.grad(cost, wrt), tgl.grad(hcost, wrt)
     local outs = { cost, hcost }
     for k = 1, #wrt do outs[#outs + 1] = g1[k]; outs[#outs + 1] = g2[k] end
+    -- examples/rnnlm.lua's R gradient: [h0; h_1..h_{n-1}]' . dcost/dX
+    local hprev = tgl.concatenate({ tgl.dimshuffle(h0, { 'x', 1 }), hs[{ { 1, -2 } }] }, 1)
+    outs[#outs + 1] = hprev:T():dot(tgl.grad(cost, X))
     local f = tgl.compile { inputs = { E, R, Wc, Ww, h0, win, c, t, o, rows }, outputs = outs }
     local r = { f(Ea, Ra, Wca, Wwa, h0a, tgl.array(wins, 'int64'), ca, ta, oa, ra) }
     S.assert_close(r[2], r[1], 1e-12, 1e-12, 'cost')
@@ -190,6 +193,7 @@ describe('truncated BPTT by windows', function()
     for k = 1, #wrt do
       S.assert_close(r[2 + 2 * k], r[1 + 2 * k], 1e-10, 1e-12, 'gradient wrt ' .. names[k])
     end
+    S.assert_close(r[6], r[#r], 1e-10, 1e-12, "R's gradient as one product after the loop")
     -- the truncation: the steps before the window get nothing, and a word
     -- only in the window's first steps still gets its (nonzero) gradient
     assert(math.abs(r[3]:get(1, 1)) > 0, 'word 1 (window step 1) has no gradient')
