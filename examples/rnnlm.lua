@@ -12,7 +12,8 @@
 -- the `-bptt` words before it (replayed from the state carried there), and
 -- back-propagates the block's losses through all of them.  The input
 -- projection is a row lookup E[words] done once before the loop; the
--- updates of E and of the word matrix are inc_subtensor on the rows used.
+-- updates of E and of the word matrix are inc_subtensor on the rows used;
+-- R's gradient is one product after the loop (see make_train).
 -- SGD with RNNLM's schedule: learning rate 0.1, halved every epoch once the
 -- validation log-likelihood improves by less than 0.3%, stop when that
 -- happens a second time (the weights of an epoch that made it worse are
