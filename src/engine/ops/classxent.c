@@ -20,10 +20,11 @@
  * of the pullback, each for an output gradient of 1 on every row (the
  * pullback scales them by the real one), with D the word deltas
  * softmax over t's rows - onehot(tgt[t]):
- *   part 0: (T, C)  softmax(Wc h[t]) - onehot(cls[t])   (d loss[t] / d class logits)
- *   part 1: (T, H)  sum over t's rows j of D[j] Ws[j]    (the word part of d loss[t] / d h[t])
- *   part 2: (K, H)  D[j] h[owner[j]]                      (d loss / d Ws[j])
- * Parts 1 and 2 visit only the K gathered rows, once each.  The pullback
+ *   part 0: (T, C)      softmax(Wc h[t]) - onehot(cls[t])   (d loss[t] / d class logits)
+ *   part 1: (T + K, H)  rows 1..T: sum over t's rows j of D[j] Ws[j]
+ *                       (the word part of d loss[t] / d h[t]); rows T+1..T+K:
+ *                       D[j] h[owner[j]] (d loss / d Ws[j])
+ * Part 1 visits only the K gathered rows, once.  The pullback
  * finishes with ordinary ops (gemm with Wc and h for the class part, a
  * row-wise product with the output gradient), so Rop gets the pushforward
  * from the transposed pullback, which only needs the derivative in the
@@ -73,8 +74,8 @@ static tgl_status delta_infer(tgl_ctx *ctx, tgl_node *n)
     tgl_status st = cx_check(ctx, n);
     if (st)
         return st;
-    TGL_CHECK(n->p.n == 1 && n->p.i[0] >= 0 && n->p.i[0] <= 2, TGL_EINVAL,
-              "takes one parameter, the part (0: classes, 1: hidden, 2: word rows)");
+    TGL_CHECK(n->p.n == 1 && (n->p.i[0] == 0 || n->p.i[0] == 1), TGL_EINVAL,
+              "takes one parameter, the part (0: classes, 1: hidden and word rows)");
     n->type = tgl_type_make(n->in[0]->type.dtype, 2, 0);
     return TGL_OK;
 }
@@ -111,7 +112,7 @@ static tgl_status delta_shape(tgl_ctx *ctx, const tgl_node *n, tgl_array *const 
                               int64_t *shape)
 {
     tgl_status st = cx_shapes(ctx, n, in);
-    shape[0] = in[n->p.i[0] == 2 ? 2 : 0]->shape[0];
+    shape[0] = in[0]->shape[0] + (n->p.i[0] == 1 ? in[2]->shape[0] : 0);
     shape[1] = n->p.i[0] == 0 ? in[1]->shape[0] : in[0]->shape[1];
     return st;
 }
@@ -191,8 +192,8 @@ static tgl_status cx_index_build(tgl_ctx *ctx, const tgl_node *n, tgl_array *con
     return TGL_OK;
 }
 
-/* mode 0: loss into out; 1: class deltas; 2: hidden (word part); 3: word
- * rows (the parts 0..2 of class_xent_delta, plus one).
+/* mode 0: loss into out; 1: class deltas; 2: hidden (word part) and word
+ * rows (the parts 0 and 1 of class_xent_delta, plus one).
  * z is scratch for max(C, K) doubles. */
 #define CX_KERNEL(T_)                                                                   \
     static double dot_##T_(const T_ *a, int64_t as, const T_ *b, int64_t bs, int64_t n) \
@@ -221,8 +222,8 @@ static tgl_status cx_index_build(tgl_ctx *ctx, const tgl_node *n, tgl_array *con
         int64_t H = h->shape[1];                                                        \
         const T_ *hd = h->data, *wcd = wc->data, *wsd = ws->data;                       \
         T_ *o = out->data;                                                              \
-        if (mode == 3)                                                                  \
-            for (int64_t j = 0; j < ix->K * H; j++)                                     \
+        if (mode == 2)                                                                  \
+            for (int64_t j = 0; j < (ix->T + ix->K) * H; j++)                           \
                 o[j] = 0;                                                               \
         for (int64_t t = 0; t < ix->T; t++) {                                           \
             const T_ *ht = hd + t * h->strides[0];                                      \
@@ -262,24 +263,17 @@ static tgl_status cx_index_build(tgl_ctx *ctx, const tgl_node *n, tgl_array *con
                     loss += m + log(s) - zt;                                            \
                 if (mode == 2) {                                                        \
                     T_ *ot = o + t * H;                                                 \
-                    for (int64_t k = 0; k < H; k++)                                     \
-                        ot[k] = 0;                                                      \
+                    int64_t wk = ws->strides[1], hk = h->strides[1];                    \
                     for (int64_t r = 0; r < nr; r++) {                                  \
                         T_ d = (T_)(exp(z[r] - m) / s - (rows[r] == ix->tgt[t]));       \
                         const T_ *w = wsd + rows[r] * ws->strides[0];                   \
-                        int64_t wk = ws->strides[1];                                    \
-                        for (int64_t k = 0; k < H; k++)                                 \
+                        T_ *orow = o + (ix->T + rows[r]) * H;                           \
+                        for (int64_t k = 0; k < H; k++) {                               \
                             ot[k] += d * w[k * wk];                                     \
+                            orow[k] += d * ht[k * hk];                                  \
+                        }                                                               \
                     }                                                                   \
                 }                                                                       \
-                if (mode == 3)                                                          \
-                    for (int64_t r = 0; r < nr; r++) {                                  \
-                        T_ d = (T_)(exp(z[r] - m) / s - (rows[r] == ix->tgt[t]));       \
-                        T_ *orow = o + rows[r] * H;                                     \
-                        int64_t hk = h->strides[1];                                     \
-                        for (int64_t k = 0; k < H; k++)                                 \
-                            orow[k] += d * ht[k * hk];                                  \
-                    }                                                                   \
             }                                                                           \
             if (mode == 0)                                                              \
                 o[t] = (T_)loss;                                                        \
@@ -342,8 +336,8 @@ static tgl_status cx_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *g, tgl_node **gin
     tgl_node *h = n->in[0], *wc = n->in[1], *owner = n->in[5];
     for (int i = 0; i < n->nin; i++)
         gin[i] = NULL;
-    tgl_node *part[3];
-    for (int k = 0; k < 3; k++) {
+    tgl_node *part[2];
+    for (int k = 0; k < 2; k++) {
         tgl_params p = {0};
         p.n = 1;
         p.i[0] = k;
@@ -357,9 +351,21 @@ static tgl_status cx_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *g, tgl_node **gin
     ip.i[0] = 1;
     tgl_node *gin_[2] = {g, owner};
     tgl_node *g_own = tgl_mk_dimshuffle(ctx, tgl_mk(ctx, TGL_OP_ADV_SUBTENSOR, 2, gin_, &ip), 2, col);
-    gin[0] = tgl_mk2(ctx, TGL_OP_ADD, mk_dot(ctx, dc, wc), tgl_mk2(ctx, TGL_OP_MUL, part[1], gcol));
+    /* part 1's first T rows and the rest */
+    tgl_params ap = {0};
+    ap.n = 1;
+    tgl_node *nrows = tgl_mk(ctx, TGL_OP_AXES_SIZE, 1, &h, &ap);
+    tgl_params sp = {0};
+    sp.n = 4;
+    sp.i[0] = TGL_IDX_SLICE | TGL_IDX_NO_START | TGL_IDX_STOP_INPUT;
+    sp.i[3] = 1;
+    tgl_node *sin[2] = {part[1], nrows};
+    tgl_node *hw = tgl_mk(ctx, TGL_OP_SUBTENSOR, 2, sin, &sp);
+    sp.i[0] = TGL_IDX_SLICE | TGL_IDX_START_INPUT | TGL_IDX_NO_STOP;
+    tgl_node *wsg = tgl_mk(ctx, TGL_OP_SUBTENSOR, 2, sin, &sp);
+    gin[0] = tgl_mk2(ctx, TGL_OP_ADD, mk_dot(ctx, dc, wc), tgl_mk2(ctx, TGL_OP_MUL, hw, gcol));
     gin[1] = mk_dot(ctx, transposed(ctx, dc), h);
-    gin[2] = tgl_mk2(ctx, TGL_OP_MUL, part[2], g_own);
+    gin[2] = tgl_mk2(ctx, TGL_OP_MUL, wsg, g_own);
     return TGL_OK;
 }
 

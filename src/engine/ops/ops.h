@@ -117,7 +117,7 @@
     _(CLASS_XENT, "class_xent", class_xent,                                    \
       "y[t] = -log P(cls[t] | h[t]) - log P(tgt[t] | cls[t], h[t]), class-factored") \
     _(CLASS_XENT_DELTA, "class_xent_delta", class_xent_delta,                  \
-      "y = class_xent's pullback pieces: class deltas, h's word part, word rows (p.i[0])") \
+      "y = class_xent's pullback pieces: class deltas (p.i[0] 0); h's word part, word rows (1)") \
     /* control */                                                               \
     _(IFELSE, "ifelse", ifelse, "y = c ? a : b, computing only the branch taken")      \
     /* loops (src/scan): the layout and the body are the payload */            \
