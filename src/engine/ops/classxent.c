@@ -236,14 +236,15 @@ static tgl_status cx_index_build(tgl_ctx *ctx, const tgl_node *n, tgl_array *con
                     if (z[c] > m || z[c] != z[c])                                       \
                         m = z[c];                                                       \
                 }                                                                       \
+                double zc = z[ix->cls[t]];                                              \
                 for (int64_t c = 0; c < ix->C; c++)                                     \
-                    s += exp(z[c] - m);                                                 \
+                    s += z[c] = exp(z[c] - m);                                          \
                 if (mode == 0)                                                          \
-                    loss += m + log(s) - z[ix->cls[t]];                                 \
+                    loss += m + log(s) - zc;                                            \
                 else                                                                    \
                     for (int64_t c = 0; c < ix->C; c++)                                 \
                         o[t * ix->C + c] =                                              \
-                            (T_)(exp(z[c] - m) / s - (c == ix->cls[t] ? 1.0 : 0.0));    \
+                            (T_)(z[c] / s - (c == ix->cls[t] ? 1.0 : 0.0));             \
             }                                                                           \
             if (mode != 1) {                                                            \
                 const int64_t *rows = ix->list + ix->first[t];                          \
@@ -258,14 +259,14 @@ static tgl_status cx_index_build(tgl_ctx *ctx, const tgl_node *n, tgl_array *con
                         zt = z[r];                                                      \
                 }                                                                       \
                 for (int64_t r = 0; r < nr; r++)                                        \
-                    s += exp(z[r] - m);                                                 \
+                    s += z[r] = exp(z[r] - m);                                          \
                 if (mode == 0)                                                          \
                     loss += m + log(s) - zt;                                            \
                 if (mode == 2) {                                                        \
                     T_ *ot = o + t * H;                                                 \
                     int64_t wk = ws->strides[1], hk = h->strides[1];                    \
                     for (int64_t r = 0; r < nr; r++) {                                  \
-                        T_ d = (T_)(exp(z[r] - m) / s - (rows[r] == ix->tgt[t]));       \
+                        T_ d = (T_)(z[r] / s - (rows[r] == ix->tgt[t]));                \
                         const T_ *w = wsd + rows[r] * ws->strides[0];                   \
                         T_ *orow = o + (ix->T + rows[r]) * H;                           \
                         for (int64_t k = 0; k < H; k++) {                               \
