@@ -163,7 +163,13 @@ print(('vocabulary %d words, %d classes, hidden %d, %s, bptt %d, bptt-block %d')
 local E = tgl.shared(W.E, 'E')
 local R = tgl.shared(W.R, 'R')
 local Wc = tgl.shared(W.Wc, 'Wc')
-local Ww = tgl.shared(W.Ww, 'Ww')
+-- The word matrix, (V, H): rows are gathered per class.  With the full
+-- softmax it is kept transposed, (H, V), so its gradient h' dz is laid out
+-- as the matrix and the SGD step is one gemm run in the matrix's buffer.
+local Ww = tgl.shared(FULL and W.Ww:T():clone() or W.Ww, 'Ww')
+local function ww_value()   -- (V, H) whatever the layout
+  return FULL and Ww:get_value():T():clone() or Ww:get_value()
+end
 local hstate = tgl.shared(tgl.ones(H):astype(DT), 'h')   -- the carried state
 local lr = tgl.shared(tgl.array(opt.alpha, DT), 'lr')
 
@@ -184,12 +190,13 @@ local function model(back)
   local hl = back > 0 and hs[{ { back + 1, -1 } }] or hs
   local loss, Ws
   if FULL then
-    loss = tgl.categorical_crossentropy(tgl.softmax(hl:dot(Ww:T()), 2), y)
+    Ws = hl:dot(Ww)                      -- (here: the logits)
+    loss = tgl.categorical_crossentropy(tgl.softmax(Ws, 2), y)
   else
     Ws = Ww[rows]                        -- the rows of the targets' classes
     loss = lm.class_xent(hl, Wc, Ws, cls, tgt, owner)
   end
-  return X, hs, tgl.sum(loss), Ws
+  return X, hs, tgl.sum(loss), Ws, hl
 end
 
 local function inputs()
@@ -198,12 +205,12 @@ local function inputs()
 end
 
 local function make_train()
-  local X, hs, cost, Ws = model(BACK)
+  local X, hs, cost, Ws, hl = model(BACK)
   local beta = opt.beta
   -- the gradient wrt X is the one wrt each step's pre-activation x_t +
   -- h_{t-1} R, so R's is one product after the loop: [h0; h_1..h_{n-1}]' gX
   -- (cheaper than the per-step outer products inside the gradient loop)
-  local wrt = FULL and { X, Ww } or { X, Wc, Ws }
+  local wrt = FULL and { X, Ws } or { X, Wc, Ws }
   local g = tgl.grad(cost, wrt)
   local hprev = tgl.concatenate({ tgl.dimshuffle(hstate, { 'x', 1 }), hs[{ { 1, -2 } }] }, 1)
   table.insert(g, 2, hprev:T():dot(g[1]))
@@ -213,7 +220,10 @@ local function make_train()
     { hstate, hs[-(BACK + 1)] },
   }
   if FULL then
-    updates[#updates + 1] = { Ww, Ww - lr * (g[3] + beta * Ww) }
+    -- g[3] is the logits' gradient: Ww - (lr h)' dz is one gemm in Ww's
+    -- own buffer; the L2 decay of the whole matrix is applied every 10
+    -- calls (decay_full)
+    updates[#updates + 1] = { Ww, Ww - tgl.dot((hl * lr):T(), g[3]) }
   else
     updates[#updates + 1] = { Wc, Wc - lr * (g[3] + beta * Wc) }
     updates[#updates + 1] = { Ww, tgl.inc_subtensor(Ww[rows], -lr * (g[4] + beta * Ws)) }
@@ -223,6 +233,11 @@ local function make_train()
   f.trust_input = true
   return f
 end
+
+-- Full softmax: every 10 training calls, Ww *= 1 - 10 lr beta (the decay
+-- of those 10 steps at once, as RNNLM decays on its own schedule too).
+local decay_full = FULL and tgl.compile { inputs = {}, outputs = {},
+  updates = { { Ww, Ww * (1 - 10 * opt.beta * lr) } }, name = 'decay' }
 
 local function make_eval()
   local _, hs, cost = model(0)
@@ -235,7 +250,7 @@ end
 -- ---------------------------------------------------------------------------
 -- passes over a file
 
-local ids_p
+local calls, eval = 0, nil
 -- Runs f over the words ids[0..n-1] (0-based pointer): each call predicts
 -- up to `block` words from the `back` words before them.  Returns the
 -- summed loss and the number of predicted words.
@@ -268,6 +283,8 @@ local function pass(f, ids, n, block, back, progress)
       cost = f(wa, c, t, o, r)
     end
     nll = nll + cost:get()
+    calls = calls + 1
+    if decay_full and f ~= eval and calls % 10 == 0 then decay_full() end
     pos = pos + m
     if progress and opt.debug >= 2 and tgl.time() - last_report > 1 then
       last_report = tgl.time()
@@ -286,13 +303,13 @@ local function save()
   local counts = tgl.zeros(V, { dtype = 'int64' })
   for k = 1, V do counts:set(vocab.counts[k], k) end
   tgl.save(opt.rnnlm, {
-    E = E:get_value(), R = R:get_value(), Wc = Wc:get_value(), Ww = Ww:get_value(),
+    E = E:get_value(), R = R:get_value(), Wc = Wc:get_value(), Ww = ww_value(),
     vocab = vb, counts = counts,
     meta = tgl.array({ H, opt.class, lr:get_value():get(), opt.bptt, BLOCK }, 'float64'),
   })
 end
 
-local eval = make_eval()
+eval = make_eval()
 local words_per_s, valid_ppl, epochs = 0, nil, 0
 
 if opt.train then
@@ -352,7 +369,7 @@ end
 
 if opt.samples > 0 then
   local Ea, Ra, Wca, Wwa = E:get_value():astype('float64'), R:get_value():astype('float64'),
-                           Wc:get_value():astype('float64'), Ww:get_value():astype('float64')
+                           Wc:get_value():astype('float64'), ww_value():astype('float64')
   local pE, pR = ffi.cast('double *', Ea:data()), ffi.cast('double *', Ra:data())
   local pC, pW = ffi.cast('double *', Wca:data()), ffi.cast('double *', Wwa:data())
   local h, hn = ffi.new('double[?]', H), ffi.new('double[?]', H)

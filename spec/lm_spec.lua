@@ -284,6 +284,18 @@ describe('examples/rnnlm.lua', function()
     local tppl = tonumber(out2:match('test: %d+ words, ppl ([%d.]+)'))
     -- the saved model scores the validation file as training last did
     assert(tppl and math.abs(tppl - ppl) < 1e-2 * ppl, out2)
+    -- the full softmax (-class 1): trains, and reloads to the same score
+    p = io.popen(('%q examples/rnnlm.lua -train %s/train.txt -valid %s/valid.txt -rnnlm %s/f.npz '
+                  .. '-hidden 8 -class 1 -bptt 3 -bptt-block 5 -one-iter -samples 1 2>&1'):format(bin, dir, dir, dir))
+    out = p:read('*a')
+    p:close()
+    ppl = tonumber(out:match('RESULT words_per_s=%d+ valid_ppl=([%d.]+) epochs=1'))
+    assert(ppl and ppl > 1 and ppl < 9, out)
+    p = io.popen(('%q examples/rnnlm.lua -test %s/valid.txt -rnnlm %s/f.npz -samples 0 2>&1'):format(bin, dir, dir))
+    out2 = p:read('*a')
+    p:close()
+    tppl = tonumber(out2:match('test: %d+ words, ppl ([%d.]+)'))
+    assert(tppl and math.abs(tppl - ppl) < 1e-2 * ppl, out2)
     os.execute('rm -rf ' .. dir)
   end)
 end)
