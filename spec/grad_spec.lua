@@ -343,6 +343,42 @@ describe('tgl.jacobian and tgl.hessian', function()
   end)
 end)
 
+describe('the crossentropy gradient op (softmax_crossentropy_dx)', function()
+  local y = tgl.array({ 2, 1, 3 }, 'int32')
+  local function cost(x) return tgl.mean(tgl.categorical_crossentropy(tgl.softmax(x), y)) end
+
+  it('gives (softmax(x) - onehot(y)) / rows, computed by hand', function()
+    local xa = tgl.array({ { 0, 1, 2 }, { -1, 0, 1 }, { 3, 0, -3 } }, 'float64')
+    local x = tgl.dmatrix('x')
+    local g = tgl.compile{ inputs = { x }, outputs = tgl.grad(cost(x), x) }(xa)
+    for i = 1, 3 do
+      local row, z = {}, 0
+      for j = 1, 3 do row[j] = math.exp(xa:get(i, j)); z = z + row[j] end
+      for j = 1, 3 do
+        local want = (row[j] / z - (j == y:get(i) and 1 or 0)) / 3
+        assert.is_true(math.abs(g:get(i, j) - want) < 1e-14, ('(%d,%d)'):format(i, j))
+      end
+    end
+    -- logits of +-1000 stay finite
+    local big = tgl.compile{ inputs = { x }, outputs = tgl.grad(cost(x), x) }(xa * 1000)
+    for i = 1, 3 do for j = 1, 3 do assert.is_true(big:get(i, j) == big:get(i, j)) end end
+  end)
+
+  it('has second derivatives that match finite differences (float32 and float64 kernels)', function()
+    tgl.manual_seed(7)
+    local C = tgl.randn(3, 3, { dtype = 'float64' })
+    local err = tgl.verify_grad(function(x) return tgl.sum(tgl.grad(cost(x), x) * C) end,
+                                { tgl.randn(3, 3, { dtype = 'float64' }) })
+    assert.is_true(err < 1e-6, tostring(err))
+    local xf = tgl.matrix('xf')
+    local gf = tgl.compile{ inputs = { xf }, outputs = tgl.grad(cost(xf), xf) }
+    local xd = tgl.dmatrix('xd')
+    local gd = tgl.compile{ inputs = { xd }, outputs = tgl.grad(cost(xd), xd) }
+    local xa = tgl.randn(3, 3, { dtype = 'float64' })
+    dofile('spec/support.lua').assert_close(gd(xa), gf(xa:astype('float32')), 1e-5, 1e-7, 'float32 vs float64')
+  end)
+end)
+
 describe('tgl.verify_grad', function()
   it('passes on correct functions and returns the worst error', function()
     tgl.manual_seed(8)

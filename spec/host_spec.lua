@@ -673,14 +673,20 @@ f.fn { n_calls = 1e12 }
     end)
 
     it('completes methods with Tab after ":"', function()
-      keys('repl_s = "abc"', 'Enter', 'repl_s:upp', 'Tab')
+      -- type ahead only at a fresh prompt: keys sent while a line still
+      -- runs are echoed by the terminal before the REPL redraws them
+      keys('repl_s = "abc"', 'Enter')
+      wait_for('repl_s = "abc"\n>\n')
+      keys('repl_s:upp', 'Tab')
       wait_for('> repl_s:upper')
       keys('()', 'Enter')
       wait_for('ABC')
     end)
 
     it('completes the methods of a symbolic variable with Tab after ":"', function()
-      keys("repl_v = tgl.vector('v')", 'Enter', 'repl_v:resh', 'Tab')
+      keys("repl_v = tgl.vector('v')", 'Enter')
+      wait_for("repl_v = tgl.vector('v')\n>\n")
+      keys('repl_v:resh', 'Tab')
       wait_for('> repl_v:reshape')
       keys('(2, -1).ndim', 'Enter')
       wait_for('\n2\n', true)

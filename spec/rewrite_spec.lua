@@ -421,6 +421,30 @@ case { rule = 'gemm_add', what = 'w + A.u and u.A + w (gemv)',
   ref = function(a, u, w) return { w + tgl.dot(a, u), tgl.dot(u, a) + w } end,
   view = 'program', on = { 'gemv' }, off = { 'dot' } }
 
+-- a row lookup's gradient in an SGD step (rows 2 and 5, row 2 twice)
+local rows_used = tgl.constant(tgl.array({ 2, 5, 2, 1 }, 'int64'))
+local function lookup_step_ref(w, y, sign)
+  local r = w:clone()
+  for k, i in ipairs({ 2, 5, 2, 1 }) do
+    for j = 1, 3 do r:set(r:get(i, j) + sign * 0.1 * y:get(k, j), i, j) end
+  end
+  return r
+end
+case { rule = 'sparse_sub', what = 'W - 0.1 * grad(sum(W[rows] * y), W): only the rows used change',
+  vars = { X, Y }, args = function() return { rd(5, 3), rd(4, 3) } end,
+  build = function(w, y) return w - 0.1 * tgl.grad(tgl.sum(w[{ rows_used }] * y), w) end,
+  ref = function(w, y) return lookup_step_ref(w, y, -1) end,
+  view = 'program', text_on = { 'adv_inc_subtensor(x, ' } }
+case { rule = 'sparse_add', what = 'W + grad(...) * 0.1, a slice: inc_subtensor on W',
+  vars = { X, Y }, args = function() return { rd(5, 3), rd(2, 3) } end,
+  build = function(w, y) return w + tgl.grad(tgl.sum(w[{ { 2, 3 } }] * y), w) * 0.1 end,
+  ref = function(w, y)
+    local r = w:clone()
+    for k = 1, 2 do for j = 1, 3 do r:set(r:get(k + 1, j) + 0.1 * y:get(k, j), k + 1, j) end end
+    return r
+  end,
+  view = 'program', text_on = { ' inc_subtensor(x, ' } }
+
 case { rule = 'gemm_sub', what = "c - s x'd with one inner index (a batch-1 weight gradient: runs as a rank-1 update)",
   vars = { X, Y }, args = function() return { rd(1, 5), rd(1, 4) } end,
   build = function(x, d) return tgl.constant(tgl.ones(5, 4, { dtype = 'float64' })) - x:T():dot(d) * 0.25 end,

@@ -461,6 +461,13 @@ case('softmax_crossentropy', 'logits (4,3), labels', ins(function() return rnd({
      function(x, y) return raw('softmax_crossentropy', { x, y }) end)
 case('softmax_crossentropy', 'a broadcast row of logits', ins(n_(ROW), const_(INT({ 2 }))),
      function(x, y) return raw('softmax_crossentropy', { x, y }) end)
+case('softmax_crossentropy_dx', 'dy (4), logits (4,3), labels',
+     ins(function() return rnd({ 4 }, U(-2, 2)) end, function() return rnd({ 4, 3 }, U(-2, 2)) end,
+         const_(INT({ 1, 3, 3, 2 }))),
+     function(d, x, y) return raw('softmax_crossentropy_dx', { d, x, y }) end)
+case('softmax_crossentropy_dx', 'the gradient of mean(categorical_crossentropy(softmax(x), y))',
+     ins(n_({ 4, 3 }), const_(INT({ 2, 1, 3, 3 }))),
+     function(x, y) return tgl.grad(tgl.mean(tgl.categorical_crossentropy(tgl.softmax(x), y)), x) end)
 case('softmax_crossentropy', 'categorical_crossentropy(softmax(x), y), rewritten',
      ins(n_({ 4, 3 }), const_(INT({ 2, 1, 3, 3 }))),
      function(x, y) return tgl.optimize(tgl.mean(tgl.categorical_crossentropy(tgl.softmax(x), y))) end)

@@ -47,7 +47,7 @@ peer_check_args() {   # -> clist (the cases, an array)
   done
 }
 
-# Python interpreters: Debian's for torch, bench/.venv's for jax (as
+# Python interpreters: Debian's for torch, bench/.venv's for jax and pytensor (as
 # bench/run mlp).
 PY_DEB=/usr/bin/python3
 PY_VENV=$here/.venv/bin/python
@@ -65,7 +65,8 @@ peer_setup() {   # -> data log csv meta, version[] missing[] run_systems
       tgl) version[tgl]=$("$TGL" -v | head -1 | awk '{print $2}') ;;
       torch) v=$(pyver "$PY_DEB" torch); [ -n "$v" ] && version[torch]=$v || missing[torch]="python3-torch not installed (bench/peers/install.sh)" ;;
       jax) v=$(pyver "$PY_VENV" jax); [ -n "$v" ] && version[jax]=$v || missing[jax]="jax not installed in bench/.venv (bench/peers/install.sh)" ;;
-      *) echo "bench/run $name: unknown system '$s' (known: tgl jax torch)" >&2; exit 2 ;;
+      pytensor) v=$(pyver "$PY_VENV" pytensor); [ -n "$v" ] && version[pytensor]=$v || missing[pytensor]="pytensor not installed in bench/.venv (bench/peers/install.sh)" ;;
+      *) echo "bench/run $name: unknown system '$s' (known: tgl jax torch pytensor)" >&2; exit 2 ;;
     esac
   done
   run_systems=()

@@ -101,14 +101,127 @@ static tgl_status zero_fill(tgl_ctx *ctx, const tgl_backend *be, void *p, size_t
     return st ? tgl_errbuf_take(ctx, st, &e) : TGL_OK;
 }
 
+/* ---- a cache of small host blocks ------------------------------------------
+ *
+ * A compiled function hands out a new array per output per call, and the
+ * caller's garbage collector frees the old ones in batches of thousands:
+ * for small arrays, malloc and posix_memalign were most of a call's cost
+ * (about half of a 1 us call from Lua).  Freed host storage of up to
+ * CACHE_MAX_BYTES (rounded up to a power of two) and freed descriptors are
+ * kept on free lists, up to CACHE_CLASS_BYTES per size, and handed out
+ * again.  One spin lock guards them: arrays may be freed on any thread,
+ * and the critical sections are a few loads and stores. */
+#define CACHE_MIN_SHIFT 6                   /* TGL_ALIGN, 64 bytes          */
+#define CACHE_MAX_SHIFT 16                  /* 64 KiB                       */
+#define CACHE_MAX_BYTES ((size_t)1 << CACHE_MAX_SHIFT)
+#define CACHE_CLASS_BYTES ((size_t)1 << 20) /* kept per size class          */
+#define CACHE_NCLASS (CACHE_MAX_SHIFT - CACHE_MIN_SHIFT + 1)
+
+/* Under AddressSanitizer nothing is kept, so that a use after free is
+ * still caught. */
+#if defined(__SANITIZE_ADDRESS__)
+#define CACHE_OFF 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define CACHE_OFF 1
+#endif
+#endif
+#ifndef CACHE_OFF
+#define CACHE_OFF 0
+#endif
+
+static struct {
+    tgl_storage *storage[CACHE_NCLASS]; /* linked through next_free        */
+    size_t nstorage[CACHE_NCLASS];
+    tgl_array *desc;                    /* linked through data             */
+    size_t ndesc;
+    int lock;
+} cache;
+
+static void cache_lock(void)
+{
+    while (__atomic_exchange_n(&cache.lock, 1, __ATOMIC_ACQUIRE))
+        while (__atomic_load_n(&cache.lock, __ATOMIC_RELAXED))
+            ;
+}
+
+static void cache_unlock(void)
+{
+    __atomic_store_n(&cache.lock, 0, __ATOMIC_RELEASE);
+}
+
+/* The cache's size class of a host allocation of alloc bytes (a multiple
+ * of TGL_ALIGN), or -1 when it is too large to keep. */
+static int cache_class(size_t alloc)
+{
+    if (CACHE_OFF || alloc > CACHE_MAX_BYTES)
+        return -1;
+    int c = 0;
+    while (((size_t)1 << (c + CACHE_MIN_SHIFT)) < alloc)
+        c++;
+    return c;
+}
+
+static tgl_array *desc_new(void)
+{
+    tgl_array *a = NULL;
+    cache_lock();
+    if (cache.desc) {
+        a = cache.desc;
+        cache.desc = a->data;
+        cache.ndesc--;
+    }
+    cache_unlock();
+    if (a) {
+        memset(a, 0, sizeof *a);
+        return a;
+    }
+    return calloc(1, sizeof *a);
+}
+
+static void desc_free(tgl_array *a)
+{
+    if (!CACHE_OFF) {
+        cache_lock();
+        if (cache.ndesc < CACHE_CLASS_BYTES / sizeof *a) {
+            a->data = cache.desc;
+            cache.desc = a;
+            cache.ndesc++;
+            a = NULL;
+        }
+        cache_unlock();
+    }
+    free(a);
+}
+
 static tgl_status new_storage(tgl_ctx *ctx, const char *fn, const tgl_backend *be, size_t nbytes,
                               bool zero, tgl_storage **out)
 {
-    tgl_storage *s = malloc(sizeof *s);
     /* Round up so vector loops may read whole 64-byte lines. */
     size_t alloc = (nbytes + TGL_ALIGN - 1) / TGL_ALIGN * TGL_ALIGN;
     if (alloc == 0)
         alloc = TGL_ALIGN;
+    int c = be->device == TGL_DEVICE_CPU ? cache_class(alloc) : -1;
+    if (c >= 0) {
+        alloc = (size_t)1 << (c + CACHE_MIN_SHIFT);
+        tgl_storage *s = NULL;
+        cache_lock();
+        if ((s = cache.storage[c])) {
+            cache.storage[c] = s->next_free;
+            cache.nstorage[c]--;
+        }
+        cache_unlock();
+        if (s) {
+            if (zero)
+                memset(s->base, 0, alloc);
+            s->nbytes = nbytes;
+            s->refcount = 1;
+            __atomic_add_fetch(&live_bytes, (int64_t)alloc, __ATOMIC_RELAXED);
+            *out = s;
+            return TGL_OK;
+        }
+    }
+    tgl_storage *s = malloc(sizeof *s);
     void *base = s ? be->alloc(alloc) : NULL;
     if (!base) {
         free(s);
@@ -124,6 +237,7 @@ static tgl_status new_storage(tgl_ctx *ctx, const char *fn, const tgl_backend *b
     }
     s->base = base;
     s->nbytes = nbytes;
+    s->alloc = alloc;
     s->refcount = 1;
     s->device = be->device;
     __atomic_add_fetch(&live_bytes, (int64_t)alloc, __ATOMIC_RELAXED);
@@ -134,8 +248,20 @@ static tgl_status new_storage(tgl_ctx *ctx, const char *fn, const tgl_backend *b
 static void storage_release(tgl_storage *s)
 {
     if (__atomic_sub_fetch(&s->refcount, 1, __ATOMIC_ACQ_REL) == 0) {
-        size_t alloc = (s->nbytes + TGL_ALIGN - 1) / TGL_ALIGN * TGL_ALIGN;
-        __atomic_sub_fetch(&live_bytes, (int64_t)(alloc ? alloc : TGL_ALIGN), __ATOMIC_RELAXED);
+        __atomic_sub_fetch(&live_bytes, (int64_t)s->alloc, __ATOMIC_RELAXED);
+        int c = s->device == TGL_DEVICE_CPU ? cache_class(s->alloc) : -1;
+        if (c >= 0 && s->alloc == (size_t)1 << (c + CACHE_MIN_SHIFT)) {
+            cache_lock();
+            if (cache.nstorage[c] < CACHE_CLASS_BYTES / s->alloc) {
+                s->next_free = cache.storage[c];
+                cache.storage[c] = s;
+                cache.nstorage[c]++;
+                s = NULL;
+            }
+            cache_unlock();
+            if (!s)
+                return;
+        }
         tgl_backend_get(s->device)->free(s->base);
         free(s);
     }
@@ -163,12 +289,12 @@ tgl_status tgl_array_alloc_on(tgl_ctx *ctx, const char *fn, int device, int dtyp
     }
     if (tgl_ctx_interrupted(ctx))
         return tgl_ctx_set_error(ctx, TGL_EINTERRUPT, "%s: interrupted", fn);
-    tgl_array *a = calloc(1, sizeof *a);
+    tgl_array *a = desc_new();
     if (!a)
         return tgl_ctx_set_error(ctx, TGL_ENOMEM, "%s: out of memory", fn);
     st = new_storage(ctx, fn, be, (size_t)size * tgl_dtype_size(dtype), zero, &a->storage);
     if (st) {
-        free(a);
+        desc_free(a);
         return st;
     }
     a->data = a->storage->base;
@@ -254,14 +380,14 @@ void tgl_array_release(tgl_array *a)
         return;
     if (__atomic_sub_fetch(&a->refcount, 1, __ATOMIC_ACQ_REL) == 0) {
         storage_release(a->storage);
-        free(a);
+        desc_free(a);
     }
 }
 
 /* A new descriptor on a's storage; shape/strides filled by the caller. */
 static tgl_status new_view(tgl_ctx *ctx, const char *fn, tgl_array *a, tgl_array **out)
 {
-    tgl_array *v = calloc(1, sizeof *v);
+    tgl_array *v = desc_new();
     if (!v)
         return tgl_ctx_set_error(ctx, TGL_ENOMEM, "%s: out of memory", fn);
     *v = *a;

@@ -40,7 +40,22 @@ tgl_status tgl_frame_new(tgl_ctx *ctx, const tgl_program *prog, tgl_frame **out)
     }
     if (prog->nsub)
         fr->sub = calloc((size_t)prog->ncode + 1, sizeof *fr->sub);
-    if (!fr->slot || !fr->last_out || !fr->newval || !fr->seen ||
+    /* The shape cache: TGL_MAX_DIMS sizes per output of each shape-stable
+     * instruction. */
+    fr->shape_off = malloc(sizeof *fr->shape_off * ((size_t)prog->ncode + 1));
+    fr->shape_at = calloc((size_t)prog->ncode + 1, sizeof *fr->shape_at);
+    fr->guard = malloc(sizeof *fr->guard * ((size_t)(prog->nin + prog->nshared) *
+                                                (TGL_MAX_DIMS + 1) + 1));
+    size_t ncache = 0;
+    for (int32_t pc = 0; fr->shape_off && pc < prog->ncode; pc++) {
+        fr->shape_off[pc] = (int32_t)ncache;
+        if (prog->code[pc].shape_stable)
+            ncache += (size_t)prog->code[pc].nouts * TGL_MAX_DIMS;
+    }
+    fr->shape_cache = malloc(sizeof *fr->shape_cache * (ncache + 1));
+    fr->shape_epoch = 1;
+    if (!fr->slot || !fr->last_out || !fr->newval || !fr->seen || !fr->shape_off ||
+        !fr->shape_at || !fr->guard || !fr->shape_cache ||
         (prog->profile && (!fr->ins_ns || !fr->ins_calls)) || (prog->nsub && !fr->sub)) {
         tgl_frame_free(fr);
         return tgl_ctx_set_error(ctx, TGL_ENOMEM, "%s: out of memory", prog->name);
@@ -80,6 +95,10 @@ void tgl_frame_free(tgl_frame *fr)
     free(fr->seen);
     free(fr->ins_ns);
     free(fr->ins_calls);
+    free(fr->shape_off);
+    free(fr->shape_at);
+    free(fr->guard);
+    free(fr->shape_cache);
     free(fr);
 }
 
@@ -266,6 +285,7 @@ static tgl_status run_once(tgl_ctx *ctx, tgl_frame *fr)
         tgl_array_release(fr->slot[s]);
         fr->slot[s] = prog->slot_node[s]->value;
     }
+    tgl_cvm_guard_shapes(fr, false);
     /* Last run's outputs go first, so their buffers can be reused (into
      * the pool, when the caller dropped them). */
     for (int i = 0; i < prog->nout; i++) {

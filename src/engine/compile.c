@@ -532,6 +532,8 @@ tgl_status tgl_program_new(tgl_ctx *ctx, int nin, tgl_node *const *inputs, int n
         st = slot_lists(ctx, prog);
     if (!st)
         st = tgl_plan_memory(ctx, prog, prog->mode != TGL_MODE_DEBUG);
+    if (!st)
+        tgl_plan_shapes(prog);
     /* Generated kernels for the fused groups (not in FAST_COMPILE). */
     for (int32_t pc = 0; !st && pc < prog->ncode; pc++)
         if (prog->code[pc].kind == TGL_I_OP && prog->code[pc].node->op == TGL_OP_FUSED)

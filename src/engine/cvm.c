@@ -159,6 +159,60 @@ static tgl_status take_buffer(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins,
     return tgl_array_alloc(ctx, tgl_op_name(ins->node->op), dtype, ndim, shape, false, dst);
 }
 
+/* ---- the shape-stable fast path ------------------------------------------- */
+
+void tgl_cvm_guard_shapes(tgl_frame *fr, bool force)
+{
+    const tgl_program *prog = fr->prog;
+    bool same = fr->guard_set && !force;
+    int64_t *g = fr->guard;
+    for (int i = 0; i < prog->nin + prog->nshared; i++) {
+        int32_t s = i < prog->nin ? prog->in_slot[i] : prog->shared_slot[i - prog->nin];
+        const tgl_array *a = fr->slot[s];
+        int nd = a ? a->ndim : -1;
+        if (same && g[0] != nd)
+            same = false;
+        g[0] = nd;
+        for (int d = 0; d < nd; d++) {
+            if (same && g[1 + d] != a->shape[d])
+                same = false;
+            g[1 + d] = a->shape[d];
+        }
+        g += 1 + TGL_MAX_DIMS;
+    }
+    fr->guard_set = true;
+    if (!same)
+        fr->shape_epoch++;
+}
+
+/* Output k's shape for instruction ins: from the cache when this epoch
+ * computed it, else from the op (and into the cache, when the instruction
+ * is shape-stable; shapes_done then marks the entry good once every
+ * output of the instruction has its shape). */
+static tgl_status out_shape(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins,
+                            tgl_array *const *in, int k, int ndim, int64_t *shape)
+{
+    int32_t pc = (int32_t)(ins - fr->prog->code);
+    int64_t *c = ins->shape_stable ? fr->shape_cache + fr->shape_off[pc] + k * TGL_MAX_DIMS
+                                   : NULL;
+    if (c && fr->shape_at[pc] == fr->shape_epoch) {
+        memcpy(shape, c, sizeof *shape * (size_t)ndim);
+        return TGL_OK;
+    }
+    const tgl_opimpl *impl = ins->impl;
+    tgl_status st = impl->kernel_n ? impl->shape_k(ctx, ins->node, in, k, shape)
+                                   : impl->shape(ctx, ins->node, in, shape);
+    if (!st && c)
+        memcpy(c, shape, sizeof *shape * (size_t)ndim);
+    return st;
+}
+
+static void shapes_done(tgl_frame *fr, const tgl_instr *ins)
+{
+    if (ins->shape_stable)
+        fr->shape_at[ins - fr->prog->code] = fr->shape_epoch;
+}
+
 /* A multi-output instruction: every output gets a buffer (unwanted ones a
  * scratch buffer, when the kernel needs one: it decides, getting NULL),
  * then the kernel fills them in one pass. */
@@ -177,15 +231,17 @@ static tgl_status run_multi(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins, t
             continue;
         int64_t shape[TGL_MAX_DIMS];
         tgl_type t = n->nout > 1 ? impl->out_type(n, k) : n->type;
-        st = impl->shape_k(ctx, n, in, k, shape);
+        st = out_shape(ctx, fr, ins, in, k, t.ndim, shape);
         if (!st)
             st = take_buffer(ctx, fr, ins, k == 0 ? ins->inplace : -1, &fr->slot[ins->outs[k]],
                              t.dtype, t.ndim, shape);
         if (!st)
             outs[k] = fr->slot[ins->outs[k]];
     }
-    if (!st)
+    if (!st) {
+        shapes_done(fr, ins);
         st = impl->kernel_n(ctx, n, in, outs, fr->prog->mode == TGL_MODE_DEBUG);
+    }
     for (int k = 0; k < ins->nouts && !st && fr->prog->linker == TGL_LINKER_VM; k++)
         if (outs[k])
             st = check_result(ctx, n, in, outs[k], n->nout > 1 ? impl->out_type(n, k) : n->type);
@@ -220,9 +276,11 @@ static tgl_status run_op(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins)
         }
     } else {
         int64_t shape[TGL_MAX_DIMS];
-        st = impl->shape(ctx, n, in, shape);
-        if (!st)
+        st = out_shape(ctx, fr, ins, in, 0, n->type.ndim, shape);
+        if (!st) {
+            shapes_done(fr, ins);
             st = take_buffer(ctx, fr, ins, ins->inplace, dst, n->type.dtype, n->type.ndim, shape);
+        }
         if (!st)
             st = impl->kernel(ctx, n, in, *dst);
     }
@@ -251,9 +309,10 @@ tgl_status tgl_cvm_check_deferred(tgl_ctx *ctx, tgl_frame *fr)
         for (int i = 0; i < ins->nin; i++)
             args[i] = fr->slot[ins->in[i]];
         int64_t shape[TGL_MAX_DIMS];
-        tgl_status st = ins->impl->shape(ctx, ins->node, args, shape);
+        tgl_status st = out_shape(ctx, fr, ins, args, 0, ins->node->type.ndim, shape);
         if (st)
             return st;
+        shapes_done(fr, ins);
     }
     return TGL_OK;
 }

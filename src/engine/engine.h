@@ -80,6 +80,8 @@ struct tgl_ctx {
 struct tgl_storage {
     void *base;            /* a device address                            */
     size_t nbytes;
+    size_t alloc;          /* bytes allocated at base (>= nbytes)         */
+    struct tgl_storage *next_free; /* array.c's cache of freed blocks     */
     int32_t refcount;      /* atomic: views may be released on any thread */
     int32_t device;        /* a tgl_device; every view of it has the same */
 };

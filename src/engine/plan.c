@@ -320,3 +320,122 @@ done:
     free(kept);
     return st;
 }
+
+/* ---- shape-stable instructions --------------------------------------------
+ *
+ * The shape-stable fast path (cvm.c): when a call's inputs and shared
+ * variables have the shapes of the previous call, an instruction whose
+ * output shapes are a function of those shapes alone takes them from its
+ * frame's cache instead of asking its op.  Which instructions qualify is
+ * decided here, conservatively, by two facts per slot:
+ *
+ *   stable   its shape is a function of the call's input and shared shapes;
+ *   shaped   its value is (axes_size, shape, constants, and elementwise or
+ *            arange over such values: the sizes a graph computes from
+ *            shapes, as a mean's divisor or a gradient's arange).
+ *
+ * An op's output is stable when the op's shape reads only shapes (and its
+ * own parameters) of stable inputs, or also values of shaped ones (arange,
+ * reshape to a computed shape, slicing with computed bounds).  Ops not
+ * listed here (scan, any op added later) are never stable, so nothing
+ * downstream of them is either: a new op costs speed, never correctness.
+ * An ifelse's result is never stable (the condition's value picks the
+ * branch, and so the shape); a slot written twice (a node computed in both
+ * branches) keeps what both writes agree on. */
+
+static bool elementwise_like(int op)
+{
+    const tgl_opimpl *impl = tgl_opdef_get(op)->impl;
+    return impl->family == TGL_FAM_ELEMWISE || op == TGL_OP_FUSED;
+}
+
+void tgl_plan_shapes(tgl_program *prog)
+{
+    int32_t n = prog->nslots + 1;
+    uint8_t *stable = calloc((size_t)n, 1), *shaped = calloc((size_t)n, 1);
+    uint8_t *written = calloc((size_t)n, 1);
+    /* The vm linker (debugging) asks every op for every shape, every
+     * call; out of memory, no instruction takes the fast path either. */
+    if (!stable || !shaped || !written || prog->linker == TGL_LINKER_VM) {
+        for (int32_t pc = 0; pc < prog->ncode; pc++)
+            prog->code[pc].shape_stable = 0;
+        goto done;
+    }
+    for (int32_t s = 0; s < prog->nslots; s++) {
+        stable[s] = prog->slot_kind[s] != TGL_SLOT_TEMP;
+        shaped[s] = prog->slot_kind[s] == TGL_SLOT_CONSTANT;
+    }
+    for (int32_t pc = 0; pc < prog->ncode; pc++) {
+        tgl_instr *ins = &prog->code[pc];
+        bool s = false, v = false;
+        if (ins->kind == TGL_I_MOVE) {
+            /* an ifelse's result: its shape is the branch's that ran,
+             * which the condition's value picks */
+            s = v = false;
+        } else if (ins->kind == TGL_I_OP) {
+            bool all_s = true, all_v = true, rest_v = true;
+            for (int i = 0; i < ins->nin; i++) {
+                all_s = all_s && stable[ins->in[i]];
+                all_v = all_v && shaped[ins->in[i]];
+                if (i > 0)
+                    rest_v = rest_v && shaped[ins->in[i]];
+            }
+            bool x_s = ins->nin > 0 && stable[ins->in[0]];
+            int op = ins->node->op;
+            if (elementwise_like(op)) {
+                s = all_s;
+                v = all_v;
+            } else {
+                switch (op) {
+                case TGL_OP_SUM: case TGL_OP_PROD: case TGL_OP_MAX: case TGL_OP_MIN:
+                case TGL_OP_ARGMAX: case TGL_OP_ARGMIN: case TGL_OP_DOT:
+                case TGL_OP_BATCHED_DOT: case TGL_OP_GEMM: case TGL_OP_GEMV: case TGL_OP_GER:
+                case TGL_OP_CONCATENATE: case TGL_OP_SOFTMAX: case TGL_OP_LOG_SOFTMAX:
+                case TGL_OP_ONE_HOT: case TGL_OP_SOFTMAX_XENT: case TGL_OP_SOFTMAX_XENT_DX:
+                case TGL_OP_ADV_SUBTENSOR:
+                    s = all_s;
+                    break;
+                case TGL_OP_DIMSHUFFLE:
+                    s = all_s;
+                    v = all_v;
+                    break;
+                case TGL_OP_AXES_SIZE: case TGL_OP_SHAPE:
+                    s = true;
+                    v = all_s;
+                    break;
+                case TGL_OP_FILL_LIKE:
+                    s = v = x_s;
+                    break;
+                case TGL_OP_INC_SUBTENSOR: case TGL_OP_ADV_INC_SUBTENSOR:
+                    s = x_s;
+                    break;
+                case TGL_OP_ARANGE:
+                    s = v = all_v;
+                    break;
+                case TGL_OP_RESHAPE: case TGL_OP_SUBTENSOR:
+                    s = x_s && rest_v;
+                    v = all_v;
+                    break;
+                default:
+                    break;
+                }
+            }
+            ins->shape_stable = s;
+        } else {
+            continue;
+        }
+        int nw = ins->kind == TGL_I_OP ? ins->nouts : 1;
+        for (int k = 0; k < nw; k++) {
+            int32_t o = ins->kind == TGL_I_OP ? ins->outs[k] : ins->out;
+            if (o < 0)
+                continue;
+            stable[o] = written[o] ? stable[o] && s : s;
+            shaped[o] = written[o] ? shaped[o] && v : v;
+            written[o] = 1;
+        }
+    }
+done:
+    free(stable);
+    free(shaped);
+    free(written);
+}

@@ -47,6 +47,9 @@ typedef struct tgl_instr {
     int32_t once;            /* nonzero: loop-invariant (a scan body's work on
                                 non-sequences): runs on the first step only,
                                 its result stays in its slot (fr->once_done) */
+    int32_t shape_stable;    /* nonzero: its output shapes follow from the
+                                call's input and shared shapes (plan.c), so
+                                the frame may cache them (cvm.c)           */
 } tgl_instr;
 
 /* What a slot holds between calls. */
@@ -117,6 +120,18 @@ typedef struct tgl_frame {
     struct tgl_frame **sub;  /* per instruction with a body: its frame, made
                                 on first use (NULL: the program has none)  */
     bool once_done;          /* the `once` instructions ran for this loop   */
+    /* The shape-stable fast path (cvm.c).  shape_cache holds, per
+     * instruction, TGL_MAX_DIMS sizes per output (at shape_off[pc]); an
+     * entry is good while shape_at[pc] equals shape_epoch, which moves on
+     * whenever the shapes a call starts from change (guard: the input and
+     * shared slots' shapes of the last call; a scan's inner frame moves it
+     * at each run of the loop instead). */
+    int64_t *shape_cache;
+    int32_t *shape_off;
+    uint64_t *shape_at;
+    uint64_t shape_epoch;
+    int64_t *guard;          /* per input, then shared slot: ndim, sizes   */
+    bool guard_set;
 } tgl_frame;
 
 struct tgl_function {
@@ -133,6 +148,12 @@ void tgl_program_free(tgl_program *prog);
 
 /* plan.c: the memory plan (releases, in-place steps, deferred updates). */
 tgl_status tgl_plan_memory(tgl_ctx *ctx, tgl_program *prog, bool inplace);
+/* plan.c: marks the instructions whose output shapes the frame may cache
+ * (tgl_instr.shape_stable).  Out of memory, it marks none. */
+void tgl_plan_shapes(tgl_program *prog);
+/* cvm.c: starts a new shape epoch when the input and shared slots' shapes
+ * differ from the last call's (or always, with force). */
+void tgl_cvm_guard_shapes(tgl_frame *fr, bool force);
 
 /* call.c: a new frame for prog (constants bound), and its end. */
 tgl_status tgl_frame_new(tgl_ctx *ctx, const tgl_program *prog, tgl_frame **out);

@@ -863,6 +863,10 @@ static tgl_status scan_exec(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins, t
         return st;
     tgl_frame *sub = *subp;
     sub->once_done = false; /* the non-sequences may have changed */
+    /* Every step of this run sees the same inner shapes (slices of the
+     * same sequences, entries of the same buffers): the inner frame's
+     * shape cache, filled at the first step, serves the others. */
+    tgl_cvm_guard_shapes(sub, true);
     const tgl_program *ip = sub->prog;
 
     run_state rs = {0};

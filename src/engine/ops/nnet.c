@@ -24,6 +24,7 @@
 
 #include <inttypes.h>
 #include <math.h>
+#include "engine/ops/vexp.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,22 +87,19 @@ static void rows_next(rows_iter *it)
     }
 }
 
-/* x - m, taking entries equal to m (also an infinite m) as 0. */
-static inline double shifted(double v, double m)
-{
-    return v == m ? 0.0 : v - m;
-}
 
-/* One row of len elements (x at stride xs, out at stride os).  e is
- * scratch for len doubles holding exp(x - m) (softmax) or x - m
- * (log_softmax), so each exponential is computed once, in double. */
-#define SOFTMAX_ROW(T)                                                                 \
+/* One row of len elements (x at stride xs, out at stride os; out may be
+ * x).  Exponentials in the row's own precision (expf for float32: within
+ * an ulp, and several times faster than exp in double), their sum in
+ * double; out holds exp(x - m) (softmax) or x - m (log_softmax) until the
+ * last pass normalises it, so each exponential is computed once. */
+#define SOFTMAX_ROW(T, EXP, LOG)                                                       \
     static void softmax_row_##T(bool logsm, int64_t len, const T *x, int64_t xs, T *out, \
-                                int64_t os, double *e)                                 \
+                                int64_t os)                                            \
     {                                                                                  \
-        double m = -INFINITY;                                                          \
+        T m = -INFINITY;                                                               \
         for (int64_t k = 0; k < len; k++) {                                            \
-            double v = x[k * xs];                                                      \
+            T v = x[k * xs];                                                           \
             if (v > m || v != v)                                                       \
                 m = v;                                                                 \
             if (m != m)                                                                \
@@ -109,17 +107,43 @@ static inline double shifted(double v, double m)
         }                                                                              \
         double sum = 0;                                                                \
         for (int64_t k = 0; k < len; k++) {                                            \
-            double d = shifted(x[k * xs], m), ed = exp(d);                             \
-            e[k] = logsm ? d : ed;                                                     \
+            T v = x[k * xs], d = v == m ? (T)0 : v - m, ed = EXP(d);                   \
+            out[k * os] = logsm ? d : ed;                                              \
             sum += ed;                                                                 \
         }                                                                              \
-        double ls = logsm ? log(sum) : 0;                                              \
-        for (int64_t k = 0; k < len; k++)                                              \
-            out[k * os] = (T)(logsm ? e[k] - ls : e[k] / sum);                         \
+        if (logsm) {                                                                   \
+            T ls = (T)LOG(sum);                                                        \
+            for (int64_t k = 0; k < len; k++)                                          \
+                out[k * os] -= ls;                                                     \
+        } else {                                                                       \
+            T inv = (T)(1.0 / sum);                                                    \
+            for (int64_t k = 0; k < len; k++)                                          \
+                out[k * os] *= inv;                                                    \
+        }                                                                              \
     }
 
-SOFTMAX_ROW(float)
-SOFTMAX_ROW(double)
+SOFTMAX_ROW(float, expf, log)
+SOFTMAX_ROW(double, exp, log)
+
+/* A contiguous float32 row: vectorised exponentials (vexp.c). */
+static void softmax_row_float_contig(bool logsm, int64_t len, const float *x, float *out)
+{
+    float m = tgl_vmax_f32(x, len);
+    if (m != m) {
+        for (int64_t k = 0; k < len; k++)
+            out[k] = m;
+        return;
+    }
+    if (logsm) {
+        float ls = (float)log(tgl_vexp_sum_f32(x, m, len));
+        for (int64_t k = 0; k < len; k++)
+            out[k] = (x[k] == m ? 0.0f : x[k] - m) - ls;
+    } else {
+        float inv = (float)(1.0 / tgl_vexp_shifted_f32(x, m, out, len));
+        for (int64_t k = 0; k < len; k++)
+            out[k] *= inv;
+    }
+}
 
 static tgl_status softmax_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
                                  tgl_array *out)
@@ -129,9 +153,6 @@ static tgl_status softmax_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *con
     int64_t len = x->shape[axis];
     if (out->size == 0)
         return TGL_OK;
-    double *e = malloc((size_t)len * sizeof *e);
-    if (!e)
-        return tgl_op_error(ctx, n, in, TGL_ENOMEM, "out of memory");
     bool logsm = n->op == TGL_OP_LOG_SOFTMAX;
     rows_iter it;
     rows_init(&it, x, out, axis);
@@ -142,14 +163,16 @@ static tgl_status softmax_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *con
             st = tgl_op_error(ctx, n, in, TGL_EINTERRUPT, "interrupted");
             break;
         }
-        if (x->dtype_id == TGL_FLOAT32)
+        if (x->dtype_id == TGL_FLOAT32 && xs == 1 && os == 1)
+            softmax_row_float_contig(logsm, len, (const float *)x->data + it.off0,
+                                     (float *)out->data + it.off1);
+        else if (x->dtype_id == TGL_FLOAT32)
             softmax_row_float(logsm, len, (const float *)x->data + it.off0, xs,
-                              (float *)out->data + it.off1, os, e);
+                              (float *)out->data + it.off1, os);
         else
             softmax_row_double(logsm, len, (const double *)x->data + it.off0, xs,
-                               (double *)out->data + it.off1, os, e);
+                               (double *)out->data + it.off1, os);
     }
-    free(e);
     return st;
 }
 
@@ -290,6 +313,27 @@ static tgl_status xent_shape(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *
     return TGL_OK;
 }
 
+/* One row's loss: max + log(sum(exp(x - max))) - x[label]; exponentials
+ * in the row's precision, sums in double. */
+#define XENT_ROW(T, EXP)                                                                     \
+    static double xent_row_##T(const T *x, int64_t cs, int64_t cols, int64_t label)          \
+    {                                                                                        \
+        T m = -INFINITY;                                                                     \
+        for (int64_t j = 0; j < cols; j++) {                                                 \
+            T v = x[j * cs];                                                                 \
+            if (v > m || v != v)                                                             \
+                m = v;                                                                       \
+        }                                                                                    \
+        double sum = 0;                                                                      \
+        for (int64_t j = 0; j < cols; j++) {                                                 \
+            T v = x[j * cs];                                                                 \
+            sum += v == m ? 1.0 : (double)EXP(v - m);                                        \
+        }                                                                                    \
+        return (double)m + log(sum) - (double)x[(label - 1) * cs];                           \
+    }
+XENT_ROW(float, expf)
+XENT_ROW(double, exp)
+
 static tgl_status xent_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
                               tgl_array *out)
 {
@@ -301,50 +345,164 @@ static tgl_status xent_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *const 
             return tgl_op_error(ctx, n, in, TGL_EINVAL,
                                 "label %" PRId64 " at position %" PRId64 " is not in 1..%" PRId64,
                                 label, i + 1, cols);
-        const char *row = (const char *)x->data;
         int64_t base = i * x->strides[0], cs = x->strides[1];
-        double m = -INFINITY, sum = 0;
-        for (int64_t j = 0; j < cols; j++) {
-            double v = tgl_load_as_double(x->dtype_id, row, base + j * cs);
-            if (v > m || v != v)
-                m = v;
+        double loss;
+        if (x->dtype_id == TGL_FLOAT32 && cs == 1) {
+            const float *r = (const float *)x->data + base;
+            float m = tgl_vmax_f32(r, cols);
+            loss = m != m ? m : (double)m + log(tgl_vexp_sum_f32(r, m, cols)) - r[label - 1];
+        } else if (x->dtype_id == TGL_FLOAT32) {
+            loss = xent_row_float((const float *)x->data + base, cs, cols, label);
+        } else {
+            loss = xent_row_double((const double *)x->data + base, cs, cols, label);
         }
-        for (int64_t j = 0; j < cols; j++)
-            sum += exp(tgl_load_as_double(x->dtype_id, row, base + j * cs) - m);
-        double picked = tgl_load_as_double(x->dtype_id, row, base + (label - 1) * cs);
-        tgl_store_from_double(out->dtype_id, out->data, i, m + log(sum) - picked);
+        tgl_store_from_double(out->dtype_id, out->data, i, loss);
     }
     return TGL_OK;
 }
 
 /* d loss[i] / d x[i] = softmax(x[i]) - onehot(label_i): finite for any
- * logits.  Built as softmax(x) with 1 taken off at (i, label_i). */
+ * logits; scaled by the loss's gradient, one op (softmax_crossentropy_dx). */
 static tgl_status xent_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *g, tgl_node **gin)
 {
-    tgl_node *x = n->in[0], *y = n->in[1];
-    int dt = x->type.dtype;
-    tgl_params ap = {0};
-    ap.n = 1;
-    ap.i[0] = 1;
-    tgl_node *sm = tgl_mk(ctx, TGL_OP_SOFTMAX, 1, &x, &ap);
-    ap.i[0] = 0;
-    tgl_node *nrows = tgl_mk(ctx, TGL_OP_AXES_SIZE, 1, &x, &ap);
-    tgl_params rp = {0};
-    rp.n = 1;
-    rp.i[0] = TGL_INT64;
-    tgl_node *one = tgl_mk_scalar(ctx, TGL_INT64, 1);
-    tgl_node *ain[3] = {one, nrows, one};
-    tgl_node *rows = tgl_mk(ctx, TGL_OP_ARANGE, 3, ain, &rp);
-    tgl_params ip = {0};
-    ip.n = 2;
-    ip.i[0] = ip.i[1] = 1;
-    tgl_node *iin[4] = {sm, tgl_mk_scalar(ctx, dt, -1.0), rows, y};
-    tgl_node *d = tgl_mk(ctx, TGL_OP_ADV_INC_SUBTENSOR, 4, iin, &ip);
-    int64_t col[2] = {0, -1};
-    gin[0] = tgl_mk2(ctx, TGL_OP_MUL, d, tgl_mk_dimshuffle(ctx, g, 2, col));
+    tgl_node *din[3] = {g, n->in[0], n->in[1]};
+    gin[0] = tgl_mk(ctx, TGL_OP_SOFTMAX_XENT_DX, 3, din, NULL);
     gin[1] = NULL;
     return TGL_OK;
 }
+
+/* ---- softmax_crossentropy_dx --------------------------------------- */
+
+/* dx[i] = dy[i] (softmax(x[i]) - onehot(labels[i])): softmax_crossentropy's
+ * gradient times the loss's, in one pass per row (max, exp, scale, minus
+ * dy at the label), where it used to be softmax, arange, adv_inc_subtensor,
+ * a dimshuffle and a product.  Inputs: dy (rows), x (rows, classes),
+ * labels (rows, 1-based). */
+static tgl_status xent_dx_infer(tgl_ctx *ctx, tgl_node *n)
+{
+    tgl_type dy = n->in[0]->type, x = n->in[1]->type, y = n->in[2]->type;
+    TGL_CHECK(x.ndim == 2 && tgl_dtype_is_float(x.dtype), TGL_EDTYPE,
+              "needs a float matrix of logits");
+    TGL_CHECK(dy.ndim == 1 && dy.dtype == x.dtype, TGL_EDTYPE,
+              "needs a vector dy of the logits' dtype (%s), got %s %d-d",
+              tgl_dtype_name(x.dtype), tgl_dtype_name(dy.dtype), dy.ndim);
+    TGL_CHECK(y.ndim == 1 && (y.dtype == TGL_INT32 || y.dtype == TGL_INT64), TGL_EDTYPE,
+              "needs an int32 or int64 vector of labels");
+    TGL_CHECK(n->p.n == 0, TGL_EINVAL, "takes no parameters");
+    /* a row axis broadcasts only when every input's does */
+    uint32_t rows = x.bcast & dy.bcast & y.bcast & 1u;
+    n->type = tgl_type_make(x.dtype, 2, rows | (x.bcast & 2u));
+    return TGL_OK;
+}
+
+static tgl_status xent_dx_shape(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
+                                int64_t *shape)
+{
+    int64_t r = in[1]->shape[0];
+    if (in[0]->shape[0] != r || in[2]->shape[0] != r)
+        return tgl_op_error(ctx, n, in, TGL_ESHAPE,
+                            "%" PRId64 " values of dy and %" PRId64 " labels for %" PRId64
+                            " rows", in[0]->shape[0], in[2]->shape[0], r);
+    shape[0] = r;
+    shape[1] = in[1]->shape[1];
+    return TGL_OK;
+}
+
+/* One row: o[j] = dy (e^(x[j] - max) / sum) - dy [j == label]; o may be x
+ * (in place: each element is read before it is written). */
+#define XENT_DX_ROW(T, EXP)                                                                  \
+    static void xent_dx_row_##T(const T *x, int64_t xs, T *o, int64_t os, int64_t cols,     \
+                                double dy, int64_t label)                                   \
+    {                                                                                        \
+        T m = -INFINITY;                                                                     \
+        for (int64_t j = 0; j < cols; j++) {                                                 \
+            T v = x[j * xs];                                                                 \
+            if (v > m || v != v)                                                             \
+                m = v;                                                                       \
+        }                                                                                    \
+        double sum = 0;                                                                      \
+        for (int64_t j = 0; j < cols; j++) {                                                 \
+            T v = x[j * xs], e = v == m ? (T)1 : EXP(v - m);                                 \
+            o[j * os] = e;                                                                   \
+            sum += e;                                                                        \
+        }                                                                                    \
+        T scale = (T)(dy / sum);                                                             \
+        for (int64_t j = 0; j < cols; j++)                                                   \
+            o[j * os] *= scale;                                                              \
+        o[(label - 1) * os] -= (T)dy;                                                        \
+    }
+XENT_DX_ROW(float, expf)
+XENT_DX_ROW(double, exp)
+
+static tgl_status xent_dx_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
+                                 tgl_array *out)
+{
+    const tgl_array *dy = in[0], *x = in[1], *y = in[2];
+    int64_t rows = x->shape[0], cols = x->shape[1];
+    for (int64_t i = 0; i < rows; i++) {
+        int64_t label = (int64_t)tgl_load_as_double(y->dtype_id, y->data, i * y->strides[0]);
+        if (label < 1 || label > cols)
+            return tgl_op_error(ctx, n, in, TGL_EINVAL,
+                                "label %" PRId64 " at position %" PRId64 " is not in 1..%" PRId64,
+                                label, i + 1, cols);
+        double d = tgl_load_as_double(dy->dtype_id, dy->data, i * dy->strides[0]);
+        if (x->dtype_id == TGL_FLOAT32 && x->strides[1] == 1 && out->strides[1] == 1) {
+            const float *r = (const float *)x->data + i * x->strides[0];
+            float *o = (float *)out->data + i * out->strides[0];
+            float m = tgl_vmax_f32(r, cols);
+            if (m != m) {
+                for (int64_t j = 0; j < cols; j++)
+                    o[j] = m;
+                continue;
+            }
+            float scale = (float)(d / tgl_vexp_shifted_f32(r, m, o, cols));
+            for (int64_t j = 0; j < cols; j++)
+                o[j] *= scale;
+            o[label - 1] -= (float)d;
+        } else if (x->dtype_id == TGL_FLOAT32)
+            xent_dx_row_float((const float *)x->data + i * x->strides[0], x->strides[1],
+                              (float *)out->data + i * out->strides[0], out->strides[1], cols, d,
+                              label);
+        else
+            xent_dx_row_double((const double *)x->data + i * x->strides[0], x->strides[1],
+                               (double *)out->data + i * out->strides[0], out->strides[1], cols,
+                               d, label);
+    }
+    return TGL_OK;
+}
+
+/* Second derivatives.  With s = softmax(x[i]) and D = s - onehot(label):
+ * d<g, dx>/d dy[i] = <g[i], D[i]>, and d<g, dx>/dx[i] is softmax's
+ * pullback of dy[i] g[i]: s (dy g - <s, dy g>). */
+static tgl_status xent_dx_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *g, tgl_node **gin)
+{
+    tgl_node *dy = n->in[0], *x = n->in[1], *y = n->in[2];
+    int64_t axis = 1, col[2] = {0, -1};
+    tgl_node *ones = tgl_mk_fill_like(ctx, dy, dy->type.dtype, 1.0);
+    tgl_node *din[3] = {ones, x, y};
+    tgl_node *D = tgl_mk(ctx, TGL_OP_SOFTMAX_XENT_DX, 3, din, NULL);
+    gin[0] = tgl_mk_sum(ctx, tgl_mk2(ctx, TGL_OP_MUL, g, D), 1, &axis, false);
+    tgl_params ap = {0};
+    ap.n = 1;
+    ap.i[0] = 1;
+    tgl_node *s = tgl_mk(ctx, TGL_OP_SOFTMAX, 1, &x, &ap);
+    tgl_node *h = tgl_mk2(ctx, TGL_OP_MUL, g, tgl_mk_dimshuffle(ctx, dy, 2, col));
+    tgl_node *sh = tgl_mk_sum(ctx, tgl_mk2(ctx, TGL_OP_MUL, s, h), 1, &axis, true);
+    gin[1] = tgl_mk2(ctx, TGL_OP_MUL, s, tgl_mk2(ctx, TGL_OP_SUB, h, sh));
+    gin[2] = NULL;
+    return TGL_OK;
+}
+
+const tgl_opimpl tgl_impl_softmax_xent_dx = {
+    .family = TGL_FAM_NNET,
+    .nin_min = 3,
+    .nin_max = 3,
+    .infer = xent_dx_infer,
+    .shape = xent_dx_shape,
+    .kernel = xent_dx_kernel,
+    .grad = xent_dx_grad,
+    .inplace = tgl_inplace_same_type,
+};
 
 const tgl_opimpl tgl_impl_softmax_xent = {
     .family = TGL_FAM_NNET,

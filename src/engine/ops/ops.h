@@ -114,6 +114,8 @@
     _(ONE_HOT, "one_hot", one_hot, "y[..., k] = (labels == k), k = 1..p.i[0]")     \
     _(SOFTMAX_XENT, "softmax_crossentropy", softmax_xent,                      \
       "y[i] = -log softmax(x[i])[labels[i]] (1-based labels), stable")         \
+    _(SOFTMAX_XENT_DX, "softmax_crossentropy_dx", softmax_xent_dx,             \
+      "dx[i] = dy[i] (softmax(x[i]) - onehot(labels[i])): the gradient above") \
     _(CLASS_XENT, "class_xent", class_xent,                                    \
       "y[t] = -log P(cls[t] | h[t]) - log P(tgt[t] | cls[t], h[t]), class-factored") \
     _(CLASS_XENT_DELTA, "class_xent_delta", class_xent_delta,                  \

@@ -350,8 +350,25 @@ static tgl_status fill_like_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *c
     unsigned char elem[8];
     tgl_store_from_double(out->dtype_id, elem, 0, n->p.f[0]);
     unsigned char *p = out->data; /* freshly allocated: contiguous */
-    for (int64_t i = 0; i < out->size; i++)
-        memcpy(p + (size_t)i * es, elem, es);
+    /* Typed stores the compiler turns into vector ones (a gradient's
+     * zeros are most of what this makes: one memset). */
+    static const unsigned char zero[8];
+    if (memcmp(elem, zero, es) == 0) {
+        memset(p, 0, (size_t)out->size * es);
+    } else if (es == 4) {
+        uint32_t v;
+        memcpy(&v, elem, 4);
+        for (int64_t i = 0; i < out->size; i++)
+            ((uint32_t *)p)[i] = v;
+    } else if (es == 8) {
+        uint64_t v;
+        memcpy(&v, elem, 8);
+        for (int64_t i = 0; i < out->size; i++)
+            ((uint64_t *)p)[i] = v;
+    } else {
+        for (int64_t i = 0; i < out->size; i++)
+            memcpy(p + (size_t)i * es, elem, es);
+    }
     return TGL_OK;
 }
 

@@ -9,6 +9,10 @@
  *                (each also makes gemv for matrix.vector and vector.matrix)
  *   ger_add      A + s x y'                         -> ger(A, x, y; s)
  *   ger_sub      A - s x y'                         -> ger(A, x, y; -s)
+ *   sparse_add   c + s inc(zeros_like(c), v, idx)   -> inc(c, s v, idx)
+ *   sparse_sub   c - s inc(zeros_like(c), v, idx)   -> inc(c, -s v, idx)
+ *                (inc: inc_subtensor or adv_inc_subtensor; a row lookup's
+ *                gradient in an SGD update touches only the rows used)
  *
  * A product used by more than one node is left alone (folding it into
  * each user would compute it twice).  The SGD update W - lr * (x'.d)
@@ -183,11 +187,59 @@ static tgl_node *ger_acc(tgl_rewriter *rw, tgl_node *n)
     return NULL;
 }
 
+/* c + s inc(zeros_like(c), v, idx) and c - s inc(...): the gradient of a
+ * row lookup (an embedding, Wx[x]) added to c touches only the indexed
+ * entries, so it becomes inc(c, s v, idx) (inc: inc_subtensor or
+ * adv_inc_subtensor, adding, not setting; repeated indices still add up).
+ * An SGD update of the lookup's matrix then runs in place on the shared
+ * variable's buffer (plan.c's deferred update), where it was a zero-fill
+ * of the whole matrix, a scatter into it and a pass over all of c. */
+static tgl_node *sparse_acc(tgl_rewriter *rw, tgl_node *n)
+{
+    for (int k = 0; k < 2; k++) {
+        tgl_node *t = n->in[k], *c = n->in[1 - k];
+        double s = 1;
+        if (is_op(t, TGL_OP_MUL) && single_use(rw, t)) {
+            int j = tgl_scalar_const(t->in[0], &s) ? 0 : tgl_scalar_const(t->in[1], &s) ? 1 : -1;
+            if (j < 0)
+                continue;
+            t = t->in[1 - j];
+        }
+        if ((!is_op(t, TGL_OP_ADV_INC_SUBTENSOR) && !is_op(t, TGL_OP_INC_SUBTENSOR)) ||
+            (t->p.flags & TGL_INC_SET) || !single_use(rw, t) || t->nin > 16)
+            continue;
+        tgl_node *z = t->in[0];
+        if (!is_op(z, TGL_OP_FILL_LIKE) || z->p.f[0] != 0 || z->in[0] != c ||
+            !tgl_same_type(z, c) || !tgl_same_type(c, n) || !tgl_same_type(t, n))
+            continue;
+        if (n->op == TGL_OP_SUB) {
+            if (k == 0)
+                continue; /* s inc(...) - c: not an update of c */
+            s = -s;
+        }
+        tgl_ctx *ctx = rw->ctx;
+        tgl_node *v = t->in[1];
+        if (s != 1)
+            v = tgl_mk2(ctx, TGL_OP_MUL, tgl_mk_scalar(ctx, v->type.dtype, s), v);
+        tgl_node *ins[16];
+        ins[0] = c;
+        ins[1] = v;
+        for (int i = 2; i < t->nin; i++)
+            ins[i] = t->in[i];
+        return tgl_if_same_type(n, tgl_mk(ctx, t->op, t->nin, ins, &t->p));
+    }
+    return NULL;
+}
+
 const tgl_rule tgl_rules_specialize[] = {
     {"ger_add", TGL_OP_ADD, ger_acc, "A + s x y' -> ger(A, x, y; s)"},
     {"ger_sub", TGL_OP_SUB, ger_acc, "A - s x y' -> ger(A, x, y; -s)"},
     {"gemm_add", TGL_OP_ADD, gemm_acc, "c + s a.b -> gemm(a, b, c; s, 1) (also gemv)"},
     {"gemm_sub", TGL_OP_SUB, gemm_acc, "c - s a.b -> gemm(a, b, c; -s, 1) (also gemv)"},
     {"gemm_scale", TGL_OP_MUL, gemm_scale, "s * a.b -> gemm(a, b; s) (also gemv)"},
+    {"sparse_add", TGL_OP_ADD, sparse_acc,
+     "c + s inc_subtensor(zeros_like(c), v, idx) -> inc_subtensor(c, s v, idx) (also adv_)"},
+    {"sparse_sub", TGL_OP_SUB, sparse_acc,
+     "c - s inc_subtensor(zeros_like(c), v, idx) -> inc_subtensor(c, -s v, idx) (also adv_)"},
 };
 const int tgl_nrules_specialize = sizeof tgl_rules_specialize / sizeof tgl_rules_specialize[0];

@@ -14,6 +14,7 @@
  *   log_gather       log(softmax(x)[idx])   -> log_softmax(x)[idx]
  *   logsumexp        log(sum(exp(x)))       -> m + log(sum(exp(x - m))), m = max(x)
  *   softmax_xent     log_softmax(x)[rows, labels] -> -softmax_crossentropy(x, labels)
+ *                    (rows: arange over x's rows, or the constants 1..k: x's first k)
  *                    (rows = 1..#rows: categorical_crossentropy on integer labels;
  *                    one fused op whose gradient, softmax - onehot, is finite)
  */
@@ -160,6 +161,21 @@ static bool all_rows(const tgl_node *rows, const tgl_node *x)
     return z == x || ((is_op(z, TGL_OP_SOFTMAX) || is_op(z, TGL_OP_LOG_SOFTMAX)) && z->in[0] == x);
 }
 
+/* The length n of rows when it is a constant integer vector 1, 2, ..., n
+ * (what tgl.arange(T) with a number T folds into), else -1. */
+static int64_t first_rows(const tgl_node *rows)
+{
+    if (rows->kind != TGL_NODE_CONSTANT || rows->type.ndim != 1 ||
+        (rows->value->dtype_id != TGL_INT32 && rows->value->dtype_id != TGL_INT64) ||
+        rows->value->size < 1)
+        return -1;
+    const tgl_array *a = rows->value; /* constants are contiguous copies */
+    for (int64_t i = 0; i < a->size; i++)
+        if (tgl_load_as_double(a->dtype_id, a->data, i) != (double)(i + 1))
+            return -1;
+    return a->size;
+}
+
 static tgl_node *softmax_xent(tgl_rewriter *rw, tgl_node *n)
 {
     tgl_node *ls = n->in[0];
@@ -167,9 +183,24 @@ static tgl_node *softmax_xent(tgl_rewriter *rw, tgl_node *n)
         !is_op(ls, TGL_OP_LOG_SOFTMAX) || ls->p.i[0] != 1 || ls->type.ndim != 2)
         return NULL;
     tgl_node *x = ls->in[0], *labels = n->in[2];
-    if (!all_rows(n->in[1], x) || labels->type.ndim != 1)
+    if (labels->type.ndim != 1)
         return NULL;
     tgl_ctx *ctx = rw->ctx;
+    if (!all_rows(n->in[1], x)) {
+        /* Rows 1..k given as constants: the first k rows of x, whose
+         * count the op checks against the labels' (x with fewer rows
+         * than k fails there instead of in the indexing). */
+        int64_t k = first_rows(n->in[1]);
+        if (k < 0)
+            return NULL;
+        tgl_params sp = {0};
+        sp.n = 4;
+        sp.i[0] = TGL_IDX_SLICE;
+        sp.i[1] = 0;
+        sp.i[2] = k;
+        sp.i[3] = 1;
+        x = tgl_mk(ctx, TGL_OP_SUBTENSOR, 1, &x, &sp);
+    }
     return tgl_if_same_type(n, tgl_mk1(ctx, TGL_OP_NEG,
                                        tgl_mk2(ctx, TGL_OP_SOFTMAX_XENT, x, labels)));
 }

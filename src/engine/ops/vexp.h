@@ -1,0 +1,20 @@
+/*
+ * vexp.h — vectorised float32 exponentials for the softmax family's rows
+ * (nnet.c): exp(x - m) over a contiguous row, with the row's sum.
+ */
+#ifndef TGL_OPS_VEXP_H
+#define TGL_OPS_VEXP_H
+
+#include <stdint.h>
+
+/* out[j] = exp(x[j] - m) for j < n (1 where x[j] == m, so an infinite max
+ * gives no NaN; NaN stays NaN); returns the sum of out[0..n) in double.
+ * out may be x.  Within 2 ulp of expf; results below 2^-126 are 0. */
+double tgl_vexp_shifted_f32(const float *x, float m, float *out, int64_t n);
+/* The same sum, storing nothing. */
+double tgl_vexp_sum_f32(const float *x, float m, int64_t n);
+
+/* The largest of x[0..n), NaN when any is NaN, -inf for n == 0. */
+float tgl_vmax_f32(const float *x, int64_t n);
+
+#endif /* TGL_OPS_VEXP_H */
