@@ -4,7 +4,8 @@
 # Idempotent; safe to run as root on a fresh Debian 12 machine.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config luajit libluajit-5.1-dev libopenblas-dev
-      lua-busted libedit-dev zlib1g-dev libssl-dev libtcc-dev tcc dataset-fashion-mnist)
+      lua-busted libedit-dev zlib1g-dev libssl-dev libtcc-dev tcc dataset-fashion-mnist
+      fortunes)
 # The suite adds NumPy (interop fixtures), cmocka (C unit tests), tmux (the
 # REPL on a terminal), gzip (IDX files), and strace (what the REPL opens).
 # Specs that need one fail without it in CI and under scripts/test.sh.

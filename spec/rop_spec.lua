@@ -14,7 +14,8 @@
 -- and no exemption fails 'every op of the catalog has a Rop case', so a
 -- new op cannot land without its Rop being checked.  Exempt: the internal
 -- ops (output, fused: built by the engine, not by users; scan: its own
--- tests below, which also cover output).  Ops whose output is integer or
+-- tests below, which also cover output; class_xent_delta: built only by
+-- class_xent's pullback).  Ops whose output is integer or
 -- boolean (comparisons, argmax, one_hot's labels, shape, axes_size,
 -- arange...) have two kinds of case: one where the integer output feeds a
 -- float computation (so finite differences check that no tangent leaks
@@ -470,6 +471,16 @@ case('softmax_crossentropy_dx', 'the gradient of mean(categorical_crossentropy(s
 case('softmax_crossentropy', 'categorical_crossentropy(softmax(x), y), rewritten',
      ins(n_({ 4, 3 }), const_(INT({ 2, 1, 3, 3 }))),
      function(x, y) return tgl.optimize(tgl.mean(tgl.categorical_crossentropy(tgl.softmax(x), y))) end)
+-- class_xent (tgl.lm): rows h (3,4), classes Wc (3,4), gathered word rows
+-- Ws (5,4) of which rows 1-2 belong to row 1, 3 to row 2, 4-5 to row 3
+case('class_xent', 'h, Wc, Ws; three rows, five word rows',
+     ins(n_({ 3, 4 }), n_({ 3, 4 }), n_({ 5, 4 }), const_(INT({ 1, 3, 2 })), const_(INT({ 2, 3, 5 })),
+         const_(INT({ 1, 1, 2, 3, 3 }))),
+     function(h, wc, ws, c, t, o) return raw('class_xent', { h, wc, ws, c, t, o }) end)
+case('class_xent', 'one row (batch 1), word rows out of order',
+     ins(n_({ 1, 4 }), n_({ 2, 4 }), n_({ 3, 4 }), const_(INT({ 2 })), const_(INT({ 1 })),
+         const_(INT({ 1, 1, 1 }))),
+     function(h, wc, ws, c, t, o) return raw('class_xent', { h, wc, ws, c, t, o }) end)
 
 -- control
 for _, c in ipairs({ 1, 0 }) do
@@ -489,6 +500,9 @@ local INTERNAL = {
   output = 'multi-output nodes: covered by the scan tests (scan results are outputs)',
   fused = 'built by the fuse stage from elementwise chains, not from Lua',
   scan = 'covered by "Rop through scan" below',
+  class_xent_delta = "built only by class_xent's pullback, which Rop transposes (the class_xent "
+    .. 'cases above); it has no pullback itself (second derivatives of class_xent are not '
+    .. 'implemented, a clear error: spec/lm_spec.lua)',
 }
 
 -- ---------------------------------------------------------------------------

@@ -116,6 +116,10 @@
       "y[i] = -log softmax(x[i])[labels[i]] (1-based labels), stable")         \
     _(SOFTMAX_XENT_DX, "softmax_crossentropy_dx", softmax_xent_dx,             \
       "dx[i] = dy[i] (softmax(x[i]) - onehot(labels[i])): the gradient above") \
+    _(CLASS_XENT, "class_xent", class_xent,                                    \
+      "y[t] = -log P(cls[t] | h[t]) - log P(tgt[t] | cls[t], h[t]), class-factored") \
+    _(CLASS_XENT_DELTA, "class_xent_delta", class_xent_delta,                  \
+      "y = class_xent's pullback pieces: class deltas (p.i[0] 0); h's word part, word rows (1)") \
     /* control */                                                               \
     _(IFELSE, "ifelse", ifelse, "y = c ? a : b, computing only the branch taken")      \
     /* loops (src/scan): the layout and the body are the payload */            \

@@ -432,6 +432,19 @@ static tgl_status same_shape(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *
     return TGL_OK;
 }
 
+/* out is x itself: the plan runs the update in place (x's buffer taken
+ * over, or a shared variable's deferred update), so there is nothing to
+ * copy. */
+static bool same_buffer(const tgl_array *out, const tgl_array *x)
+{
+    if (out->data != x->data || out->ndim != x->ndim)
+        return false;
+    for (int d = 0; d < x->ndim; d++)
+        if (out->shape[d] > 1 && out->strides[d] != x->strides[d])
+            return false;
+    return true;
+}
+
 static tgl_status inc_subtensor_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
                                        tgl_array *out)
 {
@@ -444,7 +457,7 @@ static tgl_status inc_subtensor_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_arra
         st = as_dtype(ctx, in[1], out->dtype_id, &v);
     if (!st)
         st = broadcast_v(ctx, n, in, v, n->in[1]->type, r.ndim, r.shape, "x[idx]", vs);
-    if (!st)
+    if (!st && !same_buffer(out, in[0]))
         st = tgl_array_assign(ctx, out, in[0]);
     if (!st && !block_apply(ctx, out->dtype_id, !(n->p.flags & TGL_INC_SET), r.ndim, r.shape,
                             at(out->data, r.offset, es), r.strides, v->data, vs, &rows))
@@ -738,7 +751,7 @@ static tgl_status adv_inc_subtensor_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_
         st = broadcast_v(ctx, n, in, v, n->in[1]->type, pl.rnd, pl.rshape, "x[indices]", vs);
     if (!st)
         st = adv_positions(ctx, n, in, 2, &pl, out->strides);
-    if (!st)
+    if (!st && !same_buffer(out, in[0]))
         st = tgl_array_assign(ctx, out, in[0]);
     if (!st)
         st = adv_walk(ctx, n, in, &pl, out->dtype_id, false, !(n->p.flags & TGL_INC_SET), out,
@@ -835,6 +848,13 @@ static tgl_status update_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *g, tgl_node *
 
 /* ---- the implementations ------------------------------------------- */
 
+/* x[idx] += v may run in x's buffer (x of the output's type): a row update
+ * of a large matrix then costs the rows, not a copy of the matrix. */
+static int inc_inplace(const tgl_node *n)
+{
+    return tgl_type_eq(n->in[0]->type, n->type) ? 0 : -1;
+}
+
 /* nin_max -1: the bound inputs (basic) or index arrays (advanced) that
  * the parameters call for; each infer function checks their number. */
 const tgl_opimpl tgl_impl_subtensor = {
@@ -845,7 +865,7 @@ const tgl_opimpl tgl_impl_subtensor = {
 const tgl_opimpl tgl_impl_inc_subtensor = {
     .family = TGL_FAM_SUBTENSOR, .nin_min = 2, .nin_max = -1,
     .infer = basic_infer, .shape = same_shape, .kernel = inc_subtensor_kernel,
-    .grad = update_grad,
+    .grad = update_grad, .inplace = inc_inplace,
 };
 
 const tgl_opimpl tgl_impl_adv_subtensor = {
@@ -857,5 +877,5 @@ const tgl_opimpl tgl_impl_adv_subtensor = {
 const tgl_opimpl tgl_impl_adv_inc_subtensor = {
     .family = TGL_FAM_SUBTENSOR, .nin_min = 3, .nin_max = -1,
     .infer = adv_infer, .shape = same_shape, .kernel = adv_inc_subtensor_kernel,
-    .grad = update_grad,
+    .grad = update_grad, .inplace = inc_inplace,
 };

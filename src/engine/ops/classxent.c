@@ -1,0 +1,399 @@
+/*
+ * classxent.c — the class-factored softmax crossentropy of an RNN language
+ * model (Goodman's classes as RNNLM uses them), as one fused op, and the
+ * helper op its pullback is built from.
+ *
+ * class_xent(h, Wc, Ws, cls, tgt, owner) -> loss (T)
+ *   h     (T, H)  hidden states, one row per predicted word
+ *   Wc    (C, H)  class weights: class logits of row t are Wc . h[t]
+ *   Ws    (K, H)  the word-weight rows the T predictions need, gathered by
+ *                 the caller (Ws = Ww[rows]): only these rows are touched,
+ *                 so the graph's update of Ww is an inc_subtensor on them
+ *   cls   (T)     1-based class of each target word
+ *   tgt   (T)     1-based row of Ws holding each target word
+ *   owner (K)     1-based row of h that row j of Ws belongs to: row t's
+ *                 word softmax runs over { j : owner[j] == t }, its class
+ *   loss[t] = -log softmax(Wc h[t])[cls[t]] - log softmax_{owner j = t}(Ws[j] . h[t])[tgt[t]]
+ * Both softmaxes subtract their maximum, in double.
+ *
+ * class_xent_delta(h, Wc, Ws, cls, tgt, owner), p.i[0] = part: the pieces
+ * of the pullback, each for an output gradient of 1 on every row (the
+ * pullback scales them by the real one), with D the word deltas
+ * softmax over t's rows - onehot(tgt[t]):
+ *   part 0: (T, C)      softmax(Wc h[t]) - onehot(cls[t])   (d loss[t] / d class logits)
+ *   part 1: (T + K, H)  rows 1..T: sum over t's rows j of D[j] Ws[j]
+ *                       (the word part of d loss[t] / d h[t]); rows T+1..T+K:
+ *                       D[j] h[owner[j]] (d loss / d Ws[j])
+ * Part 1 visits only the K gathered rows, once.  The pullback
+ * finishes with ordinary ops (gemm with Wc and h for the class part, a
+ * row-wise product with the output gradient), so Rop gets the pushforward
+ * from the transposed pullback, which only needs the derivative in the
+ * output gradient.  The delta itself has no pullback (second derivatives
+ * of class_xent are not implemented: asking for one is a clear error).
+ */
+#include "engine/ops/ops.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+
+static bool is_int_vec(tgl_type t)
+{
+    return t.ndim == 1 && (t.dtype == TGL_INT32 || t.dtype == TGL_INT64);
+}
+
+static tgl_status cx_check(tgl_ctx *ctx, tgl_node *n)
+{
+    tgl_type h = n->in[0]->type, wc = n->in[1]->type, ws = n->in[2]->type;
+    TGL_CHECK(h.ndim == 2 && tgl_dtype_is_float(h.dtype), TGL_EDTYPE,
+              "h must be a float matrix (rows, hidden), got a %d-d %s", h.ndim,
+              tgl_dtype_name(h.dtype));
+    TGL_CHECK(wc.ndim == 2 && wc.dtype == h.dtype, TGL_EDTYPE,
+              "the class weights must be a %s matrix (classes, hidden)", tgl_dtype_name(h.dtype));
+    TGL_CHECK(ws.ndim == 2 && ws.dtype == h.dtype, TGL_EDTYPE,
+              "the word rows must be a %s matrix (rows, hidden)", tgl_dtype_name(h.dtype));
+    static const char *const what[3] = {"classes", "targets", "owners"};
+    for (int k = 0; k < 3; k++)
+        TGL_CHECK(is_int_vec(n->in[3 + k]->type), TGL_EDTYPE,
+                  "the %s (input %d) must be an int32 or int64 vector", what[k], 4 + k);
+    return TGL_OK;
+}
+
+static tgl_status cx_infer(tgl_ctx *ctx, tgl_node *n)
+{
+    tgl_status st = cx_check(ctx, n);
+    if (st)
+        return st;
+    TGL_CHECK(n->p.n == 0, TGL_EINVAL, "takes no parameters");
+    n->type = tgl_type_make(n->in[0]->type.dtype, 1, 0);
+    return TGL_OK;
+}
+
+static tgl_status delta_infer(tgl_ctx *ctx, tgl_node *n)
+{
+    tgl_status st = cx_check(ctx, n);
+    if (st)
+        return st;
+    TGL_CHECK(n->p.n == 1 && (n->p.i[0] == 0 || n->p.i[0] == 1), TGL_EINVAL,
+              "takes one parameter, the part (0: classes, 1: hidden and word rows)");
+    n->type = tgl_type_make(n->in[0]->type.dtype, 2, 0);
+    return TGL_OK;
+}
+
+/* Shapes agree: h (T,H), Wc (C,H), Ws (K,H), cls and tgt (T), owner (K). */
+static tgl_status cx_shapes(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in)
+{
+    int64_t T = in[0]->shape[0], H = in[0]->shape[1];
+    if (in[1]->shape[1] != H || in[2]->shape[1] != H)
+        return tgl_op_error(ctx, n, in, TGL_ESHAPE,
+                            "h has %" PRId64 " columns but the class weights %" PRId64
+                            " and the word rows %" PRId64,
+                            H, in[1]->shape[1], in[2]->shape[1]);
+    if (in[3]->shape[0] != T || in[4]->shape[0] != T)
+        return tgl_op_error(ctx, n, in, TGL_ESHAPE,
+                            "%" PRId64 " classes and %" PRId64 " targets for %" PRId64 " rows",
+                            in[3]->shape[0], in[4]->shape[0], T);
+    if (in[5]->shape[0] != in[2]->shape[0])
+        return tgl_op_error(ctx, n, in, TGL_ESHAPE, "%" PRId64 " owners for %" PRId64 " word rows",
+                            in[5]->shape[0], in[2]->shape[0]);
+    if (in[1]->shape[0] < 1)
+        return tgl_op_error(ctx, n, in, TGL_ESHAPE, "needs at least one class");
+    return TGL_OK;
+}
+
+static tgl_status cx_shape(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in, int64_t *shape)
+{
+    tgl_status st = cx_shapes(ctx, n, in);
+    shape[0] = in[0]->shape[0];
+    return st;
+}
+
+static tgl_status delta_shape(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
+                              int64_t *shape)
+{
+    tgl_status st = cx_shapes(ctx, n, in);
+    shape[0] = in[0]->shape[0] + (n->p.i[0] == 1 ? in[2]->shape[0] : 0);
+    shape[1] = n->p.i[0] == 0 ? in[1]->shape[0] : in[0]->shape[1];
+    return st;
+}
+
+static int64_t ld_int(const tgl_array *a, int64_t i)
+{
+    int64_t off = i * a->strides[0];
+    return a->dtype_id == TGL_INT32 ? ((const int32_t *)a->data)[off]
+                                    : ((const int64_t *)a->data)[off];
+}
+
+/* The validated integer inputs, 0-based, and each row's word rows listed
+ * together: rows of t are list[first[t] .. first[t+1]-1]. */
+typedef struct cx_index {
+    int64_t T, C, K;
+    int64_t *cls, *tgt, *first, *list;
+} cx_index;
+
+static void cx_index_free(cx_index *ix)
+{
+    free(ix->cls);
+    ix->cls = ix->tgt = ix->first = ix->list = NULL;
+}
+
+static tgl_status cx_index_build(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
+                                 cx_index *ix)
+{
+    int64_t T = in[0]->shape[0], C = in[1]->shape[0], K = in[2]->shape[0];
+    ix->T = T, ix->C = C, ix->K = K;
+    ix->cls = malloc(sizeof(int64_t) * (size_t)(3 * T + 1 + K + 1));
+    if (!ix->cls)
+        return tgl_op_error(ctx, n, in, TGL_ENOMEM, "out of memory");
+    ix->tgt = ix->cls + T;
+    ix->first = ix->tgt + T;
+    ix->list = ix->first + T + 1;
+    for (int64_t t = 0; t <= T; t++)
+        ix->first[t] = 0;
+    for (int64_t j = 0; j < K; j++) {
+        int64_t o = ld_int(in[5], j);
+        if (o < 1 || o > T) {
+            cx_index_free(ix);
+            return tgl_op_error(ctx, n, in, TGL_EINVAL,
+                                "owner %" PRId64 " of word row %" PRId64 " is not in 1..%" PRId64,
+                                o, j + 1, T);
+        }
+        ix->first[o]++;
+    }
+    for (int64_t t = 0; t < T; t++)
+        ix->first[t + 1] += ix->first[t];
+    /* first[t] is now where row t's list starts; cur[t] walks it (in
+     * the cls slots, filled below). */
+    int64_t *cur = ix->cls;
+    for (int64_t t = 0; t < T; t++)
+        cur[t] = ix->first[t];
+    for (int64_t j = 0; j < K; j++)
+        ix->list[cur[ld_int(in[5], j) - 1]++] = j;
+    for (int64_t t = 0; t < T; t++) {
+        int64_t c = ld_int(in[3], t), w = ld_int(in[4], t);
+        if (c < 1 || c > C || w < 1 || w > K || ld_int(in[5], w - 1) != t + 1) {
+            cx_index_free(ix);
+            if (c < 1 || c > C)
+                return tgl_op_error(ctx, n, in, TGL_EINVAL,
+                                    "class %" PRId64 " of row %" PRId64 " is not in 1..%" PRId64,
+                                    c, t + 1, C);
+            if (w < 1 || w > K)
+                return tgl_op_error(ctx, n, in, TGL_EINVAL,
+                                    "target %" PRId64 " of row %" PRId64 " is not in 1..%" PRId64,
+                                    w, t + 1, K);
+            return tgl_op_error(ctx, n, in, TGL_EINVAL,
+                                "target %" PRId64 " of row %" PRId64
+                                " is a word row owned by row %" PRId64 ", not by row %" PRId64,
+                                w, t + 1, ld_int(in[5], w - 1), t + 1);
+        }
+        ix->cls[t] = c - 1;
+        ix->tgt[t] = w - 1;
+    }
+    return TGL_OK;
+}
+
+/* mode 0: loss into out; 1: class deltas; 2: hidden (word part) and word
+ * rows (the parts 0 and 1 of class_xent_delta, plus one).
+ * z is scratch for max(C, K) doubles. */
+#define CX_KERNEL(T_)                                                                   \
+    static double dot_##T_(const T_ *a, int64_t as, const T_ *b, int64_t bs, int64_t n) \
+    {                                                                                   \
+        double s = 0;                                                                   \
+        if (as == 1 && bs == 1) {                                                       \
+            /* eight partial sums: the compiler vectorises them */                      \
+            T_ acc[8] = {0};                                                            \
+            int64_t k = 0;                                                              \
+            for (; k + 8 <= n; k += 8)                                                  \
+                for (int l = 0; l < 8; l++)                                             \
+                    acc[l] += a[k + l] * b[k + l];                                      \
+            for (; k < n; k++)                                                          \
+                acc[0] += a[k] * b[k];                                                  \
+            return ((double)acc[0] + acc[1] + acc[2] + acc[3]) +                        \
+                   ((double)acc[4] + acc[5] + acc[6] + acc[7]);                         \
+        }                                                                               \
+        for (int64_t k = 0; k < n; k++)                                                 \
+            s += (double)a[k * as] * b[k * bs];                                         \
+        return s;                                                                       \
+    }                                                                                   \
+    static void run_##T_(int mode, const cx_index *ix, tgl_array *const *in, tgl_array *out, \
+                         double *z)                                                     \
+    {                                                                                   \
+        const tgl_array *h = in[0], *wc = in[1], *ws = in[2];                           \
+        int64_t H = h->shape[1];                                                        \
+        const T_ *hd = h->data, *wcd = wc->data, *wsd = ws->data;                       \
+        T_ *o = out->data;                                                              \
+        if (mode == 2)                                                                  \
+            for (int64_t j = 0; j < (ix->T + ix->K) * H; j++)                           \
+                o[j] = 0;                                                               \
+        for (int64_t t = 0; t < ix->T; t++) {                                           \
+            const T_ *ht = hd + t * h->strides[0];                                      \
+            double loss = 0;                                                            \
+            if (mode <= 1) {                                                            \
+                double m = -INFINITY, s = 0;                                            \
+                for (int64_t c = 0; c < ix->C; c++) {                                   \
+                    z[c] = dot_##T_(wcd + c * wc->strides[0], wc->strides[1], ht,       \
+                                    h->strides[1], H);                                  \
+                    if (z[c] > m || z[c] != z[c])                                       \
+                        m = z[c];                                                       \
+                }                                                                       \
+                double zc = z[ix->cls[t]];                                              \
+                for (int64_t c = 0; c < ix->C; c++)                                     \
+                    s += z[c] = exp(z[c] - m);                                          \
+                if (mode == 0)                                                          \
+                    loss += m + log(s) - zc;                                            \
+                else                                                                    \
+                    for (int64_t c = 0; c < ix->C; c++)                                 \
+                        o[t * ix->C + c] =                                              \
+                            (T_)(z[c] / s - (c == ix->cls[t] ? 1.0 : 0.0));             \
+            }                                                                           \
+            if (mode != 1) {                                                            \
+                const int64_t *rows = ix->list + ix->first[t];                          \
+                int64_t nr = ix->first[t + 1] - ix->first[t];                           \
+                double m = -INFINITY, s = 0, zt = 0;                                    \
+                for (int64_t r = 0; r < nr; r++) {                                      \
+                    z[r] = dot_##T_(wsd + rows[r] * ws->strides[0], ws->strides[1], ht, \
+                                    h->strides[1], H);                                  \
+                    if (z[r] > m || z[r] != z[r])                                       \
+                        m = z[r];                                                       \
+                    if (rows[r] == ix->tgt[t])                                          \
+                        zt = z[r];                                                      \
+                }                                                                       \
+                for (int64_t r = 0; r < nr; r++)                                        \
+                    s += z[r] = exp(z[r] - m);                                          \
+                if (mode == 0)                                                          \
+                    loss += m + log(s) - zt;                                            \
+                if (mode == 2) {                                                        \
+                    T_ *ot = o + t * H;                                                 \
+                    int64_t wk = ws->strides[1], hk = h->strides[1];                    \
+                    for (int64_t r = 0; r < nr; r++) {                                  \
+                        T_ d = (T_)(z[r] / s - (rows[r] == ix->tgt[t]));                \
+                        const T_ *w = wsd + rows[r] * ws->strides[0];                   \
+                        T_ *orow = o + (ix->T + rows[r]) * H;                           \
+                        for (int64_t k = 0; k < H; k++) {                               \
+                            ot[k] += d * w[k * wk];                                     \
+                            orow[k] += d * ht[k * hk];                                  \
+                        }                                                               \
+                    }                                                                   \
+                }                                                                       \
+            }                                                                           \
+            if (mode == 0)                                                              \
+                o[t] = (T_)loss;                                                        \
+        }                                                                               \
+    }
+
+CX_KERNEL(float)
+CX_KERNEL(double)
+
+static tgl_status cx_run(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in, tgl_array *out,
+                         int mode)
+{
+    cx_index ix;
+    tgl_status st = cx_index_build(ctx, n, in, &ix);
+    if (st)
+        return st;
+    int64_t zn = ix.C > ix.K ? ix.C : ix.K;
+    double *z = malloc(sizeof *z * (size_t)(zn + 1));
+    if (!z) {
+        cx_index_free(&ix);
+        return tgl_op_error(ctx, n, in, TGL_ENOMEM, "out of memory");
+    }
+    if (in[0]->dtype_id == TGL_FLOAT32)
+        run_float(mode, &ix, in, out, z);
+    else
+        run_double(mode, &ix, in, out, z);
+    free(z);
+    cx_index_free(&ix);
+    return TGL_OK;
+}
+
+static tgl_status cx_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in, tgl_array *out)
+{
+    return cx_run(ctx, n, in, out, 0);
+}
+
+static tgl_status delta_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
+                               tgl_array *out)
+{
+    return cx_run(ctx, n, in, out, 1 + (int)n->p.i[0]);
+}
+
+static tgl_node *mk_dot(tgl_ctx *ctx, tgl_node *a, tgl_node *b)
+{
+    return tgl_mk2(ctx, TGL_OP_DOT, a, b);
+}
+
+static tgl_node *transposed(tgl_ctx *ctx, tgl_node *x)
+{
+    int64_t order[2] = {1, 0};
+    return tgl_mk_dimshuffle(ctx, x, 2, order);
+}
+
+/* With the output gradient g (one value per row):
+ *   gh  = (part0 * g) . Wc + part1 * g      (row-wise)
+ *   gWc = (part0 * g)' . h
+ *   gWs = part2 * g[owner]                  (only the K gathered rows) */
+static tgl_status cx_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *g, tgl_node **gin)
+{
+    tgl_node *h = n->in[0], *wc = n->in[1], *owner = n->in[5];
+    for (int i = 0; i < n->nin; i++)
+        gin[i] = NULL;
+    tgl_node *part[2];
+    for (int k = 0; k < 2; k++) {
+        tgl_params p = {0};
+        p.n = 1;
+        p.i[0] = k;
+        part[k] = tgl_mk(ctx, TGL_OP_CLASS_XENT_DELTA, n->nin, n->in, &p);
+    }
+    int64_t col[2] = {0, -1};
+    tgl_node *gcol = tgl_mk_dimshuffle(ctx, g, 2, col);
+    tgl_node *dc = tgl_mk2(ctx, TGL_OP_MUL, part[0], gcol);
+    tgl_params ip = {0};
+    ip.n = 1;
+    ip.i[0] = 1;
+    tgl_node *gin_[2] = {g, owner};
+    tgl_node *g_own = tgl_mk_dimshuffle(ctx, tgl_mk(ctx, TGL_OP_ADV_SUBTENSOR, 2, gin_, &ip), 2, col);
+    /* part 1's first T rows and the rest */
+    tgl_params ap = {0};
+    ap.n = 1;
+    tgl_node *nrows = tgl_mk(ctx, TGL_OP_AXES_SIZE, 1, &h, &ap);
+    tgl_params sp = {0};
+    sp.n = 4;
+    sp.i[0] = TGL_IDX_SLICE | TGL_IDX_NO_START | TGL_IDX_STOP_INPUT;
+    sp.i[3] = 1;
+    tgl_node *sin[2] = {part[1], nrows};
+    tgl_node *hw = tgl_mk(ctx, TGL_OP_SUBTENSOR, 2, sin, &sp);
+    sp.i[0] = TGL_IDX_SLICE | TGL_IDX_START_INPUT | TGL_IDX_NO_STOP;
+    tgl_node *wsg = tgl_mk(ctx, TGL_OP_SUBTENSOR, 2, sin, &sp);
+    gin[0] = tgl_mk2(ctx, TGL_OP_ADD, mk_dot(ctx, dc, wc), tgl_mk2(ctx, TGL_OP_MUL, hw, gcol));
+    gin[1] = mk_dot(ctx, transposed(ctx, dc), h);
+    gin[2] = tgl_mk2(ctx, TGL_OP_MUL, wsg, g_own);
+    return TGL_OK;
+}
+
+static tgl_status delta_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *g, tgl_node **gin)
+{
+    (void)g, (void)gin;
+    return tgl_ctx_set_error(ctx, TGL_EINVAL,
+                             "%s: second derivatives of class_xent are not implemented",
+                             tgl_op_name(n->op));
+}
+
+const tgl_opimpl tgl_impl_class_xent = {
+    .family = TGL_FAM_NNET,
+    .nin_min = 6,
+    .nin_max = 6,
+    .infer = cx_infer,
+    .shape = cx_shape,
+    .kernel = cx_kernel,
+    .grad = cx_grad,
+};
+
+const tgl_opimpl tgl_impl_class_xent_delta = {
+    .family = TGL_FAM_NNET,
+    .nin_min = 6,
+    .nin_max = 6,
+    .infer = delta_infer,
+    .shape = delta_shape,
+    .kernel = delta_kernel,
+    .grad = delta_grad,
+};
