@@ -92,8 +92,6 @@ static tgl_array *from_pool(tgl_frame *fr, int dtype, int ndim, const int64_t *s
     return a;
 }
 
-/* More buffers of one size class than a program has slots is never needed. */
-#define TGL_POOL_KEEP 64
 
 void tgl_frame_recycle(tgl_frame *fr, tgl_array *a)
 {
@@ -104,10 +102,11 @@ void tgl_frame_recycle(tgl_frame *fr, tgl_array *a)
     if (a->refcount == 1 && a->storage && a->storage->refcount == 1 &&
         a->device == TGL_DEVICE_CPU && a->data == a->storage->base && a->storage->nbytes > 0) {
         tgl_pool_class *pc = &fr->pool[size_class(a->storage->nbytes)];
-        /* A class holds at most TGL_POOL_KEEP buffers: an op that allocates
-         * its own buffers each call (a scan's outputs) would otherwise grow
-         * the pool by one every call. */
-        if (pc->n >= TGL_POOL_KEEP) {
+        /* A class holds at most as many buffers as the program can use at
+         * once (its intermediates and outputs): an op that allocates its own
+         * buffers each call (a scan's outputs) would otherwise grow the pool
+         * by one every call. */
+        if (pc->n > fr->prog->ntemp + fr->prog->nout) {
             tgl_array_release(a);
             return;
         }
