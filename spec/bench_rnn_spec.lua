@@ -6,18 +6,9 @@
 -- the loss check (down, agreement), the profile table, the chart.  No
 -- timing is checked: nothing here depends on the load.
 local BIN = os.getenv('TGL_BIN') or 'build/tgl'
-local base = os.getenv('TGL_TEST_TMP')
-if not base then base = os.tmpname(); os.remove(base) end      -- tmpname makes a file
-local tmpdir = base .. '/bench_rnn_spec'
-os.execute("rm -rf '" .. tmpdir .. "'; mkdir -p '" .. tmpdir .. "'")
-
-local function sh(cmd)
-  local p = assert(io.popen(cmd .. ' 2>&1; echo "exit status $?"'))
-  local out = p:read('*a')
-  p:close()
-  local code = tonumber(out:match('exit status (%d+)%s*$'))
-  return out:gsub('exit status %d+%s*$', ''), code
-end
+local S = dofile('spec/support.lua')
+local tmpdir = S.tmpdir('bench_rnn_spec')
+local sh = S.sh
 local function fields(line)
   local f = {}
   for v in (line .. ','):gmatch('([^,]*),') do f[#f + 1] = v end

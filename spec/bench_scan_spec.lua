@@ -5,18 +5,9 @@
 -- columns; every examples/*scan*/rnn/lstm script runs and passes its own
 -- checks, and examples/hf_rnn_addition.lua runs on a short budget.  No timing is checked: nothing here depends on the load.
 local BIN = os.getenv('TGL_BIN') or 'build/tgl'
-local base = os.getenv('TGL_TEST_TMP')
-if not base then base = os.tmpname(); os.remove(base) end      -- tmpname makes a file
-local tmpdir = base .. '/bench_scan_spec'
-os.execute("rm -rf '" .. tmpdir .. "'; mkdir -p '" .. tmpdir .. "'")
-
-local function sh(cmd)
-  local p = assert(io.popen(cmd .. ' 2>&1; echo "exit status $?"'))
-  local out = p:read('*a')
-  p:close()
-  local code = tonumber(out:match('exit status (%d+)%s*$'))
-  return out:gsub('exit status %d+%s*$', ''), code
-end
+local S = dofile('spec/support.lua')
+local tmpdir = S.tmpdir('bench_scan_spec')
+local sh = S.sh
 
 local HEADER = 'system,variant,case,threads,unit,median,min,max,spread_pct,repeats,values,loss_before,loss_after,note'
 

@@ -41,6 +41,25 @@ function M.run_process(chunk)
   return out, err, code
 end
 
+-- A fresh scratch directory for spec `name` under TGL_TEST_TMP (ctest
+-- sets it), else under the system's temporary directory.
+function M.tmpdir(name)
+  local base = os.getenv('TGL_TEST_TMP')
+  if not base then base = os.tmpname(); os.remove(base) end      -- tmpname makes a file
+  local dir = base .. '/' .. name
+  os.execute("rm -rf '" .. dir .. "'; mkdir -p '" .. dir .. "'")
+  return dir
+end
+
+-- Runs a shell command; returns its output (stdout and stderr) and exit status.
+function M.sh(cmd)
+  local p = assert(io.popen(cmd .. ' 2>&1; echo "exit status $?"'))
+  local out = p:read('*a')
+  p:close()
+  local code = tonumber(out:match('exit status (%d+)%s*$'))
+  return out:gsub('exit status %d+%s*$', ''), code
+end
+
 -- Elementwise |want - got| <= atol + rtol * |want| (defaults 1e-9, 1e-12),
 -- naming the first element that is not; want may be a number or a Lua
 -- table (made float64 arrays).  Raises at the caller's level.

@@ -315,15 +315,25 @@ static tgl_status xent_shape(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *
 
 /* One row's loss: max + log(sum(exp(x - max))) - x[label]; exponentials
  * in the row's precision, sums in double. */
-#define XENT_ROW(T, EXP)                                                                     \
-    static double xent_row_##T(const T *x, int64_t cs, int64_t cols, int64_t label)          \
+/* The largest of n elements at stride s (NaN wins). */
+#define ROW_MAX(T)                                                                           \
+    static T row_max_##T(const T *x, int64_t s, int64_t n)                                   \
     {                                                                                        \
         T m = -INFINITY;                                                                     \
-        for (int64_t j = 0; j < cols; j++) {                                                 \
-            T v = x[j * cs];                                                                 \
+        for (int64_t j = 0; j < n; j++) {                                                    \
+            T v = x[j * s];                                                                  \
             if (v > m || v != v)                                                             \
                 m = v;                                                                       \
         }                                                                                    \
+        return m;                                                                            \
+    }
+ROW_MAX(float)
+ROW_MAX(double)
+
+#define XENT_ROW(T, EXP)                                                                     \
+    static double xent_row_##T(const T *x, int64_t cs, int64_t cols, int64_t label)          \
+    {                                                                                        \
+        T m = row_max_##T(x, cs, cols);                                                      \
         double sum = 0;                                                                      \
         for (int64_t j = 0; j < cols; j++) {                                                 \
             T v = x[j * cs];                                                                 \
@@ -414,12 +424,7 @@ static tgl_status xent_dx_shape(tgl_ctx *ctx, const tgl_node *n, tgl_array *cons
     static void xent_dx_row_##T(const T *x, int64_t xs, T *o, int64_t os, int64_t cols,     \
                                 double dy, int64_t label)                                   \
     {                                                                                        \
-        T m = -INFINITY;                                                                     \
-        for (int64_t j = 0; j < cols; j++) {                                                 \
-            T v = x[j * xs];                                                                 \
-            if (v > m || v != v)                                                             \
-                m = v;                                                                       \
-        }                                                                                    \
+        T m = row_max_##T(x, xs, cols);                                                      \
         double sum = 0;                                                                      \
         for (int64_t j = 0; j < cols; j++) {                                                 \
             T v = x[j * xs], e = v == m ? (T)1 : EXP(v - m);                                 \
