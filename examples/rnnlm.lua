@@ -109,6 +109,12 @@ if opt.bptt < 0 or opt.bptt % 1 ~= 0 then error('rnnlm: -bptt must be an integer
 local DT = opt.double and 'float64' or 'float32'
 tgl.config.floatX = DT
 tgl.config.threads = opt.threads
+-- Collect as fast as garbage is made: every block makes a few small Lua
+-- objects and arrays, and with LuaJIT's default pause (wait until the heap
+-- doubles) they pile up epoch after epoch and are freed cold (measured on
+-- 200k Zipf words: 53.7k -> 37.6k words/s over 4 epochs and 108 -> 187 MB;
+-- with pause 100, 54.2k -> 51.4k and 105 MB).
+collectgarbage('setpause', 100)
 tgl.manual_seed(opt['rand-seed'])
 
 -- ---------------------------------------------------------------------------
