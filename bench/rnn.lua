@@ -112,12 +112,7 @@ if opts.make_data then
   return
 end
 
-tgl.config.compile = 'sync'         -- kernels compiled before the first call
-tgl.config.threads = opts.threads
-local blas_threads = os.getenv('OPENBLAS_NUM_THREADS')
-if blas_threads and tonumber(blas_threads) ~= opts.threads then
-  io.stderr:write(('warning: OPENBLAS_NUM_THREADS=%s but --threads %d\n'):format(blas_threads, opts.threads))
-end
+peer.setup_tgl(opts.threads)         -- kernels compiled before the first call
 
 local function say(...) if not opts.csv then print(...) end end
 local function emit(s) print(s); io.stdout:flush() end

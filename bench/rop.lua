@@ -75,12 +75,7 @@ for _, f in ipairs({ 'data.npz', 'init_mlp3.npz', 'rop_v.npz' }) do
   end
 end
 
-tgl.config.compile = 'sync'         -- kernels compiled before the first call
-tgl.config.threads = opts.threads
-local blas_threads = os.getenv('OPENBLAS_NUM_THREADS')
-if blas_threads and tonumber(blas_threads) ~= opts.threads then
-  io.stderr:write(('warning: OPENBLAS_NUM_THREADS=%s but --threads %d\n'):format(blas_threads, opts.threads))
-end
+peer.setup_tgl(opts.threads)         -- kernels compiled before the first call
 
 local D = tgl.load(opts.data .. '/data.npz')
 local xa = D.X[{ { 1, BATCH } }]:clone()

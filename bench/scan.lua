@@ -119,12 +119,7 @@ if opts.make_data then
   return
 end
 
-tgl.config.compile = 'sync'         -- kernels compiled before the first call
-tgl.config.threads = opts.threads
-local blas_threads = os.getenv('OPENBLAS_NUM_THREADS')
-if blas_threads and tonumber(blas_threads) ~= opts.threads then
-  io.stderr:write(('warning: OPENBLAS_NUM_THREADS=%s but --threads %d\n'):format(blas_threads, opts.threads))
-end
+peer.setup_tgl(opts.threads)         -- kernels compiled before the first call
 
 local rows = {}
 local function report(variant, case, unit, s, extra)

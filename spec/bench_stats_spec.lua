@@ -8,8 +8,7 @@ package.path = 'bench/lib/?.lua;' .. package.path
 local stats = require 'stats'
 local common = require 'mlp_common'
 
-local tmpdir = (os.getenv('TGL_TEST_TMP') or os.tmpname()) .. '/bench_stats_spec'
-os.execute("rm -rf '" .. tmpdir .. "'; mkdir -p '" .. tmpdir .. "'")
+local tmpdir = dofile('spec/support.lua').tmpdir('bench_stats_spec')
 
 describe('bench stats', function()
   it('takes the median of an odd and an even number of values, and the spread in % of it', function()

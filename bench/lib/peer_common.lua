@@ -67,4 +67,17 @@ function M.write_meta(w, meta)
   w('')
 end
 
+-- tgl's settings for a benchmark process: kernels compiled before the
+-- first call, `threads` threads, and a warning when OpenBLAS's variable
+-- says otherwise (bench/run sets both).
+function M.setup_tgl(threads, who)
+  tgl.config.compile = 'sync'
+  tgl.config.threads = threads
+  local blas_threads = os.getenv('OPENBLAS_NUM_THREADS')
+  if blas_threads and tonumber(blas_threads) ~= threads then
+    io.stderr:write(('%swarning: OPENBLAS_NUM_THREADS=%s but --threads %d\n'):format(
+      who and who .. ': ' or '', blas_threads, threads))
+  end
+end
+
 return M

@@ -75,6 +75,15 @@ def setup_threads(n):
             print(f'warning: {k}={os.environ[k]} but --threads {n}', file=sys.stderr)
 
 
+def jax_cpu_env(threads):
+    """Sets JAX's environment before jax is imported: the CPU platform and,
+    for one thread, XLA's own pool switched off."""
+    os.environ.setdefault('JAX_PLATFORMS', 'cpu')
+    if threads == 1:
+        os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') + ' --xla_cpu_multi_thread_eigen=false '
+                                   'intra_op_parallelism_threads=1').strip()
+
+
 def load_data(data_dir):
     import numpy as np
     d = np.load(os.path.join(data_dir, 'data.npz'))

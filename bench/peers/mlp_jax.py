@@ -22,11 +22,7 @@ _jax = None
 def _import(threads):
     global _jax
     if _jax is None:
-        os.environ.setdefault('JAX_PLATFORMS', 'cpu')
-        if threads == 1:
-            flags = os.environ.get('XLA_FLAGS', '')
-            os.environ['XLA_FLAGS'] = (flags + ' --xla_cpu_multi_thread_eigen=false '
-                                       'intra_op_parallelism_threads=1').strip()
+        common.jax_cpu_env(threads)
         import jax
         _jax = jax
     return _jax

@@ -19,7 +19,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import REPEATS, MIN_TIME, median, setup_threads  # noqa: E402,F401
+from common import REPEATS, MIN_TIME, jax_cpu_env, median, setup_threads  # noqa: E402,F401
 from scan_common import measure  # noqa: E402,F401
 
 SIZES = [784, 1000, 1000, 1000, 10]

@@ -19,10 +19,7 @@ def main():
     args = rc.parse_args()
     system = args.system or 'jax'
     rc.setup_threads(args.threads)
-    os.environ.setdefault('JAX_PLATFORMS', 'cpu')
-    if args.threads == 1:
-        os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') + ' --xla_cpu_multi_thread_eigen=false '
-                                   'intra_op_parallelism_threads=1').strip()
+    rc.jax_cpu_env(args.threads)
     import jax
     import jax.numpy as jnp
     x_np, y_np, p_np, v_np = rc.load(args.data)

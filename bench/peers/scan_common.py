@@ -22,7 +22,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import REPEATS, MIN_TIME, median, setup_threads  # noqa: E402,F401
+from common import REPEATS, MIN_TIME, jax_cpu_env, median, setup_threads  # noqa: E402,F401
 
 N_OVERHEAD = 1000000
 T, N_IN, N_H, N_OUT = 100, 100, 100, 10

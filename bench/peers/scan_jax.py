@@ -23,10 +23,7 @@ def main():
     args = sc.parse_args()
     system = args.system or 'jax'
     sc.setup_threads(args.threads)
-    os.environ.setdefault('JAX_PLATFORMS', 'cpu')
-    if args.threads == 1:
-        os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') + ' --xla_cpu_multi_thread_eigen=false '
-                                   'intra_op_parallelism_threads=1').strip()
+    sc.jax_cpu_env(args.threads)
     import warnings
     warnings.filterwarnings('ignore', message='.*donated buffers.*')
     import jax
