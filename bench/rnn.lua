@@ -1,4 +1,4 @@
--- bench/rnn.lua — the recurrent-network benchmark of the 2010 Theano paper,
+-- bench/rnn.lua — the recurrent-network benchmark of the 2012 Theano paper,
 -- in tgl: an Elman network trained with full backpropagation through time.
 --
 -- The work, per cell (hidden size H × input/output size V), the same for

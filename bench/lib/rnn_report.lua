@@ -84,7 +84,7 @@ local function best_peer(rs)
   return bp
 end
 
-w('# Elman RNN benchmark (the 2010 Theano paper\'s grid)')
+w('# Elman RNN benchmark (the 2012 Theano paper\'s grid)')
 w('')
 w('Made by `bench/run rnn` (bench/lib/rnn_run.sh, bench/rnn.lua, bench/peers/rnn_*.py). ',
   'Each figure: ', peer.describe(meta), '; time steps per second (higher is better).')

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/lib/rnn_run.sh — `bench/run rnn`: the Elman RNN grid of the 2010
+# bench/lib/rnn_run.sh — `bench/run rnn`: the Elman RNN grid of the 2012
 # Theano paper, bench/rnn.lua (tgl) and its peers (bench/peers/rnn_jax.py,
 # rnn_torch.py, rnn_pytensor.py), alternating; writes
 # <out>/rnn.{csv,md,svg,log}, rnn_meta.csv and rnn_profile.csv.
