@@ -124,6 +124,17 @@ function Function:profile_summary()
   return s
 end
 
+-- f:whole_step(): nil while the CVM runs the program; once a straight-line
+-- program has been called twice on the same shapes and bound to fixed
+-- buffers (doc/compile.md, "Whole-step plan"): { bytes = fixed buffers'
+-- size, fixed = instructions run as direct kernel calls, dynamic = the
+-- others }.
+function Function:whole_step()
+  local bytes, nf, nd = ffi.new('int64_t[1]'), ffi.new('int[1]'), ffi.new('int[1]')
+  if C.tgl_function_whole_step(self._fn, bytes, nf, nd) == 0 then return nil end
+  return { bytes = tonumber(bytes[0]), fixed = nf[0], dynamic = nd[0] }
+end
+
 -- The CVM program as text.
 function Function:program()
   local text = ffi.new('char *[1]')

@@ -19,13 +19,14 @@ local tgl = {}
 -- at once:
 --   exclude = {'rule', ...}  rewrite rules switched off (or TGL_EXCLUDE=a,b)
 --   threads, cc, cflags, cache_dir, compile ('tiered'|'sync'|'tcc'|'cc'),
---   cache_max_bytes, exit_wait
+--   cache_max_bytes, exit_wait, whole_step (true|false: bind straight-line
+--   programs to fixed buffers after two calls on the same shapes)
 local engine_keys = { exclude = true, threads = true, cc = true, cflags = true, cache_dir = true,
-                      compile = true, cache_max_bytes = true, exit_wait = true }
+                      compile = true, cache_max_bytes = true, exit_wait = true, whole_step = true }
 local config_values = { floatX = os.getenv('TGL_FLOATX') or 'float32' }
 -- Every setting, in the order tostring(tgl.config) shows them.
 local config_keys = { 'floatX', 'compile', 'threads', 'exclude', 'cc', 'cflags', 'cache_dir',
-                      'cache_max_bytes' }
+                      'cache_max_bytes', 'whole_step' }
 
 -- A setting's value as Lua source: strings quoted, lists in braces.
 local function config_literal(v)
@@ -59,6 +60,7 @@ tgl.config = setmetatable({}, {
         return list
       end
       if k == 'threads' or k == 'cache_max_bytes' or k == 'exit_wait' then return tonumber(v) end
+      if k == 'whole_step' then return v == 'on' end
       return v
     end
     return config_values[k]
@@ -80,6 +82,12 @@ tgl.config = setmetatable({}, {
           if not known[nm] then core.argerror('config', "exclude: unknown rewrite rule '%s' (see tgl.rules())", tostring(nm)) end
         end
         if type(v) == 'table' then v = table.concat(v, ',') end
+      end
+      if k == 'whole_step' then
+        if type(v) ~= 'boolean' then
+          core.argerror('config', 'whole_step must be true or false, got %s', tostring(v))
+        end
+        v = v and 'on' or 'off'
       end
       if v == nil then v = '' end
       core.check(C.tgl_config_set(core.ctx, k, tostring(v)), 'config')

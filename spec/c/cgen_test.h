@@ -256,7 +256,7 @@ static inline void run_prog(tgl_ctx *ctx, tgl_fprog *p, const char *mode, tgl_ar
             assert_ok(ctx, tgl_array_empty(ctx, p->out_type[k].dtype, p->ndim, space, &out[k]));
         }
     }
-    assert_ok(ctx, tgl_backend_launch(ctx, p, in, out));
+    assert_ok(ctx, tgl_backend_launch(ctx, p, in, out, NULL));
 }
 
 static inline void release_all(tgl_array **a, int n)

@@ -401,7 +401,7 @@ static void empty_spaces_and_empty_reductions(void **state)
         set(CTX, "compile", "tcc");
         assert_ok(CTX, tgl_backend_prepare(CTX, TGL_DEVICE_CPU, &b.p));
         assert_ok(CTX, tgl_array_empty(CTX, TGL_FLOAT64, 1, &shape[1], &out));
-        tgl_status st = tgl_backend_launch(CTX, &b.p, &x, &out);
+        tgl_status st = tgl_backend_launch(CTX, &b.p, &x, &out, NULL);
         if (op == TGL_OP_SUM) {
             assert_int_equal(st, TGL_OK);
             for (int i = 0; i < 5; i++)

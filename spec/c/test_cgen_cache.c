@@ -211,7 +211,7 @@ static void two_processes_compile_the_same_kernel(void **state)
         tgl_array_full(ctx, TGL_FLOAT64, 1, &n, -5.0, &in[1]);
         tgl_array_empty(ctx, TGL_FLOAT64, 1, &n, &out);
         /* max(2 * -5 + 7 - floor(2 / 2), -5) = -4 */
-        if (tgl_backend_launch(ctx, &b.p, in, &out) != TGL_OK ||
+        if (tgl_backend_launch(ctx, &b.p, in, &out, NULL) != TGL_OK ||
             ((double *)out->data)[3] != -4.0)
             _exit(4);
         _exit(0);
@@ -396,10 +396,10 @@ static void settings_and_interrupts_reach_the_backend(void **state)
     volatile int flag = 1;
     tgl_ctx_set_interrupt_flag(CTX, &flag);
     assert_true(o->interrupt == &flag);
-    assert_int_equal(tgl_backend_launch(CTX, &b.p, in, out), TGL_EINTERRUPT);
+    assert_int_equal(tgl_backend_launch(CTX, &b.p, in, out, NULL), TGL_EINTERRUPT);
     assert_string_equal(tgl_ctx_error(CTX), "interrupted");
     tgl_ctx_set_interrupt_flag(CTX, NULL);
-    assert_ok(CTX, tgl_backend_launch(CTX, &b.p, in, out));
+    assert_ok(CTX, tgl_backend_launch(CTX, &b.p, in, out, NULL));
     /* The kernel's head names the backend that made it. */
     assert_true(b.p.kernel->backend == &tgl_backend_cpu);
     assert_int_equal(b.p.kernel->tier, 1);

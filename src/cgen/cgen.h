@@ -47,13 +47,19 @@ void tgl_cgen_kernel_release(tgl_kernel_ref *k);
 /* Runs fn over the arrays: out[k] are allocated by the caller with the
  * output shapes (for a fused reduction, out[0] has the reduced shape);
  * in[k] have the space's ndim (broadcast axes of size 1).  Coalesces
- * axes, picks rows/columns per thread, and runs on o's threads. */
+ * axes, picks rows/columns per thread, and runs on o's threads.  cache
+ * (may be NULL) is the caller's launch cache: *cache NULL or a plan from
+ * an earlier launch of prog, reused when the operands' shapes and strides
+ * match it, else replaced (freed with tgl_cgen_launch_cache_free). */
 tgl_status tgl_cgen_launch(const tgl_backend_opts *o, const tgl_fprog *prog, tgl_kernel_fn fn,
-                           tgl_array *const *in, tgl_array *const *out, tgl_errbuf *err);
+                           tgl_array *const *in, tgl_array *const *out, void **cache,
+                           tgl_errbuf *err);
 /* tgl_cgen_launch with k's current code (TGL_EINTERNAL when it has none). */
 tgl_status tgl_cgen_kernel_launch(const tgl_backend_opts *o, const tgl_fprog *prog,
                                   tgl_kernel_ref *k, tgl_array *const *in,
-                                  tgl_array *const *out, tgl_errbuf *err);
+                                  tgl_array *const *out, void **cache, tgl_errbuf *err);
+/* Frees a launch cache (NULL is ignored). */
+void tgl_cgen_launch_cache_free(void *cache);
 
 /* Deletes every entry of the kernel cache (o->cache_dir, else
  * $TGL_CACHE_DIR, else ~/.cache/tgl). */

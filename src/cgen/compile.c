@@ -826,14 +826,14 @@ tgl_kernel_fn tgl_cgen_kernel_fn(const tgl_kernel_ref *ref)
 
 tgl_status tgl_cgen_kernel_launch(const tgl_backend_opts *o, const tgl_fprog *prog,
                                   tgl_kernel_ref *ref, tgl_array *const *in,
-                                  tgl_array *const *out, tgl_errbuf *err)
+                                  tgl_array *const *out, void **cache, tgl_errbuf *err)
 {
     /* Code, once there, is only ever swapped for other code. */
     tgl_kernel_fn fn = tgl_cgen_kernel_fn(ref);
     if (!fn)
         return tgl_errbuf_set(err, TGL_EINTERNAL,
                               "cgen: fused program %d has no kernel code to launch", prog->id);
-    return tgl_cgen_launch(o, prog, fn, in, out, err);
+    return tgl_cgen_launch(o, prog, fn, in, out, cache, err);
 }
 
 void tgl_cgen_kernel_wait(tgl_kernel_ref *ref)

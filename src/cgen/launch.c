@@ -19,6 +19,11 @@
  * reduction along its kept last axis needs nothing more; any other split
  * gives each task a private accumulator buffer, combined in task order (so
  * results do not depend on scheduling), when out[0] is small enough.
+ *
+ * A caller that launches the same program again and again on operands of
+ * the same layout (a frame's instruction) passes a launch cache: the
+ * checks, the geometry and the split are then made once per layout
+ * (struct lplan), and a launch only compares shapes and strides.
  */
 #include "cgen/cgint.h"
 #include "engine/ops/ops.h"
@@ -255,83 +260,206 @@ static int geometry(const tgl_fprog *p, tgl_array *const *in, tgl_array *const *
 
 /* ---- the launch ----------------------------------------------------------------- */
 
-tgl_status tgl_cgen_launch(const tgl_backend_opts *o, const tgl_fprog *prog, tgl_kernel_fn fn,
-                           tgl_array *const *in, tgl_array *const *out, tgl_errbuf *err)
+/* What a launch decides from the operands' shapes and strides alone (the
+ * geometry, the split, the accumulator layout), kept in the caller's
+ * launch cache (tgl_cgen_launch's `cache`) and reused while the operands'
+ * shapes, strides and the thread setting are the same: one allocation,
+ * the key's sizes and strides after the struct. */
+typedef struct lplan {
+    int nop, threads, nth;
+    int64_t total;
+    tgl_kargs base;        /* geometry; data pointers set per launch */
+    int64_t rows, len;
+    int ntasks;
+    bool by_cols, privat;
+    /* then: kb[nop] (strides), key: per operand ndim, shape, strides */
+} lplan;
+
+static tgl_kbuf *plan_kb(lplan *p) { return (tgl_kbuf *)(p + 1); }
+static int64_t *plan_key(lplan *p) { return (int64_t *)(plan_kb(p) + p->nop); }
+
+/* The key of the operands: per operand ndim, then sizes, then strides. */
+static size_t key_len(const tgl_fprog *prog, tgl_array *const *in, tgl_array *const *out)
 {
-    CHECK(o && prog && fn && (in || prog->nin == 0) && out, TGL_EINVAL,
-          "tgl_cgen_launch: NULL argument");
+    size_t n = 0;
+    for (int j = 0; j < prog->nin + prog->nout; j++) {
+        const tgl_array *a = j < prog->nin ? in[j] : out[j - prog->nin];
+        n += 1 + 2 * (size_t)(a ? a->ndim : 0);
+    }
+    return n;
+}
+
+static bool key_same(const int64_t *key, const tgl_fprog *prog, tgl_array *const *in,
+                     tgl_array *const *out)
+{
+    for (int j = 0; j < prog->nin + prog->nout; j++) {
+        const tgl_array *a = j < prog->nin ? in[j] : out[j - prog->nin];
+        if (!a || *key++ != a->ndim)
+            return false;
+        for (int d = 0; d < a->ndim; d++)
+            if (key[d] != a->shape[d] || key[a->ndim + d] != a->strides[d])
+                return false;
+        key += 2 * a->ndim;
+    }
+    return true;
+}
+
+static void key_put(int64_t *key, const tgl_fprog *prog, tgl_array *const *in,
+                    tgl_array *const *out)
+{
+    for (int j = 0; j < prog->nin + prog->nout; j++) {
+        const tgl_array *a = j < prog->nin ? in[j] : out[j - prog->nin];
+        *key++ = a->ndim;
+        memcpy(key, a->shape, sizeof *key * (size_t)a->ndim);
+        memcpy(key + a->ndim, a->strides, sizeof *key * (size_t)a->ndim);
+        key += 2 * a->ndim;
+    }
+}
+
+/* Computes the plan for these operands into p (kb: p's nop buffers). */
+static tgl_status make_plan(const tgl_backend_opts *o, const tgl_fprog *prog,
+                            tgl_array *const *in, tgl_array *const *out, lplan *p, tgl_kbuf *kb,
+                            tgl_errbuf *err)
+{
     int64_t space[TGL_MAX_DIMS];
     tgl_status st = check(prog, in, out, space, err);
     if (st)
         return st;
-    if (o->interrupt && *o->interrupt)
-        return tgl_errbuf_set(err, TGL_EINTERRUPT, "interrupted");
     int64_t total = 1;
     for (int d = 0; d < prog->ndim; d++)
         total *= space[d];
+    p->total = total;
+    p->threads = o->threads;
+    if (total == 0)
+        return TGL_OK;
+    bool red = prog->reduce_op >= 0;
+    int nop = prog->nin + prog->nout;
+    memset(kb, 0, sizeof *kb * (size_t)nop);
+    tgl_kargs *a = &p->base;
+    a->ndim = geometry(prog, in, out, space, kb, a->shape);
+    int L = a->ndim - 1;
+    a->unit = 1;
+    for (int j = 0; j < nop; j++)
+        a->unit &= kb[j].strides[L] == 0 || kb[j].strides[L] == 1;
+    p->len = a->shape[L];
+    p->rows = total / p->len;
+    a->row_begin = 0;
+    a->row_end = p->rows;
+    a->col_begin = 0;
+    a->col_end = p->len;
+    /* How to split. */
+    int nth = total < PARALLEL_MIN ? 1 : tgl_pool_size(o->threads);
+    p->nth = nth;
+    p->privat = p->by_cols = false;
+    p->ntasks = 1;
+    if (nth > 1) {
+        bool cols_ok = p->len >= (int64_t)nth * COLS_MIN;
+        bool kept_last = !red || kb[prog->nin].strides[L] != 0;
+        if (!red && p->rows >= nth) {
+            p->ntasks = nth;
+        } else if (kept_last && cols_ok) {
+            p->ntasks = nth; /* each column is its own output element(s) */
+            p->by_cols = true;
+        } else if (!red && p->rows > 1) {
+            p->ntasks = (int)p->rows; /* fewer rows than threads, short ones */
+        } else if (red && out[0]->size <= PRIVATE_MAX && (p->rows >= nth || cols_ok)) {
+            p->ntasks = nth;
+            p->by_cols = p->rows < nth;
+            p->privat = true;
+        }
+    }
+    return TGL_OK;
+}
+
+void tgl_cgen_launch_cache_free(void *cache)
+{
+    free(cache);
+}
+
+tgl_status tgl_cgen_launch(const tgl_backend_opts *o, const tgl_fprog *prog, tgl_kernel_fn fn,
+                           tgl_array *const *in, tgl_array *const *out, void **cache,
+                           tgl_errbuf *err)
+{
+    CHECK(o && prog && fn && (in || prog->nin == 0) && out, TGL_EINVAL,
+          "tgl_cgen_launch: NULL argument");
+    int nop = prog->nin + prog->nout;
+    /* The plan: the cached one when the operands match it, else a new one
+     * (into the cache when there is one). */
+    lplan *p = cache ? *cache : NULL;
+    lplan local;
+    tgl_kbuf kb_stack[8];
+    tgl_kbuf *kb;
+    if (p && p->nop == nop && p->threads == o->threads && key_same(plan_key(p), prog, in, out)) {
+        kb = plan_kb(p);
+    } else {
+        size_t klen = key_len(prog, in, out);
+        lplan *np = cache ? malloc(sizeof *np + sizeof(tgl_kbuf) * (size_t)nop +
+                                   sizeof(int64_t) * klen)
+                          : NULL;
+        if (cache) {
+            free(*cache);
+            *cache = NULL;
+        }
+        if (np) {
+            p = np;
+            kb = plan_kb(p);
+        } else {
+            p = &local;
+            kb = nop <= 8 ? kb_stack : calloc((size_t)nop, sizeof *kb);
+            CHECK(kb, TGL_ENOMEM, "cgen: out of memory");
+        }
+        memset(p, 0, sizeof *p);
+        p->nop = nop;
+        tgl_status st = make_plan(o, prog, in, out, p, kb, err);
+        if (st) {
+            if (p != &local)
+                free(p);
+            else if (kb != kb_stack)
+                free(kb);
+            return st;
+        }
+        if (p != &local) {
+            key_put(plan_key(p), prog, in, out);
+            *cache = p;
+        }
+    }
+    tgl_status st = TGL_OK;
+    if (o->interrupt && *o->interrupt) {
+        st = tgl_errbuf_set(err, TGL_EINTERRUPT, "interrupted");
+        goto done;
+    }
     bool red = prog->reduce_op >= 0;
     int adt = tgl_cgen_acc_dtype(prog), op = prog->reduce_op;
     tgl_array *o0 = out[0];
     size_t aes = red ? tgl_dtype_size(adt) : 0;
-    if (total == 0) {
+    if (p->total == 0) {
         if (!red || o0->size == 0)
-            return TGL_OK;
-        CHECK(op != TGL_OP_MAX && op != TGL_OP_MIN, TGL_ESHAPE,
-              "zero-size reduction (%s of no elements is undefined)", tgl_op_name(op));
+            goto done;
+        if (op == TGL_OP_MAX || op == TGL_OP_MIN) {
+            st = tgl_errbuf_set(err, TGL_ESHAPE,
+                                "zero-size reduction (%s of no elements is undefined)",
+                                tgl_op_name(op));
+            goto done;
+        }
         void *a = malloc((size_t)o0->size * aes);
-        CHECK(a, TGL_ENOMEM, "cgen: out of memory");
+        if (!a) {
+            st = tgl_errbuf_set(err, TGL_ENOMEM, "cgen: out of memory");
+            goto done;
+        }
         fill_identity(a, adt, op, o0->size);
         store_out(o0, a, adt);
         free(a);
-        return TGL_OK;
+        goto done;
     }
 
-    /* Operand descriptors: on the stack for the usual few (a launch per
-     * scan step must not allocate). */
-    int nop = prog->nin + prog->nout;
-    tgl_kbuf kb_stack[8];
-    tgl_kbuf *kb = nop <= 8 ? kb_stack : calloc((size_t)nop, sizeof *kb);
-    CHECK(kb, TGL_ENOMEM, "cgen: out of memory");
-    if (kb == kb_stack)
-        memset(kb_stack, 0, sizeof kb_stack);
-    run r = {.fn = fn, .nout = prog->nout};
+    run r = {.fn = fn, .nout = prog->nout, .base = p->base, .ntasks = p->ntasks,
+             .by_cols = p->by_cols, .rows = p->rows, .len = p->len};
     tgl_kargs *a = &r.base;
-    a->ndim = geometry(prog, in, out, space, kb, a->shape);
-    int L = a->ndim - 1;
-    a->unit = 1;
-    for (int j = 0; j < nop; j++) {
+    for (int j = 0; j < nop; j++)
         kb[j].data = j < prog->nin ? in[j]->data : out[j - prog->nin]->data;
-        a->unit &= kb[j].strides[L] == 0 || kb[j].strides[L] == 1;
-    }
     a->in = kb;
     a->out = kb + prog->nin;
-    r.len = a->shape[L];
-    r.rows = total / r.len;
-    a->row_begin = 0;
-    a->row_end = r.rows;
-    a->col_begin = 0;
-    a->col_end = r.len;
-
-    /* How to split. */
-    int nth = total < PARALLEL_MIN ? 1 : tgl_pool_size(o->threads);
-    bool privat = false;
-    r.ntasks = 1;
-    if (nth > 1) {
-        bool cols_ok = r.len >= (int64_t)nth * COLS_MIN;
-        bool kept_last = !red || kb[prog->nin].strides[L] != 0;
-        if (!red && r.rows >= nth) {
-            r.ntasks = nth;
-        } else if (kept_last && cols_ok) {
-            r.ntasks = nth; /* each column is its own output element(s) */
-            r.by_cols = true;
-        } else if (!red && r.rows > 1) {
-            r.ntasks = (int)r.rows; /* fewer rows than threads, short ones */
-        } else if (red && o0->size <= PRIVATE_MAX && (r.rows >= nth || cols_ok)) {
-            r.ntasks = nth;
-            r.by_cols = r.rows < nth;
-            privat = true;
-        }
-    }
+    bool privat = p->privat;
 
     /* Accumulator buffers: task 0 writes out[0] itself when it already has
      * the accumulator's dtype and layout. */
@@ -346,20 +474,19 @@ tgl_status tgl_cgen_launch(const tgl_backend_opts *o, const tgl_fprog *prog, tgl
         if (!scratch || (privat && !r.outs)) {
             free(scratch);
             free(r.outs);
-            if (kb != kb_stack)
-                free(kb);
-            return tgl_errbuf_set(err, TGL_ENOMEM, "cgen: out of memory");
+            st = tgl_errbuf_set(err, TGL_ENOMEM, "cgen: out of memory");
+            goto done;
         }
         acc0 = direct ? o0->data : scratch;
         char *next = direct ? scratch : (char *)scratch + n;
         kb[prog->nin].data = acc0;
-        for (int t = 0; t < nbuf; t++) {
-            char *buf = t == 0 ? acc0 : next + (size_t)(t - 1) * n;
+        for (size_t t = 0; t < (size_t)nbuf; t++) {
+            char *buf = t == 0 ? acc0 : next + (t - 1) * n;
             fill_identity(buf, adt, op, o0->size);
             if (privat) {
-                memcpy(r.outs + (size_t)t * (size_t)prog->nout, a->out,
+                memcpy(r.outs + t * (size_t)prog->nout, a->out,
                        (size_t)prog->nout * sizeof *r.outs);
-                r.outs[(size_t)t * (size_t)prog->nout].data = buf;
+                r.outs[t * (size_t)prog->nout].data = buf;
             }
         }
     }
@@ -378,7 +505,8 @@ tgl_status tgl_cgen_launch(const tgl_backend_opts *o, const tgl_fprog *prog, tgl
     }
     free(scratch);
     free(r.outs);
-    if (kb != kb_stack)
+done:
+    if (p == &local && kb != kb_stack)
         free(kb);
-    return TGL_OK;
+    return st;
 }

@@ -318,6 +318,7 @@ const tgl_backend tgl_backend_cpu = {
     .wait = tgl_cgen_kernel_wait,
     .release = tgl_cgen_kernel_release,
     .launch = tgl_cgen_kernel_launch,
+    .launch_cache_free = tgl_cgen_launch_cache_free,
     .cache_clear = tgl_cgen_cache_clear,
     .cache_info = tgl_cgen_cache_info,
 };

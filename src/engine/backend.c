@@ -149,14 +149,22 @@ void tgl_backend_release(tgl_fprog *prog)
 }
 
 tgl_status tgl_backend_launch(tgl_ctx *ctx, const tgl_fprog *prog, tgl_array *const *in,
-                              tgl_array *const *out)
+                              tgl_array *const *out, void **cache)
 {
     /* On every run of a fused op: the backend checks its arguments. */
     tgl_kernel_ref *k = prog->kernel;
     TGL_CHECK(k, TGL_EINTERNAL, "fused program %d has no kernel to launch", prog->id);
     tgl_errbuf e;
-    tgl_status st = k->backend->launch(&ctx->backend_opts, prog, k, in, out, &e);
+    tgl_status st = k->backend->launch(&ctx->backend_opts, prog, k, in, out, cache, &e);
     return st ? tgl_errbuf_take(ctx, st, &e) : TGL_OK;
+}
+
+void tgl_backend_launch_cache_free(const tgl_fprog *prog, void *cache)
+{
+    /* A cache exists only where the program's kernel made it. */
+    tgl_kernel_ref *k = prog ? prog->kernel : NULL;
+    if (cache && k && k->backend->launch_cache_free)
+        k->backend->launch_cache_free(cache);
 }
 
 /* ---- the public kernel-cache calls ------------------------------------ */

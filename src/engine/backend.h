@@ -93,10 +93,15 @@ typedef struct tgl_backend {
     void (*wait)(tgl_kernel_ref *k);
     /* Frees k; a background compile is not waited for. */
     void (*release)(tgl_kernel_ref *k);
-    /* Runs k (tier > 0) over in[] into out[], shaped as engine/ops/fused.c allocates them. */
+    /* Runs k (tier > 0) over in[] into out[], shaped as engine/ops/fused.c allocates them.
+     * cache (may be NULL): the caller's launch cache for this program, *cache
+     * NULL at first; the backend keeps what it decided from the operands'
+     * layout there and reuses it while the layout is the same. */
     tgl_status (*launch)(const tgl_backend_opts *o, const struct tgl_fprog *prog,
                          tgl_kernel_ref *k, tgl_array *const *in, tgl_array *const *out,
-                         tgl_errbuf *err);
+                         void **cache, tgl_errbuf *err);
+    /* Frees a launch cache; NULL is ignored. */
+    void (*launch_cache_free)(void *cache);
 
     /* ---- the kernel cache ---- */
     /* Deletes every cached kernel of this backend. */
@@ -151,8 +156,12 @@ int tgl_backend_tier(const struct tgl_fprog *prog);
 void tgl_backend_wait(const struct tgl_fprog *prog);
 /* Frees prog's kernel (prog->kernel becomes NULL); does not wait. */
 void tgl_backend_release(struct tgl_fprog *prog);
-/* Runs prog's kernel (tier > 0) over in[] into out[] on its backend. */
+/* Runs prog's kernel (tier > 0) over in[] into out[] on its backend;
+ * cache (may be NULL) is a launch cache the caller keeps for this program
+ * (backend.launch), freed with tgl_backend_launch_cache_free. */
 tgl_status tgl_backend_launch(tgl_ctx *ctx, const struct tgl_fprog *prog, tgl_array *const *in,
-                              tgl_array *const *out);
+                              tgl_array *const *out, void **cache);
+/* Frees a launch cache made by launches of prog's kernel (NULL is ignored). */
+void tgl_backend_launch_cache_free(const struct tgl_fprog *prog, void *cache);
 
 #endif /* TGL_BACKEND_H */

@@ -44,6 +44,7 @@ tgl_status tgl_frame_new(tgl_ctx *ctx, const tgl_program *prog, tgl_frame **out)
      * instruction. */
     fr->shape_off = malloc(sizeof *fr->shape_off * ((size_t)prog->ncode + 1));
     fr->shape_at = calloc((size_t)prog->ncode + 1, sizeof *fr->shape_at);
+    fr->launch_cache = calloc((size_t)prog->ncode + 1, sizeof *fr->launch_cache);
     fr->guard = malloc(sizeof *fr->guard * ((size_t)(prog->nin + prog->nshared) *
                                                 (TGL_MAX_DIMS + 1) + 1));
     size_t ncache = 0;
@@ -55,6 +56,7 @@ tgl_status tgl_frame_new(tgl_ctx *ctx, const tgl_program *prog, tgl_frame **out)
     fr->shape_cache = malloc(sizeof *fr->shape_cache * (ncache + 1));
     fr->shape_epoch = 1;
     if (!fr->slot || !fr->last_out || !fr->newval || !fr->seen || !fr->shape_off ||
+        !fr->launch_cache ||
         !fr->shape_at || !fr->guard || !fr->shape_cache ||
         (prog->profile && (!fr->ins_ns || !fr->ins_calls)) || (prog->nsub && !fr->sub)) {
         tgl_frame_free(fr);
@@ -74,6 +76,7 @@ void tgl_frame_free(tgl_frame *fr)
     if (!fr)
         return;
     const tgl_program *prog = fr->prog;
+    tgl_step_free(fr);
     if (fr->slot)
         for (int32_t s = 0; s < prog->nslots; s++)
             tgl_array_release(fr->slot[s]);
@@ -89,6 +92,12 @@ void tgl_frame_free(tgl_frame *fr)
         for (int32_t pc = 0; pc < prog->ncode; pc++)
             tgl_frame_free(fr->sub[pc]);
     free(fr->sub);
+    if (fr->launch_cache)
+        for (int32_t pc = 0; pc < prog->ncode; pc++)
+            if (fr->launch_cache[pc])
+                tgl_backend_launch_cache_free(tgl_fprog_of(prog->code[pc].node),
+                                              fr->launch_cache[pc]);
+    free(fr->launch_cache);
     free(fr->slot);
     free(fr->last_out);
     free(fr->newval);
@@ -197,13 +206,17 @@ static tgl_status check_input(tgl_ctx *ctx, const tgl_program *prog, int i, cons
 
 /* Drops the slots that do not outlive a run: shared variables' values
  * always; intermediates under cvm (into the pool) but not cvm_nogc. */
-static void release_temps(tgl_frame *fr)
+static void release_temps(tgl_frame *fr, bool step)
 {
     const tgl_program *prog = fr->prog;
     for (int32_t i = 0; i < prog->nshared; i++) {
         int32_t s = prog->shared_slot[i];
         tgl_array_release(fr->slot[s]);
         fr->slot[s] = NULL;
+    }
+    if (step) {
+        tgl_step_release_temps(fr); /* the fixed buffers stay */
+        return;
     }
     if (prog->linker == TGL_LINKER_CVM_NOGC)
         return;
@@ -286,6 +299,7 @@ static tgl_status run_once(tgl_ctx *ctx, tgl_frame *fr)
         fr->slot[s] = prog->slot_node[s]->value;
     }
     tgl_cvm_guard_shapes(fr, false);
+    const bool step = tgl_step_active(ctx, fr);
     /* Last run's outputs go first, so their buffers can be reused (into
      * the pool, when the caller dropped them). */
     for (int i = 0; i < prog->nout; i++) {
@@ -300,7 +314,8 @@ static tgl_status run_once(tgl_ctx *ctx, tgl_frame *fr)
      * of them sees a variable's new value), and after every shape they
      * need is known to fit (so a failure leaves the variables as they
      * were). */
-    tgl_status st = tgl_cvm_run(ctx, fr, 0, prog->defer_start);
+    tgl_status st = step ? tgl_step_run(ctx, fr, 0, prog->defer_start)
+                         : tgl_cvm_run(ctx, fr, 0, prog->defer_start);
     for (int k = 0; k < prog->nupd && !st; k++)
         if (!prog->upd_deferred[k])
             st = take_newval(ctx, fr, k);
@@ -316,7 +331,8 @@ static tgl_status run_once(tgl_ctx *ctx, tgl_frame *fr)
     if (!st && prog->defer_start < prog->ncode) {
         st = tgl_cvm_check_deferred(ctx, fr);
         if (!st)
-            st = tgl_cvm_run(ctx, fr, prog->defer_start, prog->ncode);
+            st = step ? tgl_step_run(ctx, fr, prog->defer_start, prog->ncode)
+                      : tgl_cvm_run(ctx, fr, prog->defer_start, prog->ncode);
         for (int k = 0; k < prog->nupd && !st; k++)
             if (prog->upd_deferred[k])
                 st = take_newval(ctx, fr, k);
@@ -326,7 +342,7 @@ static tgl_status run_once(tgl_ctx *ctx, tgl_frame *fr)
             tgl_array_release(fr->newval[k]);
             fr->newval[k] = NULL;
         }
-        release_temps(fr);
+        release_temps(fr, step);
         return st;
     }
     /* Every update read the values of this run before any is written; a
@@ -345,7 +361,7 @@ static tgl_status run_once(tgl_ctx *ctx, tgl_frame *fr)
         tgl_array_release(fr->slot[prog->code[pc].out]);
         fr->slot[prog->code[pc].out] = NULL;
     }
-    release_temps(fr);
+    release_temps(fr, step);
     if (prog->profile) {
         fr->total_ns += tgl_now_ns() - t0;
         fr->ncalls++;

@@ -2,7 +2,7 @@
  * config.c — the context's settings (struct tgl_config): defaults, the
  * environment variables that override them when a context is made
  * (TGL_EXCLUDE, TGL_NUM_THREADS, TGL_CC, TGL_CFLAGS, TGL_CACHE_DIR,
- * TGL_COMPILE, TGL_EXIT_WAIT; TGL_FLOATX is only checked: floatX lives in
+ * TGL_COMPILE, TGL_EXIT_WAIT, TGL_WHOLE_STEP; TGL_FLOATX is only checked: floatX lives in
  * Lua), the record of bad ones (tgl_config_env_error), and tgl_config_set /
  * tgl_config_get.
  */
@@ -109,6 +109,12 @@ static tgl_status config_set(tgl_ctx *ctx, const char *key, const char *value)
         c->exit_wait = v;
         return TGL_OK;
     }
+    if (strcmp(key, "whole_step") == 0) {
+        TGL_CHECK(!strcmp(value, "on") || !strcmp(value, "off"), TGL_EINVAL,
+                  "tgl_config_set: whole_step must be on or off, got '%s'", value);
+        c->whole_step = !strcmp(value, "on");
+        return TGL_OK;
+    }
     if (strcmp(key, "compile") == 0) {
         TGL_CHECK(!strcmp(value, "tiered") || !strcmp(value, "sync") || !strcmp(value, "tcc") ||
                       !strcmp(value, "cc"),
@@ -153,6 +159,8 @@ const char *tgl_config_get(tgl_ctx *ctx, const char *key)
         snprintf(num, sizeof num, "%g", c->exit_wait);
         return num;
     }
+    if (strcmp(key, "whole_step") == 0)
+        return c->whole_step ? "on" : "off";
     if (strcmp(key, "compile") == 0)
         return c->compile;
     if (strcmp(key, "cc") == 0)
@@ -174,6 +182,7 @@ void tgl_config_defaults(tgl_ctx *ctx)
     snprintf(c->compile, sizeof c->compile, "tiered");
     c->cache_max_bytes = (int64_t)256 << 20;
     c->exit_wait = 5;
+    c->whole_step = 1;
     /* The environment overrides the defaults.  A bad value (or an empty
      * one, but for TGL_EXCLUDE's empty list) keeps the default and is recorded, naming the variable, for
      * tgl_config_env_error: the Lua module raises it when it loads, and the
@@ -187,6 +196,7 @@ void tgl_config_defaults(tgl_ctx *ctx)
         {"TGL_CACHE_DIR", "cache_dir", "a directory's path (at most 1023 bytes)"},
         {"TGL_COMPILE", "compile", "tiered, sync, tcc or cc"},
         {"TGL_EXIT_WAIT", "exit_wait", "seconds from 0 to 3600"},
+        {"TGL_WHOLE_STEP", "whole_step", "on or off"},
     };
     size_t used = 0;
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {

@@ -16,6 +16,7 @@
  */
 #include "engine/program.h"
 #include "engine/backend.h"
+#include "engine/fprog.h"
 #include "scan/scan.h"
 
 #include <inttypes.h>
@@ -65,7 +66,7 @@ static int size_class(size_t n)
  * above the one nbytes falls in (every buffer there is large enough, and
  * at most four times as large); a buffer of exactly nbytes is also taken
  * from nbytes' own class when it is on top. */
-static tgl_array *from_pool(tgl_frame *fr, int dtype, int ndim, const int64_t *shape)
+tgl_array *tgl_frame_take_pooled(tgl_frame *fr, int dtype, int ndim, const int64_t *shape)
 {
     int64_t size = 1;
     for (int i = 0; i < ndim; i++)
@@ -152,7 +153,7 @@ static tgl_status take_buffer(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins,
         }
     }
     tgl_frame_recycle(fr, o);
-    *dst = from_pool(fr, dtype, ndim, shape);
+    *dst = tgl_frame_take_pooled(fr, dtype, ndim, shape);
     if (*dst)
         return TGL_OK;
     return tgl_array_alloc(ctx, tgl_op_name(ins->node->op), dtype, ndim, shape, false, dst);
@@ -239,7 +240,11 @@ static tgl_status run_multi(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins, t
     }
     if (!st) {
         shapes_done(fr, ins);
-        st = impl->kernel_n(ctx, n, in, outs, fr->prog->mode == TGL_MODE_DEBUG);
+        bool debug = fr->prog->mode == TGL_MODE_DEBUG;
+        st = n->op == TGL_OP_FUSED
+                 ? tgl_fused_kernel_cached(ctx, n, in, outs, debug,
+                                           &fr->launch_cache[ins - fr->prog->code])
+                 : impl->kernel_n(ctx, n, in, outs, debug);
     }
     for (int k = 0; k < ins->nouts && !st && fr->prog->linker == TGL_LINKER_VM; k++)
         if (outs[k])
@@ -249,7 +254,7 @@ static tgl_status run_multi(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins, t
     return st;
 }
 
-static tgl_status run_op(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins)
+tgl_status tgl_cvm_run_op(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins)
 {
     const tgl_node *n = ins->node;
     const tgl_opimpl *impl = ins->impl;
@@ -335,7 +340,7 @@ tgl_status tgl_cvm_run(tgl_ctx *ctx, tgl_frame *fr, int32_t from, int32_t to)
                 return tgl_ctx_set_error(ctx, TGL_EINTERRUPT, "%s: interrupted",
                                          tgl_op_name(ins->node->op));
             uint64_t t0 = profile ? tgl_now_ns() : 0;
-            tgl_status st = run_op(ctx, fr, ins);
+            tgl_status st = tgl_cvm_run_op(ctx, fr, ins);
             if (st)
                 return st;
             if (profile) {

@@ -132,6 +132,12 @@ typedef struct tgl_frame {
     uint64_t shape_epoch;
     int64_t *guard;          /* per input, then shared slot: ndim, sizes   */
     bool guard_set;
+    void **launch_cache;     /* per instruction: its fused kernel's launch
+                                cache (backend.h), NULL until first launch */
+    /* The whole-step plan (step.c): bound for one shape epoch, or NULL. */
+    struct tgl_step *step;
+    uint64_t step_try;       /* the epoch whose next call binds             */
+    bool step_never;         /* the program cannot bind                     */
 } tgl_frame;
 
 struct tgl_function {
@@ -160,6 +166,22 @@ tgl_status tgl_frame_new(tgl_ctx *ctx, const tgl_program *prog, tgl_frame **out)
 void tgl_frame_free(tgl_frame *fr);
 /* Gives a buffer back to the frame's pool (or releases it). */
 void tgl_frame_recycle(tgl_frame *fr, tgl_array *a);
+
+/* cvm.c: a contiguous array of that type from fr's pool, or NULL. */
+tgl_array *tgl_frame_take_pooled(tgl_frame *fr, int dtype, int ndim, const int64_t *shape);
+/* cvm.c: runs one op instruction as the CVM does (shape, buffer, kernel). */
+tgl_status tgl_cvm_run_op(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins);
+
+/* step.c: the whole-step plan.  tgl_step_active binds fr's program for
+ * the current shape epoch when it can (the second call of an epoch) and
+ * says whether a bound step runs this call; tgl_step_run then replaces
+ * tgl_cvm_run, and tgl_step_release_temps the end-of-call release of
+ * temporaries.  tgl_step_free drops the binding (fixed buffers released). */
+typedef struct tgl_step tgl_step;
+bool tgl_step_active(tgl_ctx *ctx, tgl_frame *fr);
+tgl_status tgl_step_run(tgl_ctx *ctx, tgl_frame *fr, int32_t from, int32_t to);
+void tgl_step_release_temps(tgl_frame *fr);
+void tgl_step_free(tgl_frame *fr);
 
 /* cvm.c: runs instructions [from, to) of fr's program on fr. */
 tgl_status tgl_cvm_run(tgl_ctx *ctx, tgl_frame *fr, int32_t from, int32_t to);

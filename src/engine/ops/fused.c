@@ -18,7 +18,7 @@
 #include <string.h>
 
 static tgl_status tgl_fused_run(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
-                                tgl_array *const *out, bool debug);
+                                tgl_array *const *out, bool debug, void **cache);
 static tgl_status tgl_fused_output_shape(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
                                          int k, int64_t *shape);
 
@@ -205,7 +205,7 @@ static tgl_status compare(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
 }
 
 static tgl_status tgl_fused_run(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
-                                tgl_array *const *out, bool debug)
+                                tgl_array *const *out, bool debug, void **cache)
 {
     const tgl_fprog *p = prog_of(ctx, n);
     bool gen = tgl_backend_tier(p) > 0; /* the backend has kernel code */
@@ -231,7 +231,7 @@ static tgl_status tgl_fused_run(tgl_ctx *ctx, const tgl_node *n, tgl_array *cons
         if (!gen) {
             st = tgl_fused_reference(ctx, p, in, all);
         } else {
-            st = tgl_backend_launch(ctx, p, in, all);
+            st = tgl_backend_launch(ctx, p, in, all, cache);
             if (!st && debug) {
                 for (int k = 0; k < p->nout && !st; k++)
                     st = tgl_array_copy(ctx, all[k], all[k]->dtype_id, &ref[k]);
@@ -254,7 +254,13 @@ static tgl_status tgl_fused_run(tgl_ctx *ctx, const tgl_node *n, tgl_array *cons
 static tgl_status fused_kernel_n(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
                                  tgl_array *const *out, bool debug)
 {
-    return tgl_fused_run(ctx, n, in, out, debug);
+    return tgl_fused_run(ctx, n, in, out, debug, NULL);
+}
+
+tgl_status tgl_fused_kernel_cached(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
+                                   tgl_array *const *out, bool debug, void **cache)
+{
+    return tgl_fused_run(ctx, n, in, out, debug, cache);
 }
 
 /* Fused nodes appear in optimized graphs; their pullback is that of the

@@ -1,0 +1,263 @@
+-- whole_step_spec.lua — the whole-step plan (src/engine/step.c): a
+-- straight-line program called twice on the same shapes is bound to fixed
+-- buffers and runs as a list of kernel calls.  Every case here runs the
+-- same graph three ways and wants bit-identical results:
+--   bound   tgl.config.whole_step = true (the default), after the binding call;
+--   cvm     tgl.config.whole_step = false: the CVM with its shape cache;
+--   vm      the vm linker: every shape asked of every op, every call.
+-- Also: a shape change between calls drops the binding and gives the right
+-- result (and binds again); a bad shape gives a clear error and leaves the
+-- shared variables as they were; outputs stay the caller's (fresh arrays,
+-- never overwritten by a later call, even when an output is a view of an
+-- intermediate); a shared variable replaced between calls is read anew; an
+-- input with the same shape but another layout is read right; random
+-- graphs with updates agree over many calls.
+local S = dofile('spec/support.lua')
+
+local function bits_equal(want, got, what)
+  S.assert_close(want, got, 0, 0, what)
+end
+
+local function with_whole_step(on, fn)
+  local was = tgl.config.whole_step
+  tgl.config.whole_step = on
+  local ok, err = pcall(fn)
+  tgl.config.whole_step = was
+  if not ok then error(err, 0) end
+end
+
+-- A model: fresh shared variables (seeded) and a compile spec.
+local function logreg(seed, nin, nout)
+  tgl.manual_seed(seed)
+  local x, y = tgl.matrix('x'), tgl.ivector('y')
+  local W = tgl.shared(tgl.randn(nin, nout) * 0.1, 'W')
+  local b = tgl.shared(tgl.randn(nout) * 0.1, 'b')
+  local h = tgl.tanh(x:dot(W) + b)
+  local cost = tgl.mean(tgl.categorical_crossentropy(tgl.softmax(h), y)) + tgl.sum(h ^ 2) * 1e-3
+  local gW, gb = unpack(tgl.grad(cost, {W, b}))
+  return { inputs = {x, y}, outputs = {cost, h}, updates = {{W, W - 0.1 * gW}, {b, b - 0.1 * gb}} },
+         W, b
+end
+
+local function labels(B, k)
+  local t = {}
+  for i = 1, B do t[i] = (i * 7 % k) + 1 end
+  return tgl.array(t, 'int32')
+end
+
+describe('the whole-step plan', function()
+  it('binds a straight-line training step on the second call of a shape', function()
+    local spec = logreg(1, 5, 3)
+    local f = tgl.compile(spec)
+    local x, y = tgl.randn(4, 5), labels(4, 3)
+    assert.is_nil(f:whole_step())
+    f(x, y)
+    assert.is_nil(f:whole_step())          -- the first call fills the shape cache
+    f(x, y)
+    local ws = f:whole_step()
+    assert.is_table(ws)
+    assert.is_true(ws.fixed > 0)
+    assert.is_true(ws.bytes > 0)
+    f(tgl.randn(6, 5), labels(6, 3))       -- a new shape: back to the CVM
+    assert.is_nil(f:whole_step())
+    with_whole_step(false, function()
+      local g = tgl.compile((logreg(1, 5, 3)))
+      for _ = 1, 3 do g(x, y) end
+      assert.is_nil(g:whole_step())
+    end)
+  end)
+
+  it('trains bit-identically to the CVM and the vm linker, shapes changing between calls', function()
+    local runs = {}
+    for _, how in ipairs({'bound', 'cvm', 'vm'}) do
+      local spec, W, b = logreg(7, 6, 4)
+      if how == 'vm' then spec.linker = 'vm' end
+      local f
+      with_whole_step(how ~= 'cvm', function()
+        f = tgl.compile(spec)
+        local outs = {}
+        tgl.manual_seed(99)
+        for i, B in ipairs({3, 3, 3, 3, 5, 5, 5, 1, 1, 1, 1, 3, 3}) do
+          local c, h = f(tgl.randn(B, 6), labels(B, 4))
+          outs[i] = { c, h }
+        end
+        runs[how] = { outs = outs, W = W:get_value(), b = b:get_value(), f = f }
+      end)
+    end
+    for how, r in pairs(runs) do
+      if how ~= 'cvm' then
+        for i, o in ipairs(r.outs) do
+          bits_equal(runs.cvm.outs[i][1], o[1], how .. ' cost, call ' .. i)
+          bits_equal(runs.cvm.outs[i][2], o[2], how .. ' h, call ' .. i)
+        end
+        bits_equal(runs.cvm.W, r.W, how .. ' W')
+        bits_equal(runs.cvm.b, r.b, how .. ' b')
+      end
+    end
+    assert.is_table(runs.bound.f:whole_step())
+    assert.is_nil(runs.vm.f:whole_step())
+  end)
+
+  it('runs n_calls and trust_input on the bound step, bit-identically', function()
+    local res = {}
+    for _, on in ipairs({true, false}) do
+      with_whole_step(on, function()
+        local spec, W, b = logreg(3, 8, 5)
+        local f = tgl.compile(spec)
+        local x, y = tgl.randn(2, 8), labels(2, 5)
+        f(x, y)
+        f.trust_input = true
+        f(x, y)
+        f.fn{n_calls = 25}
+        res[on] = { W = W:get_value(), b = b:get_value(), c = f:output(1), bound = f:whole_step() }
+      end)
+    end
+    bits_equal(res[false].W, res[true].W, 'W after n_calls')
+    bits_equal(res[false].b, res[true].b, 'b after n_calls')
+    bits_equal(res[false].c, res[true].c, 'last cost')
+    assert.is_table(res[true].bound)
+    assert.is_nil(res[false].bound)
+  end)
+
+  it('gives a clear error on a bad shape after bound calls, and changes no shared variable', function()
+    local spec, W, b = logreg(4, 5, 3)
+    local f = tgl.compile(spec)
+    local x, y = tgl.randn(4, 5), labels(4, 3)
+    for _ = 1, 3 do f(x, y) end
+    assert.is_table(f:whole_step())
+    local W0, b0 = W:get_value(), b:get_value()
+    local ok, err = pcall(f, tgl.randn(4, 6), y)
+    assert.is_false(ok)
+    assert.matches('dot', tostring(err))
+    assert.matches('6', tostring(err))
+    bits_equal(W0, W:get_value(), 'W after the failed call')
+    bits_equal(b0, b:get_value(), 'b after the failed call')
+    ok, err = pcall(f, x, labels(5, 3))
+    assert.is_false(ok)
+    bits_equal(W0, W:get_value(), 'W after the second failed call')
+    -- and the next good call is right (against a CVM twin that made the same calls)
+    local spec2, W2 = logreg(4, 5, 3)
+    local c1, c2
+    with_whole_step(false, function()
+      local g = tgl.compile(spec2)
+      for _ = 1, 3 do g(x, y) end
+      c2 = g(x, y)
+    end)
+    c1 = f(x, y)
+    bits_equal(c2, c1, 'cost after the errors')
+    bits_equal(W2:get_value(), W:get_value(), 'W after the errors')
+  end)
+
+  it('hands out fresh outputs: a later call never writes into an earlier one', function()
+    local x = tgl.matrix('x')
+    local t = tgl.exp(x * 2) + 1
+    -- outputs: an intermediate's view (transpose, reshape), a reduction, the value itself
+    local f = tgl.compile{inputs = {x}, outputs = {t:T(), t:reshape(-1), tgl.sum(t, 1), t * 3}}
+    local a = tgl.randn(3, 4)
+    local kept = {}
+    for i = 1, 5 do
+      local o = { f(a * i) }
+      kept[i] = { arrays = o, copies = {} }
+      for k, v in ipairs(o) do kept[i].copies[k] = v:clone() end
+    end
+    assert.is_table(f:whole_step())
+    for i = 1, 5 do
+      for k = 1, 4 do bits_equal(kept[i].copies[k], kept[i].arrays[k], ('call %d output %d'):format(i, k)) end
+      local want = tgl.exp(a * i * 2) + 1
+      S.assert_close(want:T(), kept[i].arrays[1], 1e-6, 1e-6, 'transpose output')
+    end
+  end)
+
+  it('reads a shared variable replaced between calls, and inputs of another layout', function()
+    local x = tgl.matrix('x')
+    local W = tgl.shared(tgl.randn(4, 3), 'W')
+    local f = tgl.compile{inputs = {x}, outputs = tgl.tanh(x:dot(W:T():T()) * 2) + tgl.sum(W, 1)}
+    local a = tgl.randn(2, 4)
+    for _ = 1, 3 do f(a) end
+    assert.is_table(f:whole_step())
+    W:set_value(tgl.randn(4, 3))
+    local want = tgl.tanh(a:dot(W:get_value()) * 2) + tgl.sum(W:get_value(), 1)
+    S.assert_close(want, f(a), 1e-5, 1e-5, 'after set_value')
+    -- same shape, another layout: a transposed view of a 4 x 2 array
+    local at = tgl.randn(4, 2):T()
+    want = tgl.tanh(at:dot(W:get_value()) * 2) + tgl.sum(W:get_value(), 1)
+    S.assert_close(want, f(at), 1e-5, 1e-5, 'transposed input')
+    S.assert_close(want, f(at:clone()), 1e-5, 1e-5, 'contiguous input again')
+  end)
+
+  it('reads each call\'s input through views of it', function()
+    local x = tgl.matrix('x')
+    local f = tgl.compile{inputs = {x}, outputs = tgl.exp(x:T()) * 2 + x:reshape(-1):sum()}
+    for i = 1, 6 do
+      local a = tgl.randn(3, 2) * (i / 3)
+      if i == 5 then a = tgl.randn(2, 3):T() * (i / 3) end
+      local want = tgl.exp(a:T()) * 2 + a:reshape(-1):sum()
+      S.assert_close(want, f(a), 1e-6, 1e-6, 'call ' .. i)
+      if i >= 3 then assert.is_table(f:whole_step()) end
+    end
+  end)
+
+  it('keeps profile = true truthful on the bound step', function()
+    local x = tgl.matrix('x')
+    local f = tgl.compile{inputs = {x}, outputs = tgl.sum(tgl.exp(x) * 2), profile = true}
+    local a = tgl.randn(3, 3)
+    for _ = 1, 10 do f(a) end
+    assert.is_table(f:whole_step())
+    local text = f:profile_summary()
+    assert.matches('calls: 10', text)
+  end)
+
+  it('agrees with the CVM on random straight-line graphs with updates, over many calls', function()
+    local ops = {
+      function(a) return tgl.tanh(a) end,
+      function(a) return a * 1.5 + 0.25 end,
+      function(a) return tgl.exp(tgl.clip(a, -3, 3)) end,
+      function(a) return tgl.sigmoid(a) - a end,
+      function(a, b) return a + b end,
+      function(a, b) return a * b end,
+      function(a, b) return tgl.maximum(a, b) end,
+    }
+    for case = 1, 12 do
+      local results = {}
+      for _, on in ipairs({true, false}) do
+        with_whole_step(on, function()
+          math.randomseed(1000 + case)
+          tgl.manual_seed(case)
+          local R, K = math.random(1, 9), math.random(1, 7)
+          local x = tgl.matrix('x')
+          local W = tgl.shared(tgl.randn(K, K) * 0.3, 'W')
+          local v = tgl.shared(tgl.randn(K) * 0.3, 'v')
+          local pool = { x, x:dot(W), x + v }
+          for _ = 1, math.random(3, 30) do
+            local op = ops[math.random(#ops)]
+            local a = pool[math.random(#pool)]
+            local b = pool[math.random(#pool)]
+            local r = op(a, b)
+            if math.random() < 0.15 then r = r:dot(W) end
+            if math.random() < 0.1 then r = r:T():T() end
+            pool[#pool + 1] = r
+          end
+          local top = pool[#pool]
+          local cost = tgl.mean(top ^ 2) + tgl.sum(tgl.tanh(pool[#pool - 1])) + tgl.sum(v ^ 2) * 1e-3
+            + tgl.sum(W ^ 2) * 1e-3
+          local gW, gv = unpack(tgl.grad(cost, {W, v}))
+          local f = tgl.compile{inputs = {x}, outputs = {cost, top, tgl.sum(top, 1)},
+                                updates = {{W, W - 0.01 * gW}, {v, v - 0.01 * gv}}}
+          local outs = {}
+          for call = 1, 6 do
+            local rows = call <= 4 and R or R + 1
+            outs[call] = { f(tgl.randn(rows, K)) }
+          end
+          results[on] = { outs = outs, W = W:get_value(), v = v:get_value() }
+        end)
+      end
+      for call, o in ipairs(results[true].outs) do
+        for k = 1, 3 do
+          bits_equal(results[false].outs[call][k], o[k], ('case %d call %d output %d'):format(case, call, k))
+        end
+      end
+      bits_equal(results[false].W, results[true].W, 'case ' .. case .. ' W')
+      bits_equal(results[false].v, results[true].v, 'case ' .. case .. ' v')
+    end
+  end)
+end)
