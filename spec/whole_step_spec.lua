@@ -197,6 +197,38 @@ describe('the whole-step plan', function()
     end
   end)
 
+  it('binds a scan body for the steps of each run of the loop, bit-identically', function()
+    local res = {}
+    for _, on in ipairs({true, false}) do
+      with_whole_step(on, function()
+        tgl.manual_seed(11)
+        local x, y = tgl.matrix('x'), tgl.ivector('y')
+        local Wh = tgl.shared(tgl.randn(6, 6) * 0.3, 'Wh')
+        local Wy = tgl.shared(tgl.randn(6, 4) * 0.3, 'Wy')
+        local hs = tgl.scan{
+          fn = function(e, h, W) return tgl.sigmoid(e + h:dot(W:T():T()) * 1.5) end,
+          sequences = {x}, outputs_info = {tgl.zeros(6)}, non_sequences = {Wh}}
+        local cost = tgl.mean(tgl.categorical_crossentropy(tgl.softmax(hs:dot(Wy)), y))
+        local gWh, gWy = unpack(tgl.grad(cost, {Wh, Wy}))
+        local outs = {}
+        for _, linker in ipairs({'cvm', 'cvm_nogc'}) do
+          local f = tgl.compile{inputs = {x, y}, outputs = {cost, hs}, linker = linker,
+                                updates = {{Wh, Wh - 0.1 * gWh}, {Wy, Wy - 0.1 * gWy}}}
+          for _, T in ipairs({5, 5, 5, 2, 2, 7}) do
+            outs[#outs + 1] = { f(tgl.randn(T, 6), labels(T, 4)) }
+          end
+        end
+        res[on] = { outs = outs, Wh = Wh:get_value(), Wy = Wy:get_value() }
+      end)
+    end
+    for i, o in ipairs(res[true].outs) do
+      bits_equal(res[false].outs[i][1], o[1], 'cost, call ' .. i)
+      bits_equal(res[false].outs[i][2], o[2], 'hidden states, call ' .. i)
+    end
+    bits_equal(res[false].Wh, res[true].Wh, 'Wh')
+    bits_equal(res[false].Wy, res[true].Wy, 'Wy')
+  end)
+
   it('keeps profile = true truthful on the bound step', function()
     local x = tgl.matrix('x')
     local f = tgl.compile{inputs = {x}, outputs = tgl.sum(tgl.exp(x) * 2), profile = true}

@@ -299,7 +299,7 @@ static tgl_status run_once(tgl_ctx *ctx, tgl_frame *fr)
         fr->slot[s] = prog->slot_node[s]->value;
     }
     tgl_cvm_guard_shapes(fr, false);
-    const bool step = tgl_step_active(ctx, fr);
+    const bool step = tgl_step_active(ctx, fr, false);
     /* Last run's outputs go first, so their buffers can be reused (into
      * the pool, when the caller dropped them). */
     for (int i = 0; i < prog->nout; i++) {

@@ -174,11 +174,12 @@ tgl_status tgl_cvm_run_op(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins);
 
 /* step.c: the whole-step plan.  tgl_step_active binds fr's program for
  * the current shape epoch when it can (the second call of an epoch) and
- * says whether a bound step runs this call; tgl_step_run then replaces
+ * says whether a bound step runs this call (inner: fr is a scan body's
+ * frame, whose outputs the loop copies out); tgl_step_run then replaces
  * tgl_cvm_run, and tgl_step_release_temps the end-of-call release of
  * temporaries.  tgl_step_free drops the binding (fixed buffers released). */
 typedef struct tgl_step tgl_step;
-bool tgl_step_active(tgl_ctx *ctx, tgl_frame *fr);
+bool tgl_step_active(tgl_ctx *ctx, tgl_frame *fr, bool inner);
 tgl_status tgl_step_run(tgl_ctx *ctx, tgl_frame *fr, int32_t from, int32_t to);
 void tgl_step_release_temps(tgl_frame *fr);
 void tgl_step_free(tgl_frame *fr);

@@ -28,9 +28,16 @@
  * bit-identical (spec/whole_step_spec.lua).  A new shape epoch drops the
  * step (the CVM runs, and binds again two calls later).  Programs with
  * lazy branches, loops (scan) or instructions whose shapes are not
- * shape-stable (plan.c) never bind; nor does the vm linker, or a step
+ * shape-stable (plan.c) never bind; nor does the vm linker (cvm and
+ * cvm_nogc do: a bound step keeps its intermediates, as cvm_nogc does), or a step
  * whose fixed buffers would pass TGL_STEP_MAX_BYTES (its memory is the sum
- * of the intermediates, not their peak).  The `whole_step` setting turns it
+ * of the intermediates, not their peak).
+ *
+ * A scan body's frame (src/scan) binds too, for the steps of one run of
+ * the loop (scan starts a shape epoch per run): its outputs are copied out
+ * by the loop after every step, so they get fixed buffers as well, and its
+ * loop-invariant (`once`) instructions are left out, their results kept
+ * from step 1.  The `whole_step` setting turns it
  * off (config.c).
  */
 #include "engine/program.h"
@@ -93,13 +100,14 @@ void tgl_step_free(tgl_frame *fr)
 
 /* Whether prog can run as a step at all: straight-line instructions with
  * no body, no lazy branch, every shape shape-stable. */
-static bool eligible(const tgl_program *prog)
+static bool eligible(const tgl_program *prog, bool inner)
 {
-    if (prog->linker != TGL_LINKER_CVM || prog->ncode == 0 || prog->nsub)
+    if (prog->linker == TGL_LINKER_VM || prog->ncode == 0 || prog->nsub)
         return false;
     for (int32_t pc = 0; pc < prog->ncode; pc++) {
         const tgl_instr *ins = &prog->code[pc];
-        if (ins->kind != TGL_I_OP || ins->region || ins->once || !ins->shape_stable || ins->sub)
+        if (ins->kind != TGL_I_OP || ins->region || (ins->once && !inner) || !ins->shape_stable ||
+            ins->sub)
             return false;
         if (!ins->impl->view && !ins->impl->kernel && !ins->impl->kernel_n)
             return false;
@@ -132,7 +140,7 @@ static bool can_share(const tgl_array *a, int dtype, int ndim, const int64_t *sh
  * this epoch ran completely on the CVM (so every shape is in the cache).
  * Leaves fr->step NULL when the program cannot bind; fails only when out
  * of memory. */
-static tgl_status bind(tgl_ctx *ctx, tgl_frame *fr)
+static tgl_status bind(tgl_ctx *ctx, tgl_frame *fr, bool inner)
 {
     const tgl_program *prog = fr->prog;
     int32_t ns = prog->nslots;
@@ -154,7 +162,7 @@ static tgl_status bind(tgl_ctx *ctx, tgl_frame *fr)
     s->epoch = fr->shape_epoch;
     /* What the caller gets (outputs, new values) must be fresh each call,
      * and so must whatever a view of it hands out. */
-    for (int i = 0; i < prog->nout; i++)
+    for (int i = 0; i < prog->nout && !inner; i++)
         dyn[prog->out_slot[i]] = 1;
     for (int k = 0; k < prog->nupd; k++)
         dyn[prog->upd_slot[k]] = 1;
@@ -170,6 +178,8 @@ static tgl_status bind(tgl_ctx *ctx, tgl_frame *fr)
     for (int32_t pc = 0; pc < prog->ncode && ok && !st; pc++) {
         const tgl_instr *ins = &prog->code[pc];
         const tgl_node *n = ins->node;
+        if (ins->once)
+            continue; /* a scan body's loop-invariant work: ran at step 1, kept */
         bool fixed = true;
         for (int k = 0; k < ins->nouts; k++)
             if (ins->outs[k] >= 0 && dyn[ins->outs[k]])
@@ -237,6 +247,9 @@ static tgl_status bind(tgl_ctx *ctx, tgl_frame *fr)
     for (int32_t i = 0; i < prog->ntemp; i++)
         if (!isfix[prog->temp_slot[i]])
             s->dyn_slot[s->ndyn++] = prog->temp_slot[i];
+    /* (a scan body's frame never calls tgl_step_release_temps: its
+     * temporaries stay in their slots from step to step, as under the CVM's
+     * plan the loop-invariant ones must) */
     free(dyn);
     free(isfix);
     if (st || !ok)
@@ -244,7 +257,7 @@ static tgl_status bind(tgl_ctx *ctx, tgl_frame *fr)
     return st;
 }
 
-bool tgl_step_active(tgl_ctx *ctx, tgl_frame *fr)
+bool tgl_step_active(tgl_ctx *ctx, tgl_frame *fr, bool inner)
 {
     if (fr->step && fr->step->epoch == fr->shape_epoch)
         return true;
@@ -257,11 +270,11 @@ bool tgl_step_active(tgl_ctx *ctx, tgl_frame *fr)
         fr->step_try = fr->shape_epoch;
         return false;
     }
-    if (!eligible(fr->prog)) {
+    if (!eligible(fr->prog, inner)) {
         fr->step_never = true;
         return false;
     }
-    if (bind(ctx, fr)) {
+    if (bind(ctx, fr, inner)) {
         tgl_ctx_clear_error(ctx); /* out of memory: the CVM still runs */
         return false;
     }
