@@ -197,6 +197,7 @@ static tgl_status bind(tgl_ctx *ctx, tgl_frame *fr, bool inner)
                     fixed = false;
                 } else {
                     tgl_array_retain(v);
+                    tgl_array_release(fr->slot[ins->out]); /* cvm_nogc, a scan body */
                     fr->slot[ins->out] = v;
                     isfix[ins->out] = 1;
                     s->fixed_slot[s->nfixed++] = ins->out;
