@@ -600,11 +600,12 @@ TGL_API tgl_node *tgl_function_root(const tgl_function *fn, int i);
 TGL_API int tgl_function_inplace(const tgl_function *fn, const tgl_node *n);
 /* Whether fn's default frame runs a bound whole step (doc/compile.md,
  * "Whole-step plan"): 1 when it does, and then *fixed_bytes (its fixed
- * buffers), *fixed (instructions run as direct kernel calls) and *dynamic
- * (instructions run as the CVM runs them) are set; 0 when the CVM runs
- * the program.  Any pointer may be NULL. */
+ * buffers), *fixed (instructions run as direct kernel calls), *dynamic
+ * (instructions run as the CVM runs them) and *generated (1 when the
+ * step's generated C function runs it) are set; 0 when the CVM runs the
+ * program.  Any pointer may be NULL. */
 TGL_API int tgl_function_whole_step(const tgl_function *fn, int64_t *fixed_bytes, int *fixed,
-                                    int *dynamic);
+                                    int *dynamic, int *generated);
 /* Numbers of inputs and outputs. */
 TGL_API int tgl_function_ninputs(const tgl_function *fn);
 TGL_API int tgl_function_noutputs(const tgl_function *fn);

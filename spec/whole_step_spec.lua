@@ -1,10 +1,14 @@
 -- whole_step_spec.lua — the whole-step plan (src/engine/step.c): a
 -- straight-line program called twice on the same shapes is bound to fixed
--- buffers and runs as a list of kernel calls.  Every case here runs the
--- same graph three ways and wants bit-identical results:
---   bound   tgl.config.whole_step = true (the default), after the binding call;
---   cvm     tgl.config.whole_step = false: the CVM with its shape cache;
---   vm      the vm linker: every shape asked of every op, every call.
+-- buffers and runs as a list of kernel calls; a few runs later the step is
+-- generated as one C function (fused kernels inline, the rest called back)
+-- and runs as that.  Every case here runs the same graph several ways and
+-- wants bit-identical results:
+--   generated  tgl.config.whole_step = true (the default), once the
+--              function is compiled (compile = 'sync' here, so at once);
+--   bound      tgl.config.whole_step = 'bound': the bound step, op by op;
+--   cvm        tgl.config.whole_step = false: the CVM with its shape cache;
+--   vm         the vm linker: every shape asked of every op, every call.
 -- Also: a shape change between calls drops the binding and gives the right
 -- result (and binds again); a bad shape gives a clear error and leaves the
 -- shared variables as they were; outputs stay the caller's (fresh arrays,
@@ -19,10 +23,12 @@ local function bits_equal(want, got, what)
 end
 
 local function with_whole_step(on, fn)
-  local was = tgl.config.whole_step
+  local was, was_compile = tgl.config.whole_step, tgl.config.compile
   tgl.config.whole_step = on
+  tgl.config.compile = 'sync'
   local ok, err = pcall(fn)
   tgl.config.whole_step = was
+  tgl.config.compile = was_compile
   if not ok then error(err, 0) end
 end
 
@@ -67,23 +73,29 @@ describe('the whole-step plan', function()
     end)
   end)
 
-  it('trains bit-identically to the CVM and the vm linker, shapes changing between calls', function()
+  it('trains bit-identically generated, bound, on the CVM and the vm linker, shapes changing between calls', function()
     local runs = {}
-    for _, how in ipairs({'bound', 'cvm', 'vm'}) do
+    local setting = { generated = true, bound = 'bound', cvm = false, vm = true }
+    local shapes = {3, 3, 3, 3, 3, 3, 3, 5, 5, 5, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3}
+    for _, how in ipairs({'generated', 'bound', 'cvm', 'vm'}) do
       local spec, W, b = logreg(7, 6, 4)
       if how == 'vm' then spec.linker = 'vm' end
       local f
-      with_whole_step(how ~= 'cvm', function()
+      with_whole_step(setting[how], function()
         f = tgl.compile(spec)
-        local outs = {}
+        local outs, gen = {}, false
         tgl.manual_seed(99)
-        for i, B in ipairs({3, 3, 3, 3, 5, 5, 5, 1, 1, 1, 1, 3, 3}) do
+        for i, B in ipairs(shapes) do
           local c, h = f(tgl.randn(B, 6), labels(B, 4))
           outs[i] = { c, h }
+          local ws = f:whole_step()
+          gen = gen or (ws and ws.generated)
         end
-        runs[how] = { outs = outs, W = W:get_value(), b = b:get_value(), f = f }
+        runs[how] = { outs = outs, W = W:get_value(), b = b:get_value(), f = f, gen = gen }
       end)
     end
+    assert.is_true(runs.generated.gen, 'the generated function ran')
+    assert.is_false(runs.bound.gen, 'bound only')
     for how, r in pairs(runs) do
       if how ~= 'cvm' then
         for i, o in ipairs(r.outs) do
@@ -96,11 +108,12 @@ describe('the whole-step plan', function()
     end
     assert.is_table(runs.bound.f:whole_step())
     assert.is_nil(runs.vm.f:whole_step())
+    assert.is_nil(runs.cvm.f:whole_step())
   end)
 
   it('runs n_calls and trust_input on the bound step, bit-identically', function()
     local res = {}
-    for _, on in ipairs({true, false}) do
+    for _, on in ipairs({true, 'bound', false}) do
       with_whole_step(on, function()
         local spec, W, b = logreg(3, 8, 5)
         local f = tgl.compile(spec)
@@ -112,10 +125,14 @@ describe('the whole-step plan', function()
         res[on] = { W = W:get_value(), b = b:get_value(), c = f:output(1), bound = f:whole_step() }
       end)
     end
-    bits_equal(res[false].W, res[true].W, 'W after n_calls')
-    bits_equal(res[false].b, res[true].b, 'b after n_calls')
-    bits_equal(res[false].c, res[true].c, 'last cost')
-    assert.is_table(res[true].bound)
+    for _, on in ipairs({true, 'bound'}) do
+      bits_equal(res[false].W, res[on].W, 'W after n_calls')
+      bits_equal(res[false].b, res[on].b, 'b after n_calls')
+      bits_equal(res[false].c, res[on].c, 'last cost')
+      assert.is_table(res[on].bound)
+    end
+    assert.is_true(res[true].bound.generated)
+    assert.is_false(res['bound'].bound.generated)
     assert.is_nil(res[false].bound)
   end)
 
@@ -199,7 +216,7 @@ describe('the whole-step plan', function()
 
   it('binds a scan body for the steps of each run of the loop, bit-identically', function()
     local res = {}
-    for _, on in ipairs({true, false}) do
+    for _, on in ipairs({true, 'bound', false}) do
       with_whole_step(on, function()
         tgl.manual_seed(11)
         local x, y = tgl.matrix('x'), tgl.ivector('y')
@@ -221,22 +238,51 @@ describe('the whole-step plan', function()
         res[on] = { outs = outs, Wh = Wh:get_value(), Wy = Wy:get_value() }
       end)
     end
-    for i, o in ipairs(res[true].outs) do
-      bits_equal(res[false].outs[i][1], o[1], 'cost, call ' .. i)
-      bits_equal(res[false].outs[i][2], o[2], 'hidden states, call ' .. i)
+    for _, on in ipairs({true, 'bound'}) do
+      for i, o in ipairs(res[on].outs) do
+        bits_equal(res[false].outs[i][1], o[1], 'cost, call ' .. i)
+        bits_equal(res[false].outs[i][2], o[2], 'hidden states, call ' .. i)
+      end
+      bits_equal(res[false].Wh, res[on].Wh, 'Wh')
+      bits_equal(res[false].Wy, res[on].Wy, 'Wy')
     end
-    bits_equal(res[false].Wh, res[true].Wh, 'Wh')
-    bits_equal(res[false].Wy, res[true].Wy, 'Wy')
   end)
 
-  it('keeps profile = true truthful on the bound step', function()
+  it('keeps profile = true truthful on the bound step and in the generated function', function()
+    for _, on in ipairs({'bound', true}) do
+      with_whole_step(on, function()
+        local x = tgl.matrix('x')
+        local W = tgl.shared(tgl.randn(3, 3), 'W')
+        local t = tgl.exp(x:dot(W)) * 2
+        local f = tgl.compile{inputs = {x}, outputs = (t * t + 1):dot(W), profile = true}
+        local a = tgl.randn(3, 3)
+        for _ = 1, 10 do f(a) end
+        assert.is_table(f:whole_step())
+        assert.are.equal(on == true, f:whole_step().generated)
+        local text = f:profile_summary()
+        assert.matches('calls: 10', text)
+        assert.matches('fused%s+%d+%s+%d+', text)
+        local calls = text:match('\n%s*fused%s+%d+%s+(%d+)')
+        assert.is_true(tonumber(calls) >= 10, text)
+      end)
+    end
+  end)
+
+  it('reads inputs of a new layout right after the step is generated', function()
     local x = tgl.matrix('x')
-    local f = tgl.compile{inputs = {x}, outputs = tgl.sum(tgl.exp(x) * 2), profile = true}
-    local a = tgl.randn(3, 3)
-    for _ = 1, 10 do f(a) end
-    assert.is_table(f:whole_step())
-    local text = f:profile_summary()
-    assert.matches('calls: 10', text)
+    local W = tgl.shared(tgl.randn(3, 2), 'W')
+    with_whole_step(true, function()
+      local f = tgl.compile{inputs = {x}, outputs = tgl.sum(tgl.tanh(x * 2 + 1) * 3, 1):dot(W)}
+      local a = tgl.randn(4, 3)
+      for _ = 1, 6 do f(a) end
+      assert.is_true(f:whole_step().generated)
+      for i = 1, 4 do
+        local b = i % 2 == 0 and tgl.randn(3, 4):T() or tgl.randn(4, 3)
+        local want = tgl.sum(tgl.tanh(b * 2 + 1) * 3, 1):dot(W:get_value())
+        S.assert_close(want, f(b), 1e-5, 1e-5, 'call ' .. i)
+      end
+      assert.is_true(f:whole_step().generated)
+    end)
   end)
 
   it('agrees with the CVM on random straight-line graphs with updates, over many calls', function()
@@ -251,7 +297,7 @@ describe('the whole-step plan', function()
     }
     for case = 1, 12 do
       local results = {}
-      for _, on in ipairs({true, false}) do
+      for _, on in ipairs({true, 'bound', false}) do
         with_whole_step(on, function()
           math.randomseed(1000 + case)
           tgl.manual_seed(case)
@@ -276,20 +322,23 @@ describe('the whole-step plan', function()
           local f = tgl.compile{inputs = {x}, outputs = {cost, top, tgl.sum(top, 1)},
                                 updates = {{W, W - 0.01 * gW}, {v, v - 0.01 * gv}}}
           local outs = {}
-          for call = 1, 6 do
-            local rows = call <= 4 and R or R + 1
+          for call = 1, 9 do
+            local rows = call <= 6 and R or R + 1
             outs[call] = { f(tgl.randn(rows, K)) }
           end
           results[on] = { outs = outs, W = W:get_value(), v = v:get_value() }
         end)
       end
-      for call, o in ipairs(results[true].outs) do
-        for k = 1, 3 do
-          bits_equal(results[false].outs[call][k], o[k], ('case %d call %d output %d'):format(case, call, k))
+      for _, on in ipairs({true, 'bound'}) do
+        for call, o in ipairs(results[on].outs) do
+          for k = 1, 3 do
+            bits_equal(results[false].outs[call][k], o[k],
+                       ('case %d (%s) call %d output %d'):format(case, tostring(on), call, k))
+          end
         end
+        bits_equal(results[false].W, results[on].W, 'case ' .. case .. ' W')
+        bits_equal(results[false].v, results[on].v, 'case ' .. case .. ' v')
       end
-      bits_equal(results[false].W, results[true].W, 'case ' .. case .. ' W')
-      bits_equal(results[false].v, results[true].v, 'case ' .. case .. ' v')
     end
   end)
 end)

@@ -128,11 +128,12 @@ end
 -- program has been called twice on the same shapes and bound to fixed
 -- buffers (doc/compile.md, "Whole-step plan"): { bytes = fixed buffers'
 -- size, fixed = instructions run as direct kernel calls, dynamic = the
--- others }.
+-- others, generated = whether the step's generated C function runs it }.
 function Function:whole_step()
-  local bytes, nf, nd = ffi.new('int64_t[1]'), ffi.new('int[1]'), ffi.new('int[1]')
-  if C.tgl_function_whole_step(self._fn, bytes, nf, nd) == 0 then return nil end
-  return { bytes = tonumber(bytes[0]), fixed = nf[0], dynamic = nd[0] }
+  local bytes, nf, nd, gen = ffi.new('int64_t[1]'), ffi.new('int[1]'), ffi.new('int[1]'),
+                             ffi.new('int[1]')
+  if C.tgl_function_whole_step(self._fn, bytes, nf, nd, gen) == 0 then return nil end
+  return { bytes = tonumber(bytes[0]), fixed = nf[0], dynamic = nd[0], generated = gen[0] ~= 0 }
 end
 
 -- The CVM program as text.

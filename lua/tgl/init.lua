@@ -19,8 +19,9 @@ local tgl = {}
 -- at once:
 --   exclude = {'rule', ...}  rewrite rules switched off (or TGL_EXCLUDE=a,b)
 --   threads, cc, cflags, cache_dir, compile ('tiered'|'sync'|'tcc'|'cc'),
---   cache_max_bytes, exit_wait, whole_step (true|false: bind straight-line
---   programs to fixed buffers after two calls on the same shapes)
+--   cache_max_bytes, exit_wait, whole_step (true|false|'bound': bind
+--   straight-line programs to fixed buffers after two calls on the same
+--   shapes, and generate their C; 'bound' binds without generating)
 local engine_keys = { exclude = true, threads = true, cc = true, cflags = true, cache_dir = true,
                       compile = true, cache_max_bytes = true, exit_wait = true, whole_step = true }
 local config_values = { floatX = os.getenv('TGL_FLOATX') or 'float32' }
@@ -60,7 +61,7 @@ tgl.config = setmetatable({}, {
         return list
       end
       if k == 'threads' or k == 'cache_max_bytes' or k == 'exit_wait' then return tonumber(v) end
-      if k == 'whole_step' then return v == 'on' end
+      if k == 'whole_step' then return v == 'bound' and 'bound' or v == 'on' end
       return v
     end
     return config_values[k]
@@ -84,10 +85,10 @@ tgl.config = setmetatable({}, {
         if type(v) == 'table' then v = table.concat(v, ',') end
       end
       if k == 'whole_step' then
-        if type(v) ~= 'boolean' then
-          core.argerror('config', 'whole_step must be true or false, got %s', tostring(v))
+        if type(v) ~= 'boolean' and v ~= 'bound' then
+          core.argerror('config', "whole_step must be true, false or 'bound', got %s", tostring(v))
         end
-        v = v and 'on' or 'off'
+        v = v == 'bound' and 'bound' or (v and 'on' or 'off')
       end
       if v == nil then v = '' end
       core.check(C.tgl_config_set(core.ctx, k, tostring(v)), 'config')

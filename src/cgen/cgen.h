@@ -61,6 +61,26 @@ tgl_status tgl_cgen_kernel_launch(const tgl_backend_opts *o, const tgl_fprog *pr
 /* Frees a launch cache (NULL is ignored). */
 void tgl_cgen_launch_cache_free(void *cache);
 
+/* ---- whole steps (engine/step.c, through backend.h's step_* entries) ---- */
+
+/* backend.step_inlinable: prog's kernel runs inline with the geometry of
+ * its launch cache when that runs as one task; a float32 sum or product
+ * then needs a double accumulator (*scratch_elem = 8 bytes per element). */
+bool tgl_cgen_step_inlinable(const tgl_fprog *prog, const void *launch_cache,
+                             size_t *scratch_elem);
+/* The C source of the whole step (render.c): the inlined kernels (those
+ * calling libm kept noipa, so they compile as the kernels the CVM runs),
+ * then `int <symbol>(void *const *D, void *env, tgl_step_cb cb)`. */
+tgl_status tgl_cgen_render_step(const tgl_step_item *items, int n, const char *symbol,
+                                char **source, tgl_errbuf *err);
+/* backend.step_prepare (compile.c): renders and compiles with the system
+ * compiler only (cache hit: ready at once; 'tiered': in the background;
+ * 'sync'/'cc': now; 'tcc': never). */
+tgl_status tgl_cgen_step_prepare(const tgl_backend_opts *o, const tgl_step_item *items, int n,
+                                 tgl_kernel_ref **out, tgl_errbuf *err);
+/* backend.step_code. */
+tgl_step_fn tgl_cgen_step_code(const tgl_kernel_ref *k);
+
 /* Deletes every entry of the kernel cache (o->cache_dir, else
  * $TGL_CACHE_DIR, else ~/.cache/tgl). */
 tgl_status tgl_cgen_cache_clear(const tgl_backend_opts *o, tgl_errbuf *err);

@@ -25,6 +25,7 @@
 typedef struct tgl_render {
     tgl_errbuf *err;
     const tgl_fprog *p;
+    const char *pfx;          /* prefix of the row functions' names */
     uint32_t used[2];
     unsigned helpers;
     uint32_t ew_helpers;
@@ -44,6 +45,13 @@ enum { TGL_ROW_UNIT, TGL_ROW_STRIDED };
     _(expm1, 1, NEW) _(sqrt, 1, NO) _(tanh, 1, NEW) _(sin, 1, OLD)              \
     _(cos, 1, OLD) _(floor, 1, NO) _(ceil, 1, NO) _(round, 1, NO)               \
     _(pow, 2, OLD)
+
+/* Renders p's row functions (named <pfx>_row_u/_r/_s, static) and its
+ * kernel, `<decl>void <symbol>(const tgl_kargs *A)`, into fns, recording
+ * in r what the prelude needs; several programs may share one r (one
+ * source, one prelude).  r->st holds the first error. */
+void tgl_cgen_render_kernel(tgl_render *r, tgl_sb *fns, const tgl_fprog *p, const char *pfx,
+                            const char *decl, const char *symbol);
 
 /* The C type of a dtype's elements. */
 const char *tgl_cgen_ctype(int dtype);
@@ -79,6 +87,15 @@ int tgl_cgen_invariant(const tgl_fprog *prog, int i);
 
 /* A 64-bit digest of what prog computes (names the kernel's symbol). */
 uint64_t tgl_cgen_digest(const tgl_fprog *prog);
+
+/* ---- launch.c ------------------------------------------------------------ */
+
+/* The plan a launch cache holds (tgl_cgen_launch's cache), for the
+ * whole-step renderer: false when there is none, or when it splits the
+ * work over several tasks or covers no element; else *base (the geometry:
+ * ndim, unit, shape, row and column ranges) and *kb (the operands'
+ * strides, in the program's order: inputs, then outputs). */
+bool tgl_cgen_plan_single(const void *cache, tgl_kargs *base, const tgl_kbuf **kb);
 
 /* ---- cache.c ------------------------------------------------------------ */
 

@@ -818,6 +818,71 @@ tgl_status tgl_cgen_compile(const tgl_backend_opts *o, const tgl_backend *be,
     return TGL_OK;
 }
 
+tgl_status tgl_cgen_step_prepare(const tgl_backend_opts *o, const tgl_step_item *items, int n,
+                                 tgl_kernel_ref **out, tgl_errbuf *err)
+{
+    if (!o || !items || !out)
+        return tgl_errbuf_set(err, TGL_EINVAL, "tgl_cgen_step_prepare: NULL argument");
+    const char *symbol = "tgl_whole_step";
+    char *source = NULL;
+    tgl_status st = tgl_cgen_render_step(items, n, symbol, &source, err);
+    if (st)
+        return st;
+    kernel *k = calloc(1, sizeof *k);
+    job *j = k ? job_new(o, &tgl_backend_cpu, source, symbol) : NULL;
+    free(source);
+    if (!j) {
+        free(k);
+        return tgl_errbuf_set(err, TGL_ENOMEM, "cgen: out of memory");
+    }
+    k->head.backend = &tgl_backend_cpu;
+    *out = &k->head;
+    /* libtcc's code would not be the optimizing compiler's, nor as fast:
+     * the whole step waits for cc (the engine runs the step meanwhile). */
+    if (strcmp(o->compile, "tcc") == 0 || job_key(j) != BUILD_OK) {
+        job_free(j);
+        return TGL_OK;
+    }
+    if (j->dir[0] && (k->dl = tgl_cache_load(j->dir, j->key, symbol, &k->fn))) {
+        k->head.tier = 2;
+        job_free(j);
+        return TGL_OK;
+    }
+    if (strcmp(o->compile, "tiered") != 0) {
+        int rc = job_compile(j, &k->dl, &k->fn);
+        if (rc == BUILD_OK)
+            k->head.tier = 2;
+        else if (rc == BUILD_FAIL)
+            fprintf(stderr, "tgl: internal error (please report): a whole step does not compile "
+                            "with %s; its instructions run one by one: %s\n", j->cc, j->err);
+        job_free(j);
+        return TGL_OK;
+    }
+    j->ref = k;
+    j->refs = 2;
+    pthread_t t;
+    if (job_register(j)) {
+        if (pthread_create(&t, NULL, background, j) == 0) {
+            pthread_detach(t);
+            k->job = j;
+            return TGL_OK;
+        }
+        job_unregister(j);
+    }
+    job_free(j);
+    return TGL_OK;
+}
+
+tgl_step_fn tgl_cgen_step_code(const tgl_kernel_ref *ref)
+{
+    const kernel *k = (const kernel *)ref;
+    if (!k || __atomic_load_n(&k->head.tier, __ATOMIC_ACQUIRE) != 2)
+        return NULL;
+    /* the code is `int f(void *const *, void *, tgl_step_cb)`, stored as a
+     * tgl_kernel_fn like every compiled symbol */
+    return (tgl_step_fn)(void (*)(void))__atomic_load_n(&k->fn, __ATOMIC_ACQUIRE);
+}
+
 tgl_kernel_fn tgl_cgen_kernel_fn(const tgl_kernel_ref *ref)
 {
     const kernel *k = (const kernel *)ref;

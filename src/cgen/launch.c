@@ -376,6 +376,16 @@ void tgl_cgen_launch_cache_free(void *cache)
     free(cache);
 }
 
+bool tgl_cgen_plan_single(const void *cache, tgl_kargs *base, const tgl_kbuf **kb)
+{
+    lplan *p = (lplan *)cache;
+    if (!p || p->ntasks != 1 || p->total == 0)
+        return false;
+    *base = p->base;
+    *kb = plan_kb(p);
+    return true;
+}
+
 tgl_status tgl_cgen_launch(const tgl_backend_opts *o, const tgl_fprog *prog, tgl_kernel_fn fn,
                            tgl_array *const *in, tgl_array *const *out, void **cache,
                            tgl_errbuf *err)

@@ -196,7 +196,7 @@ static void row_reduce(tgl_render *r, tgl_sb *b)
     const tgl_fprog *p = r->p;
     int op = p->reduce_op, adt = tgl_cgen_acc_dtype(p);
     const char *A = tgl_cgen_ctype(adt);
-    tgl_sb_printf(b, "static void tgl_row_r(");
+    tgl_sb_printf(b, "static void %s_row_r(", r->pfx);
     params(r, b, TGL_ROW_UNIT, true);
     tgl_sb_printf(b, ")\n{\n    %s l[%d];\n    for (int j = 0; j < %d; j++)\n        l[j] = ", A,
                   LANES, LANES);
@@ -229,7 +229,7 @@ static void row_reduce(tgl_render *r, tgl_sb *b)
 
 static void row(tgl_render *r, tgl_sb *b, const char *name, int mode)
 {
-    tgl_sb_printf(b, "static void %s(", name);
+    tgl_sb_printf(b, "static void %s_%s(", r->pfx, name);
     params(r, b, mode, false);
     tgl_sb_printf(b, ")\n{\n    for (int64_t k = c0; k < c1; k++) {\n");
     body(r, b, mode, false);
@@ -258,12 +258,12 @@ static void call_args(tgl_render *r, tgl_sb *b, int mode)
     }
 }
 
-static void kernel(tgl_render *r, tgl_sb *b, const char *symbol)
+static void kernel(tgl_render *r, tgl_sb *b, const char *decl, const char *symbol)
 {
     const tgl_fprog *p = r->p;
     bool red = p->reduce_op >= 0;
     int nop = p->nin + p->nout;
-    tgl_sb_printf(b, "void %s(const tgl_kargs *A)\n{\n", symbol);
+    tgl_sb_printf(b, "%svoid %s(const tgl_kargs *A)\n{\n", decl, symbol);
     tgl_sb_printf(b, "    enum { NIN = %d, NOP = %d };\n", p->nin, nop);
     tgl_sb_printf(b, "    const tgl_kbuf *B[NOP];\n"
                      "    for (int j = 0; j < NOP; j++)\n"
@@ -290,13 +290,13 @@ static void kernel(tgl_render *r, tgl_sb *b, const char *symbol)
                      "            off[j] += idx[d] * B[j]->strides[d];\n"
                      "    }\n"
                      "    for (int64_t row = A->row_begin; row < A->row_end; row++) {\n"
-                     "        if (!unit)\n            tgl_row_s(");
+                     "        if (!unit)\n            %s_row_s(", r->pfx);
     call_args(r, b, TGL_ROW_STRIDED);
     if (red) {
-        tgl_sb_printf(b, ");\n        else if (racc)\n            tgl_row_r(");
+        tgl_sb_printf(b, ");\n        else if (racc)\n            %s_row_r(", r->pfx);
         call_args(r, b, TGL_ROW_UNIT);
     }
-    tgl_sb_printf(b, ");\n        else\n            tgl_row_u(");
+    tgl_sb_printf(b, ");\n        else\n            %s_row_u(", r->pfx);
     call_args(r, b, TGL_ROW_UNIT);
     tgl_sb_printf(b, ");\n"
                      "        for (int d = L - 1; d >= 0; d--) {\n"
@@ -309,6 +309,18 @@ static void kernel(tgl_render *r, tgl_sb *b, const char *symbol)
                      "            idx[d] = 0;\n"
                      "        }\n"
                      "    }\n}\n");
+}
+
+void tgl_cgen_render_kernel(tgl_render *r, tgl_sb *fns, const tgl_fprog *prog, const char *pfx,
+                            const char *decl, const char *symbol)
+{
+    r->p = prog;
+    r->pfx = pfx;
+    row(r, fns, "row_u", TGL_ROW_UNIT);
+    if (prog->reduce_op >= 0)
+        row_reduce(r, fns);
+    row(r, fns, "row_s", TGL_ROW_STRIDED);
+    kernel(r, fns, decl, symbol);
 }
 
 int tgl_cgen_invariant(const tgl_fprog *p, int i)
@@ -331,11 +343,7 @@ tgl_status tgl_cgen_render(const tgl_fprog *prog, const char *symbol, char **sou
     /* Functions first: rendering them records which declarations and
      * helpers the prelude needs. */
     tgl_sb fns = {0}, out = {0};
-    row(&r, &fns, "tgl_row_u", TGL_ROW_UNIT);
-    if (prog->reduce_op >= 0)
-        row_reduce(&r, &fns);
-    row(&r, &fns, "tgl_row_s", TGL_ROW_STRIDED);
-    kernel(&r, &fns, symbol);
+    tgl_cgen_render_kernel(&r, &fns, prog, "tgl", "", symbol);
     tgl_sb_printf(&out, "/* tgl fused kernel: %d instructions, %d inputs, %d outputs", prog->ninstr,
                   prog->nin, prog->nout);
     if (prog->reduce_op >= 0)
@@ -385,4 +393,135 @@ uint64_t tgl_cgen_digest(const tgl_fprog *p)
     MIX(h, p->reduce_mask);
     MIX(h, p->reduce_type.dtype);
     return h;
+}
+
+/* ---- whole steps --------------------------------------------------------------- */
+
+bool tgl_cgen_step_inlinable(const tgl_fprog *prog, const void *launch_cache,
+                             size_t *scratch_elem)
+{
+    tgl_kargs base;
+    const tgl_kbuf *kb;
+    *scratch_elem = 0;
+    if (!prog || !tgl_cgen_plan_single(launch_cache, &base, &kb))
+        return false;
+    if (prog->reduce_op < 0)
+        return true;
+    int adt = tgl_cgen_acc_dtype(prog), odt = prog->reduce_type.dtype;
+    if (adt == odt)
+        return true; /* the kernel accumulates into output 0 itself */
+    /* a float32 sum or product accumulates in double, converted at the end */
+    if (adt != TGL_FLOAT64 || odt != TGL_FLOAT32)
+        return false;
+    *scratch_elem = sizeof(double);
+    return true;
+}
+
+/* The code running one inlined kernel: its arguments built from the
+ * launch cache's geometry over D, the accumulator set up as the launcher
+ * does (launch.c), the kernel, the conversion of a double accumulator. */
+static void step_kernel(tgl_render *r, tgl_sb *b, const tgl_step_item *it)
+{
+    const tgl_fprog *p = it->prog;
+    tgl_kargs a;
+    const tgl_kbuf *kb;
+    if (!tgl_cgen_plan_single(it->launch_cache, &a, &kb)) {
+        tgl_cgen_fail(r, "whole step: instruction %d has no single-task launch plan", it->pc);
+        return;
+    }
+    int nop = p->nin + p->nout, L = a.ndim;
+    tgl_sb_printf(b, "    {\n        tgl_kbuf b[%d] = {", nop);
+    for (int j = 0; j < nop; j++) {
+        tgl_sb_printf(b, "%s\n            {D[%d], {", j ? "," : "", (int)it->data[j]);
+        for (int d = 0; d < L; d++)
+            tgl_sb_printf(b, "%s%lld", d ? ", " : "", (long long)kb[j].strides[d]);
+        tgl_sb_printf(b, "}}");
+    }
+    tgl_sb_printf(b, "};\n        tgl_kargs a = {%d, %d, {", a.ndim, a.unit);
+    for (int d = 0; d < L; d++)
+        tgl_sb_printf(b, "%s%lld", d ? ", " : "", (long long)a.shape[d]);
+    tgl_sb_printf(b, "}, %lld, %lld, %lld, %lld, b, b + %d};\n", (long long)a.row_begin,
+                  (long long)a.row_end, (long long)a.col_begin, (long long)a.col_end, p->nin);
+    if (p->reduce_op >= 0) {
+        int adt = tgl_cgen_acc_dtype(p);
+        const char *A = tgl_cgen_ctype(adt);
+        int acc = it->scratch >= 0 ? it->scratch : (int)it->data[p->nin];
+        tgl_sb_printf(b, "        %s *acc = (%s *)D[%d];\n        b[%d].data = acc;\n", A, A, acc,
+                      p->nin);
+        tgl_sb_printf(b, "        for (int64_t q = 0; q < %lld; q++)\n            acc[q] = ",
+                      (long long)it->acc_size);
+        identity(r, b, p->reduce_op, adt);
+        tgl_sb_printf(b, ";\n        s%d(&a);\n", it->pc);
+        if (it->scratch >= 0)
+            tgl_sb_printf(b, "        for (int64_t q = 0; q < %lld; q++)\n"
+                             "            ((float *)D[%d])[q] = (float)acc[q];\n",
+                          (long long)it->acc_size, (int)it->data[p->nin]);
+    } else {
+        tgl_sb_printf(b, "        s%d(&a);\n", it->pc);
+    }
+    tgl_sb_printf(b, "    }\n");
+}
+
+tgl_status tgl_cgen_render_step(const tgl_step_item *items, int n, const char *symbol,
+                                char **source, tgl_errbuf *err)
+{
+    tgl_render r = {.err = err};
+    tgl_sb fns = {0}, body = {0}, out = {0}, keep = {0};
+    int ninline = 0;
+    for (int i = 0; i < n && !r.st; i++) {
+        const tgl_step_item *it = &items[i];
+        if (!it->prog) {
+            tgl_sb_printf(&body, "    if ((st = cb(env, %d)) != 0)\n        return st;\n", i);
+            continue;
+        }
+        ninline++;
+        /* A kernel calling libm stays a function of its own (noipa), so
+         * its loops vectorize exactly as in the kernel the CVM runs and the
+         * vector and scalar libm calls fall on the same elements. */
+        uint32_t used0 = r.used[0], used1 = r.used[1];
+        char pfx[24], sym[24], decl[24];
+        snprintf(pfx, sizeof pfx, "s%d", it->pc);
+        snprintf(sym, sizeof sym, "s%d", it->pc);
+        snprintf(decl, sizeof decl, "static TGLK%d ", it->pc);
+        tgl_cgen_render_kernel(&r, &fns, it->prog, pfx, decl, sym);
+        bool libm = r.used[0] != used0 || r.used[1] != used1 || it->prog->ninstr == 0;
+        for (int k = 0; !libm && k < it->prog->ninstr; k++) {
+            int op = it->prog->code[k].op;
+            libm = op == TGL_OP_EXP || op == TGL_OP_LOG || op == TGL_OP_TANH ||
+                   op == TGL_OP_SIGMOID || op == TGL_OP_SOFTPLUS || op == TGL_OP_LOG1P ||
+                   op == TGL_OP_EXPM1 || op == TGL_OP_POW || op == TGL_OP_SIN || op == TGL_OP_COS;
+        }
+        tgl_sb_printf(&keep, "#define TGLK%d %s\n", it->pc, libm ? "TGL_KEEP" : "");
+        tgl_sb_printf(&body, "    /* instruction %d: fused program %d */\n", it->pc, it->prog->id);
+        if (it->prep)
+            tgl_sb_printf(&body, "    st = cb(env, %d);\n    if (st > 0)\n        return st;\n"
+                                 "    if (st == 0)\n", -1 - i);
+        if (it->timed)
+            tgl_sb_printf(&body, "    {\n    cb(env, %d);\n", TGL_STEP_CB_START + i);
+        step_kernel(&r, &body, it);
+        if (it->timed)
+            tgl_sb_printf(&body, "    cb(env, %d);\n    }\n", TGL_STEP_CB_END + i);
+    }
+    tgl_sb_printf(&out, "/* tgl whole step: %d instructions, %d kernels inline */\n%s\n", n,
+                  ninline, tgl_cgen_kernel_header);
+    tgl_cgen_prelude(&r, &out);
+    tgl_sb_printf(&out, "#if defined(__GNUC__) && !defined(__clang__)\n"
+                        "#define TGL_KEEP __attribute__((noipa))\n#else\n"
+                        "#define TGL_KEEP __attribute__((noinline))\n#endif\n");
+    tgl_sb_cat(&out, &keep);
+    tgl_sb_cat(&out, &fns);
+    tgl_sb_printf(&out, "typedef int (*tgl_step_cb)(void *env, int i);\n\n"
+                        "int %s(void *const *D, void *env, tgl_step_cb cb)\n{\n    int st = 0;\n"
+                        "    (void)st;\n", symbol);
+    tgl_sb_cat(&out, &body);
+    tgl_sb_printf(&out, "    return 0;\n}\n");
+    tgl_sb_free(&fns);
+    tgl_sb_free(&body);
+    tgl_sb_free(&keep);
+    if (r.st || out.oom || !out.p) {
+        tgl_sb_free(&out);
+        return r.st ? r.st : tgl_errbuf_set(err, TGL_ENOMEM, "cgen: out of memory");
+    }
+    *source = out.p;
+    return TGL_OK;
 }

@@ -319,6 +319,9 @@ const tgl_backend tgl_backend_cpu = {
     .release = tgl_cgen_kernel_release,
     .launch = tgl_cgen_kernel_launch,
     .launch_cache_free = tgl_cgen_launch_cache_free,
+    .step_inlinable = tgl_cgen_step_inlinable,
+    .step_prepare = tgl_cgen_step_prepare,
+    .step_code = tgl_cgen_step_code,
     .cache_clear = tgl_cgen_cache_clear,
     .cache_info = tgl_cgen_cache_info,
 };

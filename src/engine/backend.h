@@ -45,6 +45,35 @@ typedef struct tgl_kernel_ref {
                  1 quick code, 2 optimized code */
 } tgl_kernel_ref;
 
+/* ---- whole steps (engine/step.c) ---- */
+
+/* The generated function of a bound whole step: runs its instructions in
+ * order over D, the table of data pointers the engine keeps, calling back
+ * into the engine (cb) for what it does not run itself; 0 when done, else
+ * the nonzero status a callback returned. */
+typedef int (*tgl_step_cb)(void *env, int i);
+typedef int (*tgl_step_fn)(void *const *D, void *env, tgl_step_cb cb);
+
+/* One instruction of a whole step, as the engine hands it to the backend. */
+typedef struct tgl_step_item {
+    const struct tgl_fprog *prog; /* a fused kernel to run inline, or NULL:
+                                     the function calls cb(env, i)          */
+    const void *launch_cache;     /* the instruction's launch cache (its
+                                     geometry: backend.launch)              */
+    const int32_t *data;          /* D index of each operand: inputs, outputs */
+    int32_t scratch;              /* D index of a reduction's accumulator
+                                     buffer (step_inlinable asked for one), or -1 */
+    int64_t acc_size;             /* elements of output 0 (a reduction's)   */
+    int32_t prep;                 /* nonzero: first cb(env, -1 - i), which
+                                     fills D for the caller's arrays: 0 run
+                                     inline, -1 the engine ran it, else fail */
+    int32_t pc;                   /* the instruction, for the source's comments */
+    int32_t timed;                /* profile: cb(env, TGL_STEP_CB_START + i)
+                                     before the kernel, TGL_STEP_CB_END + i after */
+} tgl_step_item;
+#define TGL_STEP_CB_START (1 << 24)
+#define TGL_STEP_CB_END (2 << 24)
+
 typedef struct tgl_backend {
     const char *name; /* "cpu", "cuda"; part of the kernel cache key */
     int device;       /* the tgl_device it serves                    */
@@ -102,6 +131,21 @@ typedef struct tgl_backend {
                          void **cache, tgl_errbuf *err);
     /* Frees a launch cache; NULL is ignored. */
     void (*launch_cache_free)(void *cache);
+
+    /* ---- whole steps (optional: NULL where the backend makes none) ---- */
+    /* Whether prog's kernel can run inline in a whole step with the geometry
+     * of launch_cache; *scratch_bytes: the accumulator buffer it then needs
+     * (0: none). */
+    bool (*step_inlinable)(const struct tgl_fprog *prog, const void *launch_cache,
+                           size_t *scratch_bytes);
+    /* Renders the whole step of items[0..n) and compiles it with the
+     * optimizing compiler (from the kernel cache, else in the background
+     * under o->compile 'tiered'; never with libtcc): *out's tier becomes 2
+     * when its code is ready, and stays 0 when there is no compiler. */
+    tgl_status (*step_prepare)(const tgl_backend_opts *o, const tgl_step_item *items, int n,
+                               tgl_kernel_ref **out, tgl_errbuf *err);
+    /* The code of a prepared whole step, NULL until it is ready. */
+    tgl_step_fn (*step_code)(const tgl_kernel_ref *k);
 
     /* ---- the kernel cache ---- */
     /* Deletes every cached kernel of this backend. */

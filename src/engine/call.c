@@ -174,6 +174,7 @@ tgl_status tgl_function_wait_compiled(tgl_ctx *ctx, tgl_function *fn)
     for (int32_t pc = 0; pc < prog->ncode; pc++)
         if (prog->code[pc].kind == TGL_I_OP && prog->code[pc].node->op == TGL_OP_FUSED)
             tgl_backend_wait(tgl_fprog_of(prog->code[pc].node));
+    tgl_step_wait(fn->frame);
     return TGL_OK;
 }
 

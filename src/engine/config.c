@@ -110,9 +110,10 @@ static tgl_status config_set(tgl_ctx *ctx, const char *key, const char *value)
         return TGL_OK;
     }
     if (strcmp(key, "whole_step") == 0) {
-        TGL_CHECK(!strcmp(value, "on") || !strcmp(value, "off"), TGL_EINVAL,
-                  "tgl_config_set: whole_step must be on or off, got '%s'", value);
-        c->whole_step = !strcmp(value, "on");
+        TGL_CHECK(!strcmp(value, "on") || !strcmp(value, "off") || !strcmp(value, "bound"),
+                  TGL_EINVAL, "tgl_config_set: whole_step must be on, off or bound, got '%s'",
+                  value);
+        c->whole_step = !strcmp(value, "on") ? 1 : !strcmp(value, "bound") ? 2 : 0;
         return TGL_OK;
     }
     if (strcmp(key, "compile") == 0) {
@@ -160,7 +161,7 @@ const char *tgl_config_get(tgl_ctx *ctx, const char *key)
         return num;
     }
     if (strcmp(key, "whole_step") == 0)
-        return c->whole_step ? "on" : "off";
+        return c->whole_step == 1 ? "on" : c->whole_step == 2 ? "bound" : "off";
     if (strcmp(key, "compile") == 0)
         return c->compile;
     if (strcmp(key, "cc") == 0)
@@ -196,7 +197,7 @@ void tgl_config_defaults(tgl_ctx *ctx)
         {"TGL_CACHE_DIR", "cache_dir", "a directory's path (at most 1023 bytes)"},
         {"TGL_COMPILE", "compile", "tiered, sync, tcc or cc"},
         {"TGL_EXIT_WAIT", "exit_wait", "seconds from 0 to 3600"},
-        {"TGL_WHOLE_STEP", "whole_step", "on or off"},
+        {"TGL_WHOLE_STEP", "whole_step", "on, off or bound"},
     };
     size_t used = 0;
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {

@@ -39,7 +39,7 @@ struct tgl_config {
     char compile[16];        /* tiered | sync | tcc | cc                      */
     int64_t cache_max_bytes;
     double exit_wait;        /* seconds exit waits for background compiles   */
-    int whole_step;          /* bind straight-line programs (step.c)         */
+    int whole_step;          /* step.c: 0 off, 1 bind and generate, 2 bind   */
     char env_error[2048];    /* bad TGL_* variables, one line each; "" none  */
 };
 

@@ -183,6 +183,9 @@ bool tgl_step_active(tgl_ctx *ctx, tgl_frame *fr, bool inner);
 tgl_status tgl_step_run(tgl_ctx *ctx, tgl_frame *fr, int32_t from, int32_t to);
 void tgl_step_release_temps(tgl_frame *fr);
 void tgl_step_free(tgl_frame *fr);
+/* Blocks until the bound step's generated function, if one is being
+ * compiled, is ready (or failed). */
+void tgl_step_wait(tgl_frame *fr);
 
 /* cvm.c: runs instructions [from, to) of fr's program on fr. */
 tgl_status tgl_cvm_run(tgl_ctx *ctx, tgl_frame *fr, int32_t from, int32_t to);

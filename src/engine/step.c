@@ -73,7 +73,53 @@ struct tgl_step {
     int32_t *dyn_slot;       /* temporaries released after each call        */
     int32_t ndyn;
     int64_t bytes;           /* of the fixed buffers                        */
+    int32_t nfirst;          /* ops before the deferred updates             */
+    /* The generated whole-step function (see "Generated code" below). */
+    int gen;                 /* GEN_WAIT, GEN_RECORD, GEN_MADE, GEN_NEVER   */
+    int64_t runs;            /* full runs of the first part so far          */
+    const tgl_backend *be;
+    tgl_step_item *item;     /* per op of the first part                    */
+    int32_t *dref_begin;     /* per op + 1: its range of dref               */
+    struct dref { int32_t d, slot, ndim; int64_t strides[TGL_MAX_DIMS]; } *dref;
+    int32_t ndref;
+    int32_t *slot_d;         /* per slot: its D index, or -1                */
+    void **D;                /* data pointers of the inlined kernels' operands */
+    int32_t nD;
+    tgl_array **scratch;     /* reductions' double accumulators             */
+    int32_t nscratch;
+    uint8_t *slot_fixed;     /* per slot: holds a fixed array               */
+    tgl_kernel_ref *code;    /* the compiled function (tier 2 when ready)   */
+    uint64_t *prof_t0;       /* profile: per op, when its inline kernel began */
 };
+
+enum { GEN_WAIT, GEN_RECORD, GEN_MADE, GEN_NEVER };
+/* The step makes its function after this many full runs (every fused
+ * kernel must also have its optimized code by then). */
+#define GEN_AFTER 2
+
+static void gen_free(tgl_step *s)
+{
+    if (s->code)
+        s->code->backend->release(s->code);
+    s->code = NULL;
+    for (int32_t i = 0; i < s->nscratch; i++)
+        tgl_array_release(s->scratch[i]);
+    free(s->scratch);
+    free(s->item);
+    free(s->dref_begin);
+    free(s->dref);
+    free(s->slot_d);
+    free(s->D);
+    free(s->prof_t0);
+    s->scratch = NULL;
+    s->item = NULL;
+    s->dref_begin = NULL;
+    s->dref = NULL;
+    s->slot_d = NULL;
+    s->D = NULL;
+    s->prof_t0 = NULL;
+    s->nscratch = s->ndref = s->nD = 0;
+}
 
 void tgl_step_free(tgl_frame *fr)
 {
@@ -91,6 +137,8 @@ void tgl_step_free(tgl_frame *fr)
         tgl_array_release(s->op[i].base);
         tgl_array_release(s->op[i].view);
     }
+    gen_free(s);
+    free(s->slot_fixed);
     free(s->op);
     free(s->fixed_slot);
     free(s->dyn_slot);
@@ -248,6 +296,12 @@ static tgl_status bind(tgl_ctx *ctx, tgl_frame *fr, bool inner)
     for (int32_t i = 0; i < prog->ntemp; i++)
         if (!isfix[prog->temp_slot[i]])
             s->dyn_slot[s->ndyn++] = prog->temp_slot[i];
+    while (s->nfirst < s->nop && s->op[s->nfirst].pc < prog->defer_start)
+        s->nfirst++;
+    s->slot_fixed = isfix;
+    isfix = NULL;
+    s->be = tgl_backend_get(TGL_DEVICE_CPU);
+    s->gen = s->be && s->be->step_prepare && ctx->config.whole_step == 1 ? GEN_WAIT : GEN_NEVER;
     /* (a scan body's frame never calls tgl_step_release_temps: its
      * temporaries stay in their slots from step to step, as under the CVM's
      * plan the loop-invariant ones must) */
@@ -314,65 +368,300 @@ static tgl_status cached_view(tgl_ctx *ctx, tgl_frame *fr, tgl_step_op *op, cons
     return TGL_OK;
 }
 
+/* Runs op i of the bound step. */
+static tgl_status run_entry(tgl_ctx *ctx, tgl_frame *fr, tgl_step *s, int32_t i)
+{
+    const tgl_program *prog = fr->prog;
+    int32_t pc = s->op[i].pc;
+    const tgl_instr *ins = &prog->code[pc];
+    tgl_array **slot = fr->slot;
+    const bool profile = prog->profile;
+    uint64_t t0 = profile ? tgl_now_ns() : 0;
+    tgl_status st;
+    if (s->op[i].mode == STEP_DYNAMIC) {
+        st = tgl_cvm_run_op(ctx, fr, ins);
+    } else if (s->op[i].mode == STEP_VIEW) {
+        st = cached_view(ctx, fr, &s->op[i], ins);
+    } else {
+        tgl_array *args[16];
+        tgl_array **in = ins->nin <= 16 ? args : malloc(sizeof *in * (size_t)ins->nin);
+        if (!in)
+            return tgl_ctx_set_error(ctx, TGL_ENOMEM, "%s: out of memory", prog->name);
+        for (int k = 0; k < ins->nin; k++)
+            in[k] = slot[ins->in[k]];
+        if (ins->impl->kernel_n) {
+            tgl_array *outs[8];
+            tgl_array **o = ins->nouts <= 8 ? outs : malloc(sizeof *o * (size_t)ins->nouts);
+            if (!o) {
+                st = tgl_ctx_set_error(ctx, TGL_ENOMEM, "%s: out of memory", prog->name);
+            } else {
+                for (int k = 0; k < ins->nouts; k++)
+                    o[k] = ins->outs[k] >= 0 ? slot[ins->outs[k]] : NULL;
+                bool debug = prog->mode == TGL_MODE_DEBUG;
+                st = ins->node->op == TGL_OP_FUSED
+                         ? tgl_fused_kernel_cached(ctx, ins->node, in, o, debug,
+                                                   &fr->launch_cache[pc])
+                         : ins->impl->kernel_n(ctx, ins->node, in, o, debug);
+                if (o != outs)
+                    free(o);
+            }
+        } else {
+            st = ins->impl->kernel(ctx, ins->node, in, slot[ins->out]);
+        }
+        if (in != args)
+            free(in);
+    }
+    if (!st && profile) {
+        fr->ins_ns[pc] += tgl_now_ns() - t0;
+        fr->ins_calls[pc]++;
+    }
+    return st;
+}
+
+/* ---- Generated code ------------------------------------------------------
+ *
+ * After GEN_AFTER full runs, once every fused kernel of the step runs its
+ * optimizing compiler's code, one run records what the backend needs to
+ * generate the whole step as one C function (backend.step_prepare): for
+ * each op of the first part (before the deferred updates), either a fused
+ * kernel to inline, with the geometry its launch cache holds now and the
+ * D index of each operand, or a call back into the engine (everything
+ * else: BLAS and the other ops, views, outputs).  A fixed operand's data
+ * pointer goes into D once; a caller's array (an input, a shared value, a
+ * dynamic view) is read into D by the `prep` callback before the kernel,
+ * which first checks that its layout is still the recorded one (else the
+ * engine runs that op itself, so any layout stays right).  The function
+ * compiles in the background (the step runs op by op meanwhile) and
+ * replaces the loop over the first part once ready.  The kernels are the
+ * same source compiled by the same compiler as the CVM's kernels (those
+ * calling libm not inlined, so they vectorize alike), so results stay
+ * bit-identical (spec/whole_step_spec.lua). */
+
+typedef struct step_env {
+    tgl_ctx *ctx;
+    tgl_frame *fr;
+    tgl_step *s;
+} step_env;
+
+/* cb(env, i): i >= 0 runs op i; i in [-nfirst, -1] prepares op -1 - i;
+ * TGL_STEP_CB_START + i and TGL_STEP_CB_END + i time op i's inline kernel
+ * (profile). */
+#define PROF_START TGL_STEP_CB_START
+#define PROF_END TGL_STEP_CB_END
+
+static int step_cb(void *envp, int i)
+{
+    step_env *e = envp;
+    tgl_step *s = e->s;
+    if (i >= PROF_END) {
+        int32_t k = i - PROF_END, pc = s->op[k].pc;
+        e->fr->ins_ns[pc] += tgl_now_ns() - s->prof_t0[k];
+        e->fr->ins_calls[pc]++;
+        return 0;
+    }
+    if (i >= PROF_START) {
+        s->prof_t0[i - PROF_START] = tgl_now_ns();
+        return 0;
+    }
+    if (i >= 0)
+        return (int)run_entry(e->ctx, e->fr, s, i);
+    int32_t k = -1 - i;
+    for (int32_t r = s->dref_begin[k]; r < s->dref_begin[k + 1]; r++) {
+        const struct dref *d = &s->dref[r];
+        const tgl_array *a = e->fr->slot[d->slot];
+        if (!a || a->ndim != d->ndim ||
+            memcmp(a->strides, d->strides, sizeof(int64_t) * (size_t)d->ndim) != 0) {
+            tgl_status st = run_entry(e->ctx, e->fr, s, k);
+            return st ? (int)st : -1;
+        }
+        s->D[d->d] = a->data;
+    }
+    return 0;
+}
+
+/* The D index of slot sl's array (a new entry on first use). */
+static int32_t d_index(tgl_step *s, int32_t sl, void *data)
+{
+    if (s->slot_d[sl] < 0) {
+        s->slot_d[sl] = s->nD;
+        s->D[s->nD++] = data;
+    }
+    return s->slot_d[sl];
+}
+
+/* Records op i (it just ran) for the generated function. */
+static bool record(tgl_frame *fr, tgl_step *s, int32_t i)
+{
+    const tgl_program *prog = fr->prog;
+    int32_t pc = s->op[i].pc;
+    const tgl_instr *ins = &prog->code[pc];
+    tgl_step_item *it = &s->item[i];
+    *it = (tgl_step_item){.scratch = -1, .pc = pc};
+    s->dref_begin[i + 1] = s->ndref;
+    size_t scratch_elem = 0;
+    if (s->op[i].mode != STEP_FIXED || ins->node->op != TGL_OP_FUSED ||
+        !s->be->step_inlinable(tgl_fprog_of(ins->node), fr->launch_cache[pc], &scratch_elem))
+        return true;
+    for (int k = 0; k < ins->nouts; k++)
+        if (ins->outs[k] < 0)
+            return true; /* an output nobody reads: the launcher's scratch */
+    const tgl_fprog *fp = tgl_fprog_of(ins->node);
+    int nop = fp->nin + fp->nout;
+    int32_t *idx = malloc(sizeof *idx * (size_t)nop);
+    if (!idx)
+        return false;
+    for (int j = 0; j < nop; j++) {
+        int32_t sl = j < fp->nin ? ins->in[j] : ins->outs[j - fp->nin];
+        tgl_array *a = fr->slot[sl];
+        if (s->slot_fixed[sl]) {
+            idx[j] = d_index(s, sl, a->data);
+        } else {
+            idx[j] = d_index(s, sl, NULL);
+            struct dref *d = &s->dref[s->ndref++];
+            d->d = idx[j];
+            d->slot = sl;
+            d->ndim = a->ndim;
+            memcpy(d->strides, a->strides, sizeof(int64_t) * (size_t)a->ndim);
+            it->prep = 1;
+        }
+    }
+    if (scratch_elem) {
+        tgl_array *o0 = fr->slot[ins->outs[0]];
+        int64_t shape[1] = {o0->size};
+        tgl_array *acc = NULL;
+        if (tgl_array_alloc(prog->ctx, "whole step", TGL_FLOAT64, 1, shape, false, &acc)) {
+            tgl_ctx_clear_error(prog->ctx);
+            free(idx);
+            return false;
+        }
+        s->scratch[s->nscratch++] = acc;
+        it->scratch = s->nD;
+        s->D[s->nD++] = acc->data;
+    }
+    it->prog = fp;
+    it->timed = prog->profile;
+    it->launch_cache = fr->launch_cache[pc];
+    it->acc_size = fp->reduce_op >= 0 ? fr->slot[ins->outs[0]]->size : 0;
+    it->data = idx;
+    s->dref_begin[i + 1] = s->ndref;
+    return true;
+}
+
+/* Sets up recording: the tables, sized for the worst case. */
+static bool record_start(tgl_frame *fr, tgl_step *s)
+{
+    const tgl_program *prog = fr->prog;
+    size_t nops = 0;
+    for (int32_t i = 0; i < s->nfirst; i++)
+        nops += (size_t)prog->code[s->op[i].pc].nin + (size_t)prog->code[s->op[i].pc].nouts;
+    s->item = calloc((size_t)s->nfirst + 1, sizeof *s->item);
+    s->dref_begin = calloc((size_t)s->nfirst + 2, sizeof *s->dref_begin);
+    s->dref = malloc(sizeof *s->dref * (nops + 1));
+    s->slot_d = malloc(sizeof *s->slot_d * ((size_t)prog->nslots + 1));
+    s->D = calloc(nops + (size_t)s->nfirst + 1, sizeof *s->D);
+    s->scratch = calloc((size_t)s->nfirst + 1, sizeof *s->scratch);
+    s->prof_t0 = calloc((size_t)s->nfirst + 1, sizeof *s->prof_t0);
+    if (!s->item || !s->dref_begin || !s->dref || !s->slot_d || !s->D || !s->scratch ||
+        !s->prof_t0)
+        return false;
+    for (int32_t k = 0; k < prog->nslots; k++)
+        s->slot_d[k] = -1;
+    return true;
+}
+
+/* The recording run ended: hand the items to the backend. */
+static void record_end(tgl_ctx *ctx, tgl_frame *fr, tgl_step *s)
+{
+    int ninline = 0;
+    for (int32_t i = 0; i < s->nfirst; i++)
+        ninline += s->item[i].prog != NULL;
+    tgl_errbuf e;
+    s->gen = GEN_NEVER;
+    if (ninline == 0 || s->be->step_prepare(&ctx->backend_opts, s->item, s->nfirst, &s->code, &e)) {
+        for (int32_t i = 0; i < s->nfirst; i++)
+            free((void *)s->item[i].data);
+        gen_free(s);
+        return;
+    }
+    /* the items' data arrays are rendered: free them, the D table stays */
+    for (int32_t i = 0; i < s->nfirst; i++) {
+        free((void *)s->item[i].data);
+        s->item[i].data = NULL;
+        s->item[i].launch_cache = NULL;
+    }
+    s->gen = GEN_MADE;
+    (void)fr;
+}
+
+/* Whether every fused kernel of the first part runs its optimized code. */
+static bool kernels_final(const tgl_frame *fr, const tgl_step *s)
+{
+    for (int32_t i = 0; i < s->nfirst; i++) {
+        const tgl_instr *ins = &fr->prog->code[s->op[i].pc];
+        if (ins->node->op == TGL_OP_FUSED && tgl_backend_tier(tgl_fprog_of(ins->node)) != 2)
+            return false;
+    }
+    return true;
+}
+
 tgl_status tgl_step_run(tgl_ctx *ctx, tgl_frame *fr, int32_t from, int32_t to)
 {
     const tgl_program *prog = fr->prog;
-    const tgl_step *s = fr->step;
-    const tgl_instr *code = prog->code;
-    tgl_array **slot = fr->slot;
-    const bool profile = prog->profile;
+    tgl_step *s = fr->step;
     if (tgl_ctx_interrupted(ctx))
         return tgl_ctx_set_error(ctx, TGL_EINTERRUPT, "%s: interrupted", prog->name);
+    bool first = from == 0 && to == prog->defer_start;
+    if (first && s->gen == GEN_MADE) {
+        tgl_step_fn fn = s->be->step_code(s->code);
+        if (fn) {
+            step_env env = {ctx, fr, s};
+            int st = fn(s->D, &env, step_cb);
+            return st > 0 ? (tgl_status)st : TGL_OK;
+        }
+    }
+    bool rec = false;
+    if (first && s->gen == GEN_WAIT && ++s->runs > GEN_AFTER && kernels_final(fr, s)) {
+        if (record_start(fr, s)) {
+            rec = true;
+        } else {
+            gen_free(s);
+            s->gen = GEN_NEVER;
+        }
+    }
     for (int32_t i = 0; i < s->nop; i++) {
         int32_t pc = s->op[i].pc;
         if (pc < from)
             continue;
         if (pc >= to)
             break;
-        const tgl_instr *ins = &code[pc];
-        uint64_t t0 = profile ? tgl_now_ns() : 0;
-        tgl_status st;
-        if (s->op[i].mode == STEP_DYNAMIC) {
-            st = tgl_cvm_run_op(ctx, fr, ins);
-        } else if (s->op[i].mode == STEP_VIEW) {
-            st = cached_view(ctx, fr, &s->op[i], ins);
-        } else {
-            tgl_array *args[16];
-            tgl_array **in = ins->nin <= 16 ? args : malloc(sizeof *in * (size_t)ins->nin);
-            if (!in)
-                return tgl_ctx_set_error(ctx, TGL_ENOMEM, "%s: out of memory", prog->name);
-            for (int k = 0; k < ins->nin; k++)
-                in[k] = slot[ins->in[k]];
-            if (ins->impl->kernel_n) {
-                tgl_array *outs[8];
-                tgl_array **o = ins->nouts <= 8 ? outs : malloc(sizeof *o * (size_t)ins->nouts);
-                if (!o)
-                    st = tgl_ctx_set_error(ctx, TGL_ENOMEM, "%s: out of memory", prog->name);
-                else {
-                    for (int k = 0; k < ins->nouts; k++)
-                        o[k] = ins->outs[k] >= 0 ? slot[ins->outs[k]] : NULL;
-                    bool debug = prog->mode == TGL_MODE_DEBUG;
-                    st = ins->node->op == TGL_OP_FUSED
-                             ? tgl_fused_kernel_cached(ctx, ins->node, in, o, debug,
-                                                       &fr->launch_cache[pc])
-                             : ins->impl->kernel_n(ctx, ins->node, in, o, debug);
-                    if (o != outs)
-                        free(o);
-                }
-            } else {
-                st = ins->impl->kernel(ctx, ins->node, in, slot[ins->out]);
+        tgl_status st = run_entry(ctx, fr, s, i);
+        if (st) {
+            if (rec) {
+                for (int32_t k = 0; k < i; k++)
+                    free((void *)s->item[k].data);
+                gen_free(s);
+                s->gen = GEN_WAIT;
             }
-            if (in != args)
-                free(in);
-        }
-        if (st)
             return st;
-        if (profile) {
-            fr->ins_ns[pc] += tgl_now_ns() - t0;
-            fr->ins_calls[pc]++;
+        }
+        if (rec && !record(fr, s, i)) {
+            for (int32_t k = 0; k < i; k++)
+                free((void *)s->item[k].data);
+            gen_free(s);
+            s->gen = GEN_NEVER;
+            rec = false;
         }
     }
+    if (rec)
+        record_end(ctx, fr, s);
     return TGL_OK;
+}
+
+void tgl_step_wait(tgl_frame *fr)
+{
+    const tgl_step *s = fr->step;
+    if (s && s->code)
+        s->code->backend->wait(s->code);
 }
 
 void tgl_step_release_temps(tgl_frame *fr)
@@ -386,7 +675,7 @@ void tgl_step_release_temps(tgl_frame *fr)
 }
 
 int tgl_function_whole_step(const tgl_function *fn, int64_t *fixed_bytes, int *fixed,
-                            int *dynamic)
+                            int *dynamic, int *generated)
 {
     const tgl_step *s = fn && fn->frame ? fn->frame->step : NULL;
     if (!s || s->epoch != fn->frame->shape_epoch)
@@ -403,5 +692,7 @@ int tgl_function_whole_step(const tgl_function *fn, int64_t *fixed_bytes, int *f
         *fixed = nf;
     if (dynamic)
         *dynamic = nd;
+    if (generated)
+        *generated = s->gen == GEN_MADE && s->be->step_code(s->code) != NULL;
     return 1;
 }
