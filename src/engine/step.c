@@ -301,7 +301,14 @@ static tgl_status bind(tgl_ctx *ctx, tgl_frame *fr, bool inner)
     s->slot_fixed = isfix;
     isfix = NULL;
     s->be = tgl_backend_get(TGL_DEVICE_CPU);
-    s->gen = s->be && s->be->step_prepare && ctx->config.whole_step == 1 ? GEN_WAIT : GEN_NEVER;
+    /* A scan body binds anew at every run of its loop (a new epoch): making
+     * its function each time would cost more than the steps it saves.
+     * Under compile = 'tcc' the kernels never get the optimizing
+     * compiler's code the function must match. */
+    s->gen = s->be && s->be->step_prepare && ctx->config.whole_step == 1 && !inner &&
+                     strcmp(ctx->config.compile, "tcc") != 0
+                 ? GEN_WAIT
+                 : GEN_NEVER;
     /* (a scan body's frame never calls tgl_step_release_temps: its
      * temporaries stay in their slots from step to step, as under the CVM's
      * plan the loop-invariant ones must) */
