@@ -300,7 +300,6 @@ static tgl_status run_once(tgl_ctx *ctx, tgl_frame *fr)
         fr->slot[s] = prog->slot_node[s]->value;
     }
     tgl_cvm_guard_shapes(fr, false);
-    const bool step = tgl_step_active(ctx, fr, false);
     /* Last run's outputs go first, so their buffers can be reused (into
      * the pool, when the caller dropped them). */
     for (int i = 0; i < prog->nout; i++) {
@@ -315,8 +314,7 @@ static tgl_status run_once(tgl_ctx *ctx, tgl_frame *fr)
      * of them sees a variable's new value), and after every shape they
      * need is known to fit (so a failure leaves the variables as they
      * were). */
-    tgl_status st = step ? tgl_step_run(ctx, fr, 0, prog->defer_start)
-                         : tgl_cvm_run(ctx, fr, 0, prog->defer_start);
+    tgl_status st = tgl_step_exec(ctx, fr, 0, prog->defer_start, false);
     for (int k = 0; k < prog->nupd && !st; k++)
         if (!prog->upd_deferred[k])
             st = take_newval(ctx, fr, k);
@@ -332,8 +330,7 @@ static tgl_status run_once(tgl_ctx *ctx, tgl_frame *fr)
     if (!st && prog->defer_start < prog->ncode) {
         st = tgl_cvm_check_deferred(ctx, fr);
         if (!st)
-            st = step ? tgl_step_run(ctx, fr, prog->defer_start, prog->ncode)
-                      : tgl_cvm_run(ctx, fr, prog->defer_start, prog->ncode);
+            st = tgl_step_exec(ctx, fr, prog->defer_start, prog->ncode, false);
         for (int k = 0; k < prog->nupd && !st; k++)
             if (prog->upd_deferred[k])
                 st = take_newval(ctx, fr, k);
@@ -343,7 +340,7 @@ static tgl_status run_once(tgl_ctx *ctx, tgl_frame *fr)
             tgl_array_release(fr->newval[k]);
             fr->newval[k] = NULL;
         }
-        release_temps(fr, step);
+        release_temps(fr, fr->step != NULL);
         return st;
     }
     /* Every update read the values of this run before any is written; a
@@ -362,7 +359,7 @@ static tgl_status run_once(tgl_ctx *ctx, tgl_frame *fr)
         tgl_array_release(fr->slot[prog->code[pc].out]);
         fr->slot[prog->code[pc].out] = NULL;
     }
-    release_temps(fr, step);
+    release_temps(fr, fr->step != NULL);
     if (prog->profile) {
         fr->total_ns += tgl_now_ns() - t0;
         fr->ncalls++;

@@ -349,6 +349,30 @@ static bool elementwise_like(int op)
     return impl->family == TGL_FAM_ELEMWISE || op == TGL_OP_FUSED;
 }
 
+bool tgl_plan_shape_from_shapes(const tgl_instr *ins)
+{
+    if (ins->kind != TGL_I_OP)
+        return false;
+    int op = ins->node->op;
+    if (elementwise_like(op))
+        return true;
+    switch (op) {
+    case TGL_OP_SUM: case TGL_OP_PROD: case TGL_OP_MAX: case TGL_OP_MIN:
+    case TGL_OP_ARGMAX: case TGL_OP_ARGMIN: case TGL_OP_DOT:
+    case TGL_OP_BATCHED_DOT: case TGL_OP_GEMM: case TGL_OP_GEMV: case TGL_OP_GER:
+    case TGL_OP_CONCATENATE: case TGL_OP_SOFTMAX: case TGL_OP_LOG_SOFTMAX:
+    case TGL_OP_ONE_HOT: case TGL_OP_SOFTMAX_XENT: case TGL_OP_SOFTMAX_XENT_DX:
+    case TGL_OP_ADV_SUBTENSOR: case TGL_OP_DIMSHUFFLE: case TGL_OP_AXES_SIZE:
+    case TGL_OP_SHAPE: case TGL_OP_FILL_LIKE: case TGL_OP_INC_SUBTENSOR:
+    case TGL_OP_ADV_INC_SUBTENSOR:
+        return true;
+    case TGL_OP_RESHAPE: case TGL_OP_SUBTENSOR:
+        return ins->nin == 1; /* else the shape or the bounds are values */
+    default:
+        return false; /* arange, and ops this list does not know */
+    }
+}
+
 void tgl_plan_shapes(tgl_program *prog)
 {
     int32_t n = prog->nslots + 1;

@@ -157,6 +157,10 @@ tgl_status tgl_plan_memory(tgl_ctx *ctx, tgl_program *prog, bool inplace);
 /* plan.c: marks the instructions whose output shapes the frame may cache
  * (tgl_instr.shape_stable).  Out of memory, it marks none. */
 void tgl_plan_shapes(tgl_program *prog);
+/* plan.c: whether ins's output shapes follow from its inputs' shapes alone
+ * (not from their values: a reshape to a computed shape, a slice with
+ * computed bounds, arange, an op plan.c does not know). */
+bool tgl_plan_shape_from_shapes(const tgl_instr *ins);
 /* cvm.c: starts a new shape epoch when the input and shared slots' shapes
  * differ from the last call's (or always, with force). */
 void tgl_cvm_guard_shapes(tgl_frame *fr, bool force);
@@ -172,15 +176,15 @@ tgl_array *tgl_frame_take_pooled(tgl_frame *fr, int dtype, int ndim, const int64
 /* cvm.c: runs one op instruction as the CVM does (shape, buffer, kernel). */
 tgl_status tgl_cvm_run_op(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins);
 
-/* step.c: the whole-step plan.  tgl_step_active binds fr's program for
- * the current shape epoch when it can (the second call of an epoch) and
- * says whether a bound step runs this call (inner: fr is a scan body's
- * frame, whose outputs the loop copies out); tgl_step_run then replaces
- * tgl_cvm_run, and tgl_step_release_temps the end-of-call release of
- * temporaries.  tgl_step_free drops the binding (fixed buffers released). */
+/* step.c: the whole-step plan.  tgl_step_exec runs instructions [from, to)
+ * of a call on fr: on the step bound for the current shape epoch, binding
+ * it during the run on the epoch's second call, else on the CVM (inner:
+ * fr is a scan body's frame, whose outputs the loop copies out).  After
+ * the call's first part, fr->step tells whether a bound step ran it: then
+ * tgl_step_release_temps replaces the end-of-call release of temporaries.
+ * tgl_step_free drops the binding (fixed buffers released). */
 typedef struct tgl_step tgl_step;
-bool tgl_step_active(tgl_ctx *ctx, tgl_frame *fr, bool inner);
-tgl_status tgl_step_run(tgl_ctx *ctx, tgl_frame *fr, int32_t from, int32_t to);
+tgl_status tgl_step_exec(tgl_ctx *ctx, tgl_frame *fr, int32_t from, int32_t to, bool inner);
 void tgl_step_release_temps(tgl_frame *fr);
 void tgl_step_free(tgl_frame *fr);
 /* Blocks until the bound step's generated function, if one is being

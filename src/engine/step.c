@@ -59,6 +59,9 @@ enum { STEP_FIXED, STEP_DYNAMIC, STEP_VIEW };
 typedef struct tgl_step_op {
     int32_t pc;
     int32_t mode;            /* STEP_FIXED, STEP_DYNAMIC or STEP_VIEW        */
+    int64_t *check;          /* an op whose shapes follow from values (a
+                                slice with computed bounds): per output its
+                                ndim and sizes when bound (NULL: none)      */
     tgl_array *base, *view;  /* STEP_VIEW: the cached pair, or NULL          */
     void *base_data;
     int64_t base_shape[TGL_MAX_DIMS], base_strides[TGL_MAX_DIMS];
@@ -74,6 +77,7 @@ struct tgl_step {
     int32_t ndyn;
     int64_t bytes;           /* of the fixed buffers                        */
     int32_t nfirst;          /* ops before the deferred updates             */
+    int32_t stopped;         /* the op whose shapes changed (STEP_RESHAPED) */
     /* The generated whole-step function (see "Generated code" below). */
     int gen;                 /* GEN_WAIT, GEN_RECORD, GEN_MADE, GEN_NEVER   */
     int64_t runs;            /* full runs of the first part so far          */
@@ -93,6 +97,9 @@ struct tgl_step {
 };
 
 enum { GEN_WAIT, GEN_RECORD, GEN_MADE, GEN_NEVER };
+/* What the bound step returns when a checked op's shapes changed: not an
+ * error (tgl_step_exec goes on on the CVM). */
+#define STEP_RESHAPED ((tgl_status)0x7fff0001)
 /* The step makes its function after this many full runs (every fused
  * kernel must also have its optimized code by then). */
 #define GEN_AFTER 2
@@ -121,7 +128,10 @@ static void gen_free(tgl_step *s)
     s->nscratch = s->ndref = s->nD = 0;
 }
 
-void tgl_step_free(tgl_frame *fr)
+/* Drops the binding; keep: the fixed arrays stay in their slots as the
+ * CVM's own (one reference each: the call goes on on the CVM), else they
+ * are released. */
+static void step_drop(tgl_frame *fr, bool keep)
 {
     tgl_step *s = fr->step;
     if (!s)
@@ -130,12 +140,15 @@ void tgl_step_free(tgl_frame *fr)
         /* two references each: the slot's and the step's (so the CVM's
          * in-place rule never takes a fixed buffer away from its slot) */
         tgl_array_release(fr->slot[s->fixed_slot[i]]);
-        tgl_array_release(fr->slot[s->fixed_slot[i]]);
-        fr->slot[s->fixed_slot[i]] = NULL;
+        if (!keep) {
+            tgl_array_release(fr->slot[s->fixed_slot[i]]);
+            fr->slot[s->fixed_slot[i]] = NULL;
+        }
     }
     for (int32_t i = 0; i < s->nop; i++) {
         tgl_array_release(s->op[i].base);
         tgl_array_release(s->op[i].view);
+        free(s->op[i].check);
     }
     gen_free(s);
     free(s->slot_fixed);
@@ -146,204 +159,25 @@ void tgl_step_free(tgl_frame *fr)
     fr->step = NULL;
 }
 
+void tgl_step_free(tgl_frame *fr)
+{
+    step_drop(fr, false);
+}
+
 /* Whether prog can run as a step at all: straight-line instructions with
- * no body, no lazy branch, every shape shape-stable. */
+ * no body and no lazy branch. */
 static bool eligible(const tgl_program *prog, bool inner)
 {
     if (prog->linker == TGL_LINKER_VM || prog->ncode == 0 || prog->nsub)
         return false;
     for (int32_t pc = 0; pc < prog->ncode; pc++) {
         const tgl_instr *ins = &prog->code[pc];
-        if (ins->kind != TGL_I_OP || ins->region || (ins->once && !inner) || !ins->shape_stable ||
-            ins->sub)
+        if (ins->kind != TGL_I_OP || ins->region || (ins->once && !inner) || ins->sub)
             return false;
         if (!ins->impl->view && !ins->impl->kernel && !ins->impl->kernel_n)
             return false;
     }
     return true;
-}
-
-/* An array of the given type for a fixed slot: a pooled buffer, else a new one. */
-static tgl_status fixed_buffer(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins, int dtype,
-                               int ndim, const int64_t *shape, tgl_array **out)
-{
-    *out = tgl_frame_take_pooled(fr, dtype, ndim, shape);
-    if (*out)
-        return TGL_OK;
-    return tgl_array_alloc(ctx, tgl_op_name(ins->node->op), dtype, ndim, shape, false, out);
-}
-
-static bool can_share(const tgl_array *a, int dtype, int ndim, const int64_t *shape)
-{
-    if (!a || a->dtype_id != dtype || a->ndim != ndim || !(a->flags & TGL_ARRAY_CONTIGUOUS) ||
-        a->data != a->storage->base || a->storage->refcount != 1)
-        return false;
-    for (int d = 0; d < ndim; d++)
-        if (a->shape[d] != shape[d])
-            return false;
-    return true;
-}
-
-/* Binds fr's program for the current shape epoch.  Called after a call in
- * this epoch ran completely on the CVM (so every shape is in the cache).
- * Leaves fr->step NULL when the program cannot bind; fails only when out
- * of memory. */
-static tgl_status bind(tgl_ctx *ctx, tgl_frame *fr, bool inner)
-{
-    const tgl_program *prog = fr->prog;
-    int32_t ns = prog->nslots;
-    uint8_t *dyn = calloc((size_t)ns + 1, 1);      /* must be dynamic      */
-    uint8_t *isfix = calloc((size_t)ns + 1, 1);    /* holds a fixed array  */
-    tgl_step *s = calloc(1, sizeof *s);
-    if (s) {
-        s->op = malloc(sizeof *s->op * (size_t)prog->ncode);
-        s->fixed_slot = malloc(sizeof *s->fixed_slot * ((size_t)ns + 1));
-        s->dyn_slot = malloc(sizeof *s->dyn_slot * ((size_t)ns + 1));
-    }
-    fr->step = s;
-    if (!dyn || !isfix || !s || !s->op || !s->fixed_slot || !s->dyn_slot) {
-        free(dyn);
-        free(isfix);
-        tgl_step_free(fr);
-        return tgl_ctx_set_error(ctx, TGL_ENOMEM, "%s: out of memory", prog->name);
-    }
-    s->epoch = fr->shape_epoch;
-    /* What the caller gets (outputs, new values) must be fresh each call,
-     * and so must whatever a view of it hands out. */
-    for (int i = 0; i < prog->nout && !inner; i++)
-        dyn[prog->out_slot[i]] = 1;
-    for (int k = 0; k < prog->nupd; k++)
-        dyn[prog->upd_slot[k]] = 1;
-    for (int32_t pc = prog->defer_start; pc < prog->ncode; pc++)
-        dyn[prog->code[pc].out] = 1;
-    for (int32_t pc = prog->ncode - 1; pc >= 0; pc--) {
-        const tgl_instr *ins = &prog->code[pc];
-        if (ins->impl->view && dyn[ins->out] && ins->nin > 0)
-            dyn[ins->in[0]] = 1;
-    }
-    tgl_status st = TGL_OK;
-    bool ok = true;
-    for (int32_t pc = 0; pc < prog->ncode && ok && !st; pc++) {
-        const tgl_instr *ins = &prog->code[pc];
-        const tgl_node *n = ins->node;
-        if (ins->once)
-            continue; /* a scan body's loop-invariant work: ran at step 1, kept */
-        bool fixed = true;
-        for (int k = 0; k < ins->nouts; k++)
-            if (ins->outs[k] >= 0 && dyn[ins->outs[k]])
-                fixed = false;
-        if (ins->impl->view) {
-            /* A view of a fixed buffer, with no index inputs: made once. */
-            fixed = fixed && ins->nin == 1 && isfix[ins->in[0]];
-            if (fixed) {
-                tgl_array *base = fr->slot[ins->in[0]], *v = NULL;
-                st = ins->impl->view(ctx, n, &base, &v);
-                if (st)
-                    break;
-                if (v->storage != base->storage) {
-                    tgl_array_release(v); /* it copied: not a view */
-                    fixed = false;
-                } else {
-                    tgl_array_retain(v);
-                    tgl_array_release(fr->slot[ins->out]); /* cvm_nogc, a scan body */
-                    fr->slot[ins->out] = v;
-                    isfix[ins->out] = 1;
-                    s->fixed_slot[s->nfixed++] = ins->out;
-                    continue; /* nothing to run */
-                }
-            }
-        } else if (fixed) {
-            if (fr->shape_at[pc] != fr->shape_epoch) {
-                ok = false; /* the last call did not get this far */
-                break;
-            }
-            for (int k = 0; k < ins->nouts && !st; k++) {
-                int32_t o = ins->outs[k];
-                if (o < 0)
-                    continue;
-                tgl_type t = n->nout > 1 ? ins->impl->out_type(n, k) : n->type;
-                const int64_t *shape = fr->shape_cache + fr->shape_off[pc] + k * TGL_MAX_DIMS;
-                tgl_array *a = NULL;
-                if (k == 0 && ins->inplace >= 0 && isfix[ins->in[ins->inplace]] &&
-                    can_share(fr->slot[ins->in[ins->inplace]], t.dtype, t.ndim, shape)) {
-                    /* In place, as the CVM would: the input is not read again. */
-                    a = fr->slot[ins->in[ins->inplace]];
-                    tgl_array_retain(a);
-                    tgl_array_retain(a);
-                } else {
-                    st = fixed_buffer(ctx, fr, ins, t.dtype, t.ndim, shape, &a);
-                    if (st)
-                        break;
-                    s->bytes += (int64_t)a->size * (int64_t)tgl_dtype_size(t.dtype);
-                    tgl_array_retain(a);
-                }
-                tgl_array_release(fr->slot[o]);
-                fr->slot[o] = a;
-                isfix[o] = 1;
-                s->fixed_slot[s->nfixed++] = o;
-            }
-        }
-        if (st)
-            break;
-        /* A view of a caller's array that nobody outside sees: cached. */
-        int mode = fixed                                              ? STEP_FIXED
-                   : ins->impl->view && ins->nin == 1 && !dyn[ins->out] ? STEP_VIEW
-                                                                      : STEP_DYNAMIC;
-        s->op[s->nop++] = (tgl_step_op){.pc = pc, .mode = mode};
-    }
-    if (s->bytes > TGL_STEP_MAX_BYTES)
-        ok = false;
-    for (int32_t i = 0; i < prog->ntemp; i++)
-        if (!isfix[prog->temp_slot[i]])
-            s->dyn_slot[s->ndyn++] = prog->temp_slot[i];
-    while (s->nfirst < s->nop && s->op[s->nfirst].pc < prog->defer_start)
-        s->nfirst++;
-    s->slot_fixed = isfix;
-    isfix = NULL;
-    s->be = tgl_backend_get(TGL_DEVICE_CPU);
-    /* A scan body binds anew at every run of its loop (a new epoch): making
-     * its function each time would cost more than the steps it saves.
-     * Under compile = 'tcc' the kernels never get the optimizing
-     * compiler's code the function must match. */
-    s->gen = s->be && s->be->step_prepare && ctx->config.whole_step == 1 && !inner &&
-                     strcmp(ctx->config.compile, "tcc") != 0
-                 ? GEN_WAIT
-                 : GEN_NEVER;
-    /* (a scan body's frame never calls tgl_step_release_temps: its
-     * temporaries stay in their slots from step to step, as under the CVM's
-     * plan the loop-invariant ones must) */
-    free(dyn);
-    free(isfix);
-    if (st || !ok)
-        tgl_step_free(fr);
-    return st;
-}
-
-bool tgl_step_active(tgl_ctx *ctx, tgl_frame *fr, bool inner)
-{
-    if (fr->step && fr->step->epoch == fr->shape_epoch)
-        return true;
-    tgl_step_free(fr);
-    if (!ctx->config.whole_step || fr->step_never)
-        return false;
-    if (fr->step_try != fr->shape_epoch) {
-        /* The first call of an epoch runs on the CVM (filling the shape
-         * cache); the next one binds. */
-        fr->step_try = fr->shape_epoch;
-        return false;
-    }
-    if (!eligible(fr->prog, inner)) {
-        fr->step_never = true;
-        return false;
-    }
-    if (bind(ctx, fr, inner)) {
-        tgl_ctx_clear_error(ctx); /* out of memory: the CVM still runs */
-        return false;
-    }
-    /* Not bound (too large): not again this epoch. */
-    if (!fr->step)
-        fr->step_try = 0;
-    return fr->step != NULL;
 }
 
 /* A STEP_VIEW instruction: the cached view when its base is the same
@@ -373,6 +207,30 @@ static tgl_status cached_view(tgl_ctx *ctx, tgl_frame *fr, tgl_step_op *op, cons
     tgl_frame_recycle(fr, *dst);
     *dst = op->view;
     return TGL_OK;
+}
+
+/* Whether ins's outputs have the shapes recorded in c (per output: ndim,
+ * then TGL_MAX_DIMS sizes); or records them, when record is set. */
+static bool shapes_io(tgl_frame *fr, const tgl_instr *ins, int64_t *c, bool record)
+{
+    for (int k = 0; k < ins->nouts; k++, c += 1 + TGL_MAX_DIMS) {
+        const tgl_array *a = ins->outs[k] >= 0 ? fr->slot[ins->outs[k]] : NULL;
+        int nd = a ? a->ndim : -1;
+        if (record) {
+            c[0] = nd;
+            if (a)
+                memcpy(c + 1, a->shape, sizeof *c * (size_t)nd);
+            continue;
+        }
+        if (c[0] != nd || (a && memcmp(c + 1, a->shape, sizeof *c * (size_t)nd) != 0))
+            return false;
+    }
+    return true;
+}
+
+static bool same_shapes(tgl_frame *fr, const tgl_instr *ins, int64_t *c)
+{
+    return shapes_io(fr, ins, c, false);
 }
 
 /* Runs op i of the bound step. */
@@ -421,6 +279,217 @@ static tgl_status run_entry(tgl_ctx *ctx, tgl_frame *fr, tgl_step *s, int32_t i)
     if (!st && profile) {
         fr->ins_ns[pc] += tgl_now_ns() - t0;
         fr->ins_calls[pc]++;
+    }
+    if (!st && s->op[i].check && !same_shapes(fr, ins, s->op[i].check)) {
+        s->stopped = i;
+        return STEP_RESHAPED;
+    }
+    return st;
+}
+
+/* ---- Binding -----------------------------------------------------------------
+ *
+ * The epoch's second call binds while it runs (bind_run): each instruction
+ * runs as the CVM runs it (no releases), then its results are frozen when
+ * they can be fixed: a plain buffer only the slot holds becomes the slot's
+ * fixed array, a view of a fixed array made from it alone stays.  What
+ * must stay dynamic is decided first (outputs, update values, deferred
+ * updates, the bases of views that become those).  An instruction whose
+ * output shapes follow from its inputs' values rather than their shapes
+ * (a slice with computed bounds: the minibatch `x[i*n:(i+1)*n]` of a
+ * givens) stays dynamic, and its shapes are checked on every bound run: a
+ * change (the last, shorter minibatch) drops the binding and the call goes
+ * on on the CVM from the next instruction (the fixed arrays computed so
+ * far stay valid for it). */
+
+static tgl_status step_run(tgl_ctx *ctx, tgl_frame *fr, int32_t from, int32_t to);
+
+static tgl_status bind_run(tgl_ctx *ctx, tgl_frame *fr, bool inner, int32_t to)
+{
+    const tgl_program *prog = fr->prog;
+    int32_t ns = prog->nslots;
+    uint8_t *dyn = calloc((size_t)ns + 1, 1);      /* must be dynamic      */
+    uint8_t *isfix = calloc((size_t)ns + 1, 1);    /* holds a fixed array  */
+    tgl_step *s = calloc(1, sizeof *s);
+    if (s) {
+        s->op = calloc((size_t)prog->ncode + 1, sizeof *s->op);
+        s->fixed_slot = malloc(sizeof *s->fixed_slot * ((size_t)ns + 1));
+        s->dyn_slot = malloc(sizeof *s->dyn_slot * ((size_t)ns + 1));
+    }
+    fr->step = s;
+    if (!dyn || !isfix || !s || !s->op || !s->fixed_slot || !s->dyn_slot) {
+        free(dyn);
+        free(isfix);
+        tgl_step_free(fr);
+        return tgl_cvm_run(ctx, fr, 0, to); /* out of memory: no binding */
+    }
+    s->epoch = fr->shape_epoch;
+    /* What the caller gets (outputs, new values) must be fresh each call,
+     * and so must whatever a view of it hands out. */
+    for (int i = 0; i < prog->nout && !inner; i++)
+        dyn[prog->out_slot[i]] = 1;
+    for (int k = 0; k < prog->nupd; k++)
+        dyn[prog->upd_slot[k]] = 1;
+    for (int32_t pc = prog->defer_start; pc < prog->ncode; pc++)
+        dyn[prog->code[pc].out] = 1;
+    for (int32_t pc = prog->ncode - 1; pc >= 0; pc--) {
+        const tgl_instr *ins = &prog->code[pc];
+        if (ins->impl->view && dyn[ins->out] && ins->nin > 0)
+            dyn[ins->in[0]] = 1;
+    }
+    if (tgl_ctx_interrupted(ctx)) {
+        free(dyn);
+        free(isfix);
+        tgl_step_free(fr);
+        return tgl_ctx_set_error(ctx, TGL_EINTERRUPT, "%s: interrupted", prog->name);
+    }
+    tgl_status st = TGL_OK;
+    for (int32_t pc = 0; pc < prog->ncode && !st; pc++) {
+        const tgl_instr *ins = &prog->code[pc];
+        if (ins->once) {
+            /* a scan body's loop-invariant work: kept from the loop's first step */
+            if (pc < to && !fr->once_done)
+                st = tgl_cvm_run_op(ctx, fr, ins);
+            continue;
+        }
+        int32_t i = s->nop++;
+        tgl_step_op *op = &s->op[i];
+        op->pc = pc;
+        bool check = !ins->shape_stable && !tgl_plan_shape_from_shapes(ins);
+        bool wanted_dyn = false;
+        for (int k = 0; k < ins->nouts; k++)
+            if (ins->outs[k] >= 0 && dyn[ins->outs[k]])
+                wanted_dyn = true;
+        if (ins->impl->view) {
+            bool fix = !wanted_dyn && !check && ins->nin == 1 && isfix[ins->in[0]];
+            op->mode = !wanted_dyn && ins->nin == 1 && !check ? STEP_VIEW : STEP_DYNAMIC;
+            if (fix && pc < to) {
+                /* a view of a fixed buffer, made once */
+                tgl_array *base = fr->slot[ins->in[0]], *v = NULL;
+                st = ins->impl->view(ctx, ins->node, &base, &v);
+                if (st)
+                    break;
+                if (v->storage == base->storage) {
+                    tgl_array_retain(v);
+                    tgl_frame_recycle(fr, fr->slot[ins->out]); /* cvm_nogc, a scan body */
+                    fr->slot[ins->out] = v;
+                    isfix[ins->out] = 1;
+                    s->fixed_slot[s->nfixed++] = ins->out;
+                    s->nop--; /* nothing to run */
+                    continue;
+                }
+                tgl_array_release(v); /* it copied: runs every call */
+                op->mode = STEP_DYNAMIC;
+            }
+        } else {
+            op->mode = wanted_dyn || check ? STEP_DYNAMIC : STEP_FIXED;
+        }
+        if (check) {
+            op->check = malloc(sizeof *op->check * (size_t)ins->nouts * (1 + TGL_MAX_DIMS));
+            if (!op->check) {
+                st = tgl_ctx_set_error(ctx, TGL_ENOMEM, "%s: out of memory", prog->name);
+                break;
+            }
+        }
+        if (pc >= to)
+            continue; /* the deferred updates: all dynamic, run later */
+        uint64_t t0 = prog->profile ? tgl_now_ns() : 0;
+        if (op->mode == STEP_VIEW)
+            st = cached_view(ctx, fr, op, ins);
+        else
+            st = tgl_cvm_run_op(ctx, fr, ins);
+        if (st)
+            break;
+        if (prog->profile) {
+            fr->ins_ns[pc] += tgl_now_ns() - t0;
+            fr->ins_calls[pc]++;
+        }
+        if (check)
+            shapes_io(fr, ins, op->check, true);
+        if (op->mode != STEP_FIXED)
+            continue;
+        /* Freeze the results: plain buffers only their slot holds. */
+        bool plain = true;
+        for (int k = 0; k < ins->nouts; k++) {
+            const tgl_array *a = ins->outs[k] >= 0 ? fr->slot[ins->outs[k]] : NULL;
+            if (ins->outs[k] >= 0 &&
+                (!a || a->refcount != 1 || a->storage->refcount != 1 ||
+                 a->data != a->storage->base || !(a->flags & TGL_ARRAY_CONTIGUOUS)))
+                plain = false;
+        }
+        if (!plain) {
+            op->mode = STEP_DYNAMIC;
+            continue;
+        }
+        for (int k = 0; k < ins->nouts; k++) {
+            int32_t o = ins->outs[k];
+            if (o < 0)
+                continue;
+            tgl_array *a = fr->slot[o];
+            tgl_array_retain(a);
+            isfix[o] = 1;
+            s->fixed_slot[s->nfixed++] = o;
+            s->bytes += (int64_t)a->storage->nbytes;
+        }
+    }
+    free(dyn);
+    if (st || s->bytes > TGL_STEP_MAX_BYTES) {
+        /* an error (the call fails as on the CVM), or too large to keep:
+         * what ran stays in the slots as the CVM's */
+        free(isfix);
+        step_drop(fr, true);
+        if (!st)
+            fr->step_never = true;
+        return st;
+    }
+    for (int32_t i = 0; i < prog->ntemp; i++)
+        if (!isfix[prog->temp_slot[i]])
+            s->dyn_slot[s->ndyn++] = prog->temp_slot[i];
+    while (s->nfirst < s->nop && s->op[s->nfirst].pc < prog->defer_start)
+        s->nfirst++;
+    s->slot_fixed = isfix;
+    s->be = tgl_backend_get(TGL_DEVICE_CPU);
+    /* A scan body binds anew at every run of its loop (a new epoch): making
+     * its function each time would cost more than the steps it saves.
+     * Under compile = 'tcc' the kernels never get the optimizing
+     * compiler's code the function must match. */
+    s->gen = s->be && s->be->step_prepare && ctx->config.whole_step == 1 && !inner &&
+                     strcmp(ctx->config.compile, "tcc") != 0
+                 ? GEN_WAIT
+                 : GEN_NEVER;
+    return TGL_OK;
+}
+
+tgl_status tgl_step_exec(tgl_ctx *ctx, tgl_frame *fr, int32_t from, int32_t to, bool inner)
+{
+    if (from == 0) {
+        if (fr->step && fr->step->epoch != fr->shape_epoch)
+            tgl_step_free(fr);
+        if (!fr->step) {
+            bool bind = ctx->config.whole_step && !fr->step_never &&
+                        fr->step_try == fr->shape_epoch;
+            if (!bind) {
+                /* the epoch's first call runs on the CVM; the next binds */
+                fr->step_try = fr->shape_epoch;
+                return tgl_cvm_run(ctx, fr, from, to);
+            }
+            if (!eligible(fr->prog, inner)) {
+                fr->step_never = true;
+                return tgl_cvm_run(ctx, fr, from, to);
+            }
+            return bind_run(ctx, fr, inner, to);
+        }
+    }
+    if (!fr->step)
+        return tgl_cvm_run(ctx, fr, from, to);
+    tgl_status st = step_run(ctx, fr, from, to);
+    if (st == STEP_RESHAPED) {
+        /* a value-dependent shape changed: the rest of this call on the
+         * CVM, and no binding before two calls have run */
+        int32_t next = fr->step->op[fr->step->stopped].pc + 1;
+        step_drop(fr, true);
+        fr->step_try = 0;
+        st = tgl_cvm_run(ctx, fr, next, to);
     }
     return st;
 }
@@ -611,7 +680,7 @@ static bool kernels_final(const tgl_frame *fr, const tgl_step *s)
     return true;
 }
 
-tgl_status tgl_step_run(tgl_ctx *ctx, tgl_frame *fr, int32_t from, int32_t to)
+static tgl_status step_run(tgl_ctx *ctx, tgl_frame *fr, int32_t from, int32_t to)
 {
     const tgl_program *prog = fr->prog;
     tgl_step *s = fr->step;

@@ -961,8 +961,7 @@ static tgl_status scan_exec(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins, t
             }
             move_view(rs.rec_dst[r], B, rec_slot(ring, K, self));
         }
-        st = tgl_step_active(ctx, sub, true) ? tgl_step_run(ctx, sub, 0, ip->ncode)
-                                             : tgl_cvm_run(ctx, sub, 0, ip->ncode);
+        st = tgl_step_exec(ctx, sub, 0, ip->ncode, true);
         if (st) {
             st = step_error(ctx, s, t, st);
             break;
