@@ -248,6 +248,65 @@ describe('the whole-step plan', function()
     end
   end)
 
+  it('binds a givens minibatch (a slice with computed bounds) and follows its last, shorter batch', function()
+    local runs = {}
+    for _, on in ipairs({true, 'bound', false}) do
+      with_whole_step(on, function()
+        tgl.manual_seed(5)
+        local B = 4
+        local x, y = tgl.matrix('x'), tgl.ivector('y')
+        local Xs = tgl.shared(tgl.randn(34, 6), 'Xs')      -- 8 full batches and one of 2
+        local t = {}
+        for k = 1, 34 do t[k] = k % 3 + 1 end
+        local Ys = tgl.shared(tgl.array(t, 'int32'), 'Ys')
+        local W = tgl.shared(tgl.randn(6, 3) * 0.1, 'W')
+        local h = tgl.tanh(x:dot(W))
+        local cost = tgl.mean(tgl.categorical_crossentropy(tgl.softmax(h), y))
+        local gW = tgl.grad(cost, {W})[1]
+        local i = tgl.shared(tgl.array(0, 'int64'), 'i')
+        local f = tgl.compile{inputs = {}, outputs = {cost, h}, linker = 'cvm_nogc',
+          updates = {{i, (i + 1) % 9}, {W, W - 0.1 * gW}},
+          givens = {[x] = Xs[{{i * B + 1, (i + 1) * B}}], [y] = Ys[{{i * B + 1, (i + 1) * B}}]}}
+        local outs, bound, gen = {}, false, false
+        for call = 1, 30 do
+          local c, hh = f()
+          outs[call] = {c, hh}
+          local ws = f:whole_step()
+          bound = bound or ws ~= nil
+          gen = gen or (ws ~= nil and ws.generated)
+        end
+        f.fn{n_calls = 12}
+        runs[on] = {outs = outs, W = W:get_value(), last = f:output(1), bound = bound, gen = gen}
+      end)
+    end
+    for _, on in ipairs({true, 'bound'}) do
+      assert.is_true(runs[on].bound)
+      for call, o in ipairs(runs[on].outs) do
+        bits_equal(runs[false].outs[call][1], o[1], 'cost, call ' .. call)
+        bits_equal(runs[false].outs[call][2], o[2], 'h, call ' .. call)
+      end
+      bits_equal(runs[false].W, runs[on].W, 'W')
+      bits_equal(runs[false].last, runs[on].last, 'cost after n_calls')
+    end
+    assert.is_true(runs[true].gen)
+    assert.are.equal(2, runs[false].outs[9][2]:size(1))   -- the short batch was seen
+  end)
+
+  it('checks value-dependent shapes on every bound call (reshape to a computed shape, arange)', function()
+    with_whole_step(true, function()
+      local x, shp = tgl.vector('x'), tgl.lvector('shp')
+      local r = (x * 2):reshape(shp, 2)                         -- the shape is a value
+      local f = tgl.compile{inputs = {x, shp}, outputs = {tgl.exp(r) + 1, tgl.sum(r, 2)}}
+      local a = tgl.randn(12)
+      for _, k in ipairs({2, 2, 2, 2, 3, 3, 4, 2, 6, 6, 6}) do
+        local e, s2 = f(a, tgl.array({k, 12 / k}, 'int64'))
+        local want = (a * 2):reshape(k, 12 / k)
+        S.assert_close(tgl.exp(want) + 1, e, 1e-6, 1e-6, 'exp, rows ' .. k)
+        S.assert_close(tgl.sum(want, 2), s2, 1e-5, 1e-5, 'sum, rows ' .. k)
+      end
+    end)
+  end)
+
   it('keeps profile = true truthful on the bound step and in the generated function', function()
     for _, on in ipairs({'bound', true}) do
       with_whole_step(on, function()
