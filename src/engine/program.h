@@ -138,6 +138,7 @@ typedef struct tgl_frame {
     struct tgl_step *step;
     uint64_t step_try;       /* the epoch whose next call binds             */
     bool step_never;         /* the program cannot bind                     */
+    uint64_t step_big;       /* the epoch whose step was too large to keep  */
 } tgl_frame;
 
 struct tgl_function {
