@@ -344,6 +344,43 @@ describe('the whole-step plan', function()
     end)
   end)
 
+  it('agrees with the CVM with 100 updates, 11 outputs, empty and transposed inputs', function()
+    local x = tgl.matrix('x')
+    local vars, ups, outs = {}, {}, {}
+    for k = 1, 100 do vars[k] = tgl.shared(tgl.zeros(3), 'v' .. k) end
+    local h = x
+    for k = 1, 100 do
+      h = tgl.tanh(h + vars[k])
+      if k % 10 == 0 then outs[#outs + 1] = tgl.sum(h, 1) end
+    end
+    local cost = tgl.sum(h ^ 2)
+    local g = tgl.grad(cost, vars)
+    for k = 1, 100 do ups[k] = {vars[k], vars[k] - 0.01 * g[k]} end
+    outs[#outs + 1] = cost
+    local function run(on)
+      local res, vals, ws = {}, {}, nil
+      with_whole_step(on, function()
+        tgl.manual_seed(3)
+        for k = 1, 100 do vars[k]:set_value(tgl.randn(3) * 0.1) end
+        local f = tgl.compile{inputs = {x}, outputs = outs, updates = ups}
+        for _, rows in ipairs({0, 0, 0, 4, 4, 4, 4, 4, 4, 0, 2, 2, 2}) do
+          local a = rows == 2 and tgl.randn(3, 2):T() or tgl.randn(rows, 3)
+          res[#res + 1] = { f(a) }
+          ws = ws or f:whole_step()
+        end
+        for k = 1, 100 do vals[k] = vars[k]:get_value() end
+      end)
+      return res, vals, ws
+    end
+    local r1, v1, w1 = run(true)
+    local r2, v2 = run(false)
+    assert.is_table(w1)
+    for i = 1, #r1 do
+      for j = 1, #r1[i] do bits_equal(r2[i][j], r1[i][j], ('call %d output %d'):format(i, j)) end
+    end
+    for k = 1, 100 do bits_equal(v2[k], v1[k], 'v' .. k) end
+  end)
+
   it('agrees with the CVM on random straight-line graphs with updates, over many calls', function()
     local ops = {
       function(a) return tgl.tanh(a) end,
