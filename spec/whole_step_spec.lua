@@ -83,6 +83,9 @@ describe('the whole-step plan', function()
       local f
       with_whole_step(setting[how], function()
         f = tgl.compile(spec)
+        -- kernels an earlier case compiled in the background must be the
+        -- optimizing compiler's before a step is generated
+        f:wait_compiled()
         local outs, gen = {}, false
         tgl.manual_seed(99)
         for i, B in ipairs(shapes) do
@@ -117,6 +120,7 @@ describe('the whole-step plan', function()
       with_whole_step(on, function()
         local spec, W, b = logreg(3, 8, 5)
         local f = tgl.compile(spec)
+        f:wait_compiled()
         local x, y = tgl.randn(2, 8), labels(2, 5)
         f(x, y)
         f.trust_input = true
@@ -267,6 +271,7 @@ describe('the whole-step plan', function()
         local f = tgl.compile{inputs = {}, outputs = {cost, h}, linker = 'cvm_nogc',
           updates = {{i, (i + 1) % 9}, {W, W - 0.1 * gW}},
           givens = {[x] = Xs[{{i * B + 1, (i + 1) * B}}], [y] = Ys[{{i * B + 1, (i + 1) * B}}]}}
+        f:wait_compiled()
         local outs, bound, gen = {}, false, false
         for call = 1, 30 do
           local c, hh = f()
@@ -314,6 +319,7 @@ describe('the whole-step plan', function()
         local W = tgl.shared(tgl.randn(3, 3), 'W')
         local t = tgl.exp(x:dot(W)) * 2
         local f = tgl.compile{inputs = {x}, outputs = (t * t + 1):dot(W), profile = true}
+        f:wait_compiled()
         local a = tgl.randn(3, 3)
         for _ = 1, 10 do f(a) end
         assert.is_table(f:whole_step())
@@ -332,6 +338,7 @@ describe('the whole-step plan', function()
     local W = tgl.shared(tgl.randn(3, 2), 'W')
     with_whole_step(true, function()
       local f = tgl.compile{inputs = {x}, outputs = tgl.sum(tgl.tanh(x * 2 + 1) * 3, 1):dot(W)}
+      f:wait_compiled()
       local a = tgl.randn(4, 3)
       for _ = 1, 6 do f(a) end
       assert.is_true(f:whole_step().generated)
