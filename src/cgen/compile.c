@@ -731,6 +731,26 @@ static tgl_status internal(tgl_errbuf *e, const tgl_fprog *prog, const char *how
                           prog->id, how, msg);
 }
 
+/* Hands j to a background compile that publishes into k (the job then
+ * holds its second reference); false when no thread could start (j is
+ * still the caller's). */
+static bool start_background(job *j, kernel *k, bool tcc_tier)
+{
+    j->ref = k;
+    j->tcc_tier = tcc_tier;
+    j->refs = 2;
+    pthread_t t;
+    if (job_register(j)) {
+        if (pthread_create(&t, NULL, background, j) == 0) {
+            pthread_detach(t);
+            k->job = j;
+            return true;
+        }
+        job_unregister(j);
+    }
+    return false;
+}
+
 /* Compiles source in the mode asked for into k; see the file comment. */
 static tgl_status compile(const tgl_backend_opts *o, const tgl_backend *be, const tgl_fprog *prog,
                           const char *source, const char *symbol, kernel *k, tgl_errbuf *e)
@@ -767,20 +787,8 @@ static tgl_status compile(const tgl_backend_opts *o, const tgl_backend *be, cons
             return internal(e, prog, "libtcc", err);
         }
         k->head.tier = rt == BUILD_OK;
-        if (rc == BUILD_OK) {
-            j->ref = k;
-            j->tcc_tier = k->head.tier == 1;
-            j->refs = 2;
-            pthread_t t;
-            if (job_register(j)) {
-                if (pthread_create(&t, NULL, background, j) == 0) {
-                    pthread_detach(t);
-                    k->job = j;
-                    return TGL_OK;
-                }
-                job_unregister(j);
-            }
-        }
+        if (rc == BUILD_OK && start_background(j, k, k->head.tier == 1))
+            return TGL_OK;
     }
     tgl_status st = TGL_OK;
     if (rc == BUILD_NOCC)
@@ -858,18 +866,8 @@ tgl_status tgl_cgen_step_prepare(const tgl_backend_opts *o, const tgl_step_item 
         job_free(j);
         return TGL_OK;
     }
-    j->ref = k;
-    j->refs = 2;
-    pthread_t t;
-    if (job_register(j)) {
-        if (pthread_create(&t, NULL, background, j) == 0) {
-            pthread_detach(t);
-            k->job = j;
-            return TGL_OK;
-        }
-        job_unregister(j);
-    }
-    job_free(j);
+    if (!start_background(j, k, false))
+        job_free(j);
     return TGL_OK;
 }
 

@@ -706,7 +706,7 @@ static bool record_start(tgl_frame *fr, tgl_step *s)
 }
 
 /* The recording run ended: hand the items to the backend. */
-static void record_end(tgl_ctx *ctx, tgl_frame *fr, tgl_step *s)
+static void record_end(tgl_ctx *ctx, tgl_step *s)
 {
     int ninline = 0;
     for (int32_t i = 0; i < s->nfirst; i++)
@@ -726,7 +726,6 @@ static void record_end(tgl_ctx *ctx, tgl_frame *fr, tgl_step *s)
         s->item[i].launch_cache = NULL;
     }
     s->gen = GEN_MADE;
-    (void)fr;
 }
 
 /* Whether every fused kernel of the first part runs its optimized code. */
@@ -789,7 +788,7 @@ static tgl_status step_run(tgl_ctx *ctx, tgl_frame *fr, int32_t from, int32_t to
         }
     }
     if (rec)
-        record_end(ctx, fr, s);
+        record_end(ctx, s);
     return TGL_OK;
 }
 
