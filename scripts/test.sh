@@ -10,7 +10,7 @@ scripts/install-deps.sh --test
 export TGL_TEST_STRICT=1
 if [ "${1:-}" = "--sanitize" ]; then
   dir=build-asan
-  scripts/build.sh "$dir" -DTGL_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
+  scripts/build.sh "$dir" -DTGL_TESTS=ON -DTGL_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
   # LuaJIT's allocator and libedit keep a few process-lifetime blocks;
   # suppressions name them so that every other leak still fails the run.
   export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:halt_on_error=1"
@@ -18,6 +18,6 @@ if [ "${1:-}" = "--sanitize" ]; then
   export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 else
   dir=build
-  scripts/build.sh "$dir"
+  scripts/build.sh "$dir" -DTGL_TESTS=ON
 fi
 ctest --test-dir "$dir" --output-on-failure -j"$(nproc)"
