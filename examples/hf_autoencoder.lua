@@ -254,10 +254,10 @@ end
 -- ---------------------------------------------------------------------------
 -- The curves side by side: the error each had reached at the same times.
 curves.print_table(hf_curve, sgd_curve, opts.seconds, 'error', '%12.2f')
-local hf_final, sgd_final = hf_curve[#hf_curve].err, sgd_curve[#sgd_curve].err
+local hf_final, sgd_final = curves.final(hf_curve), curves.final(sgd_curve)
 print(('\nHF:  %s; training error %.2f, test error %.2f'):format(hf_note, hf_final, hf_test))
 print(('SGD: %s; training error %.2f, test error %.2f'):format(sgd_note, sgd_final, sgd_test))
-print(('after %.0f s: %s'):format(opts.seconds, hf_final < sgd_final
+print(('at the end of the %.0f s budget: %s'):format(opts.seconds, hf_final < sgd_final
   and ('HF reached a %.1fx lower reconstruction error than SGD'):format(sgd_final / hf_final)
   or ('SGD reached a lower reconstruction error than HF (%.2f vs %.2f)'):format(sgd_final, hf_final)))
 

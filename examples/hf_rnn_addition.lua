@@ -237,10 +237,10 @@ end
 -- ---------------------------------------------------------------------------
 -- The curves side by side: the validation error each had reached at the same times.
 curves.print_table(hf_curve, sgd_curve, opts.seconds, 'MSE', '%12.4f')
-local hf_final, sgd_final = hf_curve[#hf_curve].err, sgd_curve[#sgd_curve].err
+local hf_final, sgd_final = curves.final(hf_curve), curves.final(sgd_curve)
 print(('\nHF:  %s; validation MSE %.4f'):format(hf_note, hf_final))
 print(('SGD: %s; validation MSE %.4f'):format(sgd_note, sgd_final))
-print(('after %.0f s: %s'):format(opts.seconds, hf_final < sgd_final
+print(('at the end of the %.0f s budget: %s'):format(opts.seconds, hf_final < sgd_final
   and ('HF reached a %.1fx lower validation MSE than SGD (%.4f vs %.4f)'):format(sgd_final / hf_final, hf_final, sgd_final)
   or ('SGD reached a lower validation MSE than HF (%.4f vs %.4f)'):format(sgd_final, hf_final)))
 

@@ -32,15 +32,28 @@ function M.at(curve, t)
   return e
 end
 
--- Prints the two curves at 11 times from 0 to seconds: a header with the
--- column title `label` ('error': 'HF error', 'SGD error') and the errors
--- formatted with fmt (e.g. '%12.2f').
+-- The error a curve ended with: its last point, taken by the step that
+-- crossed the budget (the parameters the run leaves behind).  The table's
+-- last row, the summary and the SVG legend all quote this one figure.
+function M.final(curve)
+  return curve[#curve].err, curve[#curve].t
+end
+
+-- Prints the two curves at 10 times from 0 to 0.9 * seconds and then at
+-- the end of each run (M.final): a header with the column title `label`
+-- ('error': 'HF error', 'SGD error') and the errors formatted with fmt
+-- (e.g. '%12.2f').
 function M.print_table(hf_curve, sgd_curve, seconds, label, fmt)
   print(('\n%8s  %12s  %12s'):format('time', 'HF ' .. label, 'SGD ' .. label))
-  for k = 0, 10 do
+  for k = 0, 9 do
     local t = seconds * k / 10
     print(('%7.1fs  ' .. fmt .. '  ' .. fmt):format(t, M.at(hf_curve, t), M.at(sgd_curve, t)))
   end
+  local hf_err, hf_t = M.final(hf_curve)
+  local sgd_err, sgd_t = M.final(sgd_curve)
+  print(('%8s  ' .. fmt .. '  ' .. fmt):format('end', hf_err, sgd_err))
+  print(('(end: after the step that crossed the %.0f s budget: HF at %.1f s, SGD at %.1f s)')
+        :format(seconds, hf_t, sgd_t))
 end
 
 -- dir/history.csv: method,seconds,<column> rows for both curves.
@@ -64,7 +77,7 @@ function M.write_svg(o, hf_curve, sgd_curve)
     io.stderr:write(o.script .. ': curve.svg not written: bench/lib/svg.lua not found next to examples/\n')
     return
   end
-  local hf_final, sgd_final = hf_curve[#hf_curve].err, sgd_curve[#sgd_curve].err
+  local hf_final, sgd_final = M.final(hf_curve), M.final(sgd_curve)
   local Wd, Hd, ml, mr, mt, mb = 640, 380, 64, 24, 44, 50
   local doc = svg.new(Wd, Hd)
   local pw, ph = Wd - ml - mr, Hd - mt - mb
