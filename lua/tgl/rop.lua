@@ -33,6 +33,16 @@ end
 -- the one the user called.
 local CALLER = { Rop = 0, hessian_vector_product = 1, gauss_newton_product = 2 }
 
+-- A hash of the user's line ("file:line", below 2^31), part of a
+-- rop_direction node's identity so that its message names the line that
+-- built it.
+local function line_hash()
+  local src = G.user_source() or ''
+  local h = 0
+  for k = 1, #src do h = (h * 31 + src:byte(k)) % 2147483647 end
+  return h
+end
+
 local function var_label(var)
   return var.name and ("'" .. var.name .. "'") or 'unnamed'
 end
@@ -89,7 +99,7 @@ local function directions(fname, what, v, vars, single, of, check)
       end
     end
     if check then
-      d = G.apply(fname, 'rop_direction', { d, var }, 2, { i = { i, CALLER[fname] } })
+      d = G.apply(fname, 'rop_direction', { d, var }, 2, { i = { i, CALLER[fname], line_hash() } })
     end
     out[i] = d
   end

@@ -17,8 +17,10 @@
  *   called at script.lua:5
  *
  * p.i[0] is the direction's position (1-based), p.i[1] the function the
- * user called (TGL_ROPDIR_* below), so a direction checked for two calls
- * is two nodes, each with its message.  The op computes nothing: its
+ * user called (CALLER below), and p.i[2] (optional) a hash of the line
+ * that called it: a node's source is an annotation, not part of its
+ * identity, so without it the same direction checked at two lines would
+ * be one node naming the first line.  The op computes nothing: its
  * pullback and pushforward pass the gradient and the tangent of v
  * through, and wrt is read only for its shape.
  */
@@ -34,9 +36,11 @@ static const char *const CALLER[] = {"Rop", "hessian_vector_product", "gauss_new
 static tgl_status direction_infer(tgl_ctx *ctx, tgl_node *n)
 {
     tgl_type v = n->in[0]->type, w = n->in[1]->type;
-    TGL_CHECK(n->p.n == 2 && n->p.i[0] >= 1 && n->p.i[1] >= 0 && n->p.i[1] < NCALLERS, TGL_EINVAL,
+    TGL_CHECK((n->p.n == 2 || n->p.n == 3) && n->p.i[0] >= 1 && n->p.i[1] >= 0 &&
+                  n->p.i[1] < NCALLERS, TGL_EINVAL,
               "parameters: i[0] = the direction's position (from 1), i[1] = 0 (Rop), 1 "
-              "(hessian_vector_product) or 2 (gauss_newton_product)");
+              "(hessian_vector_product) or 2 (gauss_newton_product), i[2] (optional) = a hash "
+              "of the calling line");
     TGL_CHECK(tgl_dtype_is_float(v.dtype), TGL_EDTYPE, "the direction is %s; directions are floats",
               tgl_dtype_name(v.dtype));
     TGL_CHECK(v.ndim == w.ndim, TGL_ESHAPE, "a %d-d direction for a %d-d variable", v.ndim,
