@@ -58,10 +58,10 @@ end
 -- constants of the variable's dtype), checked against the variable: the
 -- rank and dtype now, the sizes now when both are known (an array or a
 -- shared variable's value against a shared variable), and, for Rop and
--- the curvature products (check = true), when the function runs, by a
+-- the curvature products (at_run = true), when the function runs, by a
 -- rop_direction node in front of each direction (its source: the user's
 -- line).  An axis where the direction is broadcastable may have size 1.
-local function directions(fname, what, v, vars, single, of, check)
+local function directions(fname, what, v, vars, single, of, at_run)
   local list
   if single then
     list = { v }
@@ -92,13 +92,14 @@ local function directions(fname, what, v, vars, single, of, check)
       local bc = d.broadcastable
       for k = 1, #ds do
         if ds[k] ~= vs[k] and not (bc[k] and ds[k] == 1) then
-          argerror(fname, 'direction %d for %s has shape (%s%s), %s has (%s%s)', i, var_label(var),
+          argerror(fname, 'direction %d for %s has shape (%s%s), %s has (%s%s)', i,
+                   var.name and var_label(var) or 'an unnamed shared variable',
                    table.concat(ds, ','), #ds == 1 and ',' or '', var.name or 'the variable',
                    table.concat(vs, ','), #vs == 1 and ',' or '')
         end
       end
     end
-    if check then
+    if at_run then
       d = G.apply(fname, 'rop_direction', { d, var }, 2, { i = { i, CALLER[fname], line_hash() } })
     end
     out[i] = d
