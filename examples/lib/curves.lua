@@ -1,29 +1,11 @@
 -- examples/lib/curves.lua — what the examples that race two optimisers
--- (examples/hf_autoencoder.lua, hf_rnn_addition.lua) share: their
--- --key value command line, the two training curves side by side, and
--- history.csv and curve.svg.  A curve is a list of { t = seconds, err = }
+-- (examples/hf_autoencoder.lua, hf_rnn_addition.lua) share: the two
+-- training curves side by side, and history.csv and curve.svg (their
+-- command line is examples/lib/cli.lua's).  A curve is a list of { t = seconds, err = }
 -- from t = 0.  The script sets package.path to examples/lib/ and
 -- bench/lib/ (for svg.lua) from its own directory before requiring this.
 local svg_ok, svg = pcall(require, 'svg')
 local M = {}
-
--- Reads --key value pairs from args into opts: each key must be in opts
--- (or be one of the `optional` names), the value a number unless the key
--- is in `strings`; otherwise writes usage to stderr and exits with status 1.
-function M.parse_args(args, opts, strings, usage, optional)
-  optional = optional or { threads = true }
-  local i = 1
-  while args and args[i] do
-    local k = args[i]:match('^%-%-([%w_]+)$')
-    if not k or (opts[k] == nil and not optional[k]) or args[i + 1] == nil then
-      io.stderr:write(usage); os.exit(1)
-    end
-    opts[k] = strings[k] and args[i + 1] or tonumber(args[i + 1])
-    if opts[k] == nil then io.stderr:write(usage); os.exit(1) end
-    i = i + 2
-  end
-  return opts
-end
 
 -- The error a curve had reached at time t.
 function M.at(curve, t)
