@@ -648,6 +648,115 @@ describe('tgl.scan values and gradients', function()
   end)
 end)
 
+describe('tgl.scan memory', function()
+  -- Full backpropagation through time of h_t = tanh(x_t Wx + h_{t-1} Wh)
+  -- over N steps, hidden 100, float64, in a fresh process: the peak
+  -- resident memory of the call above what the process held before it
+  -- (the input included), in (N, 100) buffers.  Two are needed: the
+  -- stored states (the forward scan's buffer, which the backward scan
+  -- reads in place) and one sequence of deltas (in the buffer the input
+  -- projection X Wx freed, or in place of the output gradients when they
+  -- are a sequence of their own).  The loop used to hold seven.
+  local N, H = 30000, 100
+  local child = [[
+    local N, H, cost_kind = %d, %d, %q
+    tgl.config.compile = 'tcc'
+    tgl.config.threads = 1
+    local F64 = { dtype = 'float64' }
+    local function status(key)
+      local f = assert(io.open('/proc/self/status'))
+      local s = f:read('*a')
+      f:close()
+      return tonumber(s:match(key .. ':%%s*(%%d+)')) * 1024
+    end
+    tgl.manual_seed(3)
+    local X, h0 = tgl.dmatrix('X'), tgl.dvector('h0')
+    local Wx = tgl.shared(tgl.randn(H, H, F64) * 0.1, 'Wx')
+    local Wh = tgl.shared(tgl.randn(H, H, F64) * 0.1, 'Wh')
+    local h = tgl.scan { fn = function(x_t, h_tm1) return tgl.tanh(x_t:dot(Wx) + h_tm1:dot(Wh)) end,
+                         sequences = { X }, outputs_info = { h0 }, name = 'rnn' }
+    local cost = cost_kind == 'sum' and tgl.sum(h) or tgl.sum(h[-1] ^ 2)
+    local g = tgl.grad(cost, { Wx, Wh })
+    local f = tgl.compile { inputs = { X, h0 }, outputs = { cost, g[1], g[2] } }
+    local z = tgl.zeros(H, F64)
+    f(tgl.randn(20, H, F64), z)                 -- kernels made, nothing large held
+    local Xa = tgl.randn(N, H, F64)
+    collectgarbage(); collectgarbage()
+    -- the peak from here on (Linux: 5 resets VmHWM to VmRSS)
+    local cr = io.open('/proc/self/clear_refs', 'w')
+    if cr then cr:write('5'); cr:close() end
+    local before = status('VmRSS')
+    local c, gWx, gWh = f(Xa, z)
+    local peak = status('VmHWM') - before
+    assert(c:get() == c:get() and gWx:get(1, 1) == gWx:get(1, 1) and gWh:get(2, 3) == gWh:get(2, 3))
+    print(('%%.6f'):format(peak / (N * H * 8)))
+  ]]
+  local function run(cost_kind)
+    local bin = os.getenv('TGL_BIN') or arg[-1]
+    local src = os.tmpname()
+    local fh = assert(io.open(src, 'w'))
+    fh:write(child:format(N, H, cost_kind))
+    fh:close()
+    -- ASan's quarantine would keep freed buffers resident: none for this count
+    local asan = os.getenv('ASAN_OPTIONS')
+    local env = asan and ("ASAN_OPTIONS='" .. asan .. ":quarantine_size_mb=0' ") or ''
+    local p = io.popen(env .. ('%q %q 2>&1'):format(bin, src))
+    local out = p:read('*a')
+    p:close()
+    os.remove(src)
+    local buffers = tonumber(out:match('^([%d.]+)%s*$'))
+    assert.is_not_nil(buffers, 'the child failed:\n' .. out)
+    return buffers, out
+  end
+
+  it('full BPTT over 30000 steps, hidden 100, float64: two (T, 100) buffers above the inputs at the peak', function()
+    for _, cost_kind in ipairs({ 'sum', 'last' }) do
+      local buffers, out = run(cost_kind)
+      -- 2 and a little (the call's small arrays, the allocator); 3 would
+      -- mean one more sequence of every step
+      assert.is_true(buffers > 1.5 and buffers < 2.6,
+                     ('cost %s: %.2f buffers of (T, 100) at the peak (%s)'):format(cost_kind, buffers, out))
+    end
+  end)
+
+  it('an output written over its sequence (a temporary read at one tap): values, views of the slice, go_backwards', function()
+    local x = tgl.dmatrix('x')
+    local e = tgl.exp(x)                      -- a temporary only the scan reads
+    local rev = tgl.scan { fn = function(xt) return xt[{ { -1, 1, -1 } }] * 1 end, sequences = { e }, name = 'rev' }
+    local view = tgl.scan { fn = function(xt) return xt[{ { -1, 1, -1 } }] end, sequences = { tgl.exp(x * 2) },
+                            name = 'view' }
+    local back = tgl.scan { fn = function(xt, acc) return { acc + xt, xt * 3 } end, sequences = { tgl.exp(x * 3) },
+                            outputs_info = { tgl.constant({ 0, 0, 0 }, 'float64'), false }, go_backwards = true,
+                            name = 'back' }
+    local a = f64 { { 0, 1, 2 }, { 3, 4, 5 } }
+    for _, linker in ipairs({ 'cvm', 'cvm_nogc', 'vm' }) do
+      local r = eval({ x }, { rev, view, back[2] }, { a }, { linker = linker })
+      local E = math.exp
+      assert_close({ { E(2), E(1), E(0) }, { E(5), E(4), E(3) } }, r[1], 1e-15, 0, linker .. ' rev')
+      assert_close({ { E(4), E(2), E(0) }, { E(10), E(8), E(6) } }, r[2], 1e-15, 0, linker .. ' view')
+      assert_close({ { 3 * E(9), 3 * E(12), 3 * E(15) }, { 3, 3 * E(3), 3 * E(6) } }, r[3], 1e-15, 0,
+                   linker .. ' go_backwards')
+    end
+  end)
+
+  it('a sequence read elsewhere too keeps its values (an output, a second tap, a non-sequence)', function()
+    local x = tgl.dvector('x')
+    local e = tgl.exp(x)
+    local y = tgl.scan { fn = function(xt) return xt * 2 end, sequences = { e }, name = 'twice' }
+    local d = tgl.scan { fn = function(a, b) return b - a end, sequences = { { input = tgl.exp(x * 2), taps = { -1, 0 } } },
+                         name = 'diff' }
+    local e3 = tgl.exp(x * 3)
+    local w = tgl.scan { fn = function(xt, whole) return xt + tgl.sum(whole) end, sequences = { e3 },
+                         non_sequences = { e3 }, name = 'whole' }
+    local E = math.exp
+    local r = eval({ x }, { y, e, d, w }, { f64 { 0, 1 } })
+    assert_close({ 2, 2 * E(1) }, r[1], 1e-15, 0, 'y')
+    assert_close({ 1, E(1) }, r[2], 1e-15, 0, 'the sequence, an output too')
+    assert_close({ E(2) - 1 }, r[3], 1e-15, 0, 'two taps')
+    assert_close({ 2 + E(3), 1 + 2 * E(3) }, r[4], 1e-15, 0, 'a non-sequence too')
+  end)
+end)
+
 describe('tgl.scan errors', function()
   local x, h0 = tgl.dvector('x'), tgl.dscalar('h0')
 

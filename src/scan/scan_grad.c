@@ -162,6 +162,10 @@ tgl_status tgl_scan_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *const *gout, tgl_n
     const char *nm = s->name;
     const int nout = tgl_scan_nout(s);
     for (int k = 0; k < nout; k++)
+        TGL_CHECK(s->keep[k] != TGL_SCAN_KEEP_WITH_INIT, TGL_EINVAL,
+                  "scan '%s': cannot differentiate a scan whose states the scan rewrites "
+                  "shared with its gradient (differentiate before optimizing)", nm);
+    for (int k = 0; k < nout; k++)
         TGL_CHECK(!s->keep[k], TGL_EINVAL,
                   "scan '%s': cannot differentiate a scan that keeps only its last step "
                   "(a gradient's own backward scan: second derivatives through scan are not "
