@@ -648,6 +648,155 @@ describe('tgl.scan values and gradients', function()
   end)
 end)
 
+-- Every compile mode and linker, for the zero-step cases below.
+local MODES = { 'FAST_RUN', 'FAST_COMPILE', 'DEBUG' }
+local LINKERS = { 'cvm', 'cvm_nogc', 'vm' }
+local function each_mode(body)
+  for _, mode in ipairs(MODES) do
+    for _, linker in ipairs(LINKERS) do body({ mode = mode, linker = linker }, mode .. '/' .. linker) end
+  end
+end
+local function shape_of(a) return table.concat(a:shape(), 'x') end
+
+describe('tgl.scan with no step', function()
+  it('an output not fed back has its step shape (0, ...), and the gradients the variables\' shapes', function()
+    local X = tgl.dmatrix('X')
+    local W = tgl.shared(tgl.array({ { 1, 0 }, { 0, 1 }, { 1, 1 } }, 'float64'), 'W')
+    local V = tgl.shared(tgl.array({ { 1, 2, 3, 4 }, { 0, 1, 0, 1 } }, 'float64'), 'V')
+    local b = tgl.shared(tgl.array({ 0.5, -0.5 }, 'float64'), 'b')
+    local o = tgl.scan { fn = function(x_t) return tgl.tanh(x_t:dot(W)) end, sequences = { X }, name = 'proj' }
+    -- downstream ops that used to see (0, 0): a product with c, a row
+    -- bias, the gradient's inc_subtensor of a slice
+    local y = o:dot(V) + 1
+    local cost = tgl.sum(y) + tgl.sum(o + b) + tgl.sum(o[{ { 1, -1 } }])
+    local gW, gV, gb = unpack(tgl.grad(cost, { W, V, b }))
+    local x1 = f64 { { 1, 0, 0 }, { 0, 1, 1 } }
+    local th = math.tanh
+    each_mode(function(opts, what)
+      local f = tgl.compile { inputs = { X }, outputs = { o, y, cost, gW, gV, gb }, mode = opts.mode,
+                              linker = opts.linker }
+      local r = { f(tgl.zeros(0, 3, { dtype = 'float64' })) }
+      assert.equals('0x2', shape_of(r[1]), what .. ' o')
+      assert.equals('0x4', shape_of(r[2]), what .. ' y')
+      assert_close(0, r[3], 0, 0, what .. ' cost')
+      assert_close({ { 0, 0 }, { 0, 0 }, { 0, 0 } }, r[4], 0, 0, what .. ' gW')
+      assert_close({ { 0, 0, 0, 0 }, { 0, 0, 0, 0 } }, r[5], 0, 0, what .. ' gV')
+      assert_close({ 0, 0 }, r[6], 0, 0, what .. ' gb')
+      -- and with steps, the same function
+      r = { f(x1) }
+      assert_close({ { th(1), th(0) }, { th(1), th(2) } }, r[1], 1e-15, 0, what .. ' o, 2 steps')
+      -- d cost / d o_t[j] = (row sum j of V) + 1 (the bias term) + 1 (the slice of every step)
+      local d = { { 12, 4 }, { 12, 4 } }
+      local gw = { { 0, 0 }, { 0, 0 }, { 0, 0 } }
+      local o1 = { { th(1), th(0) }, { th(1), th(2) } }
+      for t = 1, 2 do
+        for j = 1, 2 do
+          local delta = d[t][j] * (1 - o1[t][j] ^ 2)
+          for i = 1, 3 do gw[i][j] = gw[i][j] + x1:get(t, i) * delta end
+        end
+      end
+      assert_close(gw, r[4], 1e-12, 0, what .. ' gW, 2 steps')
+      assert_close({ 2, 2 }, r[6], 0, 0, what .. ' gb, 2 steps')
+    end)
+  end)
+
+  it('the step shape of an output computed in the body from every kind of input (a state, an index sequence)', function()
+    local idx, h0 = tgl.lvector('idx'), tgl.dvector('h0')
+    local Emb = tgl.shared(tgl.array({ { 1, 2, 3 }, { 4, 5, 6 } }, 'float64'), 'Emb')
+    local outs = tgl.scan { fn = function(i_t, h)
+      local e = Emb[i_t]                          -- 1-based row of a (2, 3) table
+      return { h * 0.5 + e, tgl.outer(h, e), tgl.sum(e) * h[{ { 1, 2 } }] }
+    end, sequences = { idx }, outputs_info = { h0, false, false }, name = 'emb' }
+    local cost = tgl.sum(outs[1]) + tgl.sum(outs[2]) + tgl.sum(outs[3])
+    local gh0, gE = unpack(tgl.grad(cost, { h0, Emb }))
+    each_mode(function(opts, what)
+      local f = tgl.compile { inputs = { idx, h0 }, outputs = { outs[1], outs[2], outs[3], gh0, gE },
+                              mode = opts.mode, linker = opts.linker }
+      local r = { f(tgl.array({}, 'int64'), f64 { 1, 1, 1 }) }
+      assert.equals('0x3', shape_of(r[1]), what .. ' state')
+      assert.equals('0x3x3', shape_of(r[2]), what .. ' outer product')
+      assert.equals('0x2', shape_of(r[3]), what .. ' slice of the state')
+      assert_close({ 0, 0, 0 }, r[4], 0, 0, what .. ' gh0')
+      assert_close({ { 0, 0, 0 }, { 0, 0, 0 } }, r[5], 0, 0, what .. ' gEmb')
+      r = { f(tgl.array({ 2 }, 'int64'), f64 { 1, 1, 1 }) }
+      assert_close({ { 4.5, 5.5, 6.5 } }, r[1], 0, 0, what .. ' one step')
+      assert_close({ { 15, 15 } }, r[3], 0, 0, what .. ' one step, slice')
+    end)
+  end)
+
+  it('a scan that updates a shared variable runs no step: a (0,) output, the variable unchanged, gradients zero', function()
+    local x = tgl.vector('x')
+    local total = tgl.shared(tgl.array(0, 'float32'), 'total')
+    local seen, updates = tgl.scan { fn = function(x_t) return total + x_t, { { total, total + x_t } } end,
+                                     sequences = { x }, name = 'accumulate' }
+    local cost = tgl.sum(seen * seen)
+    local gx, gt = unpack(tgl.grad(cost, { x, total }))
+    -- the final value itself: its gradient reaches the variable directly
+    -- when no step runs, and its tangent along x
+    local final = updates[1][2]
+    local fx, ft = unpack(tgl.grad(final, { x, total }))
+    local v = tgl.vector('v')
+    local rv = tgl.Rop(final, x, v)
+    each_mode(function(opts, what)
+      total:set_value(tgl.array(5, 'float32'))
+      local f = tgl.compile { inputs = { x, v }, outputs = { seen, gx, gt, final, fx, ft, rv }, updates = updates,
+                              mode = opts.mode, linker = opts.linker }
+      local r = { f(tgl.array({}, 'float32'), tgl.array({}, 'float32')) }
+      assert.equals('0', shape_of(r[1]), what .. ' seen')
+      assert.equals('0', shape_of(r[2]), what .. ' gx')
+      assert_close(0, r[3], 0, 0, what .. ' gtotal')
+      assert_close(5, r[4], 0, 0, what .. ' the final value')
+      assert.equals('0', shape_of(r[5]), what .. ' d final / dx')
+      assert_close(1, r[6], 0, 0, what .. ' d final / dtotal')
+      assert_close(0, r[7], 0, 0, what .. ' Rop')
+      assert_close(5, total:get_value(), 0, 0, what .. ' total unchanged')
+      r = { f(tgl.array({ 1, 2 }, 'float32'), tgl.array({ 1, 10 }, 'float32')) }
+      assert_close({ 6, 8 }, r[1], 0, 0, what .. ' two steps')
+      assert_close({ 28, 16 }, r[2], 0, 0, what .. ' gx, two steps')
+      assert_close(28, r[3], 0, 0, what .. ' gtotal, two steps')
+      assert_close(8, r[4], 0, 0, what .. ' the final value, two steps')
+      assert_close({ 1, 1 }, r[5], 0, 0, what .. ' d final / dx, two steps')
+      assert_close(1, r[6], 0, 0, what .. ' d final / dtotal, two steps')
+      assert_close(11, r[7], 0, 0, what .. ' Rop, two steps')
+      assert_close(8, total:get_value(), 0, 0, what .. ' total after two steps')
+      r = { f(tgl.array({}, 'float32'), tgl.array({}, 'float32')) }
+      assert.equals('0', shape_of(r[1]), what .. ' seen, again')
+      assert_close(8, total:get_value(), 0, 0, what .. ' total unchanged, again')
+    end)
+  end)
+
+  it('n_steps = 0 with a sequence shorter than its taps span (taps {-1, 0} on 0 or 1 element) runs no step', function()
+    local x = tgl.dvector('x')
+    local d = tgl.scan { fn = function(prev, cur) return cur - prev end,
+                         sequences = { { input = x, taps = { -1, 0 } } }, n_steps = 0, name = 'diff' }
+    local n = tgl.lscalar('n')
+    local dn = tgl.scan { fn = function(prev, cur) return cur * prev end,
+                          sequences = { { input = x, taps = { -1, 0 } } }, n_steps = n, name = 'diffn' }
+    local gx = tgl.grad(tgl.sum(d), x)
+    local gxn = tgl.grad(tgl.sum(dn), x)
+    each_mode(function(opts, what)
+      local f = tgl.compile { inputs = { x, n }, outputs = { d, gx, dn, gxn }, mode = opts.mode,
+                              linker = opts.linker }
+      for _, len in ipairs({ 0, 1, 3 }) do
+        local xs = {}
+        for i = 1, len do xs[i] = i * i end
+        local r = { f(f64(xs), 0) }
+        assert.equals('0', shape_of(r[1]), what .. ' d, ' .. len .. ' elements')
+        assert_close(len == 0 and {} or tgl.zeros(len, { dtype = 'float64' }), r[2], 0, 0, what .. ' gx')
+        assert.equals('0', shape_of(r[3]), what .. ' dn')
+        assert.equals(tostring(len), shape_of(r[4]), what .. ' gxn')
+      end
+      local r = { f(f64 { 1, 4, 9 }, 2) }
+      assert_close({ 4, 36 }, r[3], 0, 0, what .. ' two steps')
+      assert_close({ 4, 10, 4 }, r[4], 0, 0, what .. ' gxn, two steps')
+      -- more steps than the sequence allows is still an error
+      local ok, err = pcall(f, f64 { 1, 4 }, 2)
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find('n_steps is 2 but sequence 1 has 2 elements', 1, true), what .. ': ' .. tostring(err))
+    end)
+  end)
+end)
+
 describe('tgl.scan memory', function()
   -- Full backpropagation through time of h_t = tanh(x_t Wx + h_{t-1} Wh)
   -- over N steps, hidden 100, float64, in a fresh process: the peak

@@ -879,6 +879,71 @@ static int seq_to_take(const tgl_frame *fr, const tgl_instr *ins, tgl_array *con
     return -1;
 }
 
+/* When no step runs, the shape of a step's output not fed back is still
+ * known: the body runs once on stand-ins of the step's inputs, ones
+ * shaped as the sequences' slices (ones, not zeros: an integer sequence
+ * may index, 1-based) and the initial values' entries for the recurrent
+ * taps, and its outputs' shapes are read (ndim, shape; ndim stays -1
+ * for each output whose shape is unknown).  The
+ * body is a pure function of its inputs, so nothing else changes; a body
+ * that fails on the stand-ins leaves the outputs' shapes unknown (zeros),
+ * the error dropped.  The profile does not count the run. */
+static void dry_step(tgl_ctx *ctx, const tgl_scan_layout *s, tgl_array *const *in,
+                     tgl_frame *sub, int *ndim, int64_t (*shape)[TGL_MAX_DIMS])
+{
+    const tgl_program *ip = sub->prog;
+    tgl_status saved_st = ctx->last_status;
+    char saved[TGL_ERRMSG_SIZE];
+    snprintf(saved, sizeof saved, "%s", ctx->errmsg);
+    size_t nprof = ip->profile ? (size_t)ip->ncode : 0;
+    uint64_t *prof = nprof ? malloc(sizeof *prof * 2 * nprof) : NULL;
+    if (nprof && !prof)
+        return;
+    if (prof) {
+        memcpy(prof, sub->ins_ns, sizeof *prof * nprof);
+        memcpy(prof + nprof, sub->ins_calls, sizeof *prof * nprof);
+    }
+    tgl_status st = TGL_OK;
+    for (int i = 0; i < s->nseq && !st; i++) {
+        const tgl_array *x = in[tgl_scan_in_seq(s, i)];
+        tgl_array *one = NULL;
+        st = tgl_array_full(ctx, x->dtype_id, x->ndim - 1, x->shape + 1, 1.0, &one);
+        for (int a = 0; a < s->seq[i].ntaps && !st; a++)
+            bind(sub, tgl_scan_inner_seq(s, i, a), one);
+        tgl_array_release(one);
+    }
+    for (int r = 0; r < s->nrec && !st; r++) {
+        tgl_array *h0 = in[tgl_scan_in_init(s, r)];
+        for (int a = 0; a < s->rec[r].ntaps && !st; a++) {
+            /* tap -k at the first step: k entries before the end of h0 */
+            tgl_array *e = NULL;
+            st = entry_view(ctx, h0, h0->shape[0] + s->rec[r].taps[a], &e);
+            if (!st)
+                bind(sub, tgl_scan_inner_rec(s, r, a), e);
+            tgl_array_release(e);
+        }
+    }
+    sub->once_done = false;
+    if (sub->step)
+        tgl_step_free(sub); /* the run goes through the CVM, not a bound step */
+    if (!st)
+        st = tgl_cvm_run(ctx, sub, 0, ip->ncode);
+    for (int k = 0; k < s->nnofb && !st; k++) {
+        const tgl_array *o = sub->slot[ip->out_slot[s->nrec + k]];
+        ndim[k] = o->ndim;
+        memcpy(shape[k], o->shape, sizeof *o->shape * (size_t)o->ndim);
+    }
+    if (st) {
+        ctx->last_status = saved_st;
+        snprintf(ctx->errmsg, sizeof ctx->errmsg, "%s", saved);
+    }
+    if (prof) {
+        memcpy(sub->ins_ns, prof, sizeof *prof * nprof);
+        memcpy(sub->ins_calls, prof + nprof, sizeof *prof * nprof);
+        free(prof);
+    }
+}
+
 /* Prefixes the context's message with the scan's name and the step. */
 static tgl_status step_error(tgl_ctx *ctx, const tgl_scan_layout *s, int64_t t, tgl_status st)
 {
@@ -907,7 +972,7 @@ static tgl_status scan_exec(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins, t
     for (int i = 0; i < s->nseq; i++) {
         const tgl_array *x = in[tgl_scan_in_seq(s, i)];
         int64_t avail = x->shape[0] - s->seq[i].span;
-        if (given && avail < T)
+        if (given && T > 0 && avail < T) /* no step reads nothing: any length will do */
             return tgl_ctx_set_error(
                 ctx, TGL_ESHAPE,
                 "scan '%s': n_steps is %" PRId64 " but sequence %d has %" PRId64
@@ -1111,6 +1176,19 @@ static tgl_status scan_exec(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins, t
         }
     }
     (void)first_t;
+    /* per output not fed back, its step's shape when no step ran (-1: unknown) */
+    int *dry_ndim = NULL;
+    int64_t (*dry_shape)[TGL_MAX_DIMS] = NULL;
+    if (!st && done == 0 && s->nnofb > 0) {
+        dry_ndim = malloc(sizeof *dry_ndim * (size_t)s->nnofb);
+        dry_shape = malloc(sizeof *dry_shape * (size_t)s->nnofb);
+        if (!dry_ndim || !dry_shape)
+            st = oom(ctx, nm);
+        for (int k = 0; !st && k < s->nnofb; k++)
+            dry_ndim[k] = -1;
+        if (!st)
+            dry_step(ctx, s, in, sub, dry_ndim, dry_shape);
+    }
 
     /* Unbind the inner inputs: the frame must not keep the outer arrays. */
     for (int i = 0; i < s->ninner_in; i++) {
@@ -1152,10 +1230,13 @@ static tgl_status scan_exec(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins, t
             int j = k - s->nrec;
             tgl_array *Y = rs.out_buf[j];
             if (!Y) {
-                /* No step ran: an empty output (its shape beyond the steps is
-                 * unknown without a step; zeros). */
+                /* No step ran: an empty output, (0, step shape...) with the
+                 * step's shape from dry_step (zeros when it could not run). */
                 int64_t shape[TGL_MAX_DIMS] = {0};
                 tgl_type t = scan_out_type(n, k);
+                if (dry_ndim && dry_ndim[j] + (last ? 0 : 1) == t.ndim)
+                    memcpy(shape + (last ? 0 : 1), dry_shape[j],
+                           sizeof *shape * (size_t)dry_ndim[j]);
                 st = tgl_array_alloc(ctx, "scan", t.dtype, t.ndim, shape, true, &res);
             } else if (last) {
                 res = Y;
@@ -1179,6 +1260,8 @@ static tgl_status scan_exec(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins, t
     }
     run_state_free(&rs, nseqv, nrecv);
     free(taken);
+    free(dry_ndim);
+    free(dry_shape);
     return st;
 }
 

@@ -56,7 +56,10 @@ enum {
                                     steps (scan_save_mem): no step is an error       */
     TGL_SCAN_KEEP_WITH_INIT = 3, /* a recurrent output of a forward scan: its K
                                     initial values, then every step: (K + T, ...),
-                                    the loop's own buffer (scan_share_states)        */
+                                    the loop's own buffer (scan_share_states; the
+                                    shared variables tgl.scan's fn updates, whose
+                                    last entry is the final value even with no
+                                    step)                                            */
 };
 
 static inline const tgl_scan_layout *tgl_scan_of(const tgl_node *n)

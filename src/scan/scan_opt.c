@@ -1469,7 +1469,8 @@ static tgl_status run_pass(tgl_ctx *ctx, pass_kind kind, int nroots, tgl_node **
                     rst = tgl_ctx_set_error(ctx, TGL_ENOMEM, "scan_save_mem: out of memory");
                 for (int k = 0; k < nout && !rst; k++) {
                     rst = tgl_node_output(ctx, n, k, &outk[k]);
-                    keep[k] = !s->keep[k]; /* candidate */
+                    keep[k] = s->keep[k] == TGL_SCAN_KEEP_ALL ||
+                              s->keep[k] == TGL_SCAN_KEEP_WITH_INIT; /* candidate */
                 }
                 for (int r = 0; r < nroots && !rst; r++)
                     for (int k = 0; k < nout; k++)
@@ -1497,8 +1498,14 @@ static tgl_status run_pass(tgl_ctx *ctx, pass_kind kind, int nroots, tgl_node **
                     if (!espec_of(n, 0, &e)) {
                         rst = tgl_ctx_set_error(ctx, TGL_ENOMEM, "scan_save_mem: out of memory");
                     } else {
+                        /* x[-1] of the steps fails on no step; of the
+                         * initial values and the steps, it is the last
+                         * initial value */
                         for (int k = 0; k < nout; k++)
-                            e.keep[k] = keep[k] ? 2 : s->keep[k];
+                            e.keep[k] = !keep[k] ? s->keep[k]
+                                        : s->keep[k] == TGL_SCAN_KEEP_WITH_INIT
+                                            ? TGL_SCAN_KEEP_LAST
+                                            : TGL_SCAN_KEEP_LAST_READ;
                         rst = tgl_scan_build(ctx, &e.sp, n->source, &m);
                         espec_free(&e);
                     }
