@@ -465,7 +465,10 @@ typedef struct tgl_scan_spec {
     const int *keep;              /* nrec + nnofb: 0 every step, 1 the last
                                      (the last initial value when no step
                                      runs), 2 the last (an error when no step
-                                     runs, as x[-1] of no steps); NULL: 0s  */
+                                     runs, as x[-1] of no steps), 3 (a
+                                     recurrent output of a forward scan) its
+                                     K initial values then every step,
+                                     (K + T, ...); NULL: 0s                 */
 } tgl_scan_spec;
 
 /* Builds a scan node (a multi-output node: read output k through

@@ -512,7 +512,7 @@ case { rule = 'scan_dead_outputs', what = 'an output nobody reads is not compute
     return outs[1]
   end,
   ref = function(x) return x * 2 end,
-  view = 'program', text_on = { ' 0 rec, 1 out, 0 nonseq}' } }
+  view = 'program', text_on = { ' 0 rec, 1 out, 1 nonseq}' } }
 
 case { rule = 'scan_merge', what = 'a running sum and a running product over one sequence: one loop',
   vars = { V }, args = function() return { rd(5) } end,
@@ -583,7 +583,49 @@ case { rule = 'scan_grad_gemm', what = 'the gradient of W accumulated per step b
     end
     return gW
   end,
-  view = 'program', text_on = { '{grad of gg: 3 seq, 1 rec,' } }
+  view = 'program', text_on = { '{grad of gg: 2 seq, 1 rec, 1 out,' },
+  -- one stacked output (the delta); the states h_{t-1} are read where the
+  -- forward scan keeps them, not copied into a second one
+  check_on = function(text)
+    local fwd = text:match('(t%d+) = scan#%d+{gg:')
+    return fwd ~= nil and text:find('= subtensor%(' .. fwd .. ', ') ~= nil and text:find('= dot%(') ~= nil
+  end }
+
+-- The gradient of sum(H): the backward scan reads the states, then fills
+-- the output gradient (ones) per step instead of reading a (T, 2) array of ones.
+local function bptt_ref(x, h0, gh)
+  local W = Ws:get_value()
+  local hs, h = { [0] = h0 }, h0
+  for t = 1, x:size(1) do h = tgl.tanh(x[t] + tgl.dot(h, W)); hs[t] = h end
+  local gW, carry = tgl.zeros(2, 2, F64), tgl.zeros(2, F64)
+  for t = x:size(1), 1, -1 do
+    local d = (gh(hs[t]) + carry) * (1 - hs[t] * hs[t])
+    gW = gW + tgl.outer(hs[t - 1], d)
+    carry = tgl.dot(W, d)
+  end
+  return gW
+end
+case { rule = 'scan_seq_fill', what = 'the gradient of a sum reaches every step as a fill made per step',
+  vars = { X, H0 }, args = function() return { rd(6, 2), rd(2) } end,
+  build = function(x, h0)
+    local H = tgl.scan { fn = function(xt, h) return tgl.tanh(xt + h:dot(Ws)) end,
+      sequences = { x }, outputs_info = { h0 }, name = 'fill' }
+    return tgl.grad(tgl.sum(H), Ws)
+  end,
+  ref = function(x, h0) return bptt_ref(x, h0, function(h) return h * 0 + 1 end) end,
+  view = 'program', text_on = { 'fill_like(g_t)' } }
+
+case { rule = 'scan_share_states', what = 'the backward scan reads the forward states in place, not a joined copy',
+  vars = { X, H0 }, args = function() return { rd(6, 2), rd(2) } end,
+  build = function(x, h0)
+    local H = tgl.scan { fn = function(xt, h) return tgl.tanh(xt + h:dot(Ws)) end,
+      sequences = { x }, outputs_info = { h0 }, name = 'share' }
+    return tgl.grad(tgl.sum(H * H), Ws)
+  end,
+  ref = function(x, h0) return bptt_ref(x, h0, function(h) return h * 2 end) end,
+  view = 'program', text_on = { 'with initial values: 1}' },
+  check_off = function(text) return text:find('concatenate', 1, true) ~= nil end,
+  check_on = function(text) return text:find('concatenate', 1, true) == nil end }
 
 -- ---------------------------------------------------------------------------
 

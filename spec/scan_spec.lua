@@ -648,6 +648,264 @@ describe('tgl.scan values and gradients', function()
   end)
 end)
 
+-- Every compile mode and linker, for the zero-step cases below.
+local MODES = { 'FAST_RUN', 'FAST_COMPILE', 'DEBUG' }
+local LINKERS = { 'cvm', 'cvm_nogc', 'vm' }
+local function each_mode(body)
+  for _, mode in ipairs(MODES) do
+    for _, linker in ipairs(LINKERS) do body({ mode = mode, linker = linker }, mode .. '/' .. linker) end
+  end
+end
+local function shape_of(a) return table.concat(a:shape(), 'x') end
+
+describe('tgl.scan with no step', function()
+  it('an output not fed back has its step shape (0, ...), and the gradients the variables\' shapes', function()
+    local X = tgl.dmatrix('X')
+    local W = tgl.shared(tgl.array({ { 1, 0 }, { 0, 1 }, { 1, 1 } }, 'float64'), 'W')
+    local V = tgl.shared(tgl.array({ { 1, 2, 3, 4 }, { 0, 1, 0, 1 } }, 'float64'), 'V')
+    local b = tgl.shared(tgl.array({ 0.5, -0.5 }, 'float64'), 'b')
+    local o = tgl.scan { fn = function(x_t) return tgl.tanh(x_t:dot(W)) end, sequences = { X }, name = 'proj' }
+    -- downstream ops that used to see (0, 0): a product with c, a row
+    -- bias, the gradient's inc_subtensor of a slice
+    local y = o:dot(V) + 1
+    local cost = tgl.sum(y) + tgl.sum(o + b) + tgl.sum(o[{ { 1, -1 } }])
+    local gW, gV, gb = unpack(tgl.grad(cost, { W, V, b }))
+    local x1 = f64 { { 1, 0, 0 }, { 0, 1, 1 } }
+    local th = math.tanh
+    each_mode(function(opts, what)
+      local f = tgl.compile { inputs = { X }, outputs = { o, y, cost, gW, gV, gb }, mode = opts.mode,
+                              linker = opts.linker }
+      local r = { f(tgl.zeros(0, 3, { dtype = 'float64' })) }
+      assert.equals('0x2', shape_of(r[1]), what .. ' o')
+      assert.equals('0x4', shape_of(r[2]), what .. ' y')
+      assert_close(0, r[3], 0, 0, what .. ' cost')
+      assert_close({ { 0, 0 }, { 0, 0 }, { 0, 0 } }, r[4], 0, 0, what .. ' gW')
+      assert_close({ { 0, 0, 0, 0 }, { 0, 0, 0, 0 } }, r[5], 0, 0, what .. ' gV')
+      assert_close({ 0, 0 }, r[6], 0, 0, what .. ' gb')
+      -- and with steps, the same function
+      r = { f(x1) }
+      assert_close({ { th(1), th(0) }, { th(1), th(2) } }, r[1], 1e-15, 0, what .. ' o, 2 steps')
+      -- d cost / d o_t[j] = (row sum j of V) + 1 (the bias term) + 1 (the slice of every step)
+      local d = { { 12, 4 }, { 12, 4 } }
+      local gw = { { 0, 0 }, { 0, 0 }, { 0, 0 } }
+      local o1 = { { th(1), th(0) }, { th(1), th(2) } }
+      for t = 1, 2 do
+        for j = 1, 2 do
+          local delta = d[t][j] * (1 - o1[t][j] ^ 2)
+          for i = 1, 3 do gw[i][j] = gw[i][j] + x1:get(t, i) * delta end
+        end
+      end
+      assert_close(gw, r[4], 1e-12, 0, what .. ' gW, 2 steps')
+      assert_close({ 2, 2 }, r[6], 0, 0, what .. ' gb, 2 steps')
+    end)
+  end)
+
+  it('the step shape of an output computed in the body from every kind of input (a state, an index sequence)', function()
+    local idx, h0 = tgl.lvector('idx'), tgl.dvector('h0')
+    local Emb = tgl.shared(tgl.array({ { 1, 2, 3 }, { 4, 5, 6 } }, 'float64'), 'Emb')
+    local outs = tgl.scan { fn = function(i_t, h)
+      local e = Emb[i_t]                          -- 1-based row of a (2, 3) table
+      return { h * 0.5 + e, tgl.outer(h, e), tgl.sum(e) * h[{ { 1, 2 } }] }
+    end, sequences = { idx }, outputs_info = { h0, false, false }, name = 'emb' }
+    local cost = tgl.sum(outs[1]) + tgl.sum(outs[2]) + tgl.sum(outs[3])
+    local gh0, gE = unpack(tgl.grad(cost, { h0, Emb }))
+    each_mode(function(opts, what)
+      local f = tgl.compile { inputs = { idx, h0 }, outputs = { outs[1], outs[2], outs[3], gh0, gE },
+                              mode = opts.mode, linker = opts.linker }
+      local r = { f(tgl.array({}, 'int64'), f64 { 1, 1, 1 }) }
+      assert.equals('0x3', shape_of(r[1]), what .. ' state')
+      assert.equals('0x3x3', shape_of(r[2]), what .. ' outer product')
+      assert.equals('0x2', shape_of(r[3]), what .. ' slice of the state')
+      assert_close({ 0, 0, 0 }, r[4], 0, 0, what .. ' gh0')
+      assert_close({ { 0, 0, 0 }, { 0, 0, 0 } }, r[5], 0, 0, what .. ' gEmb')
+      r = { f(tgl.array({ 2 }, 'int64'), f64 { 1, 1, 1 }) }
+      assert_close({ { 4.5, 5.5, 6.5 } }, r[1], 0, 0, what .. ' one step')
+      assert_close({ { 15, 15 } }, r[3], 0, 0, what .. ' one step, slice')
+    end)
+  end)
+
+  it('a scan that updates a shared variable runs no step: a (0,) output, the variable unchanged, gradients zero', function()
+    local x = tgl.vector('x')
+    local total = tgl.shared(tgl.array(0, 'float32'), 'total')
+    local seen, updates = tgl.scan { fn = function(x_t) return total + x_t, { { total, total + x_t } } end,
+                                     sequences = { x }, name = 'accumulate' }
+    local cost = tgl.sum(seen * seen)
+    local gx, gt = unpack(tgl.grad(cost, { x, total }))
+    -- the final value itself: its gradient reaches the variable directly
+    -- when no step runs, and its tangent along x
+    local final = updates[1][2]
+    local fx, ft = unpack(tgl.grad(final, { x, total }))
+    local v = tgl.vector('v')
+    local rv = tgl.Rop(final, x, v)
+    each_mode(function(opts, what)
+      total:set_value(tgl.array(5, 'float32'))
+      local f = tgl.compile { inputs = { x, v }, outputs = { seen, gx, gt, final, fx, ft, rv }, updates = updates,
+                              mode = opts.mode, linker = opts.linker }
+      local r = { f(tgl.array({}, 'float32'), tgl.array({}, 'float32')) }
+      assert.equals('0', shape_of(r[1]), what .. ' seen')
+      assert.equals('0', shape_of(r[2]), what .. ' gx')
+      assert_close(0, r[3], 0, 0, what .. ' gtotal')
+      assert_close(5, r[4], 0, 0, what .. ' the final value')
+      assert.equals('0', shape_of(r[5]), what .. ' d final / dx')
+      assert_close(1, r[6], 0, 0, what .. ' d final / dtotal')
+      assert_close(0, r[7], 0, 0, what .. ' Rop')
+      assert_close(5, total:get_value(), 0, 0, what .. ' total unchanged')
+      r = { f(tgl.array({ 1, 2 }, 'float32'), tgl.array({ 1, 10 }, 'float32')) }
+      assert_close({ 6, 8 }, r[1], 0, 0, what .. ' two steps')
+      assert_close({ 28, 16 }, r[2], 0, 0, what .. ' gx, two steps')
+      assert_close(28, r[3], 0, 0, what .. ' gtotal, two steps')
+      assert_close(8, r[4], 0, 0, what .. ' the final value, two steps')
+      assert_close({ 1, 1 }, r[5], 0, 0, what .. ' d final / dx, two steps')
+      assert_close(1, r[6], 0, 0, what .. ' d final / dtotal, two steps')
+      assert_close(11, r[7], 0, 0, what .. ' Rop, two steps')
+      assert_close(8, total:get_value(), 0, 0, what .. ' total after two steps')
+      r = { f(tgl.array({}, 'float32'), tgl.array({}, 'float32')) }
+      assert.equals('0', shape_of(r[1]), what .. ' seen, again')
+      assert_close(8, total:get_value(), 0, 0, what .. ' total unchanged, again')
+    end)
+  end)
+
+  it('n_steps = 0 with a sequence shorter than its taps span (taps {-1, 0} on 0 or 1 element) runs no step', function()
+    local x = tgl.dvector('x')
+    local d = tgl.scan { fn = function(prev, cur) return cur - prev end,
+                         sequences = { { input = x, taps = { -1, 0 } } }, n_steps = 0, name = 'diff' }
+    local n = tgl.lscalar('n')
+    local dn = tgl.scan { fn = function(prev, cur) return cur * prev end,
+                          sequences = { { input = x, taps = { -1, 0 } } }, n_steps = n, name = 'diffn' }
+    local gx = tgl.grad(tgl.sum(d), x)
+    local gxn = tgl.grad(tgl.sum(dn), x)
+    each_mode(function(opts, what)
+      local f = tgl.compile { inputs = { x, n }, outputs = { d, gx, dn, gxn }, mode = opts.mode,
+                              linker = opts.linker }
+      for _, len in ipairs({ 0, 1, 3 }) do
+        local xs = {}
+        for i = 1, len do xs[i] = i * i end
+        local r = { f(f64(xs), 0) }
+        assert.equals('0', shape_of(r[1]), what .. ' d, ' .. len .. ' elements')
+        assert_close(len == 0 and {} or tgl.zeros(len, { dtype = 'float64' }), r[2], 0, 0, what .. ' gx')
+        assert.equals('0', shape_of(r[3]), what .. ' dn')
+        assert.equals(tostring(len), shape_of(r[4]), what .. ' gxn')
+      end
+      local r = { f(f64 { 1, 4, 9 }, 2) }
+      assert_close({ 4, 36 }, r[3], 0, 0, what .. ' two steps')
+      assert_close({ 4, 10, 4 }, r[4], 0, 0, what .. ' gxn, two steps')
+      -- more steps than the sequence allows is still an error
+      local ok, err = pcall(f, f64 { 1, 4 }, 2)
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find('n_steps is 2 but sequence 1 has 2 elements', 1, true), what .. ': ' .. tostring(err))
+    end)
+  end)
+end)
+
+describe('tgl.scan memory', function()
+  -- Full backpropagation through time of h_t = tanh(x_t Wx + h_{t-1} Wh)
+  -- over N steps, hidden 100, float64, in a fresh process: the peak
+  -- resident memory of the call above what the process held before it
+  -- (the input included), in (N, 100) buffers.  Two are needed: the
+  -- stored states (the forward scan's buffer, which the backward scan
+  -- reads in place) and one sequence of deltas (in the buffer the input
+  -- projection X Wx freed, or in place of the output gradients when they
+  -- are a sequence of their own).  The loop used to hold seven.
+  local N, H = 30000, 100
+  local child = [[
+    local N, H, cost_kind = %d, %d, %q
+    tgl.config.compile = 'tcc'
+    tgl.config.threads = 1
+    local F64 = { dtype = 'float64' }
+    local function status(key)
+      local f = assert(io.open('/proc/self/status'))
+      local s = f:read('*a')
+      f:close()
+      return tonumber(s:match(key .. ':%%s*(%%d+)')) * 1024
+    end
+    tgl.manual_seed(3)
+    local X, h0 = tgl.dmatrix('X'), tgl.dvector('h0')
+    local Wx = tgl.shared(tgl.randn(H, H, F64) * 0.1, 'Wx')
+    local Wh = tgl.shared(tgl.randn(H, H, F64) * 0.1, 'Wh')
+    local h = tgl.scan { fn = function(x_t, h_tm1) return tgl.tanh(x_t:dot(Wx) + h_tm1:dot(Wh)) end,
+                         sequences = { X }, outputs_info = { h0 }, name = 'rnn' }
+    local cost = cost_kind == 'sum' and tgl.sum(h) or tgl.sum(h[-1] ^ 2)
+    local g = tgl.grad(cost, { Wx, Wh })
+    local f = tgl.compile { inputs = { X, h0 }, outputs = { cost, g[1], g[2] } }
+    local z = tgl.zeros(H, F64)
+    f(tgl.randn(20, H, F64), z)                 -- kernels made, nothing large held
+    local Xa = tgl.randn(N, H, F64)
+    collectgarbage(); collectgarbage()
+    -- the peak from here on (Linux: 5 resets VmHWM to VmRSS)
+    local cr = io.open('/proc/self/clear_refs', 'w')
+    if cr then cr:write('5'); cr:close() end
+    local before = status('VmRSS')
+    local c, gWx, gWh = f(Xa, z)
+    local peak = status('VmHWM') - before
+    assert(c:get() == c:get() and gWx:get(1, 1) == gWx:get(1, 1) and gWh:get(2, 3) == gWh:get(2, 3))
+    print(('%%.6f'):format(peak / (N * H * 8)))
+  ]]
+  local function run(cost_kind)
+    local bin = os.getenv('TGL_BIN') or arg[-1]
+    local src = os.tmpname()
+    local fh = assert(io.open(src, 'w'))
+    fh:write(child:format(N, H, cost_kind))
+    fh:close()
+    -- ASan's quarantine would keep freed buffers resident: none for this count
+    local asan = os.getenv('ASAN_OPTIONS')
+    local env = asan and ("ASAN_OPTIONS='" .. asan .. ":quarantine_size_mb=0' ") or ''
+    local p = io.popen(env .. ('%q %q 2>&1'):format(bin, src))
+    local out = p:read('*a')
+    p:close()
+    os.remove(src)
+    local buffers = tonumber(out:match('^([%d.]+)%s*$'))
+    assert.is_not_nil(buffers, 'the child failed:\n' .. out)
+    return buffers, out
+  end
+
+  it('full BPTT over 30000 steps, hidden 100, float64: two (T, 100) buffers above the inputs at the peak', function()
+    for _, cost_kind in ipairs({ 'sum', 'last' }) do
+      local buffers, out = run(cost_kind)
+      -- 2 and a little (the call's small arrays, the allocator); 3 would
+      -- mean one more sequence of every step
+      assert.is_true(buffers > 1.5 and buffers < 2.6,
+                     ('cost %s: %.2f buffers of (T, 100) at the peak (%s)'):format(cost_kind, buffers, out))
+    end
+  end)
+
+  it('an output written over its sequence (a temporary read at one tap): values, views of the slice, go_backwards', function()
+    local x = tgl.dmatrix('x')
+    local e = tgl.exp(x)                      -- a temporary only the scan reads
+    local rev = tgl.scan { fn = function(xt) return xt[{ { -1, 1, -1 } }] * 1 end, sequences = { e }, name = 'rev' }
+    local view = tgl.scan { fn = function(xt) return xt[{ { -1, 1, -1 } }] end, sequences = { tgl.exp(x * 2) },
+                            name = 'view' }
+    local back = tgl.scan { fn = function(xt, acc) return { acc + xt, xt * 3 } end, sequences = { tgl.exp(x * 3) },
+                            outputs_info = { tgl.constant({ 0, 0, 0 }, 'float64'), false }, go_backwards = true,
+                            name = 'back' }
+    local a = f64 { { 0, 1, 2 }, { 3, 4, 5 } }
+    for _, linker in ipairs({ 'cvm', 'cvm_nogc', 'vm' }) do
+      local r = eval({ x }, { rev, view, back[2] }, { a }, { linker = linker })
+      local E = math.exp
+      assert_close({ { E(2), E(1), E(0) }, { E(5), E(4), E(3) } }, r[1], 1e-15, 0, linker .. ' rev')
+      assert_close({ { E(4), E(2), E(0) }, { E(10), E(8), E(6) } }, r[2], 1e-15, 0, linker .. ' view')
+      assert_close({ { 3 * E(9), 3 * E(12), 3 * E(15) }, { 3, 3 * E(3), 3 * E(6) } }, r[3], 1e-15, 0,
+                   linker .. ' go_backwards')
+    end
+  end)
+
+  it('a sequence read elsewhere too keeps its values (an output, a second tap, a non-sequence)', function()
+    local x = tgl.dvector('x')
+    local e = tgl.exp(x)
+    local y = tgl.scan { fn = function(xt) return xt * 2 end, sequences = { e }, name = 'twice' }
+    local d = tgl.scan { fn = function(a, b) return b - a end, sequences = { { input = tgl.exp(x * 2), taps = { -1, 0 } } },
+                         name = 'diff' }
+    local e3 = tgl.exp(x * 3)
+    local w = tgl.scan { fn = function(xt, whole) return xt + tgl.sum(whole) end, sequences = { e3 },
+                         non_sequences = { e3 }, name = 'whole' }
+    local E = math.exp
+    local r = eval({ x }, { y, e, d, w }, { f64 { 0, 1 } })
+    assert_close({ 2, 2 * E(1) }, r[1], 1e-15, 0, 'y')
+    assert_close({ 1, E(1) }, r[2], 1e-15, 0, 'the sequence, an output too')
+    assert_close({ E(2) - 1 }, r[3], 1e-15, 0, 'two taps')
+    assert_close({ 2 + E(3), 1 + 2 * E(3) }, r[4], 1e-15, 0, 'a non-sequence too')
+  end)
+end)
+
 describe('tgl.scan errors', function()
   local x, h0 = tgl.dvector('x'), tgl.dscalar('h0')
 

@@ -428,7 +428,10 @@ function M.scan(opts)
   spec.seqs = nodes(seq_nodes)
   spec.inits = nodes(rec_inits)
   spec.nonseqs = nil
-  spec.keep = nil
+  -- the updated variables' outputs hold their initial value, then every
+  -- step (TGL_SCAN_KEEP_WITH_INIT), for the final value below
+  for k = 1, #rec_inits + #nofb do keep[k] = (k > #R and k <= #rec_inits) and 3 or 0 end
+  spec.keep = #U > 0 and ints(keep) or nil
   local out = out_node()
   C.tgl_graph_maybe_collect(core.ctx)
   check(C.tgl_scan(core.ctx, spec, graph.user_source(), out), fname)
@@ -444,6 +447,9 @@ function M.scan(opts)
   for k, r in ipairs(R) do result[r.pos] = output(k - 1) end
   local nrec = #rec_inits
   for j, k in ipairs(nofb) do result[k] = output(nrec + j - 1) end
+  -- The final value: the last entry of the variable's state output, which
+  -- holds the variable's value before the steps (keep 3 above), so no step
+  -- leaves the value as it was.  scan_save_mem keeps only the last entry.
   local ups = {}
   for j, u in ipairs(U) do
     local all = output(#R + j - 1)

@@ -18,8 +18,11 @@
  * buffers are reused step after step), and copies each inner output into
  * its place in the output buffers.  A recurrent output keeps every step
  * in a (K + T)-entry buffer whose first K entries are the initial values,
- * so taps read earlier steps in place; with keep = 1 it keeps a ring of
- * K + 1 entries.  After the first step nothing is allocated.
+ * so taps read earlier steps in place; the output is a view of its
+ * steps (or, keep = TGL_SCAN_KEEP_WITH_INIT, of the whole buffer: what a
+ * backward scan reads as h_{t-1} and h_t, without a copy).  With a last-
+ * only keep it is a ring of K + 1 entries.  After the first step nothing
+ * is allocated.
  */
 #include "scan/scan.h"
 
@@ -132,13 +135,21 @@ static void scan_describe(const tgl_payload *p, char *buf, size_t size)
     const tgl_scan_layout *s = (const tgl_scan_layout *)p;
     int n = snprintf(buf, size, "scan#%u{%s: %d seq, %d rec, %d out, %d nonseq", p->id, s->name,
                      s->nseq, s->nrec, s->nnofb, s->nnonseq);
-    bool any_keep = false;
-    for (int k = 0; k < tgl_scan_nout(s); k++)
-        any_keep |= s->keep[k] != 0;
-    if (n > 0 && (size_t)n < size && any_keep) {
+    bool any_last = false, any_init = false;
+    for (int k = 0; k < tgl_scan_nout(s); k++) {
+        any_last |= tgl_scan_keeps_last(s, k);
+        any_init |= s->keep[k] == TGL_SCAN_KEEP_WITH_INIT;
+    }
+    if (n > 0 && (size_t)n < size && any_last) {
         n += snprintf(buf + n, size - (size_t)n, ", last only:");
         for (int k = 0; k < tgl_scan_nout(s) && n > 0 && (size_t)n < size; k++)
-            if (s->keep[k])
+            if (tgl_scan_keeps_last(s, k))
+                n += snprintf(buf + n, size - (size_t)n, " %d", k + 1);
+    }
+    if (n > 0 && (size_t)n < size && any_init) {
+        n += snprintf(buf + n, size - (size_t)n, ", with initial values:");
+        for (int k = 0; k < tgl_scan_nout(s) && n > 0 && (size_t)n < size; k++)
+            if (s->keep[k] == TGL_SCAN_KEEP_WITH_INIT)
                 n += snprintf(buf + n, size - (size_t)n, " %d", k + 1);
     }
     if (n > 0 && (size_t)n < size)
@@ -173,7 +184,7 @@ static tgl_type scan_out_type(const tgl_node *n, int k)
     const tgl_scan_layout *s = tgl_scan_of(n);
     tgl_type t = k < s->nrec ? element(n->in[tgl_scan_in_init(s, k)]->type)
                              : s->inner_out[k]->type;
-    return s->keep[k] ? t : stacked(t);
+    return tgl_scan_keeps_last(s, k) ? t : stacked(t);
 }
 
 static tgl_status scan_infer(tgl_ctx *ctx, tgl_node *n)
@@ -580,8 +591,19 @@ tgl_status tgl_scan_build(tgl_ctx *ctx, const tgl_scan_spec *sp, const char *sou
         memcpy(s->rec[r].taps, b.rec_taps + tp, sizeof(int32_t) * (size_t)b.rec_ntaps[r]);
         s->rec[r].K = -s->rec[r].taps[0];
     }
-    for (int k = 0; !st && sp->keep && k < b.nrec + b.nnofb; k++)
-        s->keep[k] = sp->keep[k] == 2 ? 2 : sp->keep[k] ? 1 : 0;
+    for (int k = 0; !st && sp->keep && k < b.nrec + b.nnofb; k++) {
+        int kp = sp->keep[k];
+        if (kp == TGL_SCAN_KEEP_WITH_INIT && (k >= b.nrec || sp->reverse)) {
+            st = tgl_ctx_set_error(ctx, TGL_EINVAL,
+                                   "scan '%s': keep = 3 (initial values and steps) is for a "
+                                   "recurrent output of a forward scan, not output %d",
+                                   b.name, k + 1);
+            break;
+        }
+        s->keep[k] = kp == TGL_SCAN_KEEP_LAST_READ || kp == TGL_SCAN_KEEP_WITH_INIT ? kp
+                     : kp ? TGL_SCAN_KEEP_LAST
+                          : TGL_SCAN_KEEP_ALL;
+    }
     if (!st) {
         memcpy(s->inner_in, b.inner_in, sizeof *s->inner_in * (size_t)b.ninner_in);
         memcpy(s->inner_out, b.inner_out, sizeof *s->inner_out * (size_t)b.ninner_out);
@@ -627,13 +649,21 @@ tgl_status tgl_scan(tgl_ctx *ctx, const tgl_scan_spec *spec, const char *source,
 /* The body's loop-invariant instructions: straight-line ops whose inputs
  * are non-sequences, constants or other invariant results (what the
  * body's own rewrites made of the non-sequences, e.g. the transposed
- * weight a gemv reads).  They run on the first step only; their slots are
- * never freed or taken over in place, so later steps read them. */
+ * weight a gemv reads), and ops that read only the shape of a step's
+ * slice or state (fill_like, shape: every step of a run has the same
+ * shapes; scan_seq_fill's fills).  They run on the first step only; their
+ * slots are never freed or taken over in place, so later steps read them. */
 static tgl_status mark_invariant(tgl_ctx *ctx, const tgl_scan_layout *s, tgl_program *ip)
 {
     bool *inv = calloc((size_t)ip->nslots + 1, sizeof *inv);
-    if (!inv)
+    bool *stepped = calloc((size_t)ip->nslots + 1, sizeof *stepped);
+    if (!inv || !stepped) {
+        free(inv);
+        free(stepped);
         return tgl_ctx_set_error(ctx, TGL_ENOMEM, "scan '%s': out of memory", s->name);
+    }
+    for (int i = 0; i < s->ninner_in - s->nnonseq; i++)
+        stepped[ip->in_slot[i]] = true;
     for (int j = 0; j < s->nnonseq; j++)
         inv[ip->in_slot[tgl_scan_inner_nonseq(s, j)]] = true;
     for (int32_t k = 0; k < ip->nslots; k++)
@@ -646,8 +676,10 @@ static tgl_status mark_invariant(tgl_ctx *ctx, const tgl_scan_layout *s, tgl_pro
             ins->update >= 0)
             continue;
         bool all = true;
+        bool shape_only = ins->node && ins->node->kind == TGL_NODE_APPLY &&
+                          (ins->node->op == TGL_OP_FILL_LIKE || ins->node->op == TGL_OP_SHAPE);
         for (int i = 0; i < ins->nin && all; i++)
-            all = inv[ins->in[i]];
+            all = inv[ins->in[i]] || (shape_only && stepped[ins->in[i]]);
         if (!all)
             continue;
         ins->once = 1;
@@ -668,6 +700,7 @@ static tgl_status mark_invariant(tgl_ctx *ctx, const tgl_scan_layout *s, tgl_pro
         }
     }
     free(inv);
+    free(stepped);
     return TGL_OK;
 }
 
@@ -800,6 +833,117 @@ static inline void bind(tgl_frame *sub, int i, tgl_array *a)
     *slot = a;
 }
 
+/* An output buffer of the loop: from the outer frame's pool when it has
+ * one (what the instructions before the scan freed, e.g. the input
+ * projection of a forward scan whose buffer a backward scan's stacked
+ * output can take), else new. */
+static tgl_status out_alloc(tgl_ctx *ctx, tgl_frame *fr, int dtype, int ndim,
+                            const int64_t *shape, tgl_array **out)
+{
+    *out = tgl_frame_take_pooled(fr, dtype, ndim, shape);
+    return *out ? TGL_OK : tgl_array_alloc(ctx, "scan", dtype, ndim, shape, false, out);
+}
+
+/* A sequence whose buffer a stacked output not fed back can take over
+ * (the loop writes step t's value where step t read its slice, and no
+ * later step reads that element): one tap (so step t reads element t
+ * only), a plain contiguous buffer of the output's dtype and shape that
+ * nothing else holds (its slot, released after this instruction, is its
+ * only owner besides the loop's own view of its slices; no other input
+ * of the scan is it) and not taken already.
+ * A backward scan's stacked delta thus takes the place of the output
+ * gradients it read: one buffer of every step instead of two.  -1 for
+ * none. */
+static int seq_to_take(const tgl_frame *fr, const tgl_instr *ins, tgl_array *const *in,
+                       int dtype, int ndim, const int64_t *shape, const bool *taken)
+{
+    const tgl_scan_layout *s = tgl_scan_of(ins->node);
+    if (fr->prog->linker == TGL_LINKER_VM) /* the vm linker releases nothing */
+        return -1;
+    for (int i = 0; i < s->nseq; i++) {
+        int at = tgl_scan_in_seq(s, i);
+        const tgl_array *x = in[at];
+        if (taken[i] || s->seq[i].ntaps != 1 || x->dtype_id != dtype ||
+            !same_dims(x, ndim, shape) || x->device != TGL_DEVICE_CPU ||
+            !(x->flags & TGL_ARRAY_CONTIGUOUS) || x->refcount != 1 || !x->storage ||
+            x->storage->refcount != 2 || x->data != x->storage->base)
+            continue;
+        bool freed = false, alone = true;
+        for (int32_t f = 0; f < ins->nfree; f++)
+            freed |= ins->free_slots[f] == ins->in[at];
+        for (int j = 0; j < ins->nin; j++)
+            alone &= j == at || in[j] != x;
+        if (freed && alone)
+            return i;
+    }
+    return -1;
+}
+
+/* When no step runs, the shape of a step's output not fed back is still
+ * known: the body runs once on stand-ins of the step's inputs, ones
+ * shaped as the sequences' slices (ones, not zeros: an integer sequence
+ * may index, 1-based) and the initial values' entries for the recurrent
+ * taps, and its outputs' shapes are read (ndim, shape; ndim stays -1
+ * for each output whose shape is unknown).  The
+ * body is a pure function of its inputs, so nothing else changes; a body
+ * that fails on the stand-ins leaves the outputs' shapes unknown (zeros),
+ * the error dropped.  The profile does not count the run. */
+static void dry_step(tgl_ctx *ctx, const tgl_scan_layout *s, tgl_array *const *in,
+                     tgl_frame *sub, int *ndim, int64_t (*shape)[TGL_MAX_DIMS])
+{
+    const tgl_program *ip = sub->prog;
+    tgl_status saved_st = ctx->last_status;
+    char saved[TGL_ERRMSG_SIZE];
+    snprintf(saved, sizeof saved, "%s", ctx->errmsg);
+    size_t nprof = ip->profile ? (size_t)ip->ncode : 0;
+    uint64_t *prof = nprof ? malloc(sizeof *prof * 2 * nprof) : NULL;
+    if (nprof && !prof)
+        return;
+    if (prof) {
+        memcpy(prof, sub->ins_ns, sizeof *prof * nprof);
+        memcpy(prof + nprof, sub->ins_calls, sizeof *prof * nprof);
+    }
+    tgl_status st = TGL_OK;
+    for (int i = 0; i < s->nseq && !st; i++) {
+        const tgl_array *x = in[tgl_scan_in_seq(s, i)];
+        tgl_array *one = NULL;
+        st = tgl_array_full(ctx, x->dtype_id, x->ndim - 1, x->shape + 1, 1.0, &one);
+        for (int a = 0; a < s->seq[i].ntaps && !st; a++)
+            bind(sub, tgl_scan_inner_seq(s, i, a), one);
+        tgl_array_release(one);
+    }
+    for (int r = 0; r < s->nrec && !st; r++) {
+        tgl_array *h0 = in[tgl_scan_in_init(s, r)];
+        for (int a = 0; a < s->rec[r].ntaps && !st; a++) {
+            /* tap -k at the first step: k entries before the end of h0 */
+            tgl_array *e = NULL;
+            st = entry_view(ctx, h0, h0->shape[0] + s->rec[r].taps[a], &e);
+            if (!st)
+                bind(sub, tgl_scan_inner_rec(s, r, a), e);
+            tgl_array_release(e);
+        }
+    }
+    sub->once_done = false;
+    if (sub->step)
+        tgl_step_free(sub); /* the run goes through the CVM, not a bound step */
+    if (!st)
+        st = tgl_cvm_run(ctx, sub, 0, ip->ncode);
+    for (int k = 0; k < s->nnofb && !st; k++) {
+        const tgl_array *o = sub->slot[ip->out_slot[s->nrec + k]];
+        ndim[k] = o->ndim;
+        memcpy(shape[k], o->shape, sizeof *o->shape * (size_t)o->ndim);
+    }
+    if (st) {
+        ctx->last_status = saved_st;
+        snprintf(ctx->errmsg, sizeof ctx->errmsg, "%s", saved);
+    }
+    if (prof) {
+        memcpy(sub->ins_ns, prof, sizeof *prof * nprof);
+        memcpy(sub->ins_calls, prof + nprof, sizeof *prof * nprof);
+        free(prof);
+    }
+}
+
 /* Prefixes the context's message with the scan's name and the step. */
 static tgl_status step_error(tgl_ctx *ctx, const tgl_scan_layout *s, int64_t t, tgl_status st)
 {
@@ -828,7 +972,7 @@ static tgl_status scan_exec(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins, t
     for (int i = 0; i < s->nseq; i++) {
         const tgl_array *x = in[tgl_scan_in_seq(s, i)];
         int64_t avail = x->shape[0] - s->seq[i].span;
-        if (given && avail < T)
+        if (given && T > 0 && avail < T) /* no step reads nothing: any length will do */
             return tgl_ctx_set_error(
                 ctx, TGL_ESHAPE,
                 "scan '%s': n_steps is %" PRId64 " but sequence %d has %" PRId64
@@ -884,7 +1028,8 @@ static tgl_status scan_exec(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins, t
     rs.rec_dst = calloc((size_t)s->nrec + 1, sizeof *rs.rec_dst);
     rs.out_buf = calloc((size_t)s->nnofb + 1, sizeof *rs.out_buf);
     rs.out_dst = calloc((size_t)s->nnofb + 1, sizeof *rs.out_dst);
-    st = rs.seq_view && rs.rec_view && rs.rec_buf && rs.rec_dst && rs.out_buf && rs.out_dst
+    bool *taken = calloc((size_t)s->nseq + 1, sizeof *taken);
+    st = rs.seq_view && rs.rec_view && rs.rec_buf && rs.rec_dst && rs.out_buf && rs.out_dst && taken
              ? TGL_OK
              : oom(ctx, nm);
 
@@ -909,11 +1054,11 @@ static tgl_status scan_exec(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins, t
     for (int r = 0, v = 0; !st && r < s->nrec; r++) {
         tgl_array *h0 = in[tgl_scan_in_init(s, r)];
         int64_t K = s->rec[r].K;
-        bool ring = s->keep[r] != 0;
+        bool ring = tgl_scan_keeps_last(s, r);
         int64_t shape[TGL_MAX_DIMS];
         memcpy(shape, h0->shape, sizeof *shape * (size_t)h0->ndim);
         shape[0] = ring ? K + 1 : K + T;
-        st = tgl_array_alloc(ctx, "scan", h0->dtype_id, h0->ndim, shape, false, &rs.rec_buf[r]);
+        st = out_alloc(ctx, fr, h0->dtype_id, h0->ndim, shape, &rs.rec_buf[r]);
         tgl_array *B = rs.rec_buf[r];
         /* h0's last K entries, oldest first, at entries 0..K-1 (forward) or
          * T..T+K-1 (reverse). */
@@ -952,7 +1097,7 @@ static tgl_status scan_exec(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins, t
         for (int r = 0, v = 0; r < s->nrec; r++) {
             const tgl_array *B = rs.rec_buf[r];
             int64_t K = s->rec[r].K;
-            bool ring = s->keep[r] != 0;
+            bool ring = tgl_scan_keeps_last(s, r);
             int64_t self = s->reverse ? t : K + t;
             for (int a = 0; a < s->rec[r].ntaps; a++, v++) {
                 int64_t k = -s->rec[r].taps[a];
@@ -987,11 +1132,19 @@ static tgl_status scan_exec(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins, t
             if (!rs.out_buf[k]) {
                 /* The first step fixes the shape. */
                 int64_t shape[TGL_MAX_DIMS];
-                bool last = s->keep[s->nrec + k] != 0;
+                bool last = tgl_scan_keeps_last(s, s->nrec + k);
                 shape[0] = T;
                 memcpy(shape + (last ? 0 : 1), o->shape, sizeof *shape * (size_t)o->ndim);
-                st = tgl_array_alloc(ctx, "scan", o->dtype_id, o->ndim + (last ? 0 : 1), shape,
-                                     false, &rs.out_buf[k]);
+                int i = last ? -1
+                             : seq_to_take(fr, ins, in, o->dtype_id, o->ndim + 1, shape, taken);
+                if (i >= 0) {
+                    taken[i] = true;
+                    rs.out_buf[k] = in[tgl_scan_in_seq(s, i)];
+                    tgl_array_retain(rs.out_buf[k]);
+                } else {
+                    st = out_alloc(ctx, fr, o->dtype_id, o->ndim + (last ? 0 : 1), shape,
+                                   &rs.out_buf[k]);
+                }
                 if (!st && !last)
                     st = entry_view(ctx, rs.out_buf[k], 0, &rs.out_dst[k]);
                 if (!st && last) {
@@ -1011,7 +1164,7 @@ static tgl_status scan_exec(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins, t
                     "step (an output keeps its shape)",
                     nm, t + 1, s->nrec + k + 1, dims_str(o->ndim, o->shape, b1, sizeof b1),
                     dims_str(d->ndim, d->shape, b2, sizeof b2));
-            else
+            else /* o may view the slice d overwrites: put copies overlaps safely */
                 st = put(ctx, d, o);
         }
         done++;
@@ -1023,6 +1176,19 @@ static tgl_status scan_exec(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins, t
         }
     }
     (void)first_t;
+    /* per output not fed back, its step's shape when no step ran (-1: unknown) */
+    int *dry_ndim = NULL;
+    int64_t (*dry_shape)[TGL_MAX_DIMS] = NULL;
+    if (!st && done == 0 && s->nnofb > 0) {
+        dry_ndim = malloc(sizeof *dry_ndim * (size_t)s->nnofb);
+        dry_shape = malloc(sizeof *dry_shape * (size_t)s->nnofb);
+        if (!dry_ndim || !dry_shape)
+            st = oom(ctx, nm);
+        for (int k = 0; !st && k < s->nnofb; k++)
+            dry_ndim[k] = -1;
+        if (!st)
+            dry_step(ctx, s, in, sub, dry_ndim, dry_shape);
+    }
 
     /* Unbind the inner inputs: the frame must not keep the outer arrays. */
     for (int i = 0; i < s->ninner_in; i++) {
@@ -1034,8 +1200,8 @@ static tgl_status scan_exec(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins, t
     /* The outputs: views of the steps that ran. */
     for (int k = 0; k < nout && !st; k++) {
         tgl_array *res = NULL;
-        bool last = s->keep[k] != 0;
-        if (s->keep[k] == 2 && done == 0) {
+        bool last = tgl_scan_keeps_last(s, k);
+        if (s->keep[k] == TGL_SCAN_KEEP_LAST_READ && done == 0) {
             /* scan_save_mem made it from x[-1], which fails on no steps */
             st = tgl_ctx_set_error(ctx, TGL_ESHAPE,
                                    "scan '%s': index -1 is out of range for axis 1 of size 0 "
@@ -1050,10 +1216,13 @@ static tgl_status scan_exec(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins, t
                 int64_t e = done ? (s->reverse ? last_t : K + last_t) : (s->reverse ? T : K - 1);
                 st = entry_view(ctx, B, rec_slot(true, K, e), &res);
             } else {
-                int64_t from = s->reverse ? T - done : K;
+                /* the steps that ran; with the initial values before them
+                 * for KEEP_WITH_INIT (a forward scan's buffer from entry 0) */
+                bool with_init = s->keep[k] == TGL_SCAN_KEEP_WITH_INIT;
+                int64_t from = s->reverse ? T - done : with_init ? 0 : K;
                 int64_t shape[TGL_MAX_DIMS];
                 memcpy(shape, B->shape, sizeof *shape * (size_t)B->ndim);
-                shape[0] = done;
+                shape[0] = done + (with_init ? K : 0);
                 st = tgl_array_view(ctx, B, B->ndim, shape, B->strides, from * B->strides[0],
                                     &res);
             }
@@ -1061,10 +1230,13 @@ static tgl_status scan_exec(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins, t
             int j = k - s->nrec;
             tgl_array *Y = rs.out_buf[j];
             if (!Y) {
-                /* No step ran: an empty output (its shape beyond the steps is
-                 * unknown without a step; zeros). */
+                /* No step ran: an empty output, (0, step shape...) with the
+                 * step's shape from dry_step (zeros when it could not run). */
                 int64_t shape[TGL_MAX_DIMS] = {0};
                 tgl_type t = scan_out_type(n, k);
+                if (dry_ndim && dry_ndim[j] + (last ? 0 : 1) == t.ndim)
+                    memcpy(shape + (last ? 0 : 1), dry_shape[j],
+                           sizeof *shape * (size_t)dry_ndim[j]);
                 st = tgl_array_alloc(ctx, "scan", t.dtype, t.ndim, shape, true, &res);
             } else if (last) {
                 res = Y;
@@ -1087,6 +1259,9 @@ static tgl_status scan_exec(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins, t
         }
     }
     run_state_free(&rs, nseqv, nrecv);
+    free(taken);
+    free(dry_ndim);
+    free(dry_shape);
     return st;
 }
 

@@ -36,7 +36,7 @@ typedef struct tgl_scan_layout {
     int32_t nseq, nrec, nnofb, nnonseq;
     tgl_scan_seq *seq;
     tgl_scan_rec *rec;
-    int32_t *keep;        /* per output (nrec + nnofb): 1 = last step only */
+    int32_t *keep;        /* per output (nrec + nnofb): a TGL_SCAN_KEEP_* */
     bool has_until;
     bool reverse;
     int32_t truncate_gradient;
@@ -46,6 +46,21 @@ typedef struct tgl_scan_layout {
     tgl_node **inner_in;
     tgl_node **inner_out;
 } tgl_scan_layout;
+
+/* What output k of a scan holds (tgl_scan_layout.keep; tgl_scan_spec.keep). */
+enum {
+    TGL_SCAN_KEEP_ALL = 0,       /* every step, stacked: (T, ...)                    */
+    TGL_SCAN_KEEP_LAST = 1,      /* the last step (the last initial value when no
+                                    step runs): a backward scan's accumulators       */
+    TGL_SCAN_KEEP_LAST_READ = 2, /* the last step, standing for x[-1] of the stacked
+                                    steps (scan_save_mem): no step is an error       */
+    TGL_SCAN_KEEP_WITH_INIT = 3, /* a recurrent output of a forward scan: its K
+                                    initial values, then every step: (K + T, ...),
+                                    the loop's own buffer (scan_share_states; the
+                                    shared variables tgl.scan's fn updates, whose
+                                    last entry is the final value even with no
+                                    step)                                            */
+};
 
 static inline const tgl_scan_layout *tgl_scan_of(const tgl_node *n)
 {
@@ -60,6 +75,11 @@ static inline int tgl_scan_in_nonseq(const tgl_scan_layout *s, int j)
     return 1 + s->nseq + s->nrec + j;
 }
 static inline int tgl_scan_nout(const tgl_scan_layout *s) { return s->nrec + s->nnofb; }
+/* True when output k holds only the last step (a ring of K + 1 entries). */
+static inline bool tgl_scan_keeps_last(const tgl_scan_layout *s, int k)
+{
+    return s->keep[k] == TGL_SCAN_KEEP_LAST || s->keep[k] == TGL_SCAN_KEEP_LAST_READ;
+}
 /* Inner input positions: tap a of sequence i, tap a of recurrent output r,
  * non-sequence j. */
 int tgl_scan_inner_seq(const tgl_scan_layout *s, int i, int a);

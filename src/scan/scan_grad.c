@@ -162,7 +162,7 @@ tgl_status tgl_scan_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *const *gout, tgl_n
     const char *nm = s->name;
     const int nout = tgl_scan_nout(s);
     for (int k = 0; k < nout; k++)
-        TGL_CHECK(!s->keep[k], TGL_EINVAL,
+        TGL_CHECK(!tgl_scan_keeps_last(s, k), TGL_EINVAL,
                   "scan '%s': cannot differentiate a scan that keeps only its last step "
                   "(a gradient's own backward scan: second derivatives through scan are not "
                   "supported)", nm);
@@ -200,8 +200,27 @@ tgl_status tgl_scan_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *const *gout, tgl_n
         tgl_node_map_free(&anc);
         return tgl_ctx_set_error(ctx, TGL_ENOMEM, "scan '%s': out of memory", nm);
     }
-    for (int k = 0; k < nout && !st; k++)
+    /* H[k]: every step of output k.  An output with its initial values
+     * (keep = TGL_SCAN_KEEP_WITH_INIT: what the shared variables a loop
+     * updates come out as) holds them before the steps: it is itself the
+     * joined states the backward scan reads (ext[r]), its steps from entry
+     * K on, and its gradient's first K entries go to the initial values
+     * directly. */
+    tgl_node **ext = calloc((size_t)nout + 1, sizeof *ext);
+    if (!ext) {
+        free(H);
+        free(inner_grad);
+        free(q);
+        tgl_node_map_free(&anc);
+        return tgl_ctx_set_error(ctx, TGL_ENOMEM, "scan '%s': out of memory", nm);
+    }
+    for (int k = 0; k < nout && !st; k++) {
         st = tgl_node_output(ctx, n, k, &H[k]);
+        if (!st && s->keep[k] == TGL_SCAN_KEEP_WITH_INIT) {
+            ext[k] = H[k];
+            H[k] = slice_from(ctx, ext[k], s->rec[k].K);
+        }
+    }
     tgl_node *T = st ? NULL : length0(ctx, H[0]);
     tgl_node *zero = tgl_mk_scalar(ctx, TGL_INT64, 0);
     tgl_node *start = zero, *nsteps = T;
@@ -268,7 +287,9 @@ tgl_status tgl_scan_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *const *gout, tgl_n
         tgl_params p = {0};
         p.n = 1;
         p.i[0] = 0;
-        tgl_node *E = cat[0] ? tgl_mk(ctx, TGL_OP_CONCATENATE, 2, cat, &p) : NULL;
+        tgl_node *E = ext[r]                 ? ext[r]
+                      : cat[0] && cat[1] ? tgl_mk(ctx, TGL_OP_CONCATENATE, 2, cat, &p)
+                                         : NULL;
         push(&b_seqs, s->truncate_gradient >= 0 ? slice_from_node(ctx, E, start) : E);
         ipush(&seq_ntaps, s->rec[r].ntaps + 1);
         for (int a = 0; a < s->rec[r].ntaps; a++) {
@@ -317,6 +338,8 @@ tgl_status tgl_scan_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *const *gout, tgl_n
         if (!gout[k] || !q[k])
             continue;
         tgl_node *G = tgl_mk_cast(ctx, gout[k], H[k]->type.dtype);
+        if (ext[k])
+            G = slice_from(ctx, G, s->rec[k].K);
         push(&b_seqs, s->truncate_gradient >= 0 ? slice_from_node(ctx, G, start) : G);
         ipush(&seq_ntaps, 1);
         ipush(&seq_taps, 0);
@@ -504,6 +527,17 @@ tgl_status tgl_scan_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *const *gout, tgl_n
         /* into the initial values' last K entries */
         tgl_node *L = length0(ctx, init);
         tgl_node *from0 = tgl_mk2(ctx, TGL_OP_SUB, L, tgl_mk_scalar(ctx, TGL_INT64, K));
+        if (ext[r] && gout[r]) {
+            /* the output's own first K entries are the initial values */
+            tgl_params sp = {0};
+            sp.n = 4;
+            sp.i[0] = TGL_IDX_SLICE;
+            sp.i[2] = K;
+            sp.i[3] = 1;
+            tgl_node *G = tgl_mk_cast(ctx, gout[r], init->type.dtype);
+            tgl_node *direct = G ? tgl_mk(ctx, TGL_OP_SUBTENSOR, 1, &G, &sp) : NULL;
+            stack = direct ? tgl_mk2(ctx, TGL_OP_ADD, stack, direct) : NULL;
+        }
         gin[tgl_scan_in_init(s, r)] =
             inc_slice(ctx, tgl_mk_fill_like(ctx, init, init->type.dtype, 0.0), stack, from0, L);
     }
@@ -539,6 +573,7 @@ tgl_status tgl_scan_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *const *gout, tgl_n
 #undef DIFF
     tgl_node_map_free(&anc);
     free(H);
+    free(ext);
     free(inner_grad);
     free(q);
     free(raw);

@@ -5,14 +5,23 @@
  *   scan_hoist      loop-invariant work in the body (depending only on
  *                   non-sequences and constants) is computed once, before
  *                   the loop, and enters the body as a non-sequence.
+ *   scan_seq_fill   a sequence that is a fill of one value (the gradient
+ *                   of a sum, as a backward scan reads it) is not stored:
+ *                   the body fills the shape of a slice of what it filled.
  *   scan_seq_whole  per-step work on the slices of one sequence that does
- *                   not depend on the recurrence (elementwise ops and
- *                   products with non-sequences: the input projection
- *                   x_t . Wx) becomes one whole-sequence op before the loop
- *                   (X . Wx, one GEMM) and enters the body as a sequence.
+ *                   not depend on the recurrence and has a product with
+ *                   non-sequences in it (the input projection x_t . Wx,
+ *                   and elementwise work around it) becomes one
+ *                   whole-sequence op before the loop (X . Wx, one GEMM)
+ *                   and enters the body as a sequence.
  *   scan_grad_gemm  an accumulator of the backward scan that adds an outer
  *                   product a_t b_t' per step (a weight gradient) becomes
- *                   two stacked outputs A, B and one GEMM A' B after the loop.
+ *                   one GEMM A' B after the loop: A, B are stacked outputs
+ *                   (one per distinct vector), or the sequence itself when
+ *                   a_t is a sequence's slice.
+ *   scan_share_states  a backward scan's copy of the forward states
+ *                   (concatenate(h0[-K:], H)) becomes the forward loop's
+ *                   own buffer, which holds exactly that.
  *   scan_save_mem   an output of which nothing reads more than the last
  *                   step (h[-1]) keeps only the last step: a ring of K + 1
  *                   entries instead of K + T.
@@ -451,9 +460,10 @@ static tgl_status seq_whole(tgl_ctx *ctx, tgl_node *n, tgl_node **out)
     tgl_status st = tgl_toposort(ctx, s->ninner_out, s->inner_out, &order, &count);
     if (st)
         return st;
-    tgl_node_map dep = {0}, seq_of = {0}, wh = {0}, chosen = {0};
+    tgl_node_map dep = {0}, seq_of = {0}, wh = {0}, chosen = {0}, dotted = {0};
     if ((st = tgl_node_map_init(ctx, &dep)) || (st = tgl_node_map_init(ctx, &seq_of)) ||
-        (st = tgl_node_map_init(ctx, &wh)) || (st = tgl_node_map_init(ctx, &chosen)))
+        (st = tgl_node_map_init(ctx, &wh)) || (st = tgl_node_map_init(ctx, &chosen)) ||
+        (st = tgl_node_map_init(ctx, &dotted)))
         goto done;
     if ((st = dependence(ctx, s, order, count, &dep, &seq_of)))
         goto done;
@@ -486,9 +496,19 @@ static tgl_status seq_whole(tgl_ctx *ctx, tgl_node *n, tgl_node **out)
             w->source = strdup(m->source);
         if (w)
             st = tgl_node_map_set(ctx, &wh, m, w);
+        bool dot = w && m->op == TGL_OP_DOT;
+        for (int k = 0; w && k < m->nin && !dot; k++)
+            dot = tgl_node_map_has(&dotted, m->in[k]);
+        if (dot && !st)
+            st = tgl_node_map_seti(ctx, &dotted, m, 1);
     }
     /* Lifted nodes with a client that was not lifted (or an inner output):
-     * they enter the body as sequences. */
+     * they enter the body as sequences.  Only work with a product in it
+     * (x_t . W, and what the product's result feeds): one GEMM instead of
+     * a product per step is worth a (T, ...) buffer; elementwise work
+     * alone is not (the body fuses it with the step's own elementwise
+     * ops for the same cost per element, and a backward scan's 1 - h_t^2
+     * lifted would be one more buffer of every step). */
     int nchosen = 0;
     for (size_t i = 0; i < count && !st; i++) {
         tgl_node *m = order[i];
@@ -497,14 +517,14 @@ static tgl_status seq_whole(tgl_ctx *ctx, tgl_node *n, tgl_node **out)
         bool lifted_m = tgl_node_map_geti(&dep, m, 0) == 1 && tgl_node_map_has(&wh, m);
         for (int k = 0; k < m->nin && !st; k++) {
             tgl_node *x = m->in[k];
-            if (!lifted_m && real_work(x) && tgl_node_map_has(&wh, x) &&
+            if (!lifted_m && real_work(x) && tgl_node_map_has(&dotted, x) &&
                 tgl_node_map_geti(&dep, x, 0) == 1 && !tgl_node_map_has(&chosen, x))
                 st = tgl_node_map_seti(ctx, &chosen, x, nchosen++);
         }
     }
     for (int k = 0; k < s->ninner_out && !st; k++) {
         tgl_node *x = s->inner_out[k];
-        if (real_work(x) && tgl_node_map_has(&wh, x) && tgl_node_map_geti(&dep, x, 0) == 1 &&
+        if (real_work(x) && tgl_node_map_has(&dotted, x) && tgl_node_map_geti(&dep, x, 0) == 1 &&
             !tgl_node_map_has(&chosen, x))
             st = tgl_node_map_seti(ctx, &chosen, x, nchosen++);
     }
@@ -546,6 +566,7 @@ done:
     tgl_node_map_free(&seq_of);
     tgl_node_map_free(&wh);
     tgl_node_map_free(&chosen);
+    tgl_node_map_free(&dotted);
     return st;
 }
 
@@ -743,7 +764,7 @@ static bool outer_accumulator(tgl_ctx *ctx, const tgl_node *n, int r, tgl_node *
     const tgl_scan_layout *s = tgl_scan_of(n);
     tgl_node *o = s->inner_out[r];
     tgl_node *acc = s->inner_in[tgl_scan_inner_rec(s, r, 0)];
-    if (!s->keep[r] || s->rec[r].ntaps != 1 || s->rec[r].taps[0] != -1 ||
+    if (!tgl_scan_keeps_last(s, r) || s->rec[r].ntaps != 1 || s->rec[r].taps[0] != -1 ||
         !is_zeros(n->in[tgl_scan_in_init(s, r)]) || o->kind != TGL_NODE_APPLY ||
         o->op != TGL_OP_ADD || o->type.ndim != 2)
         return false;
@@ -779,9 +800,62 @@ static bool outer_accumulator(tgl_ctx *ctx, const tgl_node *n, int r, tgl_node *
     return true;
 }
 
-/* Rebuilds scan n without the accumulators listed in drop[] (their
- * vectors a_t, b_t become stacked outputs instead); res[k] receives each
- * old output's replacement. */
+/* The length of x's leading axis, an int64 scalar. */
+static tgl_node *length0(tgl_ctx *ctx, tgl_node *x)
+{
+    tgl_node *sh = x ? tgl_mk1(ctx, TGL_OP_SHAPE, x) : NULL;
+    if (!sh)
+        return NULL;
+    tgl_params p = {0};
+    p.n = 4;
+    p.i[0] = TGL_IDX_INDEX;
+    return tgl_mk(ctx, TGL_OP_SUBTENSOR, 1, &sh, &p);
+}
+
+/* When body vector v is the slice placeholder of one of n's sequences
+ * (tap d of sequence i), the position of that tap; -1 otherwise.  The
+ * stacked values of v over the steps are then the sequence itself, from
+ * element d - (first tap) on: the GEMM reads them there instead of a copy. */
+static int seq_tap_of(const tgl_node *n, const tgl_node *v, int *seq, int *off)
+{
+    const tgl_scan_layout *s = tgl_scan_of(n);
+    if (s->has_until) /* the stacked outputs hold the steps that ran */
+        return -1;
+    for (int i = 0; i < s->nseq; i++)
+        for (int a = 0; a < s->seq[i].ntaps; a++)
+            if (s->inner_in[tgl_scan_inner_seq(s, i, a)] == v) {
+                *seq = i;
+                *off = s->seq[i].taps[a] - s->seq[i].taps[0];
+                return tgl_scan_inner_seq(s, i, a);
+            }
+    return -1;
+}
+
+/* x[off : off + len] along axis 0 (len an int64 node). */
+static tgl_node *steps_of(tgl_ctx *ctx, tgl_node *x, int off, tgl_node *len)
+{
+    if (!x || !len)
+        return NULL;
+    tgl_node *stop = off ? tgl_mk2(ctx, TGL_OP_ADD, len, tgl_mk_scalar(ctx, TGL_INT64, off))
+                         : len;
+    if (!stop)
+        return NULL;
+    tgl_params p = {0};
+    p.n = 4;
+    p.i[0] = TGL_IDX_SLICE | TGL_IDX_STOP_INPUT;
+    p.i[1] = off;
+    p.i[3] = 1;
+    tgl_node *in[2] = {x, stop};
+    return tgl_mk(ctx, TGL_OP_SUBTENSOR, 2, in, &p);
+}
+
+/* Rebuilds scan n without the outer-product accumulators: each one's
+ * vectors a_t, b_t become stacked outputs (one output per distinct vector:
+ * the weight gradients of one layer share their delta), or, for a vector
+ * that is a sequence's slice, the sequence itself; each accumulator's
+ * value is one GEMM A' B after the loop.  At least one side of each
+ * product stays a stacked output: its length is the number of steps.
+ * res[k] receives each old output's replacement. */
 static tgl_status grad_gemm(tgl_ctx *ctx, tgl_node *n, tgl_node **res, bool *changed)
 {
     const tgl_scan_layout *s = tgl_scan_of(n);
@@ -802,38 +876,64 @@ static tgl_status grad_gemm(tgl_ctx *ctx, tgl_node *n, tgl_node **res, bool *cha
             A[r] = B[r] = NULL;
     tgl_status st = TGL_OK;
     if (nfound) {
-        /* Without the accumulators; their vectors a_t, b_t become stacked
-         * outputs, and each accumulator's value A' B. */
         bool *drop = calloc((size_t)nout + 1, sizeof *drop);
         tgl_node **extra = calloc((size_t)(2 * nfound) + 1, sizeof *extra);
         int *newpos = calloc((size_t)nout + 1, sizeof *newpos);
+        /* per accumulator and side: the extra output it reads (-1: a sequence) */
+        int *xa = calloc((size_t)s->nrec + 1, sizeof *xa);
+        int *xb = calloc((size_t)s->nrec + 1, sizeof *xb);
         int nx = 0, first = 0;
         tgl_node *m = NULL;
-        if (!drop || !extra || !newpos)
+        if (!drop || !extra || !newpos || !xa || !xb)
             st = tgl_ctx_set_error(ctx, TGL_ENOMEM, "scan_grad_gemm: out of memory");
-        for (int r = 0; r < s->nrec && !st; r++)
-            if (A[r]) {
-                drop[r] = true;
-                extra[nx++] = A[r];
-                extra[nx++] = B[r];
+        for (int r = 0; r < s->nrec && !st; r++) {
+            if (!A[r])
+                continue;
+            drop[r] = true;
+            int si, off;
+            bool seq_a = seq_tap_of(n, A[r], &si, &off) >= 0;
+            bool seq_b = !seq_a && seq_tap_of(n, B[r], &si, &off) >= 0;
+            for (int side = 0; side < 2; side++) {
+                tgl_node *v = side ? B[r] : A[r];
+                int *x = side ? &xb[r] : &xa[r];
+                *x = -1;
+                if (side ? seq_b : seq_a)
+                    continue;
+                for (int q = 0; q < nx && *x < 0; q++)
+                    if (extra[q] == v)
+                        *x = q;
+                if (*x < 0) {
+                    extra[nx] = v;
+                    *x = nx++;
+                }
             }
+        }
         if (!st)
             st = recompose(ctx, n, drop, nx, extra, &m, newpos, &first);
         static const int64_t tr[2] = {1, 0};
-        for (int k = 0, q = 0; k < nout && !st; k++) {
+        for (int k = 0; k < nout && !st; k++) {
             if (newpos[k] >= 0) {
                 st = tgl_node_output(ctx, m, newpos[k], &res[k]);
                 continue;
             }
-            tgl_node *SA = NULL, *SB = NULL;
-            st = tgl_node_output(ctx, m, first + 2 * q, &SA);
-            if (!st)
-                st = tgl_node_output(ctx, m, first + 2 * q + 1, &SB);
-            q++;
+            int r = k; /* a dropped output is accumulator r = k */
+            tgl_node *S[2] = {NULL, NULL};
+            int xs[2] = {xa[r], xb[r]};
+            for (int side = 0; side < 2 && !st; side++)
+                if (xs[side] >= 0)
+                    st = tgl_node_output(ctx, m, first + xs[side], &S[side]);
             uint64_t e0 = ctx->nerrors;
+            for (int side = 0; side < 2 && !st; side++) {
+                if (S[side])
+                    continue;
+                int si = 0, off = 0;
+                seq_tap_of(n, side ? B[r] : A[r], &si, &off);
+                S[side] = steps_of(ctx, n->in[tgl_scan_in_seq(s, si)], off,
+                                   length0(ctx, S[1 - side]));
+            }
             if (!st)
                 res[k] = tgl_mk_cast(ctx, tgl_mk2(ctx, TGL_OP_DOT,
-                                                  tgl_mk_dimshuffle(ctx, SA, 2, tr), SB),
+                                                  tgl_mk_dimshuffle(ctx, S[0], 2, tr), S[1]),
                                      s->inner_out[k]->type.dtype);
             if (!st && !res[k])
                 st = ctx->nerrors != e0 ? ctx->last_status : TGL_EINTERNAL;
@@ -843,9 +943,178 @@ static tgl_status grad_gemm(tgl_ctx *ctx, tgl_node *n, tgl_node **res, bool *cha
         free(drop);
         free(extra);
         free(newpos);
+        free(xa);
+        free(xb);
     }
     free(A);
     free(B);
+    return st;
+}
+
+/* ---- scan_seq_fill ------------------------------------------------------- */
+
+/* A sequence that is a fill, fill_like(Y, c) (what the gradient of a sum
+ * of every step sends a backward scan), holds the same value at every
+ * step: the scan reads Y's slices instead (Y exists anyway: the fill
+ * reads its shape) and the body fills their shape with c, so no (T, ...)
+ * array of c is made.  The fill in the body runs on the first step only
+ * (mark_invariant: a slice's shape is the same at every step). */
+static tgl_status seq_fill(tgl_ctx *ctx, tgl_node *n, tgl_node **out)
+{
+    const tgl_scan_layout *s = tgl_scan_of(n);
+    *out = NULL;
+    int nfill = 0, ntaps = 0;
+    for (int i = 0; i < s->nseq; i++) {
+        tgl_node *x = n->in[tgl_scan_in_seq(s, i)];
+        if (x->kind == TGL_NODE_APPLY && x->op == TGL_OP_FILL_LIKE)
+            nfill++;
+        ntaps += s->seq[i].ntaps;
+    }
+    if (!nfill)
+        return TGL_OK;
+    espec e;
+    if (!espec_of(n, 0, &e))
+        return tgl_ctx_set_error(ctx, TGL_ENOMEM, "scan_seq_fill: out of memory");
+    tgl_node **from = calloc((size_t)ntaps + 1, sizeof *from);
+    tgl_node **to = calloc((size_t)ntaps + 1, sizeof *to);
+    tgl_status st = from && to ? TGL_OK
+                               : tgl_ctx_set_error(ctx, TGL_ENOMEM, "scan_seq_fill: out of memory");
+    int nrep = 0;
+    uint64_t e0 = ctx->nerrors;
+    for (int i = 0; i < s->nseq && !st; i++) {
+        tgl_node *x = n->in[tgl_scan_in_seq(s, i)];
+        if (x->kind != TGL_NODE_APPLY || x->op != TGL_OP_FILL_LIKE)
+            continue;
+        tgl_node *Y = x->in[0];
+        tgl_type el = tgl_type_make(Y->type.dtype, Y->type.ndim - 1, Y->type.bcast >> 1);
+        e.seqs[i] = Y;
+        for (int a = 0; a < s->seq[i].ntaps; a++) {
+            int pos = tgl_scan_inner_seq(s, i, a);
+            tgl_node *old = s->inner_in[pos];
+            tgl_node *ph = placeholder(ctx, el, old->name);
+            from[nrep] = old;
+            to[nrep] = tgl_mk_fill_like(ctx, ph, x->type.dtype, x->p.f[0]);
+            if (!ph || !to[nrep]) {
+                st = ctx->nerrors != e0 ? ctx->last_status : TGL_EINTERNAL;
+                break;
+            }
+            e.inner_in[pos] = ph;
+            nrep++;
+        }
+    }
+    if (!st)
+        st = replace_in_body(ctx, &e, s->ninner_out, nrep, from, to);
+    if (!st)
+        st = tgl_scan_build(ctx, &e.sp, n->source, out);
+    free(from);
+    free(to);
+    espec_free(&e);
+    return st;
+}
+
+/* ---- scan_share_states --------------------------------------------------- */
+
+/* True when x is init's last K entries: init[-K:], or init itself when
+ * its leading axis is broadcastable (length 1) and K is 1. */
+static bool init_tail(const tgl_node *x, const tgl_node *init, int K)
+{
+    if (x == init)
+        return K == 1 && (init->type.bcast & 1u);
+    return x->kind == TGL_NODE_APPLY && x->op == TGL_OP_SUBTENSOR && x->nin == 1 &&
+           x->in[0] == init && x->p.n == 4 &&
+           x->p.i[0] == (TGL_IDX_SLICE | TGL_IDX_NO_STOP) && x->p.i[1] == -K && x->p.i[3] == 1;
+}
+
+/* Which recurrent output of forward scan n concatenation c joins to the
+ * initial values it started from (concatenate(h0[-K:], H) along axis 0:
+ * the states a backward scan reads as h_{t-1} and h_t); -1 for none. */
+static int joins_states(const tgl_node *n, tgl_node *const *outk, const tgl_node *c)
+{
+    const tgl_scan_layout *s = tgl_scan_of(n);
+    if (c->kind != TGL_NODE_APPLY || c->op != TGL_OP_CONCATENATE || c->nin != 2 ||
+        c->p.i[0] != 0)
+        return -1;
+    for (int r = 0; r < s->nrec; r++)
+        if (s->keep[r] == TGL_SCAN_KEEP_ALL && c->in[1] == outk[r] &&
+            init_tail(c->in[0], n->in[tgl_scan_in_init(s, r)], s->rec[r].K))
+            return r;
+    return -1;
+}
+
+/* Such a concatenation is a copy of what the loop's own buffer holds (the
+ * K initial values, then every step): the scan hands out that buffer
+ * (keep = TGL_SCAN_KEEP_WITH_INIT) and the concatenation becomes it; the
+ * output of the steps becomes a view of it from entry K on.  res[k]
+ * receives each old output's replacement, (*xfrom, *xto) the
+ * concatenations' (*nx of them). */
+static tgl_status share_states(tgl_ctx *ctx, tgl_node *n, tgl_node **order, size_t count,
+                               tgl_node **res, tgl_node ***xfrom, tgl_node ***xto, int *nx,
+                               bool *changed)
+{
+    const tgl_scan_layout *s = tgl_scan_of(n);
+    int nout = tgl_scan_nout(s);
+    *changed = false;
+    *nx = 0;
+    if (s->reverse || s->nrec == 0)
+        return TGL_OK;
+    tgl_node **outk = calloc((size_t)s->nrec + 1, sizeof *outk);
+    bool *want = calloc((size_t)s->nrec + 1, sizeof *want);
+    tgl_status st = outk && want ? TGL_OK
+                                 : tgl_ctx_set_error(ctx, TGL_ENOMEM,
+                                                     "scan_share_states: out of memory");
+    for (int r = 0; r < s->nrec && !st; r++)
+        st = tgl_node_output(ctx, n, r, &outk[r]);
+    int nmatch = 0;
+    for (size_t j = 0; j < count && !st; j++) {
+        int r = joins_states(n, outk, order[j]);
+        if (r >= 0) {
+            want[r] = true;
+            nmatch++;
+        }
+    }
+    tgl_node *m = NULL;
+    if (!st && nmatch) {
+        espec e;
+        if (!espec_of(n, 0, &e)) {
+            st = tgl_ctx_set_error(ctx, TGL_ENOMEM, "scan_share_states: out of memory");
+        } else {
+            for (int r = 0; r < s->nrec; r++)
+                if (want[r])
+                    e.keep[r] = TGL_SCAN_KEEP_WITH_INIT;
+            st = tgl_scan_build(ctx, &e.sp, n->source, &m);
+            espec_free(&e);
+        }
+        *xfrom = calloc((size_t)nmatch + 1, sizeof **xfrom);
+        *xto = calloc((size_t)nmatch + 1, sizeof **xto);
+        if (!st && (!*xfrom || !*xto))
+            st = tgl_ctx_set_error(ctx, TGL_ENOMEM, "scan_share_states: out of memory");
+        for (size_t j = 0; j < count && !st; j++) {
+            int r = joins_states(n, outk, order[j]);
+            if (r < 0)
+                continue;
+            (*xfrom)[*nx] = order[j];
+            st = tgl_node_output(ctx, m, r, &(*xto)[*nx]);
+            (*nx)++;
+        }
+        uint64_t e0 = ctx->nerrors;
+        for (int k = 0; k < nout && !st; k++) {
+            st = tgl_node_output(ctx, m, k, &res[k]);
+            if (!st && k < s->nrec && want[k]) {
+                tgl_params p = {0};
+                p.n = 4;
+                p.i[0] = TGL_IDX_SLICE | TGL_IDX_NO_STOP;
+                p.i[1] = s->rec[k].K;
+                p.i[3] = 1;
+                res[k] = tgl_mk(ctx, TGL_OP_SUBTENSOR, 1, &res[k], &p);
+                if (!res[k])
+                    st = ctx->nerrors != e0 ? ctx->last_status : TGL_EINTERNAL;
+            }
+        }
+        if (!st)
+            *changed = true;
+    }
+    free(outk);
+    free(want);
     return st;
 }
 
@@ -1076,7 +1345,16 @@ static tgl_status run_merge(tgl_ctx *ctx, int nroots, tgl_node **roots)
 
 /* ---- the stage ----------------------------------------------------------- */
 
-typedef enum { PASS_DEAD, PASS_MERGE, PASS_HOIST, PASS_SEQ_WHOLE, PASS_GRAD_GEMM, PASS_SAVE_MEM } pass_kind;
+typedef enum {
+    PASS_DEAD,
+    PASS_MERGE,
+    PASS_SEQ_FILL,
+    PASS_HOIST,
+    PASS_SEQ_WHOLE,
+    PASS_GRAD_GEMM,
+    PASS_SHARE_STATES,
+    PASS_SAVE_MEM
+} pass_kind;
 
 /* Replaces, in the roots, the outputs of scan node n: output k by res[k]
  * (n's own outputs where res[k] is NULL). */
@@ -1165,8 +1443,14 @@ static tgl_status run_pass(tgl_ctx *ctx, pass_kind kind, int nroots, tgl_node **
                 free(drop);
                 break;
             }
+            case PASS_SEQ_FILL:
+                rst = seq_fill(ctx, n, &m);
+                break;
             case PASS_HOIST:
                 rst = hoist(ctx, n, &m);
+                break;
+            case PASS_SHARE_STATES:
+                rst = share_states(ctx, n, order, count, res, &xfrom, &xto, &nextra, &changed);
                 break;
             case PASS_SEQ_WHOLE:
                 rst = seq_whole(ctx, n, &m);
@@ -1185,7 +1469,8 @@ static tgl_status run_pass(tgl_ctx *ctx, pass_kind kind, int nroots, tgl_node **
                     rst = tgl_ctx_set_error(ctx, TGL_ENOMEM, "scan_save_mem: out of memory");
                 for (int k = 0; k < nout && !rst; k++) {
                     rst = tgl_node_output(ctx, n, k, &outk[k]);
-                    keep[k] = !s->keep[k]; /* candidate */
+                    keep[k] = s->keep[k] == TGL_SCAN_KEEP_ALL ||
+                              s->keep[k] == TGL_SCAN_KEEP_WITH_INIT; /* candidate */
                 }
                 for (int r = 0; r < nroots && !rst; r++)
                     for (int k = 0; k < nout; k++)
@@ -1213,8 +1498,14 @@ static tgl_status run_pass(tgl_ctx *ctx, pass_kind kind, int nroots, tgl_node **
                     if (!espec_of(n, 0, &e)) {
                         rst = tgl_ctx_set_error(ctx, TGL_ENOMEM, "scan_save_mem: out of memory");
                     } else {
+                        /* x[-1] of the steps fails on no step; of the
+                         * initial values and the steps, it is the last
+                         * initial value */
                         for (int k = 0; k < nout; k++)
-                            e.keep[k] = keep[k] ? 2 : s->keep[k];
+                            e.keep[k] = !keep[k] ? s->keep[k]
+                                        : s->keep[k] == TGL_SCAN_KEEP_WITH_INIT
+                                            ? TGL_SCAN_KEEP_LAST
+                                            : TGL_SCAN_KEEP_LAST_READ;
                         rst = tgl_scan_build(ctx, &e.sp, n->source, &m);
                         espec_free(&e);
                     }
@@ -1299,14 +1590,20 @@ static const struct {
     {"scan_merge", PASS_MERGE,
      "independent scans over the same steps (the same n_steps, or the same sequences) become "
      "one loop"},
+    {"scan_seq_fill", PASS_SEQ_FILL,
+     "a scan sequence that is a fill of one value (the gradient of a sum, in a backward scan) "
+     "is filled per step in the body instead of stored for every step"},
     {"scan_hoist", PASS_HOIST,
      "loop-invariant work in a scan's body is computed once before the loop"},
     {"scan_seq_whole", PASS_SEQ_WHOLE,
-     "per-step work on one sequence's slices (x_t . W, elementwise) becomes one "
-     "whole-sequence op before the loop"},
+     "per-step products of one sequence's slices with non-sequences (x_t . W, and the "
+     "elementwise work around them) become one whole-sequence op before the loop"},
     {"scan_grad_gemm", PASS_GRAD_GEMM,
      "an accumulated outer product in a backward scan (a weight gradient) becomes one GEMM "
      "after the loop"},
+    {"scan_share_states", PASS_SHARE_STATES,
+     "a backward scan reads the forward scan's states (initial values and steps) from the "
+     "loop's own buffer instead of a copy joining them"},
     {"scan_save_mem", PASS_SAVE_MEM,
      "a scan output read only through its last step keeps only the last step"},
 };
