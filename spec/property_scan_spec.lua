@@ -17,19 +17,22 @@
 --     the sequences, a number or a symbolic input, 0 among the draws (an
 --     empty sequence, a too short one, n_steps = 0); go_backwards; shared
 --     variables updated inside the loop;
---   * indexing and reductions of the loops' results, and the gradient of a
---     weighted sum of the results with respect to every float leaf.
+--   * indexing and reductions of the loops' results, the gradient of a
+--     weighted sum of the results with respect to every float leaf, and
+--     SGD steps leaf - lr * gradient as outputs or as updates of shared
+--     leaves.
 --
 -- Each program is compiled in every mode (FAST_RUN, FAST_COMPILE, DEBUG)
 -- with every linker (cvm, cvm_nogc, vm) and called three times (the
--- second call binds the loop bodies' steps, the third runs them bound).  The forward
--- results must equal the same program evaluated eagerly on arrays, the
--- loops run step by step in Lua (an oracle independent of scan's
--- machinery: taps, buffers, stacking, n_steps, go_backwards); the
--- gradients must equal those of FAST_COMPILE with the vm linker, and in
--- float64 programs that reference must equal central finite differences
--- of the eager cost.  Shared variables updated inside a loop must hold the
--- loop's last state after the call.
+-- second call binds the loop bodies' steps, the third runs them bound).
+-- The forward results must equal the same program evaluated eagerly on
+-- arrays, the loops run step by step in Lua (an oracle independent of
+-- scan's machinery: taps, buffers, stacking, n_steps, go_backwards); the
+-- gradients, the SGD steps and the shared values they update must equal
+-- those of FAST_COMPILE with the vm linker, and in float64 programs that
+-- reference must equal central finite differences of the eager cost.
+-- Shared variables updated inside a loop must hold the loop's last state
+-- after the call.
 --
 -- The generator keeps the comparison meaningful rather than flaky: only
 -- smooth ops (no max, abs, switch or comparisons), so finite differences
@@ -197,7 +200,7 @@ local function new_program(rng)
     D = rng.weighted({ { 1, 1 }, { 3, 2 }, { 3, 3 }, { 2, 4 }, { 1, 5 } }),
     T = rng.weighted({ { 1, 0 }, { 2, 1 }, { 3, 2 }, { 4, 3 }, { 3, 5 }, { 1, 8 } }),
     recs = {}, lines = {}, inputs = {}, input_vals = {}, shared = {}, float_leaves = {},
-    scans = {},
+    scans = {}, prefer = {},
   }, Program)
   return p
 end
@@ -587,6 +590,9 @@ function Program:scan_stage(cands, allow_updates)
   local span_short = false
   for i = 1, nseq do
     local r = seqc[rng.int(1, #seqc)]
+    -- the first loop reads the sparse leaves' windows first
+    local pref = sc.index == 1 and self.prefer[i]
+    if pref and row_kind(self, pref) and rng.chance(0.8) then r = pref end
     local taps = rng.weighted(SEQ_TAPS)
     local len = r.shape[1]
     -- a sequence too short for its taps runs no step: now and then
@@ -668,10 +674,24 @@ function Program:scan_stage(cands, allow_updates)
   end
   if not body:pick('sca') then body:push('sca', 'sum', function(x) return tgl.sum(x) end, { body:pick('vec') }) end
   for _ = 1, rng.int(2, 12) do body:step() end
+  -- the arguments no op read, summed (with a vector: a value of the
+  -- widest kind), so that the outputs depend on every sequence
+  local used = {}
+  for _, op in ipairs(body.ops) do for _, a in ipairs(op.args or {}) do used[a] = true end end
+  local mix
+  for i = 1, body.nargs do
+    if not used[i] and body.kinds[i] ~= 'mat' then
+      if not mix then mix = i
+      else
+        local k = RANK[body.kinds[mix]] >= RANK[body.kinds[i]] and body.kinds[mix] or body.kinds[i]
+        mix = body:push(k, 'add', tgl.add, { mix, i })
+      end
+    end
+  end
   -- each fed-back output reads its own earlier value: every loop recurs
   local at = 0
   for _, s in ipairs(sc.seqs) do at = at + #s.taps end
-  for _, o in ipairs(sc.outs) do
+  for k, o in ipairs(sc.outs) do
     local from
     if o.how ~= 'nofb' then
       local prev = at + (o.how == 'fb2' and 2 or 1)
@@ -682,6 +702,18 @@ function Program:scan_stage(cands, allow_updates)
       from = body:push(o.kind, 'add', tgl.add, { prev, partner })
     end
     if not from and rng.chance(0.5) then body:step() end
+    if mix and (k == 1 or rng.chance(0.5)) then
+      local base = from or body:any()
+      local mk = body.kinds[mix]
+      if RANK[mk] > RANK[o.kind] then
+        -- narrowed to the output's kind
+        mix = o.kind == 'sca' and body:push('sca', 'sum', function(x) return tgl.sum(x) end, { mix })
+              or body:push('row', 'sum[axis=1]', function(x) return tgl.sum(x, 1) end, { mix })
+        mk = body.kinds[mix]
+      end
+      local bk = body.kinds[base]
+      from = body:push(RANK[bk] >= RANK[mk] and bk or mk, 'add', tgl.add, { base, mix })
+    end
     o.at = body:result(o.kind, from)
   end
   if sc.update then
@@ -821,6 +853,26 @@ local function random_case(seed)
   local cands = { X }
   if rng.chance(0.5) then cands[#cands + 1] = p:leaf({ T + rng.int(0, 2) }, nil, 'y') end
   if p.B and rng.chance(0.5) then cands[#cands + 1] = p:leaf({ T + rng.int(0, 1), D }, nil, 'z') end
+  -- leaves read only through indexing, whose gradients are sparse (an
+  -- embedding's rows gathered by an index vector, a window of a longer
+  -- sequence): an SGD step of such a leaf is rewritten into an
+  -- inc_subtensor of the leaf itself
+  if rng.chance(0.4) then
+    local V = rng.int(1, 6)
+    local E = p:leaf({ V, D }, rng.chance(0.6) and 'shared' or 'input', 'E')
+    local idx, vals = p:index_vector(T, V, false)
+    cands[#cands + 1] = p:apply('adv[' .. table.concat(vals, ',') .. ']',
+      function(x, i) return tgl.index(x, { i }) end, { E, idx })
+    p.prefer[#p.prefer + 1] = cands[#cands]
+  end
+  if rng.chance(0.3) then
+    local Y = p:leaf(p.B and { T + 2, p.B, D } or { T + 2, D }, nil, 'Yw')
+    local from = rng.int(1, 3)
+    local sl = { from, from + T - 1 }
+    if T == 0 then sl = { from + 1, from } end -- empty
+    cands[#cands + 1] = p:apply('slice' .. slice_text(sl), function(x) return tgl.index(x, { sl }) end, { Y })
+    p.prefer[#p.prefer + 1] = cands[#cands]
+  end
   for _ = 1, rng.int(1, 4) do
     local r = cands[rng.int(1, #cands)]
     local nr
@@ -881,6 +933,23 @@ local function random_case(seed)
     local w = {}
     for i, l in ipairs(p.wrt) do w[i] = 'r' .. l.id end
     p:note('cost r%d; gradients with respect to %s', cost.id, table.concat(w, ', '))
+    -- SGD steps leaf - lr * gradient, as outputs or as updates of shared
+    -- leaves (what a training step computes; rewrites fold the scale into
+    -- the gradient's own graph, as in issue 19's slice)
+    p.steps, p.hidden = {}, {}
+    for i, l in ipairs(p.wrt) do
+      if rng.chance(0.4) then
+        local lr = rng.pick({ 0.5, 0.1, 1, 2 })
+        local as_update = l.leaf == 'shared' and rng.chance(0.6)
+        -- the gradient read by the step alone (not an output too), as in
+        -- a training step, where rewrites may fold the step into it
+        local hidden = rng.chance(0.5)
+        p.steps[#p.steps + 1] = { i = i, lr = lr, update = as_update }
+        if hidden then p.hidden[i] = true end
+        p:note('step r%d - %g * gradient %d%s%s', l.id, lr, i, as_update and ' (an update)' or '',
+          hidden and ', the gradient not an output' or '')
+      end
+    end
   end
   local o = {}
   for i, r in ipairs(outs) do o[i] = 'r' .. r.id end
@@ -897,13 +966,16 @@ end
 local stats = { cases = 0, cases_run = 0, fd_checked = 0, gemm = 0, zero_steps = 0, zero_nofb = 0,
                 taps2 = 0, fb2 = 0, nofb = 0, backwards = 0, symbolic = 0, updates = 0, two_loops = 0,
                 adv = 0, set = 0, inc = 0, multi_out = 0, no_seq = 0, batch = 0, truncated = 0,
-                grads64 = 0 }
+                grads64 = 0, step_out = 0, step_update = 0 }
 
 local function note_stats(p)
   stats.cases = stats.cases + 1
   if #p.scans > 1 then stats.two_loops = stats.two_loops + 1 end
   if p.B then stats.batch = stats.batch + 1 end
   if p.grads and p.dtype == 'float64' then stats.grads64 = stats.grads64 + 1 end
+  for _, st in ipairs(p.steps or {}) do
+    if st.update then stats.step_update = stats.step_update + 1 else stats.step_out = stats.step_out + 1 end
+  end
   for _, sc in ipairs(p.scans) do
     if sc.n == 0 then stats.zero_steps = stats.zero_steps + 1 end
     if sc.go_backwards then stats.backwards = stats.backwards + 1 end
@@ -927,45 +999,43 @@ local function note_stats(p)
   if text:find('inc_subtensor') or text:find('inc%[') then stats.inc = stats.inc + 1 end
 end
 
--- Central finite differences of the eager cost... computed through the
--- reference function of the cost alone (FAST_COMPILE, vm): the gradient
--- of each float leaf, as arrays.
-local function finite_differences(p)
+-- Central finite differences of the cost, computed by the reference
+-- function of the cost alone (FAST_COMPILE, vm), for the float leaves
+-- whose positions in p.wrt are keys of want: leaf position -> array.
+local function finite_differences(p, want)
   local cf = tgl.compile { inputs = p.inputs, outputs = p.cost.var, mode = REF_MODE, linker = REF_LINKER,
                            name = 'cost' }
-  local function cost_with(vals)
-    local c = cf(unpack(vals, 1, #p.inputs))
-    return tonumber(c:get())
-  end
   local out = {}
   for i, l in ipairs(p.wrt) do
-    local g = fill_array(l.shape, 'float64', function() return 0 end)
-    local n = numel(l.shape)
-    local gp = ffi.cast('double *', g:data())
-    local base = l.val:clone()
-    local bp = ffi.cast('double *', base:data())
-    local vals = {}
-    for k, v in ipairs(p.input_vals) do vals[k] = v end
-    local slot
-    for k, v in ipairs(p.inputs) do if v == l.var then slot = k end end
-    local sh
-    for _, s in ipairs(p.shared) do if s.var == l.var then sh = s end end
-    for j = 0, n - 1 do
-      local x0 = bp[j]
-      local fplus, fminus
-      for sign = 1, 2 do
-        bp[j] = x0 + (sign == 1 and FD_EPS or -FD_EPS)
+    if want[i] then
+      local g = fill_array(l.shape, 'float64', function() return 0 end)
+      local gp = ffi.cast('double *', g:data())
+      local base = l.val:clone()
+      local bp = ffi.cast('double *', base:data())
+      local vals = {}
+      for k, v in ipairs(p.input_vals) do vals[k] = v end
+      local slot, sh
+      for k, v in ipairs(p.inputs) do if v == l.var then slot = k end end
+      for _, s in ipairs(p.shared) do if s.var == l.var then sh = s end end
+      -- the cost with base as the leaf's value
+      local function cost()
         local arr = base:clone()
         if slot then vals[slot] = arr end
         if sh then sh.var:set_value(arr) end
-        local c = cost_with(vals)
-        if sign == 1 then fplus = c else fminus = c end
+        return tonumber(cf(unpack(vals, 1, #p.inputs)):get())
       end
-      bp[j] = x0
-      gp[j] = (fplus - fminus) / (2 * FD_EPS)
+      for j = 0, numel(l.shape) - 1 do
+        local x0 = bp[j]
+        bp[j] = x0 + FD_EPS
+        local fplus = cost()
+        bp[j] = x0 - FD_EPS
+        local fminus = cost()
+        bp[j] = x0
+        gp[j] = (fplus - fminus) / (2 * FD_EPS)
+      end
+      if sh then sh.var:set_value(sh.val:clone()) end
+      out[i] = g
     end
-    if sh then sh.var:set_value(sh.val:clone()) end
-    out[i] = g
   end
   return out
 end
@@ -993,8 +1063,32 @@ local function run_case(seed)
   local outvars = {}
   for i, r in ipairs(p.outputs) do outvars[i] = r.var end
   local nfwd = #outvars
-  if p.grads then for _, g in ipairs(p.grad_vars) do outvars[#outvars + 1] = g end end
-  local updates = {}
+  -- after the eager outputs: results the reference gives (gradients, SGD
+  -- steps), what each is, and shared variables the steps update
+  local derived, derived_leaf, updates, stepped = {}, {}, {}, {}
+  local grad_at = {} -- leaf -> position of its gradient in derived
+  if p.grads then
+    for i, g in ipairs(p.grad_vars) do
+      if not p.hidden[i] then
+        outvars[#outvars + 1] = g
+        derived[#derived + 1] = ('gradient %d (of r%d)'):format(i, p.wrt[i].id)
+        derived_leaf[#derived] = p.wrt[i]
+        grad_at[i] = #derived
+      end
+    end
+    for _, st in ipairs(p.steps) do
+      local leaf = p.wrt[st.i]
+      local v = leaf.var - st.lr * p.grad_vars[st.i]
+      if st.update then
+        updates[#updates + 1] = { leaf.var, v }
+        stepped[#stepped + 1] = leaf
+      else
+        outvars[#outvars + 1] = v
+        derived[#derived + 1] = ('step of r%d'):format(leaf.id)
+        derived_leaf[#derived] = leaf
+      end
+    end
+  end
   for _, sc in ipairs(p.scans) do
     for _, u in ipairs(sc.updates or {}) do updates[#updates + 1] = u end
   end
@@ -1010,7 +1104,7 @@ local function run_case(seed)
       if not (m == REF_MODE and l == REF_LINKER) then order[#order + 1] = { m, l } end
     end
   end
-  local ref_grads
+  local ref_derived, ref_stepped
   for _, ml in ipairs(order) do
     local mode, linker = ml[1], ml[2]
     local where = ('mode %s, linker %s'):format(mode, linker)
@@ -1036,20 +1130,27 @@ local function run_case(seed)
         local m = mismatch(r.val, res[i + 1], TOL[p.dtype])
         if m then fail(('%s, call %d, output %d (r%d): %s'):format(where, call, i, r.id, m), f) end
       end
-      if p.grads then
-        for i = 1, #p.grad_vars do
-          local got = res[nfwd + i + 1]
-          local leaf = p.wrt[i]
-          if not ref_grads then
-            -- the reference's gradient has the leaf's dtype and shape
-            local m = mismatch(leaf.val, got, { abs = math.huge, rel = 0 })
-            if m then fail(('%s, call %d, gradient %d (r%d): %s'):format(where, call, i, leaf.id, m), f) end
-          else
-            local m = mismatch(ref_grads[i], got, GRAD_TOL[p.dtype])
-            if m then
-              fail(('%s, call %d, gradient %d (of r%d) differs from %s/%s: %s'):format(where, call, i, leaf.id,
-                REF_MODE, REF_LINKER, m), f)
-            end
+      local after = {}
+      for i, leaf in ipairs(stepped) do after[i] = leaf.var:get_value() end
+      if not ref_derived then
+        -- the reference's gradients and steps have their leaf's dtype and
+        -- shape (and hold no NaN)
+        for i = 1, #derived do
+          local m = mismatch(derived_leaf[i].val, res[nfwd + i + 1], { abs = math.huge, rel = 0 })
+          if m then fail(('%s, call %d, %s: %s'):format(where, call, derived[i], m), f) end
+        end
+      else
+        for i = 1, #derived do
+          local m = mismatch(ref_derived[i], res[nfwd + i + 1], GRAD_TOL[p.dtype])
+          if m then
+            fail(('%s, call %d, %s differs from %s/%s: %s'):format(where, call, derived[i], REF_MODE, REF_LINKER, m), f)
+          end
+        end
+        for i, leaf in ipairs(stepped) do
+          local m = mismatch(ref_stepped[i], after[i], GRAD_TOL[p.dtype])
+          if m then
+            fail(('%s, call %d: shared r%d after its SGD update differs from %s/%s: %s'):format(where, call, leaf.id,
+              REF_MODE, REF_LINKER, m), f)
           end
         end
       end
@@ -1064,9 +1165,9 @@ local function run_case(seed)
       if call == 1 then
         first = {}
         for i = 2, #res do first[i - 1] = res[i]:clone() end
-        if p.grads and not ref_grads then
-          ref_grads = {}
-          for i = 1, #p.grad_vars do ref_grads[i] = res[nfwd + i + 1]:clone() end
+        if not ref_derived then
+          ref_derived, ref_stepped = {}, after
+          for i = 1, #derived do ref_derived[i] = res[nfwd + i + 1]:clone() end
         end
       else
         for i = 1, #outvars do
@@ -1085,10 +1186,10 @@ local function run_case(seed)
   local truncated = false
   for _, sc in ipairs(p.scans) do truncated = truncated or sc.truncate ~= nil end
   if p.grads and p.dtype == 'float64' and not truncated then
-    local ok, fd = pcall(finite_differences, p)
+    local ok, fd = pcall(finite_differences, p, grad_at)
     if not ok then fail('finite differences: ' .. tostring(fd)) end
-    for i, g in ipairs(fd) do
-      local m = mismatch(g, ref_grads[i], FD_TOL)
+    for i, g in pairs(fd) do
+      local m = mismatch(g, ref_derived[grad_at[i]], FD_TOL)
       if m then
         fail(('%s/%s: gradient %d (of r%d) differs from finite differences: %s'):format(REF_MODE, REF_LINKER, i,
           p.wrt[i].id, m))
@@ -1119,7 +1220,7 @@ describe('random programs with loops, indexing and gradients', function()
     end
     for _, what in ipairs({ 'zero_steps', 'zero_nofb', 'taps2', 'fb2', 'nofb', 'backwards', 'symbolic', 'updates',
                             'two_loops', 'adv', 'set', 'inc', 'multi_out', 'no_seq', 'batch', 'truncated',
-                            'grads64' }) do
+                            'grads64', 'step_out', 'step_update' }) do
       assert.is_true(stats[what] > 0, 'the generator made no case with ' .. what)
     end
     -- and, when enough cases ran in this process to tell, a body's
