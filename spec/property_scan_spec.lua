@@ -8,14 +8,18 @@
 --     clamped bounds, empty results), integer indices, advanced indexing
 --     with repeated indices (constant or an input index vector),
 --     set_subtensor and inc_subtensor on slices and on index vectors;
+--     leaves read only through indexing (embedding rows gathered by an
+--     index vector, a window of a longer sequence);
 --   * one or two scans (the second may read the first's results): random
 --     bodies of smooth elementwise ops, dot with matrices and vectors,
 --     sums, integer and advanced indexing and set/inc_subtensor of the
---     step's values, non-sequences listed or closed over; sequences with
---     taps {0}, {-1, 0}, {-1}, {0, 1}, {-2, 0}; one to three outputs, fed
---     back through tap -1 or taps {-2, -1} or not fed back; n_steps from
---     the sequences, a number or a symbolic input, 0 among the draws (an
---     empty sequence, a too short one, n_steps = 0); go_backwards; shared
+--     step's values, non-sequences listed or closed over; the step's
+--     state a vector or, in batch programs, a B x D matrix (its products
+--     with W become GEMMs); sequences with taps {0}, {-1, 0}, {-1},
+--     {0, 1}, {-2, 0}; one to three outputs, fed back through tap -1 or
+--     taps {-2, -1} or not fed back; n_steps from the sequences, a number
+--     or a symbolic input, 0 among the draws (an empty sequence, a too
+--     short one, n_steps = 0); go_backwards; truncate_gradient; shared
 --     variables updated inside the loop;
 --   * indexing and reductions of the loops' results, the gradient of a
 --     weighted sum of the results with respect to every float leaf, and
