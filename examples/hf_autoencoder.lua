@@ -50,6 +50,7 @@
 local script_dir = (arg and arg[0] or ''):match('^(.*)/[^/]*$') or '.'
 package.path = script_dir .. '/lib/?.lua;' .. script_dir .. '/../bench/lib/?.lua;' .. package.path
 local curves = require 'curves'
+local cli = require 'cli'
 
 local opts = { seconds = 25, layers = '784,400,200,100,50,25,6', train = 20000, lr = 0.01, batch = 100,
                momentum = 0, grad_batch = 2000, curv_batch = 500, max_cg = 10, damping = 10, method = 'both', seed = 1, threads = nil,
@@ -57,11 +58,11 @@ local opts = { seconds = 25, layers = '784,400,200,100,50,25,6', train = 20000, 
 local usage = 'usage: tgl examples/hf_autoencoder.lua [--seconds S] [--layers 784,400,200,100,50,25,6] ' ..
               '[--train N] [--lr R] [--batch B] [--momentum M] [--grad_batch G] [--curv_batch C] ' ..
               '[--max_cg N] [--damping L] [--method both|hf|sgd] [--seed S] [--threads T] [--data DIR] [--out DIR]\n'
-curves.parse_args(arg, opts, { data = true, out = true, layers = true, method = true }, usage)
+cli.parse_args('hf_autoencoder', arg, opts, { data = true, out = true, layers = true, method = true }, usage)
 if opts.threads then tgl.config.threads = opts.threads end
 local sizes = {}
 for s in opts.layers:gmatch('%d+') do sizes[#sizes + 1] = tonumber(s) end
-if sizes[1] ~= 784 or #sizes < 2 then io.stderr:write('--layers must start with 784\n'); os.exit(1) end
+if sizes[1] ~= 784 or #sizes < 2 then cli.die('hf_autoencoder', usage, '--layers must start with 784, got %s', opts.layers) end
 
 -- ---------------------------------------------------------------------------
 -- Data: N training images in a fixed random order, pixels in [0, 1].
@@ -72,8 +73,8 @@ local function load(file)
   return x:reshape(x:size(1), 784):astype('float32') / 255
 end
 local t_load = tgl.time()
-local all = load('train-images-idx3-ubyte.gz')
-local Xtest = load('t10k-images-idx3-ubyte.gz')
+local all = cli.try('hf_autoencoder', load, 'train-images-idx3-ubyte.gz')
+local Xtest = cli.try('hf_autoencoder', load, 't10k-images-idx3-ubyte.gz')
 local N = math.min(opts.train, all:size(1))
 local order = {}
 for i = 1, all:size(1) do order[i] = i end
@@ -254,10 +255,10 @@ end
 -- ---------------------------------------------------------------------------
 -- The curves side by side: the error each had reached at the same times.
 curves.print_table(hf_curve, sgd_curve, opts.seconds, 'error', '%12.2f')
-local hf_final, sgd_final = hf_curve[#hf_curve].err, sgd_curve[#sgd_curve].err
+local hf_final, sgd_final = curves.final(hf_curve), curves.final(sgd_curve)
 print(('\nHF:  %s; training error %.2f, test error %.2f'):format(hf_note, hf_final, hf_test))
 print(('SGD: %s; training error %.2f, test error %.2f'):format(sgd_note, sgd_final, sgd_test))
-print(('after %.0f s: %s'):format(opts.seconds, hf_final < sgd_final
+print(('at the end of the %.0f s budget: %s'):format(opts.seconds, hf_final < sgd_final
   and ('HF reached a %.1fx lower reconstruction error than SGD'):format(sgd_final / hf_final)
   or ('SGD reached a lower reconstruction error than HF (%.2f vs %.2f)'):format(sgd_final, hf_final)))
 

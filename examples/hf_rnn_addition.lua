@@ -54,6 +54,7 @@
 local script_dir = (arg and arg[0] or ''):match('^(.*)/[^/]*$') or '.'
 package.path = script_dir .. '/lib/?.lua;' .. script_dir .. '/../bench/lib/?.lua;' .. package.path
 local curves = require 'curves'
+local cli = require 'cli'
 
 local opts = { seconds = 60, T = 100, hidden = 50, train = 20000, lr = 0.01, momentum = 0.9, clip = 1,
                batch = 100, grad_batch = 1000, curv_batch = 250, max_cg = 50, damping = 1,
@@ -63,13 +64,13 @@ local usage = 'usage: tgl examples/hf_rnn_addition.lua [--seconds S] [--T STEPS]
               '[--lr R] [--momentum M] [--clip C] [--batch B] [--grad_batch G] [--curv_batch C] ' ..
               '[--max_cg N] [--damping L] [--radius R] [--method both|hf|sgd] [--seed S] [--threads T] ' ..
               '[--out DIR] [--verbose 0|1]\n'
-curves.parse_args(arg, opts, { out = true, method = true }, usage)
+cli.parse_args('hf_rnn_addition', arg, opts, { out = true, method = true }, usage)
 if opts.method ~= 'both' and opts.method ~= 'hf' and opts.method ~= 'sgd' then
-  io.stderr:write(usage); os.exit(1)
+  cli.die('hf_rnn_addition', usage, '--method must be both, hf or sgd, got %s', opts.method)
 end
 if opts.threads then tgl.config.threads = opts.threads end
 local T, H = opts.T, opts.hidden
-if T < 4 then io.stderr:write('--T must be at least 4\n'); os.exit(1) end
+if T < 4 then cli.die('hf_rnn_addition', usage, '--T must be at least 4, got %s', T) end
 
 -- ---------------------------------------------------------------------------
 -- Data: N training and 2000 validation sequences, time-major (T, N, 2),
@@ -237,10 +238,10 @@ end
 -- ---------------------------------------------------------------------------
 -- The curves side by side: the validation error each had reached at the same times.
 curves.print_table(hf_curve, sgd_curve, opts.seconds, 'MSE', '%12.4f')
-local hf_final, sgd_final = hf_curve[#hf_curve].err, sgd_curve[#sgd_curve].err
+local hf_final, sgd_final = curves.final(hf_curve), curves.final(sgd_curve)
 print(('\nHF:  %s; validation MSE %.4f'):format(hf_note, hf_final))
 print(('SGD: %s; validation MSE %.4f'):format(sgd_note, sgd_final))
-print(('after %.0f s: %s'):format(opts.seconds, hf_final < sgd_final
+print(('at the end of the %.0f s budget: %s'):format(opts.seconds, hf_final < sgd_final
   and ('HF reached a %.1fx lower validation MSE than SGD (%.4f vs %.4f)'):format(sgd_final / hf_final, hf_final, sgd_final)
   or ('SGD reached a lower validation MSE than HF (%.4f vs %.4f)'):format(sgd_final, hf_final)))
 

@@ -4,17 +4,12 @@
 -- cost and applies the SGD updates.
 --
 --   tgl examples/logreg.lua [--epochs N] [--lr R] [--batch B] [--data DIR]
+local script_dir = (arg and arg[0] or ''):match('^(.*)/[^/]*$') or '.'
+package.path = script_dir .. '/lib/?.lua;' .. package.path
+local cli = require 'cli'
 local opts = { epochs = 5, lr = 0.1, batch = 60, data = '/usr/share/datasets/fashion-mnist' }
-local i = 1
-while arg and arg[i] do
-  local k = arg[i]:match('^%-%-(%w+)$')
-  if not k or opts[k] == nil or arg[i + 1] == nil then
-    io.stderr:write('usage: tgl examples/logreg.lua [--epochs N] [--lr R] [--batch B] [--data DIR]\n')
-    os.exit(1)
-  end
-  opts[k] = tonumber(arg[i + 1]) or arg[i + 1]
-  i = i + 2
-end
+cli.parse_args('logreg', arg, opts, { data = true },
+               'usage: tgl examples/logreg.lua [--epochs N] [--lr R] [--batch B] [--data DIR]', {})
 
 -- Pixels scaled to [0, 1] as float32; labels 1..10 as int32 (tgl is 1-based).
 local function load(images, labels)
@@ -26,8 +21,8 @@ local function load(images, labels)
 end
 
 local t0 = tgl.time()
-local Xtrain, Ytrain = load('train-images-idx3-ubyte.gz', 'train-labels-idx1-ubyte.gz')
-local Xtest, Ytest = load('t10k-images-idx3-ubyte.gz', 't10k-labels-idx1-ubyte.gz')
+local Xtrain, Ytrain = cli.try('logreg', load, 'train-images-idx3-ubyte.gz', 'train-labels-idx1-ubyte.gz')
+local Xtest, Ytest = cli.try('logreg', load, 't10k-images-idx3-ubyte.gz', 't10k-labels-idx1-ubyte.gz')
 print(('loaded %d training and %d test images in %.1f s'):format(Xtrain:size(1), Xtest:size(1),
                                                                   tgl.time() - t0))
 

@@ -22,25 +22,15 @@
 -- terminal, plain per-epoch lines otherwise.
 local ffi = require 'ffi'
 local script_dir = (arg and arg[0] or ''):match('^(.*)/[^/]*$') or '.'
-package.path = script_dir .. '/../bench/lib/?.lua;' .. package.path
+package.path = script_dir .. '/lib/?.lua;' .. script_dir .. '/../bench/lib/?.lua;' .. package.path
+local cli = require 'cli'
 local svg_ok, svg = pcall(require, 'svg')
 
 local opts = { epochs = 10, lr = 0.1, batch = 32, hidden = 500, seed = 1, threads = nil, target = 0.87,
                data = '/usr/share/datasets/fashion-mnist', out = '/tmp/tgl-mlp-fashion' }
 local usage = 'usage: tgl examples/mlp_fashion.lua [--epochs N] [--lr R] [--batch B] [--hidden H] ' ..
               '[--seed S] [--threads T] [--target A] [--data DIR] [--out DIR]\n'
-do
-  local i = 1
-  while arg and arg[i] do
-    local k = arg[i]:match('^%-%-(%w+)$')
-    if not k or (opts[k] == nil and k ~= 'threads') or arg[i + 1] == nil then
-      io.stderr:write(usage); os.exit(1)
-    end
-    opts[k] = (k == 'data' or k == 'out') and arg[i + 1] or tonumber(arg[i + 1])
-    if opts[k] == nil then io.stderr:write(usage); os.exit(1) end
-    i = i + 2
-  end
-end
+cli.parse_args('mlp_fashion', arg, opts, { data = true, out = true }, usage)
 if opts.threads then tgl.config.threads = opts.threads end
 
 -- ---------------------------------------------------------------------------
@@ -54,8 +44,8 @@ local function load(images, labels)
 end
 
 local t_start = tgl.time()
-local Xtrain, Ytrain = load('train-images-idx3-ubyte.gz', 'train-labels-idx1-ubyte.gz')
-local Xtest, Ytest = load('t10k-images-idx3-ubyte.gz', 't10k-labels-idx1-ubyte.gz')
+local Xtrain, Ytrain = cli.try('mlp_fashion', load, 'train-images-idx3-ubyte.gz', 'train-labels-idx1-ubyte.gz')
+local Xtest, Ytest = cli.try('mlp_fashion', load, 't10k-images-idx3-ubyte.gz', 't10k-labels-idx1-ubyte.gz')
 local N, B = Xtrain:size(1), opts.batch
 local nb = math.floor(N / B)
 print(('loaded %d training and %d test images in %.1f s'):format(N, Xtest:size(1), tgl.time() - t_start))

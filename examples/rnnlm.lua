@@ -44,7 +44,27 @@
 --   RESULT words_per_s=... valid_ppl=... epochs=... precision=... threads=...
 local ffi = require 'ffi'
 local lm = require 'tgl.lm'
+local script_dir = (arg and arg[0] or ''):match('^(.*)/[^/]*$') or '.'
+package.path = script_dir .. '/lib/?.lua;' .. package.path
+local cli = require 'cli'
 io.stdout:setvbuf('line')   -- progress shows as it happens, also in a log
+
+-- A usage error (a bad option, a file that cannot be read or is not text)
+-- is one line on stderr and exit status 1, as RNNLM's own; never a Lua
+-- traceback.
+local USAGE = 'usage: tgl examples/rnnlm.lua -train F -valid F -rnnlm MODEL.npz [-hidden H] '
+              .. '[-class C] [-bptt B] [-bptt-block K] [-test F] ... (options: the top of '
+              .. 'examples/rnnlm.lua, doc/lm.md)'
+local function die(fmt, ...) cli.die('rnnlm', nil, fmt, ...) end
+local function usage_error(fmt, ...) cli.die('rnnlm', USAGE, fmt, ...) end
+-- f(...) and its results; an error it raises ends the program: the
+-- message without its position, and without tgl.lm's function name,
+-- since the file it names is the user's.
+local function try(f, ...)
+  local res = { pcall(f, ...) }
+  if not res[1] then die('%s', (cli.message(res[2]):gsub('^tgl%.lm%.[%w_]+: ', ''))) end
+  return unpack(res, 2, table.maxn(res))
+end
 
 -- ---------------------------------------------------------------------------
 -- options
@@ -60,52 +80,66 @@ local NUM = { hidden = true, class = true, bptt = true, ['bptt-block'] = true, [
 local STR = { train = true, valid = true, test = true, rnnlm = true }
 local argv = arg or {}
 if #argv == 0 then
-  -- the demo: the fortunes corpus, RNNLM's usual settings
-  local dir = 'build/data/fortunes'
+  -- the demo: the fortunes corpus, RNNLM's usual settings, in the build
+  -- directory of the checkout this script is in (from any working directory)
+  local root = script_dir == 'examples' and '.' or script_dir:match('^(.*)/examples$') or script_dir .. '/..'
+  local dir = (root == '.' and '' or root .. '/') .. 'build/data/fortunes'
   local f = io.open(dir .. '/train.txt', 'rb')
   if f then
     f:close()
   else
-    local cmd = ("'%s' scripts/corpus.lua fortunes %s"):format(arg[-1] or 'tgl', dir)
+    local cmd = ("'%s' '%s/scripts/corpus.lua' fortunes '%s'"):format(arg[-1] or 'tgl', root, dir)
     print('building the corpus: ' .. cmd)
-    if os.execute(cmd) ~= 0 then error('could not build the corpus (' .. cmd .. ')', 0) end
+    if os.execute(cmd) ~= 0 then die('could not build the corpus (%s)', cmd) end
   end
   argv = { '-train', dir .. '/train.txt', '-valid', dir .. '/valid.txt', '-rnnlm',
-           'build/data/fortunes/rnnlm.npz', '-hidden', '100', '-class', '100', '-bptt', '4',
+           dir .. '/rnnlm.npz', '-hidden', '100', '-class', '100', '-bptt', '4',
            '-bptt-block', '10', '-test', dir .. '/test.txt' }
-  os.remove('build/data/fortunes/rnnlm.npz')
+  os.remove(dir .. '/rnnlm.npz')
   print('rnnlm ' .. table.concat(argv, ' '))
 end
 local given = {}
 local i = 1
 while i <= #argv do
   local name = argv[i]:match('^%-(.+)$')
-  if not name then error('rnnlm: unexpected argument ' .. argv[i], 0) end
+  if not name then usage_error('unexpected argument %s', argv[i]) end
   if FLAGS[name] then
     opt[name] = true
     i = i + 1
   elseif NUM[name] or STR[name] then
     local v = argv[i + 1]
-    if v == nil then error('rnnlm: -' .. name .. ' needs a value', 0) end
+    if v == nil then usage_error('-%s needs a value', name) end
     given[name] = true
     if NUM[name] then
       opt[name] = tonumber(v)
-      if not opt[name] then error(('rnnlm: -%s needs a number, got %s'):format(name, v), 0) end
+      if not opt[name] then usage_error('-%s needs a number, got %s', name, v) end
     else
       opt[name] = v
     end
     i = i + 2
   else
-    error('rnnlm: unknown option -' .. name, 0)
+    usage_error('unknown option -%s', name)
   end
 end
-if not opt.rnnlm then error('rnnlm: -rnnlm MODEL.npz is required', 0) end
-if not opt.train and not opt.test then error('rnnlm: give -train (and -valid) or -test', 0) end
-if opt.train and not opt.valid then error('rnnlm: -train needs -valid', 0) end
+if not opt.rnnlm then usage_error('-rnnlm MODEL.npz is required') end
+if not opt.train and not opt.test then usage_error('give -train (and -valid) or -test') end
+if opt.train and not opt.valid then usage_error('-train needs -valid') end
 for _, k in ipairs({ 'hidden', 'class', 'bptt-block' }) do
-  if opt[k] < 1 or opt[k] % 1 ~= 0 then error(('rnnlm: -%s must be a positive integer'):format(k), 0) end
+  if opt[k] < 1 or opt[k] % 1 ~= 0 then
+    usage_error('-%s must be a positive integer, got %s', k, tostring(opt[k]))
+  end
 end
-if opt.bptt < 0 or opt.bptt % 1 ~= 0 then error('rnnlm: -bptt must be an integer >= 0', 0) end
+if opt.bptt < 0 or opt.bptt % 1 ~= 0 then
+  usage_error('-bptt must be an integer >= 0, got %s', tostring(opt.bptt))
+end
+for _, k in ipairs({ 'threads', 'samples' }) do
+  if opt[k] < 0 or opt[k] % 1 ~= 0 then
+    usage_error('-%s must be an integer >= 0, got %s', k, tostring(opt[k]))
+  end
+end
+if opt['max-words'] and (opt['max-words'] < 1 or opt['max-words'] % 1 ~= 0) then
+  usage_error('-max-words must be a positive integer, got %s', tostring(opt['max-words']))
+end
 local DT = opt.double and 'float64' or 'float32'
 tgl.config.floatX = DT
 tgl.config.threads = opt.threads
@@ -128,7 +162,7 @@ end
 
 local vocab, W, meta
 if exists(opt.rnnlm) then
-  local z = tgl.load(opt.rnnlm)
+  local z = try(tgl.load, opt.rnnlm)
   local text = ffi.string(z.vocab:data(), z.vocab:size(1))
   local words = {}
   for w in text:gmatch('[^\n]+') do words[#words + 1] = w end
@@ -144,8 +178,8 @@ if exists(opt.rnnlm) then
   print(('loaded %s: vocabulary %d, hidden %d, class %d, alpha %g'):format(
     opt.rnnlm, vocab.size, opt.hidden, opt.class, opt.alpha))
 else
-  if not opt.train then error('rnnlm: ' .. opt.rnnlm .. ' does not exist (train it first)', 0) end
-  vocab = lm.vocab(opt.train)
+  if not opt.train then die('%s does not exist (train it first)', opt.rnnlm) end
+  vocab = try(lm.vocab, opt.train)
   -- RNNLM's initialisation: each weight the sum of three uniforms in +-0.1
   local function init(r, c)
     return (tgl.rand(r, c) + tgl.rand(r, c) + tgl.rand(r, c) - 1.5) * 0.2
@@ -153,6 +187,17 @@ else
   local V, H = vocab.size, opt.hidden
   W = { E = init(V, H), R = init(H, H), Ww = init(V, H) }
   W.Wc = init(math.min(opt.class, V), H)
+end
+-- Every corpus is read (and checked: it exists, is text, has words)
+-- before anything is compiled or trained, so a bad -test file is an error
+-- now rather than after the training.
+local corpus = {}
+for _, k in ipairs({ 'train', 'valid', 'test' }) do
+  if opt[k] then
+    local ids, n = try(lm.read, opt[k], vocab)
+    if n == 0 then die('no words in %s (-%s)', opt[k], k) end
+    corpus[k] = { ids = ids, n = n }
+  end
 end
 -- RNNLM's -bptt counts the current step too: -bptt 1 is plain backprop,
 -- -bptt 4 goes 3 steps further back.
@@ -163,6 +208,12 @@ local cl = lm.classes(vocab.counts, opt.class, { unigram = opt['old-classes'] })
 local FULL = opt.class == 1
 for k, v in pairs(W) do W[k] = v:astype(DT) end
 if W.Wc:size(1) ~= cl.n then W.Wc = W.Wc[{ { 1, cl.n } }]:clone() end
+if cl.n < opt.class then
+  -- RNNLM clamps too; say so rather than train with fewer classes unseen
+  io.stderr:write(('rnnlm: note: -class %d: %s, so %d classes are used\n'):format(opt.class,
+    opt.class > V and ('the vocabulary has only %d words'):format(V)
+    or "the frequency binning of the vocabulary's counts fills only that many", cl.n))
+end
 print(('vocabulary %d words, %d classes, hidden %d, %s, bptt %d, bptt-block %d'):format(
   V, cl.n, H, DT, opt.bptt, BLOCK))
 
@@ -319,11 +370,9 @@ eval = make_eval()
 local words_per_s, valid_ppl, epochs = 0, nil, 0
 
 if opt.train then
-  local train_ids, ntrain = lm.read(opt.train, vocab)
+  local train_ids, ntrain = corpus.train.ids, corpus.train.n
   if opt['max-words'] then ntrain = math.min(ntrain, opt['max-words']) end
-  local valid_ids, nvalid = lm.read(opt.valid, vocab)
-  if ntrain == 0 then error('rnnlm: no words in ' .. opt.train, 0) end
-  if nvalid == 0 then error('rnnlm: no words in ' .. opt.valid, 0) end
+  local valid_ids, nvalid = corpus.valid.ids, corpus.valid.n
   local train = make_train()
   local best = -math.huge         -- validation log-likelihood (natural log)
   local halving = false
@@ -363,8 +412,7 @@ if opt.train then
 end
 
 if opt.test then
-  local test_ids, ntest = lm.read(opt.test, vocab)
-  if ntest == 0 then error('rnnlm: no words in ' .. opt.test, 0) end
+  local test_ids, ntest = corpus.test.ids, corpus.test.n
   local tnll = pass(eval, test_ids, ntest, BLOCK, 0)
   print(('test: %d words, ppl %.2f, entropy %.4f bits'):format(ntest, lm.perplexity(tnll, ntest),
                                                              tnll / ntest / math.log(2)))

@@ -495,6 +495,15 @@ case('ifelse', 'a condition computed from a float', ins(sg_(SC), n_(M), n_(M)),
 case('ifelse', 'wrt a condition computed from a float', ins(sg_(SC), n_(M), n_(M)),
      function(c, a, b) return tgl.ifelse(tgl.gt(c, 0), a, b) end, { ignore = true })
 
+-- rop_direction (what tgl.Rop puts in front of each direction): the
+-- identity on its first input once that has the second's shape (a
+-- broadcastable axis of size 1 broadcasts); the second is read for its
+-- shape only, so its tangent does not pass through
+case('rop_direction', 'tanh(rop_direction(x, y) * y)', ins(n_(M), n_(M)),
+     function(x, y) return tgl.tanh(raw('rop_direction', { x, y }, { i = { 1, 0 } }) * y) end)
+case('rop_direction', 'a broadcast row for a matrix', ins(n_(ROW), n_(M)),
+     function(x, y) return tgl.tanh(raw('rop_direction', { x, y }, { i = { 2, 1 } }) * y) end)
+
 -- Internal ops: not built from Lua; how each is covered.
 local INTERNAL = {
   output = 'multi-output nodes: covered by the scan tests (scan results are outputs)',
@@ -1118,7 +1127,7 @@ describe('tgl.Rop and tgl.Lop errors', function()
   it('an array direction for a shared variable must have its shape', function()
     local W = tgl.shared(tgl.zeros({ 2, 3 }, { dtype = 'float64' }), 'W')
     raises('Rop', function() tgl.Rop(tgl.sum(W), W, tgl.zeros({ 3, 2 }, { dtype = 'float64' })) end,
-           "v 1 has shape (3,2), wrt 1 ('W') has shape (2,3)")
+           "direction 1 for 'W' has shape (3,2), W has (2,3)")
   end)
 
   it('an array direction of the wrong length for a symbolic input is an error at run time', function()
@@ -1127,7 +1136,9 @@ describe('tgl.Rop and tgl.Lop errors', function()
     assert.equals(10, f(tgl.array({ 0, 0, 0, 0 }, 'float64')):get())
     local ok, err = pcall(f, tgl.array({ 1, 2, 3 }, 'float64'))
     assert.is_false(ok)
-    assert.matches('sizes', tostring(err))
+    assert.matches("Rop direction 1 for 'y' has shape (4,), y has (3,); tgl.Rop was called at ",
+                   tostring(err), 1, true)
+    assert.matches('was called at [^ ]*rop_spec%.lua:%d+$', tostring(err))
   end)
 
   it('an integer wrt', function()

@@ -654,7 +654,8 @@ describe('tgl.scan errors', function()
   it('fn returning fewer outputs than outputs_info has initial values for', function()
     raises('few', function()
       tgl.scan { fn = function(xt, a, b) return a end, sequences = { x }, outputs_info = { h0, h0 }, name = 'few' }
-    end, 'outputs_info has an initial value for output 2', 'returns 1 output')
+    end, 'the step function returned 1 output where outputs_info declares 2',
+       'an initial value for output 2')
   end)
 
   it('a recurrent output whose dtype changes', function()

@@ -1,29 +1,11 @@
 -- examples/lib/curves.lua — what the examples that race two optimisers
--- (examples/hf_autoencoder.lua, hf_rnn_addition.lua) share: their
--- --key value command line, the two training curves side by side, and
--- history.csv and curve.svg.  A curve is a list of { t = seconds, err = }
+-- (examples/hf_autoencoder.lua, hf_rnn_addition.lua) share: the two
+-- training curves side by side, and history.csv and curve.svg (their
+-- command line is examples/lib/cli.lua's).  A curve is a list of { t = seconds, err = }
 -- from t = 0.  The script sets package.path to examples/lib/ and
 -- bench/lib/ (for svg.lua) from its own directory before requiring this.
 local svg_ok, svg = pcall(require, 'svg')
 local M = {}
-
--- Reads --key value pairs from args into opts: each key must be in opts
--- (or be one of the `optional` names), the value a number unless the key
--- is in `strings`; otherwise writes usage to stderr and exits with status 1.
-function M.parse_args(args, opts, strings, usage, optional)
-  optional = optional or { threads = true }
-  local i = 1
-  while args and args[i] do
-    local k = args[i]:match('^%-%-([%w_]+)$')
-    if not k or (opts[k] == nil and not optional[k]) or args[i + 1] == nil then
-      io.stderr:write(usage); os.exit(1)
-    end
-    opts[k] = strings[k] and args[i + 1] or tonumber(args[i + 1])
-    if opts[k] == nil then io.stderr:write(usage); os.exit(1) end
-    i = i + 2
-  end
-  return opts
-end
 
 -- The error a curve had reached at time t.
 function M.at(curve, t)
@@ -32,15 +14,28 @@ function M.at(curve, t)
   return e
 end
 
--- Prints the two curves at 11 times from 0 to seconds: a header with the
--- column title `label` ('error': 'HF error', 'SGD error') and the errors
--- formatted with fmt (e.g. '%12.2f').
+-- The error a curve ended with: its last point, taken by the step that
+-- crossed the budget (the parameters the run leaves behind).  The table's
+-- last row, the summary and the SVG legend all quote this one figure.
+function M.final(curve)
+  return curve[#curve].err, curve[#curve].t
+end
+
+-- Prints the two curves at 10 times from 0 to 0.9 * seconds and then at
+-- the end of each run (M.final): a header with the column title `label`
+-- ('error': 'HF error', 'SGD error') and the errors formatted with fmt
+-- (e.g. '%12.2f').
 function M.print_table(hf_curve, sgd_curve, seconds, label, fmt)
   print(('\n%8s  %12s  %12s'):format('time', 'HF ' .. label, 'SGD ' .. label))
-  for k = 0, 10 do
+  for k = 0, 9 do
     local t = seconds * k / 10
     print(('%7.1fs  ' .. fmt .. '  ' .. fmt):format(t, M.at(hf_curve, t), M.at(sgd_curve, t)))
   end
+  local hf_err, hf_t = M.final(hf_curve)
+  local sgd_err, sgd_t = M.final(sgd_curve)
+  print(('%8s  ' .. fmt .. '  ' .. fmt):format('end', hf_err, sgd_err))
+  print(('(end: after the step that crossed the %.0f s budget: HF at %.1f s, SGD at %.1f s)')
+        :format(seconds, hf_t, sgd_t))
 end
 
 -- dir/history.csv: method,seconds,<column> rows for both curves.
@@ -64,7 +59,7 @@ function M.write_svg(o, hf_curve, sgd_curve)
     io.stderr:write(o.script .. ': curve.svg not written: bench/lib/svg.lua not found next to examples/\n')
     return
   end
-  local hf_final, sgd_final = hf_curve[#hf_curve].err, sgd_curve[#sgd_curve].err
+  local hf_final, sgd_final = M.final(hf_curve), M.final(sgd_curve)
   local Wd, Hd, ml, mr, mt, mb = 640, 380, 64, 24, 44, 50
   local doc = svg.new(Wd, Hd)
   local pw, ph = Wd - ml - mr, Hd - mt - mb

@@ -187,6 +187,8 @@ local function type_of(v)
   local t = type(v)
   return (t:match('^[aeiou]') and 'an ' or 'a ') .. t
 end
+-- "a variable", "an array", "a number", ...: what v is, for messages.
+core.type_of = type_of
 
 -- Checks a public function's options table against its known keys, each
 -- with the type its value must have ({keepdims = 'boolean', ...}).  nil is

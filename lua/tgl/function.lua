@@ -263,7 +263,16 @@ function M.compile(spec, ...)
   }, Function)
   for i = 1, nin do self.in_dtype[i] = inputs[i].dtype end
   -- f.fn{n_calls = N}: the C outer loop, with the inputs of the last call.
-  self.fn = function(opts)
+  self.fn = function(opts, ...)
+    -- f:fn{...} passes f itself first (f.fn is a field holding a function,
+    -- not a method); its keys would read as unknown options
+    if rawequal(opts, self) then
+      local given = ...
+      local n = type(given) == 'table' and given.n_calls or given
+      argerror(name .. '.fn', 'call it with a dot: f.fn{n_calls = %s}, not f:fn{...} '
+               .. '(fn is a field of the function, not a method)',
+               type(n) == 'number' and tostring(n) or 'N')
+    end
     if type(opts) == 'table' then core.check_options(name .. '.fn', opts, FN_OPTIONS) end
     local n = type(opts) == 'table' and opts.n_calls or opts or 1
     if type(n) ~= 'number' or n < 0 or n ~= math.floor(n) then

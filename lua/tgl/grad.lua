@@ -13,25 +13,27 @@ local is_var = G.is_var
 
 -- tgl.grad(cost, wrt [, {disconnected='raise'|'ignore', known_grads={[v]=g}}])
 -- wrt is one variable (one gradient returned) or a table (a table back).
+-- M.grad_as(fname, ...) is tgl.grad whose messages name fname: the
+-- function the user called (tgl.Lop, tgl.hessian_vector_product, ...).
 local GRAD_OPTIONS = { disconnected = 'string', known_grads = 'table' }
-function M.grad(cost, wrt, opts)
-  opts = core.check_options('grad', opts, GRAD_OPTIONS)
+function M.grad_as(fname, cost, wrt, opts)
+  opts = core.check_options(fname, opts, GRAD_OPTIONS)
   local single = is_var(wrt)
   local list = single and { wrt } or wrt
-  if type(list) ~= 'table' then argerror('grad', 'wrt must be a variable or a table of variables') end
+  if type(list) ~= 'table' then argerror(fname, 'wrt must be a variable or a table of variables') end
   for i, v in ipairs(list) do
-    if not is_var(v) then argerror('grad', 'wrt %d is a %s, not a variable', i, type(v)) end
+    if not is_var(v) then argerror(fname, 'wrt %d is a %s, not a variable', i, type(v)) end
   end
-  if cost ~= nil and not is_var(cost) then argerror('grad', 'cost must be a variable, got %s', type(cost)) end
+  if cost ~= nil and not is_var(cost) then argerror(fname, 'cost must be a variable, got %s', type(cost)) end
   local disc = opts.disconnected or 'raise'
   if disc ~= 'raise' and disc ~= 'ignore' and disc ~= 'warn' then
-    argerror('grad', "disconnected must be 'raise', 'ignore' or 'warn', got %s", tostring(disc))
+    argerror(fname, "disconnected must be 'raise', 'ignore' or 'warn', got %s", tostring(disc))
   end
   local kv, kg = {}, {}
   for v, g in pairs(opts.known_grads or {}) do
-    if not is_var(v) then argerror('grad', 'known_grads keys must be variables') end
+    if not is_var(v) then argerror(fname, 'known_grads keys must be variables') end
     kv[#kv + 1] = v
-    kg[#kg + 1] = is_var(g) and g or G.as_node(g, 'grad')
+    kg[#kg + 1] = is_var(g) and g or G.as_node(g, fname)
   end
   -- Differentiate the numerically stable form of the cost (log_softmax
   -- instead of log(softmax), the fused crossentropy, ...): its gradient
@@ -45,7 +47,7 @@ function M.grad(cost, wrt, opts)
     if leaves then
       local inn, outn = node_list(1), node_list(1)
       inn[0] = cost.n
-      check(C.tgl_optimize(core.ctx, 1, 1, inn, outn), 'grad')
+      check(C.tgl_optimize(core.ctx, 1, 1, inn, outn), fname)
       cost = G.wrap_node(outn[0])
     end
   end
@@ -55,22 +57,24 @@ function M.grad(cost, wrt, opts)
   local ckv, ckg = node_list(math.max(#kv, 1)), node_list(math.max(#kv, 1))
   for i = 1, #kv do ckv[i - 1] = kv[i].n; ckg[i - 1] = kg[i].n end
   check(C.tgl_grad(core.ctx, cost and cost.n or nil, n, cw, #kv, ckv, ckg,
-                   disc == 'raise' and 0 or 1, out), 'grad')
+                   disc == 'raise' and 0 or 1, out), fname)
   local res = {}
   for i = 1, n do res[i] = G.wrap_node(out[i - 1]) end
   if disc == 'warn' then
     -- 'ignore' gave zeros for the disconnected ones: say which they are.
     for i = 1, n do
       if res[i].op == 'fill_like' and C.tgl_node_input_at(res[i].n, 0) == list[i].n then
-        io.stderr:write(('tgl.grad: warning: the cost does not depend on %s (wrt %d); its '
-                         .. 'gradient is zero\n'):format(list[i].name and ("'" .. list[i].name .. "'")
-                                                         or 'an unnamed variable', i))
+        local who = list[i].name and ("'" .. list[i].name .. "'") or 'an unnamed variable'
+        io.stderr:write(('tgl.%s: warning: the cost does not depend on %s (wrt %d); its '
+                         .. 'gradient is zero\n'):format(fname, who, i))
       end
     end
   end
   if single then return res[1] end
   return res
 end
+
+function M.grad(cost, wrt, opts) return M.grad_as('grad', cost, wrt, opts) end
 
 -- tgl.jacobian(f, wrt): rows d f[i] / d wrt for a vector (or scalar) f,
 -- stacked on a new first axis; one table entry per wrt when wrt is a

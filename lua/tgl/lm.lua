@@ -18,26 +18,119 @@ local M = {}
 local EOS, UNK = '</s>', '<unk>'
 M.EOS, M.UNK = EOS, UNK
 
+-- Raises 'tgl.lm.<fname>: ...' at the user's line (the first caller
+-- outside tgl's Lua files).
 local function err(fname, fmt, ...)
-  error(('tgl.lm.%s: ' .. fmt):format(fname, ...), 3)
+  error(('tgl.lm.%s: ' .. fmt):format(fname, ...), require('tgl.core').user_level())
 end
 
 local function open(fname, path)
   if type(path) ~= 'string' then err(fname, 'the path must be a string, got %s', type(path)) end
   local f, msg = io.open(path, 'rb')
-  if not f then err(fname, 'cannot read the corpus file %s (%s)', path, tostring(msg)) end
+  if not f then
+    -- io.open's message starts with the path, which the text names already
+    err(fname, 'cannot read the corpus file %s (%s)', path, tostring(msg):gsub('^.*: ', ''))
+  end
   return f
 end
 
+-- Where s stops being UTF-8 text: the 1-based position of the first NUL
+-- byte or byte that is not part of a well-formed UTF-8 sequence, and what
+-- it is; nil for text.  ASCII lines cost one find.
+local function not_text(s)
+  local i = s:find('[%z\128-\255]')
+  while i do
+    local c = s:byte(i)
+    if c == 0 then return i, 'a NUL byte' end
+    if c < 128 then
+      i = i + 1
+    else
+      -- a lead byte: how many continuation bytes, and the range of the
+      -- first (which excludes overlong forms, surrogates, > U+10FFFF)
+      local len, lo, hi = 0, 0x80, 0xBF
+      if c >= 0xC2 and c <= 0xDF then len = 1
+      elseif c == 0xE0 then len, lo = 2, 0xA0
+      elseif c == 0xED then len, hi = 2, 0x9F
+      elseif c >= 0xE1 and c <= 0xEF then len = 2
+      elseif c == 0xF0 then len, lo = 3, 0x90
+      elseif c >= 0xF1 and c <= 0xF3 then len = 3
+      elseif c == 0xF4 then len, hi = 3, 0x8F
+      end
+      if len == 0 then return i, ('the byte 0x%02X (not UTF-8)'):format(c) end
+      for k = 1, len do
+        local b = s:byte(i + k)
+        if not b or b < (k == 1 and lo or 0x80) or b > (k == 1 and hi or 0xBF) then
+          return i, ('an invalid UTF-8 sequence (0x%02X ...)'):format(c)
+        end
+      end
+      i = i + len + 1
+    end
+    i = s:find('[%z\128-\255]', i)
+  end
+end
+
+-- True when s has no NUL byte and no byte above 0x7F (most corpora): a
+-- loop the JIT compiles (a pattern with a character class scans about ten
+-- times slower).
+local function plain_ascii(s)
+  local p = ffi.cast('const uint8_t *', s)
+  for i = 0, #s - 1 do
+    local c = p[i]
+    if c == 0 or c >= 128 then return false end
+  end
+  return true
+end
+
 -- Calls fn(word) for each word of the file and fn(EOS) at the end of each
--- line; an empty (or blank) line gives nothing, as RNNLM skips it.
+-- line; an empty (or blank) line gives nothing, as RNNLM skips it.  A
+-- file that is not UTF-8 text (a binary file given by mistake) is an
+-- error naming the first bad byte's offset, before any word of its line.
 local function each_word(fname, path, fn)
   local f = open(fname, path)
-  for line in f:lines() do
+  local function words_of(line, offset, check)   -- offset: of its first byte, from 0
+    if check then
+      local at, what = not_text(line)
+      if at then
+        f:close()
+        err(fname, '%s is not a text file: %s at byte offset %d (a corpus is UTF-8 text, one '
+            .. 'sentence per line)', path, what, offset + at - 1)
+      end
+    end
     local any = false
     for w in line:gmatch('%S+') do fn(w); any = true end
     if any then fn(EOS) end
   end
+  -- Lines are split here, not by f:lines(), which ends a line at a NUL
+  -- byte (a binary file would pass for text).  A block without NUL or
+  -- non-ASCII bytes needs no check of its lines; a line longer than a
+  -- block is kept in pieces, joined once.
+  local pieces, start, dirty = nil, 0, false   -- a line begun in an earlier block
+  local base = 0                               -- offset of the block's first byte
+  while true do
+    local block = f:read(65536)
+    if not block then break end
+    local check = not plain_ascii(block)
+    local pos = 1
+    while true do
+      local nl = block:find('\n', pos, true)
+      if not nl then break end
+      if pieces then
+        pieces[#pieces + 1] = block:sub(pos, nl - 1)
+        words_of(table.concat(pieces), start, dirty or check)
+        pieces, dirty = nil, false
+      else
+        words_of(block:sub(pos, nl - 1), base + pos - 1, check)
+      end
+      pos = nl + 1
+    end
+    if pos <= #block then
+      if not pieces then pieces, start = {}, base + pos - 1 end
+      pieces[#pieces + 1] = block:sub(pos)
+      dirty = dirty or check
+    end
+    base = base + #block
+  end
+  if pieces then words_of(table.concat(pieces), start, true) end
   f:close()
 end
 

@@ -161,7 +161,8 @@ end
 
 -- Completion candidates for the word being typed: globals and keywords
 -- for a bare name (`pri`), fields for a dotted path (`string.fo`,
--- `tgl.ze`), and methods — callable fields only — after ':' (`a:sh`).
+-- `tgl.ze`), and methods — callable fields only, and for an object with a
+-- class only its class's — after ':' (`a:sh`).
 -- Names starting with '_' are left out unless the typed part starts with
 -- '_'.  The path is walked from env (default _G).  Returns full words,
 -- sorted.
@@ -184,14 +185,22 @@ function M.complete(text, env)
   -- names starting with '_' are internals (f._fn, __call, __index): shown
   -- only when the typed part asks for them
   local hidden = partial:sub(1, 1) ~= '_'
+  -- After ':' of an object (a table whose metatable's __index is a table:
+  -- its class), the methods are what the class chain provides; a callable
+  -- the object holds itself is a field (f.fn{n_calls = N} takes no self),
+  -- so f:fn would pass f as its argument.  Plain tables (modules) keep
+  -- their own functions.
+  local mt = type(obj) == 'table' and debug.getmetatable(obj) or nil
+  local own_are_fields = sep == ':' and type(mt) == 'table' and type(rawget(mt, '__index')) == 'table'
   local seen = {}  -- a key shadows the same key further down the chain
   for _, t in ipairs(index_tables(obj, sep == '.')) do
+    local fields_only = own_are_fields and rawequal(t, obj)
     for k, v in next, t do
       if type(k) == 'string' and not seen[k] then
         seen[k] = true
         if k:match('^[%a_][%w_]*$') and not is_keyword[k]
            and not (hidden and k:sub(1, 1) == '_')
-           and (sep ~= ':' or callable(v)) then
+           and (sep ~= ':' or (callable(v) and not fields_only)) then
           found[k] = true
         end
       end

@@ -31,6 +31,9 @@ function M.until_(cond)
 end
 local function is_until(v) return getmetatable(v) == until_mt end
 
+-- Every value a call returned, and how many (nils included).
+local function pack(...) return { n = select('#', ...), ... } end
+
 local function type_name(x)
   local t = C.tgl_node_type(x.n)
   local dims = {}
@@ -83,24 +86,32 @@ local function taps_of(fname, what, taps, dflt)
   return t
 end
 
--- Normalizes updates returned by a step function: {{W, e}, ...} or {[W] = e}.
-local function update_list(fname, updates)
+-- Normalizes updates returned by a step function (its second value):
+-- {{W, e}, ...} or {[W] = e}.  name: the scan's, for messages.
+local function update_list(fname, updates, name)
   local list = {}
   if updates == nil then return list end
-  if type(updates) ~= 'table' or is_var(updates) then
-    argerror(fname, 'the step function returned %s where updates (a table of {shared, '
-             .. 'expression} pairs) were expected', type(updates))
+  local function fail(fmt, ...) argerror(fname, "'%s': " .. fmt, name, ...) end
+  if type(updates) ~= 'table' or is_var(updates) or core.is_array(updates) then
+    fail('the step function returned %s as its second value where a table of updates '
+         .. '({shared, expression} pairs) or tgl.until_(cond) was expected', core.type_of(updates))
   end
   for k, v in pairs(updates) do
     local var, expr
     if type(k) == 'number' and type(v) == 'table' and not is_var(v) then
       var, expr = v[1], v[2]
+    elseif type(k) == 'number' then
+      -- a list of values in the updates' place: outputs, most likely
+      fail('the step function returned a table holding %s at position %d as its second value, '
+           .. 'where a table of updates ({shared, expression} pairs) was expected (outputs come '
+           .. 'first, all in one table: return {o1, o2}, updates)', core.type_of(v), k)
     else
       var, expr = k, v
     end
     if not is_var(var) or C.tgl_node_kind_of(var.n) ~= graph.KIND.shared then
-      argerror(fname, 'the step function returned an update for something that is not a '
-               .. 'shared variable')
+      local what = core.type_of(var)
+      if is_var(var) and var_name(var, '') ~= '' then what = ("'%s'"):format(var_name(var)) end
+      fail('the step function returned an update for %s, which is not a shared variable', what)
     end
     list[#list + 1] = { var, graph.as_node(expr, fname) }
   end
@@ -216,22 +227,43 @@ function M.scan(opts)
     args[#args + 1] = is_var(w) and w or graph.as_node(w, fname)
   end
 
-  -- The body.
-  local r1, r2, r3 = fn(unpack(args, 1, #args))
+  -- The body.  What fn returns is told apart by kind: outputs (a value, or
+  -- one table of them), then a table of updates, then tgl.until_(cond);
+  -- a mistake names what came where, and how many outputs outputs_info
+  -- declares.
+  local ret = pack(fn(unpack(args, 1, #args)))
+  local r1, r2, r3 = ret[1], ret[2], ret[3]
+  local function is_output(v) return is_var(v) or core.is_array(v) or type(v) == 'number' end
+  local function outputs_word(n) return n == 1 and 'output' or 'outputs' end
+  if is_until(r1) then fail('the step function returned tgl.until_ in place of its outputs') end
+  -- outputs returned as separate values: return a, b instead of {a, b}
+  local given = type(r1) == 'table' and not is_output(r1) and table.maxn(r1) or (r1 ~= nil and 1 or 0)
+  local extra = 0
+  while is_output(ret[2 + extra]) do extra = extra + 1 end
+  if extra > 0 and r1 ~= nil then
+    fail('the step function returned %d %s %s (several outputs are returned as one table, '
+         .. 'return {o1, o2, ...}; after it may come a table of updates, then tgl.until_(cond))',
+         given + extra, outputs_word(given + extra),
+         ninfo > 0 and ('where outputs_info declares %d'):format(ninfo) or 'as separate values')
+  end
   local outs, updates, stop
   if is_until(r3) then stop = r3 elseif r3 ~= nil then
-    fail('the step function returned a third value that is not tgl.until_(cond)')
+    fail('the step function returned %s as its third value where tgl.until_(cond) was expected '
+         .. '(a stop condition is written tgl.until_(cond))', core.type_of(r3))
+  end
+  if ret.n > 3 then
+    fail('the step function returned %d values; it returns its outputs (one value or one table), '
+         .. 'then optionally a table of updates and tgl.until_(cond)', ret.n)
   end
   if is_until(r2) then
     if stop then fail('the step function returned two tgl.until_ conditions') end
     stop, r2 = r2, nil
   end
-  if is_until(r1) then fail('the step function returned tgl.until_ in place of its outputs') end
-  updates = update_list(fname, r2)
+  updates = update_list(fname, r2, name)
   local single_out = false
   if r1 == nil then
     outs = {}
-  elseif is_var(r1) or core.is_array(r1) or type(r1) == 'number' then
+  elseif is_output(r1) then
     outs, single_out = { r1 }, true
   elseif type(r1) == 'table' then
     outs = {}
@@ -250,8 +282,8 @@ function M.scan(opts)
   if ninfo > #outs then
     for i = #outs + 1, ninfo do
       if info_at[i] then
-        fail('outputs_info has an initial value for output %d, but the step function '
-             .. 'returns %d output%s', i, #outs, #outs == 1 and '' or 's')
+        fail('the step function returned %d %s where outputs_info declares %d (it has an initial '
+             .. 'value for output %d)', #outs, outputs_word(#outs), ninfo, i)
       end
     end
   end

@@ -364,7 +364,7 @@ bool tgl_plan_shape_from_shapes(const tgl_instr *ins)
     case TGL_OP_ONE_HOT: case TGL_OP_SOFTMAX_XENT: case TGL_OP_SOFTMAX_XENT_DX:
     case TGL_OP_ADV_SUBTENSOR: case TGL_OP_DIMSHUFFLE: case TGL_OP_AXES_SIZE:
     case TGL_OP_SHAPE: case TGL_OP_FILL_LIKE: case TGL_OP_INC_SUBTENSOR:
-    case TGL_OP_ADV_INC_SUBTENSOR:
+    case TGL_OP_ADV_INC_SUBTENSOR: case TGL_OP_ROP_DIRECTION:
         return true;
     case TGL_OP_RESHAPE: case TGL_OP_SUBTENSOR:
         return ins->nin == 1; /* else the shape or the bounds are values */
@@ -422,6 +422,10 @@ void tgl_plan_shapes(tgl_program *prog)
                 case TGL_OP_DIMSHUFFLE:
                     s = all_s;
                     v = all_v;
+                    break;
+                case TGL_OP_ROP_DIRECTION: /* input 1's value, checked */
+                    s = all_s;
+                    v = shaped[ins->in[0]];
                     break;
                 case TGL_OP_AXES_SIZE: case TGL_OP_SHAPE:
                     s = true;

@@ -388,7 +388,9 @@ tgl_status tgl_rop(tgl_ctx *ctx, int nf, tgl_node *const *f, int nwrt, tgl_node 
         /* A direction broadcast where the variable is not gets its full
          * shape; a fixed direction (an array) for a value whose shape is
          * known only when the function runs is checked against it then
-         * (the addition fails on a size mismatch, naming the user's line). */
+         * (the addition fails on a size mismatch).  The Lua layer puts a
+         * rop_direction node (direction.c) in front of every direction,
+         * whose message names the direction and the user's line. */
         bool fixed = v[k]->kind == TGL_NODE_CONSTANT && wrt[k]->kind != TGL_NODE_SHARED &&
                      wrt[k]->kind != TGL_NODE_CONSTANT;
         if ((t->type.bcast & ~wrt[k]->type.bcast) || fixed)

@@ -127,7 +127,10 @@
     /* multi-output nodes: one of their values */                             \
     _(OUTPUT, "output", output, "y = output p.i[0] of the multi-output node x")  \
     /* fused elementwise groups (the fuse stage builds them) */                 \
-    _(FUSED, "fused", fused, "y0, y1, ... = the outputs of the fused program (payload) on the inputs")
+    _(FUSED, "fused", fused, "y0, y1, ... = the outputs of the fused program (payload) on the inputs") \
+    /* forward mode (src/rop): a direction, checked when it runs */             \
+    _(ROP_DIRECTION, "rop_direction", rop_direction,                            \
+      "y = v once it has the shape of wrt (input 2); else an error naming p.i")
 
 enum {
 #define TGL_OP_ENUM(ID, name, impl, syn) TGL_OP_##ID,
