@@ -69,29 +69,49 @@ static int is_tgl_source(const char *src)
     return strncmp(p - 4, "tgl", 3) == 0 && (p - 5 == src || p[-5] == '/' || p[-5] == '\\');
 }
 
-/* The stack level the interruption is reported at: the first frame outside
- * tgl's own Lua files, so that Ctrl-C during f.fn{n_calls = N} names the
- * user's line rather than function.lua; level 0 (the running function)
- * when every frame is tgl's. */
+/* The stack level the interruption is reported at: the first Lua frame
+ * outside tgl's own Lua files, so that Ctrl-C during f.fn{n_calls = N}
+ * names the user's line rather than function.lua, and Ctrl-C inside a C
+ * function (collectgarbage, pcall) names the line that called it (a C
+ * frame has no line: luaL_where would say nothing).  Level 0 (the running
+ * function) when no frame is the user's Lua code. */
 static int user_level(lua_State *L)
 {
     lua_Debug ar;
     int level;
 
     for (level = 0; lua_getstack(L, level, &ar); level++) {
-        if (!lua_getinfo(L, "S", &ar) || !is_tgl_source(ar.source))
+        if (!lua_getinfo(L, "Sl", &ar))
+            return level;
+        if (ar.currentline > 0 && !is_tgl_source(ar.source))
             return level;
     }
     return 0;
 }
 
+static void on_sigint_chunk(int sig);
+static void set_sigint(void (*handler)(int), int flags, struct sigaction *old);
+
 /* Debug hook installed by the SIGINT handler: raises the error in the
  * running chunk at the next call, return or instruction.  luaL_where
- * rather than luaL_error because a C hook adds no frame of its own. */
+ * rather than luaL_error because a C hook adds no frame of its own.
+ *
+ * Raising delivers the Ctrl-C: the flag is cleared, so that a script that
+ * catches the error (pcall) can go on calling tgl (save a checkpoint), and
+ * the handler is armed again, so that a later Ctrl-C interrupts as the
+ * first did.  Until then the handler stays reset (SA_RESETHAND): a second
+ * Ctrl-C that arrives before the first is delivered (a JIT-compiled loop
+ * that never reaches the hook) kills the process.  An engine call that
+ * sees the flag first fails with its own "interrupted" error; the hook
+ * still runs at the next Lua instruction of that error's path (the first
+ * after a compiled trace exits), so the error that propagates is this one
+ * and the flag is cleared here either way. */
 static void stop_hook(lua_State *L, lua_Debug *ar)
 {
     (void)ar;
     lua_sethook(L, NULL, 0, 0);
+    host_interrupt = 0;
+    set_sigint(on_sigint_chunk, (int)SA_RESETHAND, NULL);
     luaL_where(L, user_level(L));
     lua_pushfstring(L, "%sinterrupted!", lua_tostring(L, -1));
     lua_error(L);

@@ -13,8 +13,9 @@
 /* ---- provided by main.c ------------------------------------------------ */
 
 /* Calls the function below narg arguments on L's stack with a traceback
- * message handler, with Ctrl-C armed (first press stops the chunk with an
- * "interrupted!" error, a second one kills the process).  Leaves nres
+ * message handler, with Ctrl-C armed (a press stops the chunk with an
+ * "interrupted!" error, which clears the flag and re-arms the handler when
+ * it is raised; a second press before that kills the process).  Leaves nres
  * results (or LUA_MULTRET) or the error object; returns the pcall status.
  * The SIGINT disposition in force before the call is restored after it. */
 int tgl_host_docall(lua_State *L, int narg, int nres);

@@ -13,6 +13,7 @@
 -- tolerance by dtype (NaN equals NaN), on both calls, and the first call's
 -- outputs must not change when the function runs again.  Then long chains
 -- z = tanh(z * 2) (25 to 300 ops) compiled in an empty kernel cache.
+-- Loops, indexing and gradients: property_scan_spec.lua.
 --
 -- Reproducing a failure: each case prints its seed; run
 --   TGL_PROP_SEED=<seed> TGL_PROP_CASES=1 build/tgl lua/busted_host.lua spec/property_spec.lua

@@ -112,6 +112,51 @@ static tgl_status tgl_fused_output_shape(tgl_ctx *ctx, const tgl_node *n, tgl_ar
 }
 
 
+/* The value (a new reference) of an operand of a member that is neither
+ * an input of the program nor a member: the fuse stage makes such an
+ * operand an immediate of the program (opt/fuse.c, is_immediate): a scalar
+ * constant, often padded with broadcast axes by dimshuffles (the 0.5 of
+ * x * 0.5 for a vector x is dimshuffle{x}(0.5)).  It is a constant
+ * expression, evaluated here with its nodes' own reference
+ * implementations, so the reference computes what the program computes. */
+static tgl_status constant_operand(tgl_ctx *ctx, const tgl_node *user, tgl_node *x, int depth,
+                                   tgl_array **out)
+{
+    *out = NULL;
+    if (x->kind == TGL_NODE_CONSTANT) {
+        tgl_array_retain(x->value);
+        *out = x->value;
+        return TGL_OK;
+    }
+    const tgl_opimpl *impl = x->kind == TGL_NODE_APPLY ? tgl_op_impl(x->op) : NULL;
+    /* Padding chains are a few nodes long; the bound only stops a graph
+     * that is not what the fuse stage makes. */
+    if (!impl || depth > 32 || x->nin > 3 || impl->kernel_n ||
+        !(impl->view || (impl->shape && impl->kernel)))
+        return tgl_ctx_set_error(ctx, TGL_EINTERNAL, "fused: operand of %s not found",
+                                 tgl_op_name(user->op));
+    tgl_array *args[3] = {NULL, NULL, NULL};
+    tgl_status st = TGL_OK;
+    for (int k = 0; k < x->nin && !st; k++)
+        st = constant_operand(ctx, user, x->in[k], depth + 1, &args[k]);
+    if (!st && impl->view) {
+        st = impl->view(ctx, x, args, out);
+    } else if (!st) {
+        int64_t shape[TGL_MAX_DIMS];
+        if (!(st = impl->shape(ctx, x, args, shape)) &&
+            !(st = tgl_array_alloc(ctx, tgl_op_name(x->op), x->type.dtype, x->type.ndim, shape,
+                                   false, out)))
+            st = impl->kernel(ctx, x, args, *out);
+    }
+    if (st) {
+        tgl_array_release(*out);
+        *out = NULL;
+    }
+    for (int k = 0; k < x->nin; k++)
+        tgl_array_release(args[k]);
+    return st;
+}
+
 /* The reference path: the group's original nodes, one reference kernel at
  * a time, on the inputs; out[k] (non-NULL ones) receive the outputs. */
 static tgl_status tgl_fused_reference(tgl_ctx *ctx, const tgl_fprog *p, tgl_array *const *in,
@@ -123,33 +168,34 @@ static tgl_status tgl_fused_reference(tgl_ctx *ctx, const tgl_fprog *p, tgl_arra
     tgl_status st = TGL_OK;
     for (int j = 0; j < p->norig && !st; j++) {
         const tgl_node *node = p->orig[j];
-        tgl_array *args[3];
+        tgl_array *args[3] = {NULL, NULL, NULL};
+        tgl_array *owned[3] = {NULL, NULL, NULL}; /* immediates' values */
         if (node->nin > 3)
             st = tgl_ctx_set_error(ctx, TGL_EINTERNAL, "fused: %s has %d inputs",
                                    tgl_op_name(node->op), node->nin);
         for (int k = 0; k < node->nin && !st; k++) {
             tgl_node *x = node->in[k];
-            args[k] = NULL;
             for (int i = 0; i < p->nin && !args[k]; i++)
                 if (p->orig_in[i] == x)
                     args[k] = in[i];
             for (int m = 0; m < j && !args[k]; m++)
                 if (p->orig[m] == x)
                     args[k] = val[m];
-            if (!args[k] && x->kind == TGL_NODE_CONSTANT)
-                args[k] = x->value;
-            if (!args[k])
-                st = tgl_ctx_set_error(ctx, TGL_EINTERNAL, "fused: operand of %s not found",
-                                       tgl_op_name(node->op));
+            if (!args[k]) {
+                st = constant_operand(ctx, node, x, 0, &owned[k]);
+                args[k] = owned[k];
+            }
         }
-        if (st)
-            break;
-        const tgl_opimpl *impl = tgl_op_impl(node->op);
-        int64_t shape[TGL_MAX_DIMS];
-        if (!(st = impl->shape(ctx, node, args, shape)) &&
-            !(st = tgl_array_alloc(ctx, tgl_op_name(node->op), node->type.dtype,
-                                   node->type.ndim, shape, false, &val[j])))
-            st = impl->kernel(ctx, node, args, val[j]);
+        if (!st) {
+            const tgl_opimpl *impl = tgl_op_impl(node->op);
+            int64_t shape[TGL_MAX_DIMS];
+            if (!(st = impl->shape(ctx, node, args, shape)) &&
+                !(st = tgl_array_alloc(ctx, tgl_op_name(node->op), node->type.dtype,
+                                       node->type.ndim, shape, false, &val[j])))
+                st = impl->kernel(ctx, node, args, val[j]);
+        }
+        for (int k = 0; k < 3; k++)
+            tgl_array_release(owned[k]);
     }
     for (int k = 0; k < p->nout && !st; k++) {
         if (!out[k])
