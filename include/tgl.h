@@ -537,8 +537,13 @@ TGL_API tgl_status tgl_cache_info(tgl_ctx *ctx, char **text);
  * started), then stops the rest, whose temporaries are removed.  No
  * background compile starts afterwards.  Call it just before exiting,
  * before freeing the functions (a released function's compile that has
- * not started is dropped).  exit() calls it too (atexit). */
+ * not started is dropped when others are waiting).  exit() calls it too
+ * (atexit). */
 TGL_API void tgl_cache_flush(void);
+/* Compiled kernels currently loaded in this process (one per fused program
+ * that a live compiled function runs; libtcc code or a loaded shared
+ * object).  A kernel is freed with the last function that runs it. */
+TGL_API int64_t tgl_kernels_live(void);
 
 /* ------------------------------------------------------------------------ */
 /* Compiled functions and the CVM                                           */
