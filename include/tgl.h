@@ -249,6 +249,16 @@ TGL_API tgl_status tgl_npy_load(tgl_ctx *ctx, const char *path, tgl_array **out)
 TGL_API tgl_status tgl_npz_save(tgl_ctx *ctx, const char *path, int n, const char *const *names,
                                 const tgl_array *const *arrays, int compress);
 
+/* What tgl_file_format finds at the start of a file. */
+#define TGL_FILE_NPY 1   /* \x93NUMPY: a .npy file (tgl_npy_load)            */
+#define TGL_FILE_NPZ 2   /* a zip archive: a .npz (tgl_npz_load)              */
+/* Which format path holds, by its first bytes (not its name): *format is
+ * TGL_FILE_NPY or TGL_FILE_NPZ.  Only a regular file is read: a FIFO, a
+ * directory or a device fails with TGL_EIO at once (never waits for a
+ * writer); an empty file or any other content is TGL_EFORMAT, quoting the
+ * first bytes. */
+TGL_API tgl_status tgl_file_format(tgl_ctx *ctx, const char *path, int *format);
+
 /* The contents of a .npz archive, as read by tgl_npz_load. */
 typedef struct tgl_npz {
     int n;
@@ -530,8 +540,13 @@ TGL_API tgl_status tgl_cache_info(tgl_ctx *ctx, char **text);
  * started), then stops the rest, whose temporaries are removed.  No
  * background compile starts afterwards.  Call it just before exiting,
  * before freeing the functions (a released function's compile that has
- * not started is dropped).  exit() calls it too (atexit). */
+ * not started is dropped when others are waiting).  exit() calls it too
+ * (atexit). */
 TGL_API void tgl_cache_flush(void);
+/* Compiled kernels currently loaded in this process (one per fused program
+ * that a live compiled function runs; libtcc code or a loaded shared
+ * object).  A kernel is freed with the last function that runs it. */
+TGL_API int64_t tgl_kernels_live(void);
 
 /* ------------------------------------------------------------------------ */
 /* Compiled functions and the CVM                                           */

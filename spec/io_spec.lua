@@ -185,7 +185,7 @@ describe('tgl.load', function()
                    .. "%(it starts with 'hello,'%)", error_of(tgl.load, tmp('text.txt')))
     write_file(tmp('empty.npy'), '')
     assert.matches("tgl%.load: '.-empty%.npy' is empty", error_of(tgl.load, tmp('empty.npy')))
-    assert.matches('tgl%.load: cannot open .-nope%.npy: No such file',
+    assert.matches("tgl%.load: '.-nope%.npy': cannot open: No such file",
                    error_of(tgl.load, tmp('nope.npy')))
     assert.matches('tgl%.load: path must be a string, got number', error_of(tgl.load, 42))
   end)
@@ -206,6 +206,128 @@ describe('tgl.load', function()
     write_file(tmp('crc.npz'), npz:sub(1, at - 1) .. string.char(bit.bxor(npz:byte(at), 1))
                .. npz:sub(at + 1))
     assert.matches("tgl%.load: .-CRC mismatch in entry 'W%.npy'", error_of(tgl.load, tmp('crc.npz')))
+  end)
+end)
+
+-- A .npy file whose header dict is `dict` (padded as NumPy pads), then data.
+local function npy_with_header(dict, data)
+  local h = dict .. (' '):rep(63 - (10 + #dict) % 64) .. '\n'
+  return '\147NUMPY\1\0' .. string.char(#h % 256, math.floor(#h / 256)) .. h .. (data or '')
+end
+
+describe('tgl.load and special files', function()
+  local support = dofile('spec/support.lua')
+  local dir = support.tmpdir('io_spec_special')
+  local bin = os.getenv('TGL_BIN') or arg[-1]
+
+  -- Runs a Lua chunk in a tgl process that may not take more than 20 s: a
+  -- load that blocks fails the test (status 124) instead of hanging it.
+  local function run_bounded(chunk)
+    local script = dir .. '/chunk.lua'
+    write_file(script, chunk)
+    return support.sh(('timeout 20 %q %q'):format(bin, script))
+  end
+
+  it('refuses a FIFO at once, with no writer and with a writer that stalls', function()
+    local out, code = support.sh(("cd %q && rm -f idle.npy stall.npy stall.npz stall.idx && "
+      .. "mkfifo idle.npy stall.npy stall.npz stall.idx"):format(dir))
+    assert.are.equal(0, code, out)
+    -- writers that send a valid .npy preamble (or a zip signature, an IDX
+    -- magic) and then stall for longer than the test may take
+    local writers = {}
+    for name, head in pairs({ ['stall.npy'] = [[\223NUMPY\001\000v\000{'descr': ]],
+                              ['stall.npz'] = [[PK\003\004]],
+                              ['stall.idx'] = [[\000\000\010\001]] }) do
+      -- (exec: killing the subshell kills the sleep; no output reaches this pipe)
+      writers[#writers + 1] = ("(printf '%s'; exec sleep 60) > %q/%s 2>/dev/null & pids=\"$pids $!\";")
+        :format(head, dir, name)
+    end
+    local chunk = ([[
+      local tgl = require 'tgl'
+      local core = require 'tgl.core'
+      local dir = %q
+      for _, name in ipairs({ 'idle.npy', 'stall.npy', 'stall.npz' }) do
+        local ok, err = pcall(tgl.load, dir .. '/' .. name)
+        print(name, ok, err)
+      end
+      local ok, err = pcall(tgl.io.read_idx, dir .. '/stall.idx')
+      print('idx', ok, err)
+      -- the C loaders by themselves, as a C program would call them
+      local st1 = core.C.tgl_npy_load(core.ctx, dir .. '/stall.npy', core.out_array_t())
+      print('npy_load', tonumber(st1), core.ffi.string(core.C.tgl_ctx_error(core.ctx)))
+      local st2 = core.C.tgl_npz_load(core.ctx, dir .. '/stall.npz', core.ffi.new('tgl_npz *[1]'))
+      print('npz_load', tonumber(st2), core.ffi.string(core.C.tgl_ctx_error(core.ctx)))
+    ]]):format(dir)
+    local t0 = os.time()
+    local script = dir .. '/chunk.lua'
+    write_file(script, chunk)
+    out, code = support.sh('pids=; ' .. table.concat(writers, ' ')
+      .. (' timeout 20 %q %q; st=$?; kill $pids 2>/dev/null; (exit $st)'):format(bin, script))
+    assert.are.equal(0, code, out)
+    assert.is_true(os.time() - t0 < 15, 'took ' .. (os.time() - t0) .. ' s')
+    local fifo = 'is a FIFO %(named pipe%), not a regular file; load reads only regular files'
+    for _, name in ipairs({ 'idle%.npy', 'stall%.npy', 'stall%.npz' }) do
+      assert.matches(name .. "\tfalse\ttgl%.load: '[^\n]-/" .. name .. "': " .. fifo, out)
+    end
+    assert.matches("idx\tfalse\ttgl%.io%.read_idx: '[^\n]-/stall%.idx': " .. fifo, out)
+    assert.matches("npy_load\t%d+\ttgl_npy_load: '[^\n]-/stall%.npy': " .. fifo, out)
+    assert.matches("npz_load\t%d+\ttgl_npz_load: '[^\n]-/stall%.npz': " .. fifo, out)
+  end)
+
+  it('refuses directories and devices, naming what they are', function()
+    os.execute(("mkdir -p %q"):format(dir .. '/d.npy'))
+    assert.matches("tgl%.load: '.-/d%.npy': is a directory, not a regular file",
+                   error_of(tgl.load, dir .. '/d.npy'))
+    assert.matches("tgl%.load: '/dev/zero': is a character device, not a regular file",
+                   error_of(tgl.load, '/dev/zero'))
+    assert.matches("tgl%.io%.read_idx: '/dev/null': is a character device",
+                   error_of(tgl.io.read_idx, '/dev/null'))
+    -- a symbolic link to a regular file is read through
+    write_file(dir .. '/real.npy', read_file(fixture('f4_2x3.npy')))
+    os.execute(("ln -sf real.npy %q"):format(dir .. '/link.npy'))
+    assert.are.same({ 2, 3 }, tgl.load(dir .. '/link.npy'):shape())
+    local out, code = run_bounded(
+      ("print(pcall(require('tgl').load, %q))"):format(dir .. '/d.npy'))
+    assert.are.equal(0, code, out)
+  end)
+end)
+
+describe('tgl.load messages quote file bytes escaped', function()
+  it('escapes header keys and dtypes with control bytes and invalid UTF-8', function()
+    write_file(tmp('key.npy'), npy_with_header(
+      "{'descr': '<f4', 'fortran_op\239\191\189c\1iT\norder': False, 'shape': (1,), }", '\0\0\0\0'))
+    local msg = error_of(tgl.load, tmp('key.npy'))
+    assert.are.equal(("tgl.load: '%s': bad header: unexpected key "
+      .. [['fortran_op\xef\xbf\xbdc\x01iT\x0aorder']] .. " (at byte 43 of the header)")
+      :format(tmp('key.npy')), msg)
+    assert.is_nil(msg:find('[\n\128-\255]'))
+    -- a quote and a backslash in a key are escaped, so the quoting stays unambiguous
+    write_file(tmp('quote.npy'), npy_with_header([[{'descr': '<f4', 'a\'b\\': 1}]]))
+    assert.matches([[unexpected key 'a\'b\\']], error_of(tgl.load, tmp('quote.npy')), 1, true)
+    write_file(tmp('descr.npy'), npy_with_header(
+      "{'descr': '<\255\n4', 'fortran_order': False, 'shape': (1,), }", '\0\0\0\0'))
+    assert.matches([[unsupported dtype '<\xff\x0a4' (tgl reads]], error_of(tgl.load, tmp('descr.npy')),
+                   1, true)
+    write_file(tmp('twice.npy'), npy_with_header(
+      "{'descr': '<f4', '\tshape': (1,), '\tshape': (1,), }"))
+    assert.matches([[unexpected key '\x09shape']], error_of(tgl.load, tmp('twice.npy')), 1, true)
+  end)
+
+  it('escapes the first bytes of a file that is neither format, and archive entry names', function()
+    write_file(tmp('bin.dat'), '\0\1\n\255ab')
+    assert.are.equal(("tgl.load: '%s' is neither a .npy file nor a .npz archive (it starts with "
+      .. [['\x00\x01\x0a\xffab')]]):format(tmp('bin.dat')), error_of(tgl.load, tmp('bin.dat')))
+    -- rename the fixture's entry W.npy to \255\n.npy... (same length: 5
+    -- bytes, in its local header and in the central directory), then flip
+    -- a data bit so that the CRC check names the entry
+    local npz = read_file(fixture('savez.npz'))
+    local renamed = npz:gsub('W%.npy', '\255\n.np')
+    local at = 30 + npz:byte(27) + 256 * npz:byte(28) + npz:byte(29) + 256 * npz:byte(30) + 152
+    write_file(tmp('name.npz'), renamed:sub(1, at - 1) .. string.char(bit.bxor(renamed:byte(at), 1))
+               .. renamed:sub(at + 1))
+    local msg = error_of(tgl.load, tmp('name.npz'))
+    assert.matches([[CRC mismatch in entry '\xff\x0a.np' (the directory says]], msg, 1, true)
+    assert.is_nil(msg:find('[\n\128-\255]'))
   end)
 end)
 

@@ -114,6 +114,12 @@ function tgl.cache_clear()
   core.check(C.tgl_cache_clear(core.ctx), 'cache_clear')
 end
 
+-- The compiled kernels loaded now (one per fused program a live function
+-- runs); a kernel goes with the last function that runs it.
+function tgl.kernels_live()
+  return tonumber(C.tgl_kernels_live())
+end
+
 -- The rewrite rules: a list of {name=, stage=, synopsis=}.
 function tgl.rules()
   local list = {}

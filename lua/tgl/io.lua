@@ -78,46 +78,32 @@ function M.save(path, obj, opts)
   check(C.tgl_npz_save(core.ctx, path, n, cnames, carrays, opts.compress and 1 or 0), 'save')
 end
 
--- The first bytes of a file, for messages: printable text or hex.
-local function describe(head)
-  if head:find('^[%w%p ]+$') then return ("'%s'"):format(head) end
-  return 'bytes ' .. head:gsub('.', function(c) return ('%02x '):format(c:byte()) end):sub(1, -2)
-end
+local format_t = ffi.typeof('int[1]')
 
 -- tgl.load(path) --> array (.npy) or table of arrays by name (.npz)
 function M.load(path)
   if type(path) ~= 'string' then
     argerror('load', 'path must be a string, got %s', type(path))
   end
-  local f, err = io.open(path, 'rb')
-  if not f then argerror('load', 'cannot open %s', err) end
-  local head, rerr = f:read(6)
-  f:close()
-  if not head then
-    if rerr then argerror('load', "cannot read '%s': %s", path, rerr) end
-    argerror('load', "'%s' is empty", path)
-  end
-  if head == '\147NUMPY' then
+  -- The C side looks at the first bytes (and refuses a FIFO, a directory
+  -- or a device without waiting on it: Lua's io.open would block).
+  local format = format_t()
+  check(C.tgl_file_format(core.ctx, path, format), 'load')
+  if format[0] == core.defines.TGL_FILE_NPY then
     local out = core.out_array_t()
     check(C.tgl_npy_load(core.ctx, path, out), 'load')
     return core.wrap(out[0])
   end
-  -- PK\5\6 starts an archive with no entries (np.savez with no arrays).
-  local sig = head:sub(1, 4)
-  if sig == 'PK\3\4' or sig == 'PK\5\6' then
-    local out = npz_out_t()
-    check(C.tgl_npz_load(core.ctx, path, out), 'load')
-    local z, t = out[0], {}
-    -- The archive owns its arrays: take a reference to each before freeing it.
-    for i = 0, z.n - 1 do
-      C.tgl_array_retain(z.arrays[i])
-      t[ffi.string(z.names[i])] = core.wrap(z.arrays[i])
-    end
-    C.tgl_npz_free(z)
-    return t
+  local out = npz_out_t()   -- TGL_FILE_NPZ
+  check(C.tgl_npz_load(core.ctx, path, out), 'load')
+  local z, t = out[0], {}
+  -- The archive owns its arrays: take a reference to each before freeing it.
+  for i = 0, z.n - 1 do
+    C.tgl_array_retain(z.arrays[i])
+    t[ffi.string(z.names[i])] = core.wrap(z.arrays[i])
   end
-  argerror('load', "'%s' is neither a .npy file nor a .npz archive (it starts with %s)",
-           path, describe(head))
+  C.tgl_npz_free(z)
+  return t
 end
 
 return M

@@ -14,7 +14,9 @@
  * kernel at once both succeed (the second rename replaces an identical
  * file).  A damaged entry is deleted and rebuilt; since dlopen of a
  * truncated ELF file can die of SIGBUS rather than fail, an entry's ELF
- * headers are checked against its size before it is loaded.  After each
+ * headers are checked against its size before it is loaded, and since
+ * open(2) of a FIFO waits for a writer, entries are opened with O_NONBLOCK
+ * and anything that is not a regular file is damage too.  After each
  * insert the oldest entries (by mtime; a hit refreshes it) go until the
  * cache fits in config.cache_max_bytes.
  *
@@ -186,35 +188,66 @@ static bool elf_whole(int fd)
     return true;
 }
 
-void *tgl_cache_load(const char *dir, const char *key, const char *symbol, tgl_kernel_fn *fn)
+/* Loads the shared object at path and finds symbol in it: the dlopen
+ * handle (and *fn), or NULL.  *present says whether anything was at path.
+ * The file is opened without blocking (open(2) of a FIFO with no writer
+ * would wait forever) and handed to dlopen only when it is a regular file
+ * whose ELF headers lie inside it.  With touch, a hit's mtime is set to
+ * now. */
+static void *load_object(const char *path, const char *symbol, tgl_kernel_fn *fn, bool touch,
+                         bool *present)
 {
-    char path[1200];
-    snprintf(path, sizeof path, "%s/%s.so", dir, key);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    *present = false;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0)
         return NULL;
-    bool whole = elf_whole(fd);
-    void *h = whole ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : NULL;
+    *present = true;
+    struct stat st;
+    bool regular = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+    void *h = regular && elf_whole(fd) ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : NULL;
     void *sym = h ? dlsym(h, symbol) : NULL;
     if (!sym) {
-        /* Damaged (or from an incompatible build): delete, caller rebuilds. */
         if (h)
             dlclose(h);
         close(fd);
-        unlink(path);
         return NULL;
     }
-    /* A hit is a use: eviction goes by mtime.  An explicit clock reading,
-     * because the kernel stamps files with a coarse (jiffy) clock, which
-     * would tie with the entries written just before. */
-    struct timespec now[2];
-    clock_gettime(CLOCK_REALTIME, &now[0]);
-    now[1] = now[0];
-    futimens(fd, now);
+    if (touch) {
+        /* A hit is a use: eviction goes by mtime.  An explicit clock
+         * reading, because the kernel stamps files with a coarse (jiffy)
+         * clock, which would tie with the entries written just before. */
+        struct timespec now[2];
+        clock_gettime(CLOCK_REALTIME, &now[0]);
+        now[1] = now[0];
+        futimens(fd, now);
+    }
     close(fd);
     /* A data pointer to a function pointer: what POSIX's dlsym needs. */
     memcpy(fn, &sym, sizeof *fn);
     return h;
+}
+
+void *tgl_cache_load(const char *dir, const char *key, const char *symbol, tgl_kernel_fn *fn)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/%s.so", dir, key);
+    bool present;
+    void *h = load_object(path, symbol, fn, true, &present);
+    if (!h && present) {
+        /* Damaged, from an incompatible build, or not a regular file (a
+         * FIFO, a socket, a directory): delete it, the caller rebuilds.  A
+         * directory goes only when empty; otherwise the new entry cannot
+         * be renamed into place and the caller keeps its kernel uncached. */
+        if (unlink(path) != 0 && (errno == EISDIR || errno == EPERM))
+            rmdir(path);
+    }
+    return h;
+}
+
+void *tgl_cache_load_file(const char *path, const char *symbol, tgl_kernel_fn *fn)
+{
+    bool present;
+    return load_object(path, symbol, fn, false, &present);
 }
 
 typedef struct entry {
@@ -285,8 +318,8 @@ static int list_entries(const char *dir, entry **out, bool sweep, bool clear)
             continue;
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         struct stat st;
-        if (stat(path, &st) != 0)
-            continue;
+        if (stat(path, &st) != 0 || S_ISDIR(st.st_mode))
+            continue; /* a directory at an entry's name is no entry: left alone */
         if (tmp) {
             (void)clear;
             if (sweep && (temp_orphaned(e->d_name) || now - st.st_mtim.tv_sec > STALE_SECONDS))

@@ -31,7 +31,9 @@ tgl_status tgl_cgen_render(const tgl_fprog *prog, const char *symbol, char **sou
  *            the faster code swapped in when ready.
  * With no working compiler the kernel has no code (tier 0: the reference
  * path) and one warning is printed per process.  Never fails for want of
- * a compiler; a kernel that does not compile is TGL_EINTERNAL. */
+ * a compiler or of disk (a cache that cannot be written: a private
+ * temporary directory, else the current code, with one warning); a kernel
+ * whose source the compiler rejects is TGL_EINTERNAL. */
 tgl_status tgl_cgen_compile(const tgl_backend_opts *o, const tgl_backend *be,
                             const tgl_fprog *prog, tgl_kernel_ref **out, tgl_errbuf *err);
 
@@ -40,8 +42,9 @@ tgl_status tgl_cgen_compile(const tgl_backend_opts *o, const tgl_backend *be,
 tgl_kernel_fn tgl_cgen_kernel_fn(const tgl_kernel_ref *k);
 /* Blocks until k's background compile (if any) has finished. */
 void tgl_cgen_kernel_wait(tgl_kernel_ref *k);
-/* Frees k.  Does not wait: a background compile already running finishes
- * into the disk cache; one not started is dropped. */
+/* Frees k (its libtcc state, its shared object).  Does not wait: a
+ * background compile finishes into the disk cache; one not started yet is
+ * dropped when other compiles are waiting for their turn. */
 void tgl_cgen_kernel_release(tgl_kernel_ref *k);
 
 /* Runs fn over the arrays: out[k] are allocated by the caller with the

@@ -118,9 +118,14 @@ int tgl_cache_key(const char *backend, const char *target, const char *source, c
 
 /* Loads entry <dir>/<key>.so and finds symbol in it.  Returns the dlopen
  * handle (and *fn), or NULL when there is no entry; an entry that exists
- * but does not load (truncated, corrupt) is deleted and NULL returned.  A
- * hit refreshes the entry's mtime, so eviction is least recently used. */
+ * but does not load (truncated, corrupt, not a regular file: a FIFO is
+ * never waited on) is deleted (a directory only when empty) and NULL
+ * returned.  A hit refreshes the entry's mtime, so eviction is least
+ * recently used. */
 void *tgl_cache_load(const char *dir, const char *key, const char *symbol, tgl_kernel_fn *fn);
+/* Loads the shared object at path (a compiler's fresh output) with the
+ * same checks; NULL when it does not load.  Deletes nothing. */
+void *tgl_cache_load_file(const char *path, const char *symbol, tgl_kernel_fn *fn);
 
 /* Deletes the oldest entries (by mtime) of dir until its entries total at
  * most max_bytes, never the entry `keep`.  Also sweeps temporaries that

@@ -16,7 +16,12 @@
  * loaded until release).  No working cc is not an error: one warning per
  * process, and the program keeps the reference path (or, tiered, the
  * libtcc code).  A kernel that fails to compile is a tgl bug:
- * TGL_EINTERNAL with the compiler's message.
+ * TGL_EINTERNAL with the compiler's message; but only when the compiler
+ * rejects the source (-fsyntax-only says so).  The disk is never tgl's
+ * bug nor the user's call's failure: a kernel that cannot be written into
+ * the cache (full disk, a directory at the entry's name) is compiled in a
+ * private temporary directory, and when that fails too the program keeps
+ * its current code; one warning per process for each.
  *
  * Process-wide state, all of it in `G` and behind `G.lock`, except
  * `G.tcc_lock` itself: libtcc is not thread-safe (its parser keeps global
@@ -30,9 +35,10 @@
  * (tgl_cache_flush, which the host calls before closing the Lua state,
  * and an atexit handler that the first one registers) waits for them up
  * to config.exit_wait seconds, so that a short script still stores its
- * kernels in the cache.  A compile whose function was released before it
- * started is dropped, as before; one already running finishes into the
- * cache.  At the deadline the remaining ones are abandoned: G.exiting stops those not
+ * kernels in the cache.  A compile whose function was released still
+ * runs into the cache when its turn comes, unless other compiles are
+ * waiting for a slot then (it is dropped for them); one already running
+ * finishes into the cache.  At the deadline the remaining ones are abandoned: G.exiting stops those not
  * started, and the compilers still running (each in its own process
  * group) get SIGTERM, then SIGKILL, and their temporaries are removed.
  */
@@ -81,7 +87,8 @@ static struct {
     pthread_mutex_t lock;
     pthread_cond_t slot_free;
     int running; /* background compiles holding a slot */
-    bool warned, warned_tcc;
+    int waiting; /* background compiles waiting for one */
+    bool warned, warned_tcc, warned_io, warned_uncached;
     int nprobes;
     struct probe { char cc[256]; bool ok; char version[256]; } probes[MAX_PROBES];
     /* Background compiles not finished yet (see "At exit" above). */
@@ -106,9 +113,18 @@ typedef struct job {
     char version[256];
     char key[TGL_CACHE_KEY_HEX + 1];
     char err[TAIL + 900];
+    /* Set when the kernel was built but could not be kept in the cache:
+     * why (the one-time warning quotes it). */
+    char uncached[TAIL + 900];
+    /* Whether the compiler accepts the source as C (-fsyntax-only): 0 not
+     * asked yet, 1 yes, -1 no.  Tells a rejected source from a failure to
+     * write the compiler's output. */
+    int accepted;
+    bool step;     /* a whole step, not a fused program's kernel */
     /* Shared by the program's kernel and the background thread, each
      * holding a reference: release does not wait for the compile (which
-     * finishes into the cache, or is dropped if it has not started). */
+     * finishes into the cache, or is dropped if it has not started while
+     * others wait for a slot: see background). */
     pthread_mutex_t lock;
     pthread_cond_t done_cv;
     bool done, cancelled;
@@ -128,20 +144,77 @@ typedef struct kernel {
     tgl_kernel_ref head;
     tgl_kernel_fn fn;     /* atomic: the code calls run now (NULL: reference) */
     TCCState *tcc;        /* owns the libtcc code; freed at release           */
-    void *dl;             /* the cc code; never dlclose'd (calls may be live) */
+    void *dl;             /* the cc code (dlopen handle); closed at release   */
     job *job;             /* the background compile, or NULL                 */
 } kernel;
 
-enum { BUILD_OK, BUILD_NOCC, BUILD_FAIL, BUILD_ABANDONED };
+/* BUILD_IO: the kernel could not be built for a reason outside its
+ * source (a full disk, a directory that cannot be written, an object that
+ * cannot be renamed): never tgl's bug and never the user's call's failure;
+ * the caller keeps the code it has and warns once. */
+enum { BUILD_OK, BUILD_NOCC, BUILD_FAIL, BUILD_ABANDONED, BUILD_IO };
+
+static bool first_time(bool *flag);
 
 static void warn_no_cc(const char *cc, const char *using)
 {
-    pthread_mutex_lock(&G.lock);
-    bool first = !G.warned;
-    G.warned = true;
-    pthread_mutex_unlock(&G.lock);
-    if (first)
+    if (first_time(&G.warned))
         fprintf(stderr, "tgl: no C compiler (%s): using %s kernels\n", cc, using);
+}
+
+/* True the first time it is called with *flag false (under G.lock): for
+ * the warnings printed once per process. */
+static bool first_time(bool *flag)
+{
+    pthread_mutex_lock(&G.lock);
+    bool first = !*flag;
+    *flag = true;
+    pthread_mutex_unlock(&G.lock);
+    return first;
+}
+
+/* why on one line, for a warning: the compiler's output lines joined by
+ * "; " (by a space after a colon). */
+static void one_line(char *out, size_t size, const char *why)
+{
+    size_t n = 0;
+    bool gap = false;
+    for (const char *p = why; *p && n + 3 < size; p++) {
+        if (*p == '\n' || *p == '\r') {
+            gap = n > 0;
+            continue;
+        }
+        if (gap && *p != ';') {
+            if (out[n - 1] != ':')
+                out[n++] = ';';
+            out[n++] = ' ';
+        }
+        gap = false;
+        out[n++] = *p;
+    }
+    out[n] = '\0';
+}
+
+/* A kernel that could not be built for want of disk (BUILD_IO): the
+ * program keeps `using`. */
+static void warn_io(const char *why, const char *using)
+{
+    if (first_time(&G.warned_io)) {
+        char line[TAIL + 1000];
+        one_line(line, sizeof line, why);
+        fprintf(stderr, "tgl: cannot write compiled kernels (%s): using %s\n", line, using);
+    }
+}
+
+/* A kernel built, but outside the cache. */
+static void warn_uncached(const char *dir, const char *why)
+{
+    if (first_time(&G.warned_uncached)) {
+        char line[TAIL + 1000];
+        one_line(line, sizeof line, why);
+        fprintf(stderr, "tgl: cannot store kernels in the cache %s (%s): they are compiled for "
+                        "this process only\n", dir, line);
+    }
 }
 
 /* ---- running a command ---------------------------------------------------- */
@@ -308,59 +381,100 @@ static void unique(char *buf, size_t size, const char *dir, const char *key, con
              (int)getpid(), r, suffix[0] == 'c' ? ".c" : "");
 }
 
-/* Compiles j's source into the cache (or a private temporary directory
- * when there is no cache) and loads it. */
-static int job_compile(job *j, void **dl, tgl_kernel_fn *fn)
+/* Whether the exit deadline has passed (compilers are being stopped). */
+static bool exiting(void)
 {
-    char dir[1100];
-    bool cached = j->dir[0] != '\0';
-    if (cached) {
-        snprintf(dir, sizeof dir, "%s", j->dir);
-    } else {
-        const char *t = getenv("TMPDIR");
-        snprintf(dir, sizeof dir, "%s/tgl-XXXXXX", t && t[0] ? t : "/tmp");
-        if (!mkdtemp(dir)) {
-            snprintf(j->err, sizeof j->err, "cannot make a temporary directory: %s",
-                     strerror(errno));
-            return BUILD_FAIL;
+    pthread_mutex_lock(&G.lock);
+    bool e = G.exiting;
+    pthread_mutex_unlock(&G.lock);
+    return e;
+}
+
+/* Writes text to a new file at path.  O_EXCL: whatever is already at the
+ * name (a FIFO, a link) is neither followed nor waited on.  0, or -1 with
+ * errno (a full disk shows up at write or at close). */
+static int write_new(const char *path, const char *text)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return -1;
+    size_t n = strlen(text);
+    while (n > 0) {
+        ssize_t k = write(fd, text, n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0) {
+            int e = k < 0 ? errno : EIO;
+            close(fd);
+            errno = e;
+            return -1;
         }
+        text += k;
+        n -= (size_t)k;
     }
+    /* close reports late write errors; the descriptor is gone either way
+     * (never closed twice, never retried). */
+    return close(fd);
+}
+
+/* The compiler's command line for j in argv (words holds them): cc, the
+ * flags, then the words of `tail` (e.g. "-o out.so src.c -lmvec -lm"),
+ * split at blanks like the rest.  Returns the count, <= 0 when it does
+ * not fit. */
+static int compiler_argv(const job *j, const char *tail, char *words, size_t size, char **argv)
+{
+    char line[3200];
+    int w = snprintf(line, sizeof line, "%s %s " FIXED_FLAGS " %s", j->cc, j->cflags, tail);
+    if (w < 0 || (size_t)w >= sizeof line || strlen(line) >= size)
+        return -1;
+    int n = split(line, words, size, argv, MAX_ARGS * 2);
+    if (n > 0)
+        argv[n] = NULL;
+    return n;
+}
+
+/* Whether the compiler accepts the source at src as C: -fsyntax-only
+ * writes no file, so a compile that failed although this passes failed at
+ * writing its output (a full disk), not at the source.  Asked once per
+ * job. */
+static bool source_accepted(job *j, const char *src)
+{
+    if (j->accepted == 0) {
+        char tail[1400], words[3200], *argv[MAX_ARGS * 2 + 8], out[TAIL + 1];
+        snprintf(tail, sizeof tail, "-fsyntax-only %s", src);
+        int n = compiler_argv(j, tail, words, sizeof words, argv);
+        j->accepted = n > 0 && run(argv, NULL, 0, out, &j->child) == 0 ? 1 : -1;
+    }
+    return j->accepted > 0;
+}
+
+/* Compiles j's source in dir under temporary names and loads the object.
+ * With keep (dir is the cache), the object is then renamed into place as
+ * <dir>/<key>.so; when that fails, the kernel is loaded all the same and
+ * j->uncached says why.  BUILD_IO when the files could not be written
+ * (j->err says why). */
+static int build_in(job *j, const char *dir, bool keep, void **dl, tgl_kernel_fn *fn)
+{
     char src[1300], so[1300], final[1300];
     unique(src, sizeof src, dir, j->key, "c");
     unique(so, sizeof so, dir, j->key, "so");
     snprintf(final, sizeof final, "%s/%s.so", dir, j->key);
     int result = BUILD_FAIL;
-    FILE *f = fopen(src, "w");
-    if (!f || fputs(j->source, f) < 0 || fclose(f) != 0) {
-        if (f)
-            fclose(f);
+    if (write_new(src, j->source) != 0) {
         snprintf(j->err, sizeof j->err, "cannot write %.600s: %s", src, strerror(errno));
+        result = BUILD_IO;
         goto done;
     }
-    char words[1400], *argv[MAX_ARGS * 2 + 8];
-    char line[800];
-    snprintf(line, sizeof line, "%s %s " FIXED_FLAGS, j->cc, j->cflags);
-    int n = split(line, words, sizeof words, argv, MAX_ARGS * 2);
-    if (n <= 0) {
+    char tail[2800], words[3200], *argv[MAX_ARGS * 2 + 8];
+    snprintf(tail, sizeof tail, "-o %s %s " LIBS, so, src);
+    if (compiler_argv(j, tail, words, sizeof words, argv) <= 0) {
         snprintf(j->err, sizeof j->err, "bad compiler command '%s %s'", j->cc, j->cflags);
         goto done;
     }
-    char libs[] = LIBS, *lib2 = strchr(libs, ' ');
-    argv[n++] = "-o";
-    argv[n++] = so;
-    argv[n++] = src;
-    if (lib2)
-        *lib2++ = '\0';
-    argv[n++] = libs;
-    if (lib2)
-        argv[n++] = lib2;
-    argv[n] = NULL;
-    char tail[TAIL + 1];
-    int rc = run(argv, NULL, 0, tail, &j->child);
-    pthread_mutex_lock(&G.lock);
-    bool abandoned = G.exiting;
-    pthread_mutex_unlock(&G.lock);
-    if (rc != 0 && abandoned) { /* stopped at the exit deadline: no entry, no message */
+    char out[TAIL + 1];
+    int rc = run(argv, NULL, 0, out, &j->child);
+    bool accepted = rc > 0 && source_accepted(j, src);
+    if (rc != 0 && exiting()) { /* stopped at the exit deadline: no entry, no message */
         result = BUILD_ABANDONED;
         goto done;
     }
@@ -369,28 +483,65 @@ static int job_compile(job *j, void **dl, tgl_kernel_fn *fn)
         goto done;
     }
     if (rc != 0) {
-        snprintf(j->err, sizeof j->err, "%.150s exited with status %d:\n%s", j->cc, rc, tail);
+        snprintf(j->err, sizeof j->err, "%.150s exited with status %d:\n%s", j->cc, rc, out);
+        result = accepted ? BUILD_IO : BUILD_FAIL;
         goto done;
     }
-    if (rename(so, final) != 0) {
-        snprintf(j->err, sizeof j->err, "cannot rename %.600s: %s", so, strerror(errno));
+    /* Loaded before the rename: a kernel that compiled runs whether or
+     * not the cache can keep it. */
+    if (!(*dl = tgl_cache_load_file(so, j->symbol, fn))) {
+        snprintf(j->err, sizeof j->err, "the compiled kernel %.600s does not load", so);
         goto done;
     }
-    if (cached)
-        tgl_cache_evict(dir, j->max_bytes, j->key);
-    *dl = tgl_cache_load(dir, j->key, j->symbol, fn);
-    if (*dl)
-        result = BUILD_OK;
-    else
-        snprintf(j->err, sizeof j->err, "the compiled kernel %.600s does not load", final);
+    result = BUILD_OK;
+    if (keep) {
+        if (rename(so, final) != 0)
+            snprintf(j->uncached, sizeof j->uncached, "cannot rename %.600s to %s.so: %s", so,
+                     j->key, strerror(errno));
+        else
+            tgl_cache_evict(dir, j->max_bytes, j->key);
+    }
 done:
     unlink(src);
-    unlink(so);
-    if (!cached) {
-        unlink(final); /* the mapping stays valid after unlink */
+    unlink(so); /* gone after the rename; the mapping stays valid after unlink */
+    return result;
+}
+
+/* Compiles j's source into the cache and loads it.  When the cache cannot
+ * be written (no directory, a full disk, an entry that cannot be
+ * replaced), in a private temporary directory instead, with one warning
+ * per process; BUILD_IO when that fails too. */
+static int job_compile(job *j, void **dl, tgl_kernel_fn *fn)
+{
+    char why[sizeof j->err];
+    why[0] = j->uncached[0] = '\0';
+    if (j->dir[0]) {
+        int rc = build_in(j, j->dir, true, dl, fn);
+        if (rc == BUILD_OK && j->uncached[0])
+            warn_uncached(j->dir, j->uncached);
+        if (rc != BUILD_IO)
+            return rc;
+        snprintf(why, sizeof why, "%s", j->err);
+    }
+    char dir[1100];
+    const char *t = getenv("TMPDIR");
+    snprintf(dir, sizeof dir, "%.1000s/tgl-XXXXXX", t && t[0] ? t : "/tmp");
+    int rc = BUILD_IO;
+    if (!mkdtemp(dir))
+        snprintf(j->err, sizeof j->err, "cannot make a temporary directory %.1000s: %s", dir,
+                 strerror(errno));
+    else {
+        rc = build_in(j, dir, false, dl, fn);
         rmdir(dir);
     }
-    return result;
+    if (why[0] && rc == BUILD_OK)
+        warn_uncached(j->dir, why);
+    else if (why[0] && rc == BUILD_IO) {
+        char both[sizeof j->err + 64];
+        snprintf(both, sizeof both, "%.700s; and in a temporary directory: %.700s", why, j->err);
+        snprintf(j->err, sizeof j->err, "%.*s", (int)(sizeof j->err - 1), both);
+    }
+    return rc;
 }
 
 /* ---- libtcc ---------------------------------------------------------------------- */
@@ -479,11 +630,7 @@ static bool have_tcc(void)
 
 static void warn_no_tcc(void)
 {
-    pthread_mutex_lock(&G.lock);
-    bool first = !G.warned_tcc;
-    G.warned_tcc = true;
-    pthread_mutex_unlock(&G.lock);
-    if (first)
+    if (first_time(&G.warned_tcc))
         fprintf(stderr, "tgl: libtcc is not linked into this program: no libtcc kernels\n");
 }
 
@@ -556,15 +703,21 @@ static void *background(void *arg)
 {
     job *j = arg;
     pthread_mutex_lock(&G.lock);
+    G.waiting++;
     while (G.running >= slots() && !G.exiting)
         pthread_cond_wait(&G.slot_free, &G.lock);
+    G.waiting--;
     G.running++;
-    bool exiting = G.exiting;
+    bool exiting = G.exiting, crowded = G.waiting > 0;
     pthread_mutex_unlock(&G.lock);
     void *dl = NULL;
     tgl_kernel_fn fn = NULL;
     int rc = BUILD_ABANDONED;
-    if (!exiting && !__atomic_load_n(&j->cancelled, __ATOMIC_ACQUIRE)) {
+    /* A compile whose function was released still fills the cache (a
+     * script that fails at once stores its kernels for the next run),
+     * unless other compiles wait for a slot: it yields to them. */
+    bool released = __atomic_load_n(&j->cancelled, __ATOMIC_ACQUIRE);
+    if (!exiting && !(released && (crowded || !j->dir[0]))) {
         rc = job_key(j);
         if (rc == BUILD_OK && !(j->dir[0] && (dl = tgl_cache_load(j->dir, j->key, j->symbol, &fn))))
             rc = job_compile(j, &dl, &fn);
@@ -583,9 +736,14 @@ static void *background(void *arg)
     j->done = true;
     pthread_cond_broadcast(&j->done_cv);
     pthread_mutex_unlock(&j->lock);
+    if (rc == BUILD_OK && !live)
+        dlclose(dl); /* released meanwhile: nothing calls it (the cache keeps it) */
     job_unregister(j);
     if (rc == BUILD_NOCC)
         warn_no_cc(j->cc, j->tcc_tier ? "libtcc" : "reference");
+    else if (rc == BUILD_IO && live)
+        warn_io(j->err, j->step ? "its kernels one by one for the whole step"
+                        : j->tcc_tier ? "libtcc kernels" : "reference kernels");
     else if (rc == BUILD_FAIL && live)
         /* Nobody to return an error to: the code that runs now stays. */
         fprintf(stderr, "tgl: internal error (please report): a kernel does not compile with %s, "
@@ -793,6 +951,8 @@ static tgl_status compile(const tgl_backend_opts *o, const tgl_backend *be, cons
     tgl_status st = TGL_OK;
     if (rc == BUILD_NOCC)
         warn_no_cc(j->cc, k->head.tier == 1 ? "libtcc" : "reference");
+    else if (rc == BUILD_IO)
+        warn_io(j->err, k->head.tier == 1 ? "libtcc kernels" : "reference kernels");
     else if (rc == BUILD_FAIL)
         st = internal(e, prog, j->cc, j->err);
     job_free(j);
@@ -844,6 +1004,7 @@ tgl_status tgl_cgen_step_prepare(const tgl_backend_opts *o, const tgl_step_item 
         return tgl_errbuf_set(err, TGL_ENOMEM, "cgen: out of memory");
     }
     k->head.backend = &tgl_backend_cpu;
+    j->step = true;
     *out = &k->head;
     /* libtcc's code would not be the optimizing compiler's, nor as fast:
      * the whole step waits for cc (the engine runs the step meanwhile). */
@@ -860,6 +1021,8 @@ tgl_status tgl_cgen_step_prepare(const tgl_backend_opts *o, const tgl_step_item 
         int rc = job_compile(j, &k->dl, &k->fn);
         if (rc == BUILD_OK)
             k->head.tier = 2;
+        else if (rc == BUILD_IO)
+            warn_io(j->err, "its kernels one by one for the whole step");
         else if (rc == BUILD_FAIL)
             fprintf(stderr, "tgl: internal error (please report): a whole step does not compile "
                             "with %s; its instructions run one by one: %s\n", j->cc, j->err);
@@ -928,5 +1091,9 @@ void tgl_cgen_kernel_release(tgl_kernel_ref *ref)
         T.delete_(k->tcc);
         pthread_mutex_unlock(&G.tcc_lock);
     }
+    /* Released with the last program that runs it (engine/backend.c), so
+     * no call is running it: its code can go. */
+    if (k->dl)
+        dlclose(k->dl);
     free(k);
 }

@@ -104,6 +104,15 @@ tgl_status tgl_array_scalar(tgl_ctx *ctx, const tgl_array *a, double *out)
 
 /* ---- kernels of fused programs ---------------------------------------- */
 
+/* Kernels made by tgl_backend_prepare and not released yet, in every
+ * context (tgl_kernels_live). */
+static int64_t live_kernels;
+
+int64_t tgl_kernels_live(void)
+{
+    return __atomic_load_n(&live_kernels, __ATOMIC_RELAXED);
+}
+
 tgl_status tgl_backend_prepare(tgl_ctx *ctx, int device, tgl_fprog *prog)
 {
     TGL_CHECK_CTX(ctx);
@@ -115,6 +124,7 @@ tgl_status tgl_backend_prepare(tgl_ctx *ctx, int device, tgl_fprog *prog)
         TGL_CHECK(prog->kernel->backend == be, TGL_EINTERNAL,
                   "fused program %d already has a %s kernel, not a %s one", prog->id,
                   prog->kernel->backend->name, be->name);
+        prog->kernel_users++;
         return TGL_OK;
     }
     tgl_errbuf e;
@@ -123,7 +133,15 @@ tgl_status tgl_backend_prepare(tgl_ctx *ctx, int device, tgl_fprog *prog)
     if (st)
         return tgl_errbuf_take(ctx, st, &e);
     prog->kernel = k;
+    prog->kernel_users = 1;
+    __atomic_add_fetch(&live_kernels, 1, __ATOMIC_RELAXED);
     return TGL_OK;
+}
+
+void tgl_backend_unuse(tgl_fprog *prog)
+{
+    if (prog && prog->kernel_users > 0 && --prog->kernel_users == 0)
+        tgl_backend_release(prog);
 }
 
 int tgl_backend_tier(const tgl_fprog *prog)
@@ -144,7 +162,9 @@ void tgl_backend_release(tgl_fprog *prog)
     tgl_kernel_ref *k = prog ? prog->kernel : NULL;
     if (k) {
         prog->kernel = NULL;
+        prog->kernel_users = 0;
         k->backend->release(k);
+        __atomic_sub_fetch(&live_kernels, 1, __ATOMIC_RELAXED);
     }
 }
 

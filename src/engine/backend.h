@@ -192,13 +192,19 @@ tgl_status tgl_array_require_host(tgl_ctx *ctx, const char *fn, const tgl_array 
 tgl_status tgl_array_scalar(tgl_ctx *ctx, const tgl_array *a, double *out);
 
 /* Makes prog's kernel on device's backend (prog->kernel), once per program:
- * later calls return at once.  Replaces tgl_cgen_prepare. */
+ * later calls return at once.  Each successful call is a use of the
+ * kernel (prog->kernel_users), which the caller gives back with
+ * tgl_backend_unuse.  Replaces tgl_cgen_prepare. */
 tgl_status tgl_backend_prepare(tgl_ctx *ctx, int device, struct tgl_fprog *prog);
+/* Gives back a use of prog's kernel; the last one releases the kernel (a
+ * later prepare makes it again: from the disk cache, or libtcc). */
+void tgl_backend_unuse(struct tgl_fprog *prog);
 /* Which code prog runs now: 0 none (reference path), 1 quick, 2 optimized. */
 int tgl_backend_tier(const struct tgl_fprog *prog);
 /* Blocks until prog's background compile, if any, has finished. */
 void tgl_backend_wait(const struct tgl_fprog *prog);
-/* Frees prog's kernel (prog->kernel becomes NULL); does not wait. */
+/* Frees prog's kernel (prog->kernel becomes NULL) whatever its uses (the
+ * program itself is going); does not wait. */
 void tgl_backend_release(struct tgl_fprog *prog);
 /* Runs prog's kernel (tier > 0) over in[] into out[] on its backend;
  * cache (may be NULL) is a launch cache the caller keeps for this program

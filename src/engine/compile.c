@@ -247,6 +247,9 @@ void tgl_program_free(tgl_program *prog)
 {
     if (!prog)
         return;
+    for (int32_t pc = 0; pc < prog->prepared_to; pc++)
+        if (prog->code[pc].kind == TGL_I_OP && prog->code[pc].node->op == TGL_OP_FUSED)
+            tgl_backend_unuse(tgl_fprog_of(prog->code[pc].node));
     for (int32_t pc = 0; pc < prog->ncode; pc++) {
         free(prog->code[pc].in);
         free(prog->code[pc].free_slots);
@@ -535,9 +538,12 @@ tgl_status tgl_program_new(tgl_ctx *ctx, int nin, tgl_node *const *inputs, int n
     if (!st)
         tgl_plan_shapes(prog);
     /* Generated kernels for the fused groups (not in FAST_COMPILE). */
-    for (int32_t pc = 0; !st && pc < prog->ncode; pc++)
+    for (int32_t pc = 0; !st && pc < prog->ncode; pc++) {
         if (prog->code[pc].kind == TGL_I_OP && prog->code[pc].node->op == TGL_OP_FUSED)
             st = tgl_backend_prepare(ctx, TGL_DEVICE_CPU, tgl_fprog_of(prog->code[pc].node));
+        if (!st)
+            prog->prepared_to = pc + 1;
+    }
     /* Inner programs of ops with a body (scan), compiled with the same
      * options. */
     for (int32_t pc = 0; !st && pc < prog->ncode; pc++)

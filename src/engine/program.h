@@ -95,6 +95,9 @@ typedef struct tgl_program {
     tgl_node **owned;        /* nodes retained for the program's life      */
     size_t nowned;
     int32_t nsub;            /* instructions with an inner program         */
+    /* The fused instructions before this pc hold a use of their program's
+     * kernel (tgl_backend_prepare), dropped when the program is freed. */
+    int32_t prepared_to;
 } tgl_program;
 
 /* Free buffers a frame keeps for the next instructions that fit, by size

@@ -2,14 +2,17 @@
  * idx.c — reading IDX files (the format of MNIST and Fashion-MNIST), plain
  * or gzip-compressed (zlib's gzread reads both).  Big-endian header and
  * data; the element count the header claims is checked against what the
- * file holds before anything is allocated from it.
+ * file holds before anything is allocated from it.  Only a regular file is
+ * opened (tgl_io_open_read: a FIFO is refused, never waited on).
  */
 #include "engine/engine.h"
+#include "io/npyfmt.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <inttypes.h>
 #include <string.h>
+#include <unistd.h>
 #include <zlib.h>
 
 /* IDX type codes and the tgl dtype each loads as. */
@@ -46,12 +49,19 @@ tgl_status tgl_idx_load(tgl_ctx *ctx, const char *path, tgl_array **out)
     const char *fn = "tgl_idx_load";
     TGL_CHECK_CTX(ctx);
     TGL_CHECK(path && out, TGL_EINVAL, "%s: NULL argument", fn);
-    gzFile f = gzopen(path, "rb");
-    if (!f)
-        return tgl_ctx_set_error(ctx, TGL_EIO, "%s: cannot open '%s': %s", fn, path,
-                                 strerror(errno ? errno : ENOENT));
+    char where[TGL_ERRMSG_SIZE / 2];
+    snprintf(where, sizeof where, "'%s'", path);
+    int fd = -1;
+    uint64_t size;
+    tgl_status st = tgl_io_open_read(ctx, fn, where, path, &fd, &size);
+    if (st)
+        return st;
+    gzFile f = gzdopen(fd, "rb"); /* owns fd from here: gzclose closes it */
+    if (!f) {
+        close(fd);
+        return tgl_ctx_set_error(ctx, TGL_ENOMEM, "%s: %s: zlib cannot open it", fn, where);
+    }
     unsigned char magic[4];
-    tgl_status st = TGL_OK;
     tgl_array *a = NULL;
     if (!read_all(f, magic, 4)) {
         st = tgl_ctx_set_error(ctx, TGL_EFORMAT, "%s: '%s' is too short to be an IDX file", fn, path);

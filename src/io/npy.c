@@ -19,6 +19,7 @@
 #include "engine/backend.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -48,6 +49,134 @@ tgl_status tgl_io_fail(tgl_ctx *ctx, tgl_status st, const char *fn, const char *
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     return tgl_ctx_set_error(ctx, st, "%s: %s: %s", fn, where, msg);
+}
+
+/* What a file that is not a regular file is, for messages. */
+static const char *file_kind(mode_t m)
+{
+    if (S_ISDIR(m))
+        return "a directory";
+    if (S_ISFIFO(m))
+        return "a FIFO (named pipe)";
+    if (S_ISCHR(m))
+        return "a character device";
+    if (S_ISBLK(m))
+        return "a block device";
+    if (S_ISSOCK(m))
+        return "a socket";
+    if (S_ISLNK(m))
+        return "a symbolic link";
+    return "not a regular file";
+}
+
+const char *tgl_io_show(char *buf, size_t size, const void *bytes, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    const unsigned char *b = bytes;
+    size_t k = 0;
+    buf[k++] = '\'';
+    size_t i = 0;
+    /* room for the widest form of a byte (\xNN), then "'..." and the NUL */
+    for (; i < n && k + 4 + 5 <= size; i++) {
+        unsigned char c = b[i];
+        if (c == '\'' || c == '\\') {
+            buf[k++] = '\\';
+            buf[k++] = (char)c;
+        } else if (c >= 0x20 && c < 0x7f) {
+            buf[k++] = (char)c;
+        } else {
+            buf[k++] = '\\';
+            buf[k++] = 'x';
+            buf[k++] = hex[c >> 4];
+            buf[k++] = hex[c & 15];
+        }
+    }
+    buf[k++] = '\'';
+    if (i < n) {
+        memcpy(buf + k, "...", 3);
+        k += 3;
+    }
+    buf[k] = '\0';
+    return buf;
+}
+
+tgl_status tgl_io_open_read(tgl_ctx *ctx, const char *fn, const char *where, const char *path,
+                            int *fd, uint64_t *size)
+{
+    int d = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (d < 0)
+        return tgl_io_fail(ctx, TGL_EIO, fn, where, "cannot open: %s", strerror(errno));
+    struct stat sb;
+    if (fstat(d, &sb) != 0) {
+        int e = errno;
+        close(d);
+        return tgl_io_fail(ctx, TGL_EIO, fn, where, "cannot open: %s", strerror(e));
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        close(d);
+        return tgl_io_fail(ctx, TGL_EIO, fn, where, "is %s, not a regular file; load reads "
+                           "only regular files", file_kind(sb.st_mode));
+    }
+    /* Reads block again (O_NONBLOCK means nothing for a regular file's
+     * data, but the descriptor is handed to stdio and zlib). */
+    int fl = fcntl(d, F_GETFL);
+    if (fl != -1)
+        (void)fcntl(d, F_SETFL, fl & ~O_NONBLOCK);
+    *fd = d;
+    *size = (uint64_t)sb.st_size;
+    return TGL_OK;
+}
+
+tgl_status tgl_io_fopen_read(tgl_ctx *ctx, const char *fn, const char *where, const char *path,
+                             FILE **fp, uint64_t *size)
+{
+    int fd = -1;
+    tgl_status st = tgl_io_open_read(ctx, fn, where, path, &fd, size);
+    if (st)
+        return st;
+    if (!(*fp = fdopen(fd, "rb"))) {
+        int e = errno;
+        close(fd);
+        return tgl_io_fail(ctx, TGL_EIO, fn, where, "cannot open: %s", strerror(e));
+    }
+    return TGL_OK;
+}
+
+tgl_status tgl_file_format(tgl_ctx *ctx, const char *path, int *format)
+{
+    const char *fn = "tgl_file_format";
+    char where[TGL_ERRMSG_SIZE / 2];
+    TGL_CHECK_CTX(ctx);
+    TGL_CHECK(path && format, TGL_EINVAL, "%s: path and format must not be NULL", fn);
+    snprintf(where, sizeof where, "'%s'", path);
+    int fd = -1;
+    uint64_t size;
+    tgl_status st = tgl_io_open_read(ctx, fn, where, path, &fd, &size);
+    if (st)
+        return st;
+    unsigned char head[6];
+    ssize_t n;
+    while ((n = read(fd, head, sizeof head)) < 0 && errno == EINTR)
+        ;
+    int e = errno;
+    close(fd);
+    if (n < 0)
+        return tgl_io_fail(ctx, TGL_EIO, fn, where, "cannot read: %s", strerror(e));
+    if (n == 0)
+        return tgl_ctx_set_error(ctx, TGL_EFORMAT, "%s: %s is empty", fn, where);
+    if (n == (ssize_t)sizeof head && memcmp(head, npy_magic, sizeof head) == 0) {
+        *format = TGL_FILE_NPY;
+        return TGL_OK;
+    }
+    /* PK\5\6 starts an archive with no entries (np.savez with no arrays). */
+    if (n >= 4 && (memcmp(head, "PK\3\4", 4) == 0 || memcmp(head, "PK\5\6", 4) == 0)) {
+        *format = TGL_FILE_NPZ;
+        return TGL_OK;
+    }
+    char shown[40];
+    return tgl_ctx_set_error(ctx, TGL_EFORMAT,
+                             "%s: %s is neither a .npy file nor a .npz archive (it starts with "
+                             "%s)", fn, where, tgl_io_show(shown, sizeof shown, head, (size_t)n));
 }
 
 /* ------------------------------------------------------------------------ */
@@ -218,9 +347,11 @@ static tgl_status parse_descr(parser *ps, const char *descr, npy_info *info)
     int size = 0;
     while (*s >= '0' && *s <= '9' && size < 1000)
         size = size * 10 + (*s++ - '0');
+    char shown[4 * 40 + 8];
+    tgl_io_show(shown, sizeof shown, descr, strlen(descr));
     if (kind == 'O')
         return tgl_io_fail(ps->ctx, TGL_EDTYPE, ps->fn, ps->where,
-                           "object arrays (descr '%s') are not supported", descr);
+                           "object arrays (descr %s) are not supported", shown);
     int dtype = -1;
     if (*s == '\0')
         for (int d = 0; d < TGL_NDTYPES; d++)
@@ -229,9 +360,9 @@ static tgl_status parse_descr(parser *ps, const char *descr, npy_info *info)
     /* '|' means "byte order does not apply": only for one-byte elements. */
     if (dtype < 0 || (order == '|' && size != 1))
         return tgl_io_fail(ps->ctx, TGL_EDTYPE, ps->fn, ps->where,
-                           "unsupported dtype '%s' (tgl reads float32 '<f4', float64 '<f8', "
+                           "unsupported dtype %s (tgl reads float32 '<f4', float64 '<f8', "
                            "int32 '<i4', int64 '<i8', uint8 '|u1' and bool '|b1', "
-                           "in either byte order)", descr);
+                           "in either byte order)", shown);
     info->dtype = dtype;
     info->swap = size > 1 && (order == FOREIGN_ORDER || (order == '!' && HOST_ORDER == '<'));
     return TGL_OK;
@@ -253,8 +384,10 @@ static tgl_status parse_header(tgl_ctx *ctx, const char *fn, const char *where,
     while (!accept(&ps, '}')) {
         if ((st = parse_string(&ps, key, sizeof key)))
             return st;
+        char shown[4 * sizeof key + 8];
+        tgl_io_show(shown, sizeof shown, key, strlen(key));
         if (!accept(&ps, ':'))
-            return perr(&ps, "expected ':' after '%s'", key);
+            return perr(&ps, "expected ':' after %s", shown);
         bool *seen;
         if (strcmp(key, "descr") == 0) {
             skip_space(&ps);
@@ -273,10 +406,10 @@ static tgl_status parse_header(tgl_ctx *ctx, const char *fn, const char *where,
                 return st;
             seen = &have_shape;
         } else {
-            return perr(&ps, "unexpected key '%s'", key);
+            return perr(&ps, "unexpected key %s", shown);
         }
         if (*seen)
-            return perr(&ps, "key '%s' appears twice", key);
+            return perr(&ps, "key %s appears twice", shown);
         *seen = true;
         if (!accept(&ps, ',')) {
             if (accept(&ps, '}'))
@@ -481,20 +614,15 @@ tgl_status tgl_npy_load(tgl_ctx *ctx, const char *path, tgl_array **out)
     TGL_CHECK(path && out, TGL_EINVAL, "%s: path and out must not be NULL", fn);
     snprintf(where, sizeof where, "'%s'", path);
 
-    FILE *fp = fopen(path, "rb");
-    if (!fp)
-        return tgl_io_fail(ctx, TGL_EIO, fn, where, "cannot open: %s", strerror(errno));
-    struct stat sb;
-    tgl_status st;
+    FILE *fp;
+    uint64_t size;
+    tgl_status st = tgl_io_fopen_read(ctx, fn, where, path, &fp, &size);
+    if (st)
+        return st;
     unsigned char pre[12], *hdr = NULL;
     size_t hoff = 0;
-    uint64_t hlen = 0, size;
+    uint64_t hlen = 0;
     npy_info info;
-    if (fstat(fileno(fp), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        st = tgl_io_fail(ctx, TGL_EIO, fn, where, "not a regular file");
-        goto done;
-    }
-    size = (uint64_t)sb.st_size;
     size_t npre = fread(pre, 1, size < sizeof pre ? (size_t)size : sizeof pre, fp);
     if ((st = parse_preamble(ctx, fn, where, pre, npre, &hoff, &hlen)))
         goto done;
@@ -640,24 +768,6 @@ static mode_t current_umask(void)
         fclose(f);
     }
     return mask & 0777;
-}
-
-/* What a file that is not a regular file is, for messages. */
-static const char *file_kind(mode_t m)
-{
-    if (S_ISDIR(m))
-        return "a directory";
-    if (S_ISFIFO(m))
-        return "a FIFO (named pipe)";
-    if (S_ISCHR(m))
-        return "a character device";
-    if (S_ISBLK(m))
-        return "a block device";
-    if (S_ISSOCK(m))
-        return "a socket";
-    if (S_ISLNK(m))
-        return "a symbolic link";
-    return "not a regular file";
 }
 
 #define ONLY_REGULAR "save replaces only a regular file (or a symbolic link to one)"

@@ -1,7 +1,8 @@
 /*
  * npyfmt.h — internal header of src/io, the file formats (npy.c, npz.c):
- * the .npy encoder/decoder that works on memory, and the helpers both
- * formats use to report errors and to replace a file atomically.  Not part
+ * the .npy encoder/decoder that works on memory, and the helpers every
+ * format (npy.c, npz.c, idx.c) uses to report errors, to open a file to
+ * read, and to replace a file atomically.  Not part
  * of the API; the engine never includes it.
  */
 #ifndef TGL_NPYFMT_H
@@ -23,6 +24,26 @@ tgl_status tgl_io_fail(tgl_ctx *ctx, tgl_status st, const char *fn, const char *
     __attribute__((format(printf, 5, 6)))
 #endif
     ;
+
+/* Bytes read from a file (a header key, an entry name, a file's first
+ * bytes), shown in a message: in single quotes, printable ASCII as it is
+ * (a quote or backslash escaped with a backslash), every other byte
+ * (control characters, newlines, bytes of UTF-8 or of nothing) as \xNN;
+ * cut with "..." when it does not fit in size bytes (size >= 16).  The
+ * one quoting of file contents in tgl's messages.  Returns buf. */
+const char *tgl_io_show(char *buf, size_t size, const void *bytes, size_t n);
+
+/* Opens path for reading without ever waiting: O_NONBLOCK, so that a FIFO
+ * with no writer (or a writer that stalls) does not block the open, then
+ * fstat refuses anything that is not a regular file (a FIFO, a directory,
+ * a device, a socket) with TGL_EIO naming what it is, before a byte is
+ * read.  On success *fd reads blocking as usual and *size is the file's
+ * size; where names the file in messages ("'a.npy'"). */
+tgl_status tgl_io_open_read(tgl_ctx *ctx, const char *fn, const char *where, const char *path,
+                            int *fd, uint64_t *size);
+/* tgl_io_open_read as a stdio stream. */
+tgl_status tgl_io_fopen_read(tgl_ctx *ctx, const char *fn, const char *where, const char *path,
+                             FILE **fp, uint64_t *size);
 
 /* Checks that a is an array tgl can write (known dtype, ndim in range,
  * shape and size consistent, data present).  Arguments only; no I/O. */

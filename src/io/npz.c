@@ -376,13 +376,10 @@ static tgl_status read_at(zreader *z, uint64_t off, void *buf, size_t n)
     return TGL_OK;
 }
 
-/* The entry's name for messages: printable ASCII, other bytes as '?'. */
+/* An entry's name for messages, quoted and escaped (tgl_io_show). */
 static void display_name(const zinfo *e, char *buf, size_t cap)
 {
-    size_t n = e->nlen < cap - 1 ? e->nlen : cap - 1;
-    for (size_t i = 0; i < n; i++)
-        buf[i] = e->name[i] >= 0x20 && e->name[i] < 0x7f ? (char)e->name[i] : '?';
-    buf[n] = '\0';
+    tgl_io_show(buf, cap, e->name, e->nlen);
 }
 
 /* Inflates exactly usize bytes from csize, refusing streams that end early
@@ -449,7 +446,7 @@ static tgl_status inflate_entry(zreader *z, const char *ename, const unsigned ch
     inflateEnd(&zs);
     if (why[0])
         return tgl_io_fail(z->ctx, !too_long && r == Z_MEM_ERROR ? TGL_ENOMEM : TGL_EFORMAT, z->fn, z->where,
-                           "entry '%s': %s", ename, why);
+                           "entry %s: %s", ename, why);
     return TGL_OK;
 }
 
@@ -569,7 +566,7 @@ static tgl_status parse_directory(zreader *z, const unsigned char *cd, uint64_t 
                         continue;
                     if (fend - f < 8)
                         return tgl_io_fail(z->ctx, TGL_EFORMAT, z->fn, z->where,
-                                           "entry '%s': Zip64 extra field too short", dn);
+                                           "entry %s: Zip64 extra field too short", dn);
                     *fields[j] = get64(f);
                     f += 8;
                 }
@@ -578,10 +575,10 @@ static tgl_status parse_directory(zreader *z, const unsigned char *cd, uint64_t 
         }
         if (flags & 0x41)
             return tgl_io_fail(z->ctx, TGL_EFORMAT, z->fn, z->where,
-                               "entry '%s' is encrypted (not supported)", dn);
+                               "entry %s is encrypted (not supported)", dn);
         if (e->method != 0 && e->method != 8)
             return tgl_io_fail(z->ctx, TGL_EFORMAT, z->fn, z->where,
-                               "entry '%s' uses compression method %u (tgl reads stored (0) "
+                               "entry %s uses compression method %u (tgl reads stored (0) "
                                "and deflated (8))", dn, e->method);
         p += total;
     }
@@ -597,30 +594,30 @@ static tgl_status load_entry(zreader *z, const zinfo *e, uint64_t data_limit, tg
     tgl_status st;
     if (e->offset > data_limit || data_limit - e->offset < LOCAL_SIZE)
         return tgl_io_fail(z->ctx, TGL_EFORMAT, z->fn, z->where,
-                           "entry '%s': local header offset %" PRIu64 " is past the data", dn,
+                           "entry %s: local header offset %" PRIu64 " is past the data", dn,
                            e->offset);
     if ((st = read_at(z, e->offset, lh, LOCAL_SIZE)))
         return st;
     uint64_t data = e->offset + LOCAL_SIZE + get16(lh + 26) + get16(lh + 28);
     if (get32(lh) != SIG_LOCAL || get16(lh + 26) != e->nlen || get16(lh + 8) != e->method)
         return tgl_io_fail(z->ctx, TGL_EFORMAT, z->fn, z->where,
-                           "entry '%s': its local header does not match the central directory",
+                           "entry %s: its local header does not match the central directory",
                            dn);
     if (data > data_limit || e->csize > data_limit - data)
         return tgl_io_fail(z->ctx, TGL_EFORMAT, z->fn, z->where,
-                           "truncated or corrupt: entry '%s' (%" PRIu64 " bytes at offset %"
+                           "truncated or corrupt: entry %s (%" PRIu64 " bytes at offset %"
                            PRIu64 ") runs past the end of the archive's data", dn, e->csize,
                            data);
     /* Max deflate ratio is 1032:1, so this bounds usize by the file size. */
     if (e->method == 0 ? e->usize != e->csize : e->usize / 1032 > e->csize + 1)
         return tgl_io_fail(z->ctx, TGL_EFORMAT, z->fn, z->where,
-                           "corrupt: entry '%s' claims %" PRIu64 " bytes from %" PRIu64
+                           "corrupt: entry %s claims %" PRIu64 " bytes from %" PRIu64
                            " %s bytes", dn, e->usize, e->csize,
                            e->method == 0 ? "stored" : "deflated");
     /* Sizes are now bounded by the file size (or 1032 times it). */
     if (!(lname = malloc(e->nlen)) || !(cbuf = malloc(e->csize ? (size_t)e->csize : 1)) ||
         (e->method == 8 && !(ubuf = malloc(e->usize ? (size_t)e->usize : 1)))) {
-        st = tgl_ctx_set_error(z->ctx, TGL_ENOMEM, "%s: out of memory reading entry '%s'",
+        st = tgl_ctx_set_error(z->ctx, TGL_ENOMEM, "%s: out of memory reading entry %s",
                                z->fn, dn);
         goto done;
     }
@@ -628,7 +625,7 @@ static tgl_status load_entry(zreader *z, const zinfo *e, uint64_t data_limit, tg
         goto done;
     if (memcmp(lname, e->name, e->nlen) != 0) {
         st = tgl_io_fail(z->ctx, TGL_EFORMAT, z->fn, z->where,
-                         "entry '%s': its local header does not match the central directory",
+                         "entry %s: its local header does not match the central directory",
                          dn);
         goto done;
     }
@@ -640,11 +637,11 @@ static tgl_status load_entry(zreader *z, const zinfo *e, uint64_t data_limit, tg
     uint32_t crc = crc_of(0, u, (size_t)e->usize);
     if (crc != e->crc) {
         st = tgl_io_fail(z->ctx, TGL_EFORMAT, z->fn, z->where,
-                         "CRC mismatch in entry '%s' (the directory says %08" PRIx32
+                         "CRC mismatch in entry %s (the directory says %08" PRIx32
                          ", the data gives %08" PRIx32 ")", dn, e->crc, crc);
         goto done;
     }
-    snprintf(where, sizeof where, "%s: entry '%s'", z->where, dn);
+    snprintf(where, sizeof where, "%s: entry %s", z->where, dn);
     st = tgl_npy_decode(z->ctx, z->fn, where, u, (size_t)e->usize, out);
 done:
     free(lname);
@@ -673,21 +670,15 @@ tgl_status tgl_npz_load(tgl_ctx *ctx, const char *path, tgl_npz **out)
     TGL_CHECK_CTX(ctx);
     TGL_CHECK(path && out, TGL_EINVAL, "%s: path and out must not be NULL", fn);
     snprintf(where, sizeof where, "'%s'", path);
-    zreader z = { ctx, fn, where, fopen(path, "rb"), 0 };
-    if (!z.fp)
-        return tgl_io_fail(ctx, TGL_EIO, fn, where, "cannot open: %s", strerror(errno));
-    struct stat sb;
-    tgl_status st;
+    zreader z = { ctx, fn, where, NULL, 0 };
+    tgl_status st = tgl_io_fopen_read(ctx, fn, where, path, &z.fp, &z.size);
+    if (st)
+        return st;
     uint64_t n = 0, cd_off = 0, cd_size = 0, cd_limit = 0;
     unsigned char *cd = NULL;
     zinfo *es = NULL;
     char **sorted = NULL;
     tgl_npz *npz = NULL;
-    if (fstat(fileno(z.fp), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        st = tgl_io_fail(ctx, TGL_EIO, fn, where, "not a regular file");
-        goto done;
-    }
-    z.size = (uint64_t)sb.st_size;
     if ((st = find_directory(&z, &n, &cd_off, &cd_size, &cd_limit)))
         goto done;
     if (n > INT32_MAX) {
@@ -727,8 +718,9 @@ tgl_status tgl_npz_load(tgl_ctx *ctx, const char *path, tgl_npz **out)
     qsort(sorted, (size_t)n, sizeof *sorted, cmp_names);
     for (uint64_t k = 1; k < n; k++)
         if (strcmp(sorted[k - 1], sorted[k]) == 0) {
-            st = tgl_io_fail(ctx, TGL_EFORMAT, fn, where, "two entries are named '%.200s'",
-                             sorted[k]);
+            char shown[128];
+            st = tgl_io_fail(ctx, TGL_EFORMAT, fn, where, "two entries are named %s",
+                             tgl_io_show(shown, sizeof shown, sorted[k], strlen(sorted[k])));
             goto done;
         }
     for (uint64_t k = 0; k < n; k++)
