@@ -334,7 +334,7 @@ describe('the other examples share the command line of examples/lib/cli.lua', fu
       assert.equals(ex .. ': unknown option --frobnicate', out:match('^[^\n]*'))
       out, rc = S.sh(('%q examples/%s.lua --data /nonexistent/data'):format(bin, ex))
       assert.equals(1, rc, out)
-      assert.equals(ex .. ": tgl.io.read_idx: cannot open '/nonexistent/data/train-images-idx3-ubyte.gz': "
+      assert.equals(ex .. ": tgl.io.read_idx: '/nonexistent/data/train-images-idx3-ubyte.gz': cannot open: "
                     .. 'No such file or directory', out:match('^[^\n]*'))
       assert.is_nil(out:find('stack traceback', 1, true), out)
     end)
