@@ -6,12 +6,14 @@
 # and cannot see such a step (issue 18: the quickstart failed on a bare
 # machine while CI stayed green).
 #
-# Usage: scripts/fresh-machine.sh [--quick] [--keep] [--refresh]
+# Usage: scripts/fresh-machine.sh [--quick] [--keep] [--refresh] [--print-sources]
 #   --quick    only the first command (scripts/quickstart.sh --epochs 1),
 #              not the test command (scripts/test.sh)
 #   --keep     keep the temporary root afterwards (for a look inside;
 #              nothing stays mounted in it)
 #   --refresh  bootstrap the root again instead of using the cached one
+#   --print-sources  print the mirror and the apt sources the root would
+#              get (read from the host's), and do nothing else
 # Needs root (debootstrap, chroot, mounts); installs debootstrap on the host
 # with apt-get when it is missing.  doc/contributing.md describes it.
 #
@@ -33,7 +35,9 @@
 # 4. The temporary root is removed on every exit path, only once nothing is
 #    mounted in it.
 # Environment: TGL_FRESH_CACHE (cache folder), TGL_FRESH_MIRROR (mirror URL,
-# instead of the host's), TMPDIR.
+# instead of the host's), TMPDIR; TGL_FRESH_APT_DIR (where the host's apt
+# sources are read, /etc/apt: spec/fresh_machine_spec.sh points it at test
+# files).
 set -euo pipefail
 
 SUITE=bookworm
@@ -86,19 +90,20 @@ fi
 
 # ---------------------------------------------------------------------------
 # Options.
-quick=0 keep=0 refresh=0
+quick=0 keep=0 refresh=0 print_sources=0
 for a in "$@"; do
   case $a in
     --quick) quick=1 ;;
     --keep) keep=1 ;;
     --refresh) refresh=1 ;;
+    --print-sources) print_sources=1 ;;
     -h|--help) sed -n '/^# Usage/,/^# with apt-get/p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) die "unknown option '$a' (usage: scripts/fresh-machine.sh [--quick] [--keep] [--refresh])" ;;
+    *) die "unknown option '$a' (usage: scripts/fresh-machine.sh [--quick] [--keep] [--refresh] [--print-sources])" ;;
   esac
 done
-[ "$(id -u)" -eq 0 ] || die "needs root (debootstrap, chroot and mounts); run it as root or with sudo"
 top=$(cd "$(dirname "$0")/.." && pwd)
 t_all=$(now)
+apt_dir=${TGL_FRESH_APT_DIR:-/etc/apt}
 
 # ---------------------------------------------------------------------------
 # The host's Debian sources: "URI SUITE COMPONENTS..." per line, for the
@@ -106,13 +111,13 @@ t_all=$(now)
 # from the one-line /etc/apt/sources.list and the deb822
 # /etc/apt/sources.list.d/debian.sources (Debian's two places for them).
 host_sources() {
-  local f=/etc/apt/sources.list
+  local f=$apt_dir/sources.list
   if [ -r "$f" ]; then
     # deb [opts] URI SUITE COMPONENT...
     sed -e 's/#.*//' -e 's/\[[^]]*\]//' "$f" | awk -v s="$SUITE" \
       '$1 == "deb" && ($3 == s || index($3, s "-") == 1) { $1 = ""; sub(/^ /, ""); print }'
   fi
-  f=/etc/apt/sources.list.d/debian.sources
+  f=$apt_dir/sources.list.d/debian.sources
   if [ -r "$f" ]; then
     awk -v s="$SUITE" '
       function flush(   i, j, nu, ns, u, su) {
@@ -133,13 +138,30 @@ host_sources() {
   fi
 }
 sources=$(host_sources | awk '!seen[$0]++')
+mirror=$(awk -v s="$SUITE" '$2 == s { print $1; exit }' <<<"$sources")
 if [ -n "${TGL_FRESH_MIRROR:-}" ]; then
+  # The given mirror takes the place of the host's main one (suites kept).
+  if [ -n "$mirror" ]; then
+    sources=$(awk -v old="$mirror" -v new="$TGL_FRESH_MIRROR" '$1 == old { $1 = new } { print }' <<<"$sources")
+  else
+    sources="$TGL_FRESH_MIRROR $SUITE main"
+  fi
   mirror=$TGL_FRESH_MIRROR
-  [ -n "$sources" ] || sources="$mirror $SUITE main"
-else
-  mirror=$(awk -v s="$SUITE" '$2 == s { print $1; exit }' <<<"$sources")
-  [ -n "$mirror" ] || die "the host's apt sources (/etc/apt/sources.list, /etc/apt/sources.list.d/debian.sources) name no '$SUITE' suite; set TGL_FRESH_MIRROR to a Debian mirror's URL"
 fi
+[ -n "$mirror" ] || die "the host's apt sources ($apt_dir/sources.list, $apt_dir/sources.list.d/debian.sources) name no '$SUITE' suite; set TGL_FRESH_MIRROR to a Debian mirror's URL"
+# The root's /etc/apt/sources.list.d/debian.sources: one deb822 stanza per
+# line of $sources.
+root_sources() {
+  echo "# Written by tgl's scripts/fresh-machine.sh from the host's apt sources."
+  awk -v k="$KEYRING" '{ comps = $3; for (i = 4; i <= NF; i++) comps = comps " " $i
+    printf "\nTypes: deb\nURIs: %s\nSuites: %s\nComponents: %s\nSigned-By: %s\n", $1, $2, comps, k }' <<<"$sources"
+}
+if [ "$print_sources" = 1 ]; then
+  echo "mirror: $mirror"
+  root_sources
+  exit 0
+fi
+[ "$(id -u)" -eq 0 ] || die "needs root (debootstrap, chroot and mounts); run it as root or with sudo"
 arch=$(dpkg --print-architecture)
 
 # ---------------------------------------------------------------------------
@@ -164,7 +186,10 @@ cleanup() {
     elif [ "$keep" = 1 ]; then
       say "kept the root in $tmp (chroot $tmp/root /bin/bash; remove it with rm -rf $tmp)"
     else
+      local t0
+      t0=$(now)
       rm -rf --one-file-system "$tmp"
+      say "removed the temporary root in $(( $(now) - t0 )) s"
     fi
   fi
   exit "$rc"
@@ -260,11 +285,7 @@ t_unpack=$(( $(now) - t0 ))
 # name resolution, no services.
 t0=$(now)
 header "root: apt sources, resolv.conf, policy-rc.d, clone of ${sha:0:12}"
-{
-  echo "# Written by tgl's scripts/fresh-machine.sh from the host's apt sources."
-  awk -v k="$KEYRING" '{ comps = $3; for (i = 4; i <= NF; i++) comps = comps " " $i
-    printf "\nTypes: deb\nURIs: %s\nSuites: %s\nComponents: %s\nSigned-By: %s\n", $1, $2, comps, k }' <<<"$sources"
-} >"$root/etc/apt/sources.list.d/debian.sources"
+root_sources >"$root/etc/apt/sources.list.d/debian.sources"
 # How the host's apt fetches (a proxy, a mirror whose Release files are
 # dated by another clock): the same settings, read from apt itself.
 apt-config dump | grep -E '^Acquire::(Check-Valid-Until|Check-Date|Max-FutureTime|Retries|ForceIPv4|ForceIPv6|(http|https|ftp)::([Pp]roxy|Timeout))' \
@@ -303,5 +324,5 @@ case $rc in
   0)  echo "$me: passed: the README's commands work on a bare Debian $SUITE root" ;;
   10) say "FAILED: the README's first command (scripts/quickstart.sh) failed on a bare Debian $SUITE root"; exit 1 ;;
   11) say "FAILED: the README's test command (scripts/test.sh) failed on a bare Debian $SUITE root"; exit 1 ;;
-  *)  say "FAILED: the check could not run (status $rc)"; exit 1 ;;
+  *)  say "FAILED: the check could not run (status $rc)"; exit 2 ;;
 esac
