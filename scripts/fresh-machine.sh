@@ -167,18 +167,35 @@ arch=$(dpkg --print-architecture)
 # ---------------------------------------------------------------------------
 # Cleanup on every exit path.  The mounts live in the check's own mount
 # namespace and end with it; the namespace's processes are killed with its
-# first process.  The temporary root is removed only when the host's mount
-# table shows nothing under it (rm --one-file-system besides).
+# first process.  The temporary root is removed only when no process runs
+# in it and the host's mount table shows nothing under it (rm
+# --one-file-system besides).
 tmp="" child=""
+# The processes whose root directory is in the temporary tree.
+procs_in_tmp() {
+  local p r
+  for p in /proc/[0-9]*; do
+    r=$(readlink "$p/root" 2>/dev/null) || continue
+    case $r in "$tmp"/*) echo "${p#/proc/}" ;; esac
+  done
+}
 cleanup() {
-  local rc=$? mp
+  local rc=$? mp i
   set +e
   trap - INT TERM HUP
   if [ -n "$child" ] && kill -0 "$child" 2>/dev/null; then
-    kill -TERM "$child" 2>/dev/null
+    # unshare --fork blocks SIGINT and SIGTERM while it waits for its child,
+    # so only SIGKILL ends it; --kill-child then kills the namespace's first
+    # process, and with it every other process of the namespace.
+    kill -KILL "$child" 2>/dev/null
     wait "$child" 2>/dev/null
   fi
   if [ -n "$tmp" ] && [ -d "$tmp" ]; then
+    for i in $(seq 50); do
+      [ -z "$(procs_in_tmp)" ] && break
+      [ "$i" -lt 25 ] || procs_in_tmp | xargs -r kill -KILL 2>/dev/null
+      sleep 0.2
+    done
     awk -v t="$tmp/" 'index($5, t) == 1 { print $5 }' /proc/self/mountinfo | sort -r |
       while read -r mp; do umount "$mp" 2>/dev/null || umount -l "$mp"; done
     if awk -v t="$tmp/" 'index($5, t) == 1 { found = 1 } END { exit !found }' /proc/self/mountinfo; then
@@ -200,9 +217,16 @@ trap 'say "terminated"; exit 143' TERM HUP
 
 # Runs "$@" in the background and waits for it, so that a signal to this
 # script is handled at once (the trap then ends the child) rather than when
-# the child is done.
+# the child is done.  With --log FILE first, the command's output goes to
+# FILE (a redirection of the call itself would take the trap's messages too).
 run_child() {
-  "$@" &
+  if [ "$1" = --log ]; then
+    local log=$2
+    shift 2
+    "$@" >"$log" 2>&1 &
+  else
+    "$@" &
+  fi
   child=$!
   local rc=0
   wait "$child" || rc=$?
@@ -243,9 +267,8 @@ bootstrap() {
   mkdir "$staging"
   # In its own mount namespace too: a debootstrap that fails half-way may
   # leave its /proc and /sys mounts in the target.
-  run_child unshare --mount --pid --fork --kill-child --propagation private -- \
-    debootstrap --variant="$VARIANT" --arch="$arch" --keyring="$KEYRING" "$SUITE" "$staging" "$mirror" \
-    >"$tmp/debootstrap.log" 2>&1 || {
+  run_child --log "$tmp/debootstrap.log" unshare --mount --pid --fork --kill-child --propagation private -- \
+    debootstrap --variant="$VARIANT" --arch="$arch" --keyring="$KEYRING" "$SUITE" "$staging" "$mirror" || {
       tail -n 30 "$tmp/debootstrap.log" >&2
       die "debootstrap failed (log above; the mirror was $mirror)"
     }
