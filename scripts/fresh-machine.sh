@@ -56,6 +56,7 @@ header() { printf '\n==> [%s] %s\n' "$me" "$*"; }
 # 11 (test command failed), 2 (could not set up).
 if [ "${1:-}" = "--inside-namespace" ]; then
   root=$2 quick=$3
+  times=$(dirname "$root")/times     # the stage times, for the summary (outside the root)
   # unshare made every mount here private: none of these reaches the host.
   mount -t proc proc "$root/proc"
   mount -t sysfs -o ro sysfs "$root/sys" 2>/dev/null || mount --rbind /sys "$root/sys"
@@ -76,7 +77,7 @@ if [ "${1:-}" = "--inside-namespace" ]; then
     say "stage quickstart took $(( $(now) - t0 )) s"
     exit 10
   fi
-  echo "stage-time quickstart $(( $(now) - t0 ))" >"$root/.fresh-times"
+  echo "stage-time quickstart $(( $(now) - t0 ))" >"$times"
   [ "$quick" = 1 ] && exit 0
   t0=$(now)
   header "2/2 the README's test command: scripts/test.sh"
@@ -84,7 +85,7 @@ if [ "${1:-}" = "--inside-namespace" ]; then
     say "stage test took $(( $(now) - t0 )) s"
     exit 11
   fi
-  echo "stage-time test $(( $(now) - t0 ))" >>"$root/.fresh-times"
+  echo "stage-time test $(( $(now) - t0 ))" >>"$times"
   exit 0
 fi
 
@@ -255,7 +256,7 @@ mkdir "$root"
 
 # ---------------------------------------------------------------------------
 # The pristine root, from the cache or bootstrapped into it.
-cache_dir=${TGL_FRESH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tgl/fresh-machine}
+cache_dir=${TGL_FRESH_CACHE:-${XDG_CACHE_HOME:-${HOME:-$(cd ~ && pwd)}/.cache}/tgl/fresh-machine}
 cache=$cache_dir/debian-$SUITE-$arch-$VARIANT.tar.gz
 mkdir -p "$cache_dir"
 
@@ -327,8 +328,8 @@ t_prep=$(( $(now) - t0 ))
 rc=0
 run_child unshare --mount --pid --fork --kill-child --propagation private -- \
   bash "$0" --inside-namespace "$root" "$quick" || rc=$?
-t_quick=$(awk '$2 == "quickstart" { print $3 }' "$root/.fresh-times" 2>/dev/null || true)
-t_test=$(awk '$2 == "test" { print $3 }' "$root/.fresh-times" 2>/dev/null || true)
+t_quick=$(awk '$2 == "quickstart" { print $3 }' "$tmp/times" 2>/dev/null || true)
+t_test=$(awk '$2 == "test" { print $3 }' "$tmp/times" 2>/dev/null || true)
 
 header "summary (commit ${sha:0:12}, $SUITE/$arch/$VARIANT)"
 if [ -n "$t_boot" ]; then printf '  %-34s %s s (cold: nothing cached)\n' "bootstrap" "$t_boot"
