@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/stat.h>
 
 #include <editline/readline.h>
 #include <lauxlib.h>
@@ -157,13 +158,22 @@ static int history_foreign(const char *path)
  * file while the session runs. */
 static int history_writable(repl *r)
 {
+    struct stat sb;
+    const char *why;
+
     if (r->history[0] == '\0')
         return 0;
-    if (!history_foreign(r->history))
+    /* Something that is not a regular file (a FIFO would block the REPL
+     * on open, a directory or device is no history) is left alone too. */
+    if (stat(r->history, &sb) == 0 && !S_ISREG(sb.st_mode))
+        why = "is not a regular file";
+    else if (!history_foreign(r->history))
         return 1;
-    fprintf(stderr, "tgl: %s is not a tgl (libedit) history file; leaving it as it is "
+    else
+        why = "is not a tgl (libedit) history file";
+    fprintf(stderr, "tgl: %s %s; leaving it as it is "
             "and keeping this session's history in memory only (set TGL_HISTORY "
-            "to another file)\n", r->history);
+            "to another file)\n", r->history, why);
     fflush(stderr);
     r->history[0] = '\0';
     return 0;

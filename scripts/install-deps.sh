@@ -22,4 +22,14 @@ if [ "${#missing[@]}" -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get -o DPkg::Lock::Timeout=600 update -q
   $SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends "${missing[@]}"
+  # apt-get interrupted by Ctrl-C may still exit 0: what is not installed
+  # now is named here, instead of a build failing later on a missing tool.
+  still=()
+  for p in "${missing[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || still+=("$p")
+  done
+  if [ "${#still[@]}" -gt 0 ]; then
+    echo "install-deps.sh: not installed: ${still[*]} (apt-get was interrupted or failed; run it again)" >&2
+    exit 1
+  fi
 fi

@@ -797,6 +797,24 @@ io.stderr:write('not reached\n')
       assert.are.equal(foreign, read_file(history))
     end)
 
+    it('does not block on a history path that is a FIFO, with one warning', function()
+      tmux('kill-server')
+      sock = sock .. '_fifo'
+      history = TMP .. '/history_fifo_' .. seq
+      os.remove(history)
+      local _, err, code = sh('mkfifo ' .. q(history))
+      assert.are.equal(0, code, err)
+      start()   -- times out if opening the FIFO blocked the REPL
+      local s = wait_for('is not a regular file')
+      local _, n = s:gsub('is not a regular file', '')
+      assert.are.equal(1, n, s)
+      keys('6 * 7', 'Enter')
+      wait_for('42')
+      keys('C-d')
+      wait_for('exit status 0')
+      os.remove(history)
+    end)
+
     it('exits 0 on Ctrl-D and saves the history', function()
       keys('hist_marker_1 = 1', 'Enter')
       keys('C-d')
