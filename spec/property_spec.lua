@@ -38,6 +38,7 @@ tgl = tgl or require 'tgl'
 local tgl = tgl
 local ffi = require 'ffi'
 local C = require('tgl.core').C
+local S = dofile('spec/support.lua')
 
 local DEFAULT_SEED = 20240808
 local DEFAULT_CASES = 60
@@ -96,34 +97,10 @@ local function rm_rf(dir)
 end
 
 -- ---------------------------------------------------------------------------
--- a small seeded generator (Park-Miller), independent of math.random and
--- of tgl's own generator
+-- a small seeded generator (Park-Miller, spec/support.lua), independent of
+-- math.random and of tgl's own generator
 
-local function new_rng(seed)
-  local s = seed % 2147483646 + 1
-  local r = {}
-  local function step()
-    s = (s * 48271) % 2147483647
-    return s
-  end
-  for _ = 1, 8 do step() end
-  function r.int(a, b) return a + step() % (b - a + 1) end
-  function r.float() return (step() - 1) / 2147483646 end
-  function r.chance(p) return r.float() < p end
-  function r.pick(t) return t[r.int(1, #t)] end
-  -- t = {{weight, value}, ...}
-  function r.weighted(t)
-    local total = 0
-    for _, e in ipairs(t) do total = total + e[1] end
-    local x = r.float() * total
-    for _, e in ipairs(t) do
-      x = x - e[1]
-      if x < 0 then return e[2] end
-    end
-    return t[#t][2]
-  end
-  return r
-end
+local new_rng = S.new_rng
 
 -- ---------------------------------------------------------------------------
 -- reading arrays
@@ -151,40 +128,11 @@ local function max_abs(a)
   return m
 end
 
-local function shape_str(s)
-  if #s == 0 then return '()' end
-  return '(' .. table.concat(s, ',') .. (#s == 1 and ',)' or ')')
-end
+local shape_str = S.shape_str
 
 -- nil when got matches want (dtype, shape, values within tol, by default
 -- TOL of the dtype); otherwise a message naming the first mismatch.
-local function mismatch(want, got, tol)
-  if not tgl.is_array(got) then return 'not an array: ' .. tostring(got) end
-  if want.dtype ~= got.dtype then return ('dtype %s, expected %s'):format(got.dtype, want.dtype) end
-  local ws, gs = want:shape(), got:shape()
-  if shape_str(ws) ~= shape_str(gs) then
-    return ('shape %s, expected %s'):format(shape_str(gs), shape_str(ws))
-  end
-  tol = tol or TOL[want.dtype]
-  local wc = want:contiguous()
-  local n = wc:nelement()
-  local gc = got:contiguous()
-  if n == 0 then return nil end
-  local wp, gp = ffi.cast(PTR[wc.dtype], wc:data()), ffi.cast(PTR[gc.dtype], gc:data())
-  for i = 0, n - 1 do
-    local w, g = tonumber(wp[i]), tonumber(gp[i])
-    local ok
-    if w ~= w then ok = g ~= g
-    elseif tol == nil then ok = g == w
-    elseif w == math.huge or w == -math.huge then ok = g == w
-    else ok = g == g and math.abs(g - w) <= tol.abs + tol.rel * math.abs(w) end
-    if not ok then
-      return ('flat element %d (1-based, C order) is %.9g, expected %.9g (%s %s)'):format(i + 1, g, w,
-        want.dtype, shape_str(ws))
-    end
-  end
-  return nil
-end
+local function mismatch(want, got, tol) return S.mismatch(want, got, tol or TOL[want.dtype]) end
 
 -- ---------------------------------------------------------------------------
 -- the generator
@@ -824,7 +772,7 @@ describe('random elementwise and reduction graphs', function()
 end)
 
 -- Runs a chunk in a new tgl process (spec/support.lua).
-local run_process = dofile('spec/support.lua').run_process
+local run_process = S.run_process
 
 -- The chain z = tanh(z * 2), n links, in every mode and linker, two calls
 -- and one after the optimized kernels are in; prints 'ok' at the end.

@@ -118,4 +118,74 @@ function M.write_file(path, s)
   f:close()
 end
 
+-- ---------------------------------------------------------------------------
+-- What the random-program property specs share.
+
+-- A small seeded generator (Park-Miller), independent of math.random and
+-- of tgl's own generator: r.int(a, b), r.float(), r.chance(p), r.pick(t),
+-- r.weighted({{weight, value}, ...}).
+function M.new_rng(seed)
+  local s = seed % 2147483646 + 1
+  local r = {}
+  local function step()
+    s = (s * 48271) % 2147483647
+    return s
+  end
+  for _ = 1, 8 do step() end
+  function r.int(a, b) return a + step() % (b - a + 1) end
+  function r.float() return (step() - 1) / 2147483646 end
+  function r.chance(p) return r.float() < p end
+  function r.pick(t) return t[r.int(1, #t)] end
+  function r.weighted(t)
+    local total = 0
+    for _, e in ipairs(t) do total = total + e[1] end
+    local x = r.float() * total
+    for _, e in ipairs(t) do
+      x = x - e[1]
+      if x < 0 then return e[2] end
+    end
+    return t[#t][2]
+  end
+  return r
+end
+
+-- A shape as NumPy prints it: (), (3,), (2,3).
+function M.shape_str(s)
+  if #s == 0 then return '()' end
+  return '(' .. table.concat(s, ',') .. (#s == 1 and ',)' or ')')
+end
+
+local PTR = { float32 = 'float *', float64 = 'double *', int32 = 'int32_t *', int64 = 'int64_t *',
+              uint8 = 'uint8_t *', bool = 'uint8_t *' }
+
+-- nil when the array got matches want: dtype, shape, and values equal
+-- (tol nil) or within tol = {abs =, rel =} (NaN matches NaN, an infinity
+-- only itself); otherwise a message naming the first mismatch.
+function M.mismatch(want, got, tol)
+  local ffi, tgl = require 'ffi', require 'tgl'
+  if not tgl.is_array(got) then return 'not an array: ' .. tostring(got) end
+  if want.dtype ~= got.dtype then return ('dtype %s, expected %s'):format(got.dtype, want.dtype) end
+  local ws, gs = want:shape(), got:shape()
+  if M.shape_str(ws) ~= M.shape_str(gs) then
+    return ('shape %s, expected %s'):format(M.shape_str(gs), M.shape_str(ws))
+  end
+  local wc, gc = want:contiguous(), got:contiguous()
+  local n = wc:nelement()
+  if n == 0 then return nil end
+  local wp, gp = ffi.cast(PTR[wc.dtype], wc:data()), ffi.cast(PTR[gc.dtype], gc:data())
+  for i = 0, n - 1 do
+    local w, g = tonumber(wp[i]), tonumber(gp[i])
+    local ok
+    if w ~= w then ok = g ~= g
+    elseif tol == nil then ok = g == w
+    elseif w == math.huge or w == -math.huge then ok = g == w
+    else ok = g == g and math.abs(g - w) <= tol.abs + tol.rel * math.abs(w) end
+    if not ok then
+      return ('flat element %d (1-based, C order) is %.10g, expected %.10g (%s %s)'):format(i + 1, g, w,
+        want.dtype, M.shape_str(ws))
+    end
+  end
+  return nil
+end
+
 return M
