@@ -121,4 +121,8 @@ tgl_status tgl_scan_rop(tgl_ctx *ctx, tgl_node *n, tgl_node *const *tin, tgl_nod
 /* The pullback (scan_grad.c): a backward scan. */
 tgl_status tgl_scan_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *const *gout, tgl_node **gin);
 
+/* The length of x's leading axis as an int64 scalar node (scan_grad.c);
+ * NULL when x is NULL or on error. */
+tgl_node *tgl_scan_length0(tgl_ctx *ctx, tgl_node *x);
+
 #endif /* TGL_SCAN_H */

@@ -83,8 +83,8 @@ static tgl_node *lead_axis(tgl_ctx *ctx, tgl_node *x)
     return tgl_mk_dimshuffle(ctx, x, x->type.ndim + 1, order);
 }
 
-/* The length of x's leading axis, an int64 scalar. */
-static tgl_node *length0(tgl_ctx *ctx, tgl_node *x)
+/* The length of x's leading axis, an int64 scalar (scan.h). */
+tgl_node *tgl_scan_length0(tgl_ctx *ctx, tgl_node *x)
 {
     tgl_node *sh = x ? tgl_mk1(ctx, TGL_OP_SHAPE, x) : NULL;
     if (!sh)
@@ -221,7 +221,7 @@ tgl_status tgl_scan_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *const *gout, tgl_n
             H[k] = slice_from(ctx, ext[k], s->rec[k].K);
         }
     }
-    tgl_node *T = st ? NULL : length0(ctx, H[0]);
+    tgl_node *T = st ? NULL : tgl_scan_length0(ctx, H[0]);
     tgl_node *zero = tgl_mk_scalar(ctx, TGL_INT64, 0);
     tgl_node *start = zero, *nsteps = T;
     if (s->truncate_gradient >= 0) {
@@ -525,7 +525,7 @@ tgl_status tgl_scan_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *const *gout, tgl_n
         if (whole)
             stack = tgl_mk2(ctx, TGL_OP_MUL, stack, tgl_mk_cast(ctx, whole, init->type.dtype));
         /* into the initial values' last K entries */
-        tgl_node *L = length0(ctx, init);
+        tgl_node *L = tgl_scan_length0(ctx, init);
         tgl_node *from0 = tgl_mk2(ctx, TGL_OP_SUB, L, tgl_mk_scalar(ctx, TGL_INT64, K));
         if (ext[r] && gout[r]) {
             /* the output's own first K entries are the initial values */

@@ -800,18 +800,6 @@ static bool outer_accumulator(tgl_ctx *ctx, const tgl_node *n, int r, tgl_node *
     return true;
 }
 
-/* The length of x's leading axis, an int64 scalar. */
-static tgl_node *length0(tgl_ctx *ctx, tgl_node *x)
-{
-    tgl_node *sh = x ? tgl_mk1(ctx, TGL_OP_SHAPE, x) : NULL;
-    if (!sh)
-        return NULL;
-    tgl_params p = {0};
-    p.n = 4;
-    p.i[0] = TGL_IDX_INDEX;
-    return tgl_mk(ctx, TGL_OP_SUBTENSOR, 1, &sh, &p);
-}
-
 /* When body vector v is the slice placeholder of one of n's sequences
  * (tap d of sequence i), the position of that tap; -1 otherwise.  The
  * stacked values of v over the steps are then the sequence itself, from
@@ -929,7 +917,7 @@ static tgl_status grad_gemm(tgl_ctx *ctx, tgl_node *n, tgl_node **res, bool *cha
                 int si = 0, off = 0;
                 seq_tap_of(n, side ? B[r] : A[r], &si, &off);
                 S[side] = steps_of(ctx, n->in[tgl_scan_in_seq(s, si)], off,
-                                   length0(ctx, S[1 - side]));
+                                   tgl_scan_length0(ctx, S[1 - side]));
             }
             if (!st)
                 res[k] = tgl_mk_cast(ctx, tgl_mk2(ctx, TGL_OP_DOT,
