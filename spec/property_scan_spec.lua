@@ -58,10 +58,7 @@ local run_process = S.run_process
 local DEFAULT_SEED = 19190519
 local DEFAULT_CASES = 240
 
-local seed_env = os.getenv('TGL_PROP_SEED')
-local BASE_SEED = tonumber(seed_env) or DEFAULT_SEED
-if seed_env == 'random' then BASE_SEED = math.floor(tgl.time() * 1000) % 2000000000 end
-local CASES = tonumber(os.getenv('TGL_PROP_CASES')) or DEFAULT_CASES
+local BASE_SEED, CASES = S.prop_seed_and_cases(DEFAULT_SEED, DEFAULT_CASES)
 local DEBUG_OUT = os.getenv('TGL_PROP_DEBUG') == '1'
 
 local MODES = { 'FAST_RUN', 'FAST_COMPILE', 'DEBUG' }

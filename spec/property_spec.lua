@@ -44,10 +44,7 @@ local DEFAULT_SEED = 20240808
 local DEFAULT_CASES = 60
 local CC_EVERY = 8
 
-local seed_env = os.getenv('TGL_PROP_SEED')
-local BASE_SEED = tonumber(seed_env) or DEFAULT_SEED
-if seed_env == 'random' then BASE_SEED = math.floor(tgl.time() * 1000) % 2000000000 end
-local CASES = tonumber(os.getenv('TGL_PROP_CASES')) or DEFAULT_CASES
+local BASE_SEED, CASES = S.prop_seed_and_cases(DEFAULT_SEED, DEFAULT_CASES)
 local ALL_CC = os.getenv('TGL_PROP_CC') == '1'
 local DEBUG_OUT = os.getenv('TGL_PROP_DEBUG') == '1'
 
@@ -328,13 +325,16 @@ function Graph:condition(a)
   if c and self.rng.chance(0.7) then return c end
   local x = a.exact and a or self:partner(a, is_exact)
   if not x then return c end
-  return self:compare(x)
+  return self:compare(x, a)
 end
 
--- A comparison of the exact node x with an exact partner or a number.
-function Graph:compare(x)
+-- A comparison of the exact node x with an exact partner or a number; with
+-- `also`, the partner is compatible with it too, so that the result is
+-- (compatibility is not transitive: x (3,1) meets a (3,3) and y (3,4), but
+-- their comparison, (3,4), does not meet a).
+function Graph:compare(x, also)
   local cmp = self.rng.pick({ 'lt', 'le', 'gt', 'ge', 'eq', 'neq' })
-  local y = self:partner(x, is_exact)
+  local y = self:partner(x, function(r) return is_exact(r) and (not also or compatible(also, r)) end)
   if y and self.rng.chance(0.6) then return self:apply(cmp, tgl[cmp], { x, y }, true) end
   return self:apply(cmp, tgl[cmp], { x, self.rng.int(-4, 4) / 2 }, true)
 end

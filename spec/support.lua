@@ -188,4 +188,14 @@ function M.mismatch(want, got, tol)
   return nil
 end
 
+-- The random-program specs' seed and case count: TGL_PROP_SEED (a number,
+-- or 'random' for one from the clock) and TGL_PROP_CASES, else the spec's
+-- defaults.
+function M.prop_seed_and_cases(default_seed, default_cases)
+  local seed_env = os.getenv('TGL_PROP_SEED')
+  local seed = tonumber(seed_env) or default_seed
+  if seed_env == 'random' then seed = math.floor(require('tgl').time() * 1000) % 2000000000 end
+  return seed, tonumber(os.getenv('TGL_PROP_CASES')) or default_cases
+end
+
 return M
