@@ -120,7 +120,8 @@ end
 --     off; each op of c.off is there off and not on; each plain substring
 --     of c.text_on is there on and not off; c.count = {op = {on, off}}
 --     counts distinct nodes (instructions); c.check_on(text) and
---     c.check_off(text) must hold.
+--     c.check_off(text) must hold; c.same: the rule must not fire (the
+--     form is the same on and off).
 local function check_rule(c)
   tgl.manual_seed(c.seed or 1234)
   local args = c.args()
@@ -163,6 +164,7 @@ local function check_rule(c)
     assert.equals(n[1], on_ops[op] or 0, ctx('count of ' .. op, 'on', on_text))
     assert.equals(n[2], off_ops[op] or 0, ctx('count of ' .. op, 'off', off_text))
   end
+  if c.same then assert.equals(off_text, on_text, ctx('the rule fired', 'on', on_text)) end
   if c.check_on then assert.is_true(c.check_on(on_text), ctx('form', 'on', on_text)) end
   if c.check_off then assert.is_true(c.check_off(off_text), ctx('form', 'off', off_text)) end
 end
@@ -298,6 +300,94 @@ case { rule = 'subtensor_whole', what = 'x[{{}, {}}], x[{{}}] (a reversed axis i
     return { tgl.exp(x[{ {}, {} }]), tgl.exp(x[{ {} }]), tgl.exp(x[{ {}, { nil, nil, -1 } }]) }
   end,
   count = { subtensor = { 1, 3 } } }
+
+-- A gradient through sum(e) starts from fill_like(e, 1) (an array of ones
+-- shaped like e) times the output gradient; x^0 is fill_like(x, 1) too.
+-- The fill's (first) source node: 'input' when it takes an input's shape.
+local function fill_sources(text)
+  local src = {}
+  for _, n in ipairs((parse_graph(text))) do
+    if n.op == 'fill_like' then src[#src + 1] = n.children[1].op end
+  end
+  return src
+end
+local function fills_of(op) return function(t) local s = fill_sources(t); return #s > 0 and s[1] == op end end
+local S, CO = tgl.dscalar('s'), tgl.tensor { dtype = 'float64', ndim = 2, broadcastable = { false, true }, name = 'col' }
+local function ones(r, c) return tgl.ones(r, c, F64) end
+
+case { rule = 'fill_elemwise', what = 'grad(sum(x^2), x) is 2 x: no array of ones',
+  vars = { X }, args = function() return { rd(3, 4) } end,
+  build = function(x) return tgl.grad(tgl.sum(x ^ 2), x) end,
+  ref = function(x) return x * 2 end,
+  off = { 'fill_like' },
+  -- on: mul(constant{2}, x) and nothing else
+  check_on = function(t) local o = graph_ops(t); return o.mul == 1 and o.constant == 1 and o.input == 1 end }
+
+case { rule = 'fill_elemwise', what = 'grad(s * sum(x^2), x): the fill a level down, (ones * s) * 2x -> s * 2x',
+  vars = { X, S }, args = function() return { rd(3, 4), tgl.array(-1.5, 'float64') } end,
+  build = function(x, s) return tgl.grad(s * tgl.sum(x ^ 2), x) end,
+  ref = function(x, s) return x * 2 * s:get() end,
+  off = { 'fill_like' } }
+
+case { rule = 'fill_elemwise', what = 'grad(sum(floor(x) + x*x), x): zeros (floor\'s) + 2x -> 2x',
+  vars = { X }, args = function() return { rd(3, 4) } end,
+  build = function(x) return tgl.grad(tgl.sum(tgl.floor(x) + x * x), x) end,
+  ref = function(x) return x * 2 end,
+  off = { 'fill_like', 'add' } }
+
+case { rule = 'fill_elemwise', what = 'x^0 * exp(x), sin(x) - (3x)^0, x^0 / (x + 1): the fill becomes its value',
+  vars = { X }, args = function() return { pos(3, 4) } end,
+  build = function(x) return { x ^ 0 * tgl.exp(x), tgl.sin(x) - (x * 3) ^ 0, x ^ 0 / (x + 1) } end,
+  ref = function(x) return { tgl.exp(x), tgl.sin(x) - 1, 1 / (x + 1) } end,
+  off = { 'fill_like' } }
+
+case { rule = 'fill_elemwise', what = 'x^0 * row: not fired (the row broadcasts; the fill gives the rows)',
+  vars = { X, V }, args = function() return { rd(3, 4), rd(4) } end,
+  build = function(x, v) return x ^ 0 * v end,
+  ref = function(x, v) return ones(3, 4) * v end,
+  same = true, check_on = fills_of('input') }
+
+case { rule = 'fill_elemwise', what = 'x^0 * y of two inputs of one type: not fired (equal shapes not provable)',
+  vars = { X, Y }, args = function() return { rd(3, 4), rd(3, 4) } end,
+  build = function(x, y) return x ^ 0 * y end,
+  ref = function(x, y) return y end,
+  same = true, check_on = fills_of('input') }
+
+case { rule = 'fill_elemwise', what = 'grad(sum(col + row), col): not fired (no input has the (?, ?) shape)',
+  vars = { CO, V }, args = function() return { rd(3, 1), rd(4) } end,
+  build = function(c, v) return tgl.grad(tgl.sum(c + v), c) end,
+  ref = function(c, v) return tgl.ones(3, 1, F64) * 4 end,
+  same = true, check_on = fills_of('add') }
+
+case { rule = 'fill_source', what = '(x * x)^0 * row: the fill takes x\'s shape, x * x is not computed',
+  vars = { X, V }, args = function() return { rd(3, 4), rd(4) } end,
+  build = function(x, v) return (x * x) ^ 0 * v end,
+  ref = function(x, v) return ones(3, 4) * v end,
+  off = { 'sqr' }, check_on = fills_of('input'), check_off = fills_of('sqr') }
+
+case { rule = 'fill_source', what = '(x^0)^0 * row: a fill of a fill takes the inner one\'s source',
+  vars = { X, V }, args = function() return { rd(3, 4), rd(4) } end,
+  build = function(x, v) return (x ^ 0) ^ 0 * v end,
+  ref = function(x, v) return ones(3, 4) * v end,
+  count = { fill_like = { 1, 2 } }, check_on = fills_of('input'), check_off = fills_of('fill_like') }
+
+case { rule = 'fill_source', what = 'grad(sum(x + row), row): the sum of a fill shaped like x, not like x + row',
+  vars = { X, V }, args = function() return { rd(3, 4), rd(4) } end,
+  build = function(x, v) return tgl.grad(tgl.sum(x + v), v) end,
+  ref = function(x, v) return tgl.ones(4, F64) * 3 end,
+  off = { 'add' }, check_on = fills_of('input'), check_off = fills_of('add') }
+
+case { rule = 'fill_source', what = 'grad(sum(col + row), col): not fired (no input has the (?, ?) shape)',
+  vars = { CO, V }, args = function() return { rd(3, 1), rd(4) } end,
+  build = function(c, v) return tgl.grad(tgl.sum(c + v), c) end,
+  ref = function(c, v) return tgl.ones(3, 1, F64) * 4 end,
+  same = true, check_on = fills_of('add') }
+
+case { rule = 'fill_source', what = 'grad(sum(tanh(x . y) + row), row): not fired (tanh\'s result is read by the add alone)',
+  vars = { X, Y, V }, args = function() return { rd(3, 4), rd(4, 5), rd(5) } end,
+  build = function(x, y, v) return tgl.grad(tgl.sum(tgl.tanh(x:dot(y)) + v), v) end,
+  ref = function(x, y, v) return tgl.ones(5, F64) * 3 end,
+  same = true, check_on = fills_of('add') }
 
 -- stabilize ---------------------------------------------------------------
 
@@ -435,6 +525,14 @@ case { rule = 'sparse_sub', what = 'W - 0.1 * grad(sum(W[rows] * y), W): only th
   build = function(w, y) return w - 0.1 * tgl.grad(tgl.sum(w[{ rows_used }] * y), w) end,
   ref = function(w, y) return lookup_step_ref(w, y, -1) end,
   view = 'program', text_on = { 'adv_inc_subtensor(x, ' } }
+case { rule = 'sparse_sub', what = '2W - 0.1 * grad(sum((2W)[rows] * y), 2W): zeros shaped like W (fill_source) match 2W',
+  vars = { X, Y }, args = function() return { rd(5, 3), rd(4, 3) } end,
+  build = function(w, y)
+    local w2 = w * 2
+    return w2 - 0.1 * tgl.grad(tgl.sum(w2[{ rows_used }] * y), w2)
+  end,
+  ref = function(w, y) return lookup_step_ref(w * 2, y, -1) end,
+  view = 'program', off = { 'fill_like' }, count = { adv_inc_subtensor = { 1, 1 } } }
 case { rule = 'sparse_add', what = 'W + grad(...) * 0.1, a slice: inc_subtensor on W',
   vars = { X, Y }, args = function() return { rd(5, 3), rd(2, 3) } end,
   build = function(w, y) return w + tgl.grad(tgl.sum(w[{ { 2, 3 } }] * y), w) * 0.1 end,
@@ -1076,6 +1174,32 @@ describe('in-place steps of rewritten forms never clobber what is still read', f
   it('the MLP program runs steps in place', function()
     local text = tgl.debugprint((mlp({ 6, 5, 5, 5, 3 }, 'float32')))
     assert.is_truthy(text:find('[in place of t', 1, true), text)
+  end)
+end)
+
+describe('the fill rules keep shape errors', function()
+  -- fill_elemwise drops a fill only where the graph proves its shape is the
+  -- other operand's; static types alone would let x^0 * y run on a y of
+  -- another shape and return y
+  local x, y = tgl.dmatrix('x'), tgl.dmatrix('y')
+  local function fails_both(build, args)
+    for _, ex in ipairs({ {}, { 'fill_source', 'fill_elemwise' } }) do
+      tgl.config.exclude = ex
+      local f = tgl.compile { inputs = { x, y }, outputs = build(x, y) }
+      tgl.config.exclude = {}
+      local ok, err = pcall(f, unpack(args))
+      assert.is_false(ok, 'no error with the rules ' .. (#ex == 0 and 'on' or 'off'))
+      assert.truthy(tostring(err):find('differ on axis', 1, true), tostring(err))
+    end
+  end
+  after_each(function() tgl.config.exclude = {} end)
+
+  it('x^0 * y with y of another shape', function()
+    fails_both(function(a, b) return a ^ 0 * b end, { tgl.randn(3, 4, F64), tgl.randn(3, 5, F64) })
+  end)
+
+  it('grad(sum(x * y), x) with y of another shape', function()
+    fails_both(function(a, b) return tgl.grad(tgl.sum(a * b), a) end, { tgl.randn(3, 4, F64), tgl.randn(2, 4, F64) })
   end)
 end)
 

@@ -1,7 +1,8 @@
 /*
  * match.c — small helpers the rewrite rules share: looking through the
- * broadcast padding that elementwise ops add, recognizing constants, and
- * checking that a replacement keeps a node's type.
+ * broadcast padding that elementwise ops add, recognizing constants,
+ * checking that a replacement keeps a node's type, and proving that two
+ * nodes have the same shape.
  */
 #include "engine/opt/opt.h"
 
@@ -73,4 +74,61 @@ bool tgl_scalar_const(tgl_node *n, double *v)
     tgl_node *c = tgl_strip_pad(n);
     uint32_t all = c->type.ndim >= 32 ? ~0u : (1u << c->type.ndim) - 1;
     return tgl_const_value(n, v) && (c->type.bcast & all) == all;
+}
+
+/* ---- shapes known equal ------------------------------------------------
+
+   Types are static (dtype, rank, broadcast pattern), so an elementwise
+   op's result has exactly the shape of each input whose rank and
+   broadcast pattern are the result's: on an axis the result does not
+   broadcast, every input that does not broadcast has the result's size
+   (or the op fails), and on the others every input has size 1.  A
+   fill_like has its source's shape.  Following those steps from a node
+   reaches nodes of the same shape; two nodes that reach a common one have
+   equal shapes whenever both are computed without error. */
+
+bool tgl_shape_step(const tgl_node *n, int i)
+{
+    if (n->kind != TGL_NODE_APPLY || i < 0 || i >= n->nin)
+        return false;
+    const tgl_node *x = n->in[i];
+    if (n->op == TGL_OP_FILL_LIKE)
+        return true; /* its type's rank and pattern are x's */
+    return tgl_op_impl(n->op)->family == TGL_FAM_ELEMWISE && x->type.ndim == n->type.ndim &&
+           x->type.bcast == n->type.bcast;
+}
+
+int tgl_shape_class(tgl_node *n, tgl_node **out, int cap)
+{
+    int count = 0;
+    out[count++] = n;
+    for (int k = 0; k < count; k++) {
+        tgl_node *m = out[k];
+        for (int i = 0; i < m->nin && count < cap; i++) {
+            if (!tgl_shape_step(m, i))
+                continue;
+            bool seen = false;
+            for (int j = 0; j < count && !seen; j++)
+                seen = out[j] == m->in[i];
+            if (!seen)
+                out[count++] = m->in[i];
+        }
+    }
+    return count;
+}
+
+bool tgl_same_shape(tgl_node *a, tgl_node *b)
+{
+    if (!a || !b || a->type.ndim != b->type.ndim || a->type.bcast != b->type.bcast)
+        return false;
+    if (a == b)
+        return true;
+    tgl_node *ca[TGL_SHAPE_CLASS_MAX], *cb[TGL_SHAPE_CLASS_MAX];
+    int na = tgl_shape_class(a, ca, TGL_SHAPE_CLASS_MAX),
+        nb = tgl_shape_class(b, cb, TGL_SHAPE_CLASS_MAX);
+    for (int i = 0; i < na; i++)
+        for (int j = 0; j < nb; j++)
+            if (ca[i] == cb[j])
+                return true;
+    return false;
 }

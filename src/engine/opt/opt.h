@@ -80,6 +80,19 @@ bool tgl_is_const(tgl_node *n, double v);
 bool tgl_same_type(const tgl_node *a, const tgl_node *b);
 /* x, if replacing n by x keeps n's type; NULL otherwise. */
 tgl_node *tgl_if_same_type(tgl_node *n, tgl_node *x);
+/* True when n's result has exactly the shape of its input i: n is a
+ * fill_like (i = 0), or an elementwise op and input i has n's rank and
+ * broadcast pattern (every other input broadcasts to it). */
+bool tgl_shape_step(const tgl_node *n, int i);
+/* The nodes shape steps reach from n (n's shape is theirs), n first,
+ * breadth first, at most cap: a bound on the work, so a longer search
+ * only proves less.  Returns how many. */
+#define TGL_SHAPE_CLASS_MAX 48
+int tgl_shape_class(tgl_node *n, tgl_node **out, int cap);
+/* True when a and b provably have the same shape whenever both are
+ * computed: the same rank and broadcast pattern, and shape steps from
+ * each reach a common node (a bounded search: false means "not proved"). */
+bool tgl_same_shape(tgl_node *a, tgl_node *b);
 /* op with p.i[0..np-1] as its params (for reductions and the like). */
 tgl_node *tgl_mk_params(tgl_ctx *ctx, int op, int nin, tgl_node *const *in, int np,
                         const int64_t *ints, int flags);

@@ -12,7 +12,9 @@
  *   sparse_add   c + s inc(zeros_like(c), v, idx)   -> inc(c, s v, idx)
  *   sparse_sub   c - s inc(zeros_like(c), v, idx)   -> inc(c, -s v, idx)
  *                (inc: inc_subtensor or adv_inc_subtensor; a row lookup's
- *                gradient in an SGD update touches only the rows used)
+ *                gradient in an SGD update touches only the rows used;
+ *                zeros_like(x) will do for zeros_like(c) when x's shape
+ *                is provably c's, see fill_source)
  *
  * A product used by more than one node is left alone (folding it into
  * each user would compute it twice).  The SGD update W - lr * (x'.d)
@@ -209,7 +211,7 @@ static tgl_node *sparse_acc(tgl_rewriter *rw, tgl_node *n)
             (t->p.flags & TGL_INC_SET) || !single_use(rw, t) || t->nin > 16)
             continue;
         tgl_node *z = t->in[0];
-        if (!is_op(z, TGL_OP_FILL_LIKE) || z->p.f[0] != 0 || z->in[0] != c ||
+        if (!is_op(z, TGL_OP_FILL_LIKE) || z->p.f[0] != 0 || !tgl_same_shape(z->in[0], c) ||
             !tgl_same_type(z, c) || !tgl_same_type(c, n) || !tgl_same_type(t, n))
             continue;
         if (n->op == TGL_OP_SUB) {
