@@ -49,20 +49,9 @@ teardown(function()
   tgl.config.exclude, tgl.config.compile = saved.exclude, saved.compile
 end)
 
--- Park-Miller, independent of math.random and of tgl's generator
-local function new_rng(seed)
-  local s = seed % 2147483646 + 1
-  local r = {}
-  local function step() s = (s * 48271) % 2147483647; return s end
-  for _ = 1, 8 do step() end
-  function r.int(a, b) return a + step() % (b - a + 1) end
-  function r.float() return (step() - 1) / 2147483646 end
-  function r.chance(p) return r.float() < p end
-  function r.pick(t) return t[r.int(1, #t)] end
-  return r
-end
-
-local function shape_str(s) return '(' .. table.concat(s, ',') .. ')' end
+-- Park-Miller (spec/support.lua), independent of math.random and of tgl's generator
+local S = dofile('spec/support.lua')
+local new_rng, shape_str = S.new_rng, S.shape_str
 
 local function flat(a)
   if a:dim() == 0 then return { a:get() } end
@@ -81,19 +70,8 @@ local function max_abs(a)
   return m
 end
 
--- nil when got matches want (dtype, shape, values within tol)
-local function mismatch(want, got)
-  if want.dtype ~= got.dtype then return ('dtype %s, expected %s'):format(got.dtype, want.dtype) end
-  if shape_str(want:shape()) ~= shape_str(got:shape()) then
-    return ('shape %s, expected %s'):format(shape_str(got:shape()), shape_str(want:shape()))
-  end
-  local tol = TOL[want.dtype]
-  local w, g = flat(want), flat(got)
-  for i = 1, #w do
-    local ok = (w[i] ~= w[i] and g[i] ~= g[i]) or math.abs(g[i] - w[i]) <= tol.abs + tol.rel * math.abs(w[i])
-    if not ok then return ('flat element %d is %.17g, expected %.17g'):format(i, g[i], w[i]) end
-  end
-end
+-- nil when got matches want (dtype, shape, values within TOL)
+local function mismatch(want, got) return S.mismatch(want, got, TOL[want.dtype]) end
 
 -- ---------------------------------------------------------------------------
 -- the generator: records {var, val (the same expression on arrays, to keep
