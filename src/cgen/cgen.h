@@ -16,6 +16,7 @@
 #include "engine/backend.h"
 #include "engine/fprog.h"
 #include "cgen/tgl_kernel.h"
+#include "cpu/backend_cpu.h"
 
 /* The C source of prog's kernel (with tgl_kernel.h embedded), defining
  * `void <symbol>(const tgl_kargs *)`; *source is malloc'd. */

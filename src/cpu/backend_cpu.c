@@ -14,6 +14,7 @@
 
 #include "engine/pool.h"
 #include "cpu/thin.h"
+#include "cpu/backend_cpu.h"
 
 #include <cblas.h>
 #include <pthread.h>
@@ -324,4 +325,5 @@ const tgl_backend tgl_backend_cpu = {
     .step_code = tgl_cgen_step_code,
     .cache_clear = tgl_cgen_cache_clear,
     .cache_info = tgl_cgen_cache_info,
+    .flush = tgl_cgen_flush,
 };

@@ -1,6 +1,6 @@
 /*
- * backend.c — the engine's side of the backend seam (backend.h): the table
- * of backends by device, the options a backend may read (filled from the
+ * backend.c — the engine's side of the backend seam (backend.h): device
+ * names, the options a backend may read (filled from the
  * context), error messages copied from backends into the context, and the
  * wrappers through which the engine compiles and launches the kernels of
  * fused programs and serves the public kernel-cache calls.
@@ -16,11 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* A CUDA backend goes in its slot when built. */
-const tgl_backend *const tgl_backends[TGL_NDEVICES] = {
-    [TGL_DEVICE_CPU] = &tgl_backend_cpu,
-};
 
 static const char *const device_names[TGL_NDEVICES] = {
     [TGL_DEVICE_CPU] = "cpu",
@@ -191,7 +186,9 @@ void tgl_backend_launch_cache_free(const tgl_fprog *prog, void *cache)
 
 void tgl_cache_flush(void)
 {
-    tgl_cgen_flush();
+    for (int d = 0; d < TGL_NDEVICES; d++)
+        if (tgl_backends[d] && tgl_backends[d]->flush)
+            tgl_backends[d]->flush();
 }
 
 tgl_status tgl_cache_clear(tgl_ctx *ctx)
@@ -213,6 +210,6 @@ tgl_status tgl_cache_info(tgl_ctx *ctx, char **text)
     TGL_CHECK(text, TGL_EINVAL, "tgl_cache_info: NULL argument");
     /* The CPU backend's cache is the one on disk today. */
     tgl_errbuf e;
-    tgl_status st = tgl_backend_cpu.cache_info(&ctx->backend_opts, text, &e);
+    tgl_status st = tgl_backends[TGL_DEVICE_CPU]->cache_info(&ctx->backend_opts, text, &e);
     return st ? tgl_errbuf_take(ctx, st, &e) : TGL_OK;
 }

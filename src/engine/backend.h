@@ -10,8 +10,10 @@
  * these tables, so no engine file names OpenBLAS, src/cgen or CUDA.
  *
  * tgl_backend_get maps a device (tgl_array.device, a tgl_device) to its
- * backend.  src/cpu/backend_cpu.c is the CPU one (OpenBLAS + src/cgen); a
- * CUDA one (cuBLAS + NVRTC) plugs in the same way (doc/internals.md).
+ * backend, through the table src/backends.c fills (outside the engine, so
+ * that no engine file names a backend).  src/cpu/backend_cpu.c is the CPU
+ * one (OpenBLAS + src/cgen); a CUDA one (cuBLAS + NVRTC) plugs in the same
+ * way (doc/internals.md).
  *
  * Backends never see a tgl_ctx: the settings they may read arrive in a
  * tgl_backend_opts (engine.h) that the context keeps up to date, and
@@ -152,13 +154,10 @@ typedef struct tgl_backend {
     tgl_status (*cache_clear)(const tgl_backend_opts *o, tgl_errbuf *err);
     /* The cache as text, malloc'd: "directory: ...\nentries: N\nbytes: B\nmax_bytes: C\n". */
     tgl_status (*cache_info)(const tgl_backend_opts *o, char **text, tgl_errbuf *err);
+    /* Waits (bounded) for the backend's background compiles (tgl_cache_flush,
+     * and at exit); NULL where it compiles nothing in the background. */
+    void (*flush)(void);
 } tgl_backend;
-
-/* The CPU backend (src/cpu/backend_cpu.c). */
-extern const tgl_backend tgl_backend_cpu;
-/* The CPU backend's wait for its background compiles (cgen/compile.c),
- * behind tgl_cache_flush. */
-void tgl_cgen_flush(void);
 
 /* ---- the engine's side ------------------------------------------------- */
 
@@ -171,7 +170,7 @@ tgl_status tgl_errbuf_set(tgl_errbuf *e, tgl_status st, const char *fmt, ...)
 /* Copies e's message into ctx's error and returns st. */
 tgl_status tgl_errbuf_take(tgl_ctx *ctx, tgl_status st, const tgl_errbuf *e);
 
-/* Each device's backend, NULL where this build has none (backend.c). */
+/* Each device's backend, NULL where this build has none (src/backends.c). */
 extern const tgl_backend *const tgl_backends[TGL_NDEVICES];
 
 /* The backend of device, or NULL when there is none (not built, or not a device). */
@@ -194,7 +193,7 @@ tgl_status tgl_array_scalar(tgl_ctx *ctx, const tgl_array *a, double *out);
 /* Makes prog's kernel on device's backend (prog->kernel), once per program:
  * later calls return at once.  Each successful call is a use of the
  * kernel (prog->kernel_users), which the caller gives back with
- * tgl_backend_unuse.  Replaces tgl_cgen_prepare. */
+ * tgl_backend_unuse. */
 tgl_status tgl_backend_prepare(tgl_ctx *ctx, int device, struct tgl_fprog *prog);
 /* Gives back a use of prog's kernel; the last one releases the kernel (a
  * later prepare makes it again: from the disk cache, or libtcc). */

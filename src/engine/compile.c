@@ -13,7 +13,6 @@
 #include "engine/program.h"
 #include "engine/fprog.h"
 #include "engine/backend.h"
-#include "scan/scan.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -545,12 +544,14 @@ tgl_status tgl_program_new(tgl_ctx *ctx, int nin, tgl_node *const *inputs, int n
             prog->prepared_to = pc + 1;
     }
     /* Inner programs of ops with a body (scan), compiled with the same
-     * options. */
-    for (int32_t pc = 0; !st && pc < prog->ncode; pc++)
-        if (prog->code[pc].kind == TGL_I_OP && prog->code[pc].node->op == TGL_OP_SCAN) {
-            st = tgl_scan_prepare(ctx, prog->code[pc].node, prog, &prog->code[pc].sub);
+     * options by the op's own hook (ops.h). */
+    for (int32_t pc = 0; !st && pc < prog->ncode; pc++) {
+        tgl_instr *ins = &prog->code[pc];
+        if (ins->kind == TGL_I_OP && ins->impl->prepare_inner) {
+            st = ins->impl->prepare_inner(ctx, ins->node, prog, &ins->sub);
             prog->nsub++;
         }
+    }
     if (!st)
         st = tgl_node_map_init(ctx, &prog->op_pc);
     for (int32_t pc = 0; !st && pc < prog->ncode; pc++)

@@ -17,7 +17,6 @@
 #include "engine/program.h"
 #include "engine/backend.h"
 #include "engine/fprog.h"
-#include "scan/scan.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
@@ -268,7 +267,7 @@ tgl_status tgl_cvm_run_op(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins)
     tgl_array **dst = &fr->slot[ins->out];
     if (ins->sub) {
         /* An op with a body (scan) writes its output slots itself. */
-        st = tgl_scan_exec(ctx, fr, ins, &fr->sub[ins - fr->prog->code], in);
+        st = impl->exec_inner(ctx, fr, ins, &fr->sub[ins - fr->prog->code], in);
     } else if (impl->kernel_n) {
         st = run_multi(ctx, fr, ins, in);
     } else if (impl->view) {

@@ -1,7 +1,7 @@
 /*
  * info.c — build information: versions of tgl and its BLAS (the CPU
- * backend's), and whether the CUDA backend is built in (src/cuda answers
- * the device questions).
+ * backend's).  Whether the CUDA backend is built in, and its devices, are
+ * src/cuda's answers (device.c, or none.c in a build without it).
  */
 #include "engine/backend.h"
 
@@ -23,9 +23,3 @@ const char *tgl_blas_info(void)
 {
     return tgl_backend_get(TGL_DEVICE_CPU)->info();
 }
-
-#ifndef TGL_WITH_CUDA
-int tgl_cuda_built(void) { return 0; }
-int tgl_cuda_device_count(void) { return 0; }
-const char *tgl_cuda_version(void) { return ""; }
-#endif

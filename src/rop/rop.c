@@ -25,7 +25,6 @@
  * what it expects.
  */
 #include "engine/ops/ops.h"
-#include "scan/scan.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -9,10 +9,10 @@
  * reads are dropped.  The layout is a payload, interned like a fused
  * program, and the node a multi-output node.
  *
- * Compiling (tgl_scan_prepare): the body becomes an inner program with all
+ * Compiling (scan_prepare, the op's prepare_inner hook): the body becomes an inner program with all
  * the ordinary rewrites, once per outer compile.
  *
- * Running (tgl_scan_exec): each step points a fixed set of view
+ * Running (scan_exec_hook, the op's exec_inner hook): each step points a fixed set of view
  * descriptors at the step's slices of the sequences and of the recurrent
  * outputs' buffers, runs the inner program on the scan's own frame (its
  * buffers are reused step after step), and copies each inner output into
@@ -704,8 +704,10 @@ static tgl_status mark_invariant(tgl_ctx *ctx, const tgl_scan_layout *s, tgl_pro
     return TGL_OK;
 }
 
-tgl_status tgl_scan_prepare(tgl_ctx *ctx, const tgl_node *n, const tgl_program *outer,
-                            tgl_program **inner)
+/* The prepare_inner hook (ops.h): the body, compiled with the outer
+ * compile's options. */
+static tgl_status scan_prepare(tgl_ctx *ctx, const tgl_node *n, const tgl_program *outer,
+                               tgl_program **inner)
 {
     const tgl_scan_layout *s = tgl_scan_of(n);
     tgl_compile_options opt = {0};
@@ -1268,8 +1270,10 @@ static tgl_status scan_exec(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins, t
 /* The scan's own run-time errors end with where the user built it, as
  * other ops' do (tgl_op_error); an error inside a step already names the
  * inner op's line. */
-tgl_status tgl_scan_exec(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins, tgl_frame **subp,
-                         tgl_array *const *in)
+/* The exec_inner hook (ops.h): the loop, its errors naming where the scan
+ * was built. */
+static tgl_status scan_exec_hook(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins,
+                                 tgl_frame **subp, tgl_array *const *in)
 {
     tgl_status st = scan_exec(ctx, fr, ins, subp, in);
     const char *src = ins->node->source;
@@ -1309,4 +1313,5 @@ const tgl_opimpl tgl_impl_scan = {
     .family = TGL_FAM_CONTROL, .nin_min = 1, .nin_max = -1,
     .infer = scan_infer, .out_type = scan_out_type, .shape_k = scan_shape_k,
     .kernel_n = scan_kernel_n, .grad_n = tgl_scan_grad, .rop = tgl_scan_rop,
+    .prepare_inner = scan_prepare, .exec_inner = scan_exec_hook, .stage = &tgl_scan_stage,
 };

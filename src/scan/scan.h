@@ -1,7 +1,9 @@
 /*
  * scan.h — internal header of the scan op (src/scan): the layout a scan
- * node carries as its payload, and the hooks the compiler and the CVM call
- * for an op with an inner program.
+ * node carries as its payload, and what the scan files share.  The engine
+ * never includes it: the compiler, the CVM and the rewrite driver reach
+ * scan only through its catalog entry (tgl_impl_scan: the inner-program
+ * hooks and the rewrite stage, engine/ops/ops.h).
  *
  * A scan node's inputs are, in order: n_steps (an int64 scalar; -1: the
  * sequences decide), the sequences, the recurrent outputs' initial values,
@@ -96,23 +98,12 @@ extern const tgl_payload_vt tgl_scan_vt;
 tgl_status tgl_scan_build(tgl_ctx *ctx, const tgl_scan_spec *spec, const char *source,
                           tgl_node **out);
 
-/* Compiler hook: the inner program of a scan node, compiled with the
- * outer compile's options. */
-tgl_status tgl_scan_prepare(tgl_ctx *ctx, const tgl_node *n, const tgl_program *outer,
-                            tgl_program **inner);
-/* CVM hook: runs the loop of instruction ins on frame fr, reading in[]
- * and writing the slots of the instruction's outputs.  *sub is the inner
- * frame kept in fr for this instruction (made on first use). */
-tgl_status tgl_scan_exec(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins, tgl_frame **sub,
-                         tgl_array *const *in);
-
-/* The scan stage of the rewrites (scan_opt.c): every scan pass not
- * excluded, over the graphs of roots (rewritten in place). */
-tgl_status tgl_scan_optimize(tgl_ctx *ctx, int n, tgl_node **roots);
-/* The scan passes, for the rule list. */
-int tgl_scan_npasses(void);
-const char *tgl_scan_pass_name(int i);
-const char *tgl_scan_pass_synopsis(int i);
+/* The scan stage of the rewrites (scan_opt.c): its passes, each
+ * excludable by name.  The scan op's catalog entry registers it
+ * (tgl_impl_scan.stage); the driver runs it between stabilize and
+ * specialize. */
+struct tgl_rewrite_stage;
+extern const struct tgl_rewrite_stage tgl_scan_stage;
 
 /* The pushforward (scan_rop.c): the tangent recurrence alongside the
  * forward one, in one loop. */

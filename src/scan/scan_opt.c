@@ -1596,22 +1596,20 @@ static const struct {
      "a scan output read only through its last step keeps only the last step"},
 };
 
-int tgl_scan_npasses(void)
+#define NPASSES ((int)(sizeof passes / sizeof passes[0]))
+
+static const char *pass_name(int i)
 {
-    return (int)(sizeof passes / sizeof passes[0]);
+    return i >= 0 && i < NPASSES ? passes[i].name : NULL;
 }
 
-const char *tgl_scan_pass_name(int i)
+static const char *pass_synopsis(int i)
 {
-    return i >= 0 && i < tgl_scan_npasses() ? passes[i].name : NULL;
+    return i >= 0 && i < NPASSES ? passes[i].synopsis : NULL;
 }
 
-const char *tgl_scan_pass_synopsis(int i)
-{
-    return i >= 0 && i < tgl_scan_npasses() ? passes[i].synopsis : NULL;
-}
-
-tgl_status tgl_scan_optimize(tgl_ctx *ctx, int n, tgl_node **roots)
+/* Every pass not excluded, in order, over the graphs of roots. */
+static tgl_status scan_optimize(tgl_ctx *ctx, int n, tgl_node **roots)
 {
     /* Only graphs with a scan pay for the walk. */
     tgl_node **order = NULL;
@@ -1623,9 +1621,17 @@ tgl_status tgl_scan_optimize(tgl_ctx *ctx, int n, tgl_node **roots)
     for (size_t i = 0; i < count && !any; i++)
         any = order[i]->kind == TGL_NODE_APPLY && order[i]->op == TGL_OP_SCAN;
     free(order);
-    for (int p = 0; any && p < tgl_scan_npasses() && !st; p++)
+    for (int p = 0; any && p < NPASSES && !st; p++)
         if (!tgl_rule_excluded(ctx, passes[p].name))
             st = passes[p].kind == PASS_MERGE ? run_merge(ctx, n, roots)
                                               : run_pass(ctx, passes[p].kind, n, roots);
     return st;
 }
+
+const tgl_rewrite_stage tgl_scan_stage = {
+    .name = "scan",
+    .npasses = NPASSES,
+    .pass_name = pass_name,
+    .pass_synopsis = pass_synopsis,
+    .run = scan_optimize,
+};

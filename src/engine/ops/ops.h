@@ -31,11 +31,37 @@
  *                 (gout[k] NULL: output k gets none).
  * A payload (graph.h) carries what such an op needs beyond params: an
  * inner program, a layout.
+ *
+ * An op with an inner program (scan: a loop over a body) gives, instead of
+ * a kernel, two hooks through which the compiler and the CVM run it
+ * without naming it:
+ *   prepare_inner — at compile time, once per instruction: compiles the
+ *                   body into *inner (kept in the instruction, tgl_instr.sub)
+ *                   with the outer program's options;
+ *   exec_inner    — at run time: reads in[], runs the loop on the inner
+ *                   frame *sub (made on first use and kept in the outer
+ *                   frame for this instruction), and writes the slots of
+ *                   the instruction's outputs itself.
+ * There is no free hook: the inner program is a tgl_program and the inner
+ * frame a tgl_frame, so the engine frees them with the outer ones
+ * (tgl_program_free, tgl_frame_free); an op keeping more state across
+ * steps would add one.
+ *
+ * Such an op may also own a rewrite stage (stage: whole-graph passes over
+ * its nodes, engine/opt/opt.h), which the rewrite driver runs in its place
+ * among the built-in stages.  The catalog is how a feature registers it:
+ * a const table fixed at build time, so there is no registration call and
+ * no mutable registry.
  */
 #ifndef TGL_OPS_H
 #define TGL_OPS_H
 
 #include "engine/graph.h"
+
+struct tgl_program; /* engine/program.h */
+struct tgl_frame;
+struct tgl_instr;
+struct tgl_rewrite_stage; /* engine/opt/opt.h */
 
 /*  _(ID, "name", impl, "synopsis"): impl names the tgl_opimpl (tgl_impl_<impl>)
  *  that runs the op; ops of one family share one where the code is shared. */
@@ -200,6 +226,13 @@ typedef struct tgl_opimpl {
     tgl_status (*kernel_n)(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
                            tgl_array *const *out, bool debug);
     tgl_status (*grad_n)(tgl_ctx *ctx, tgl_node *n, tgl_node *const *gout, tgl_node **gin);
+    /* Ops with an inner program (see above); NULL for the others. */
+    tgl_status (*prepare_inner)(tgl_ctx *ctx, const tgl_node *n, const struct tgl_program *outer,
+                                struct tgl_program **inner);
+    tgl_status (*exec_inner)(tgl_ctx *ctx, struct tgl_frame *fr, const struct tgl_instr *ins,
+                             struct tgl_frame **sub, tgl_array *const *in);
+    /* The op's rewrite stage (see above), or NULL. */
+    const struct tgl_rewrite_stage *stage;
 } tgl_opimpl;
 
 /* The first input of n with n's exact type, or -1: elementwise ops may

@@ -9,9 +9,12 @@
  * processed once per stage: one worklist pass reaches the fixed point,
  * with no repeated whole-graph walks.  Merging equal subgraphs needs no
  * rule: rebuilding through tgl_apply returns the existing node.
+ *
+ * Stages that features own (tgl_rewrite_stage: scan's loop passes) come
+ * through their ops' catalog entries; the driver runs them in their place
+ * without naming them.
  */
 #include "engine/opt/opt.h"
-#include "scan/scan.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -217,6 +220,21 @@ static tgl_status run_stage(tgl_ctx *ctx, const tgl_rule *rules, int nrules, int
     return st;
 }
 
+/* The k-th rewrite stage a feature owns (tgl_opimpl.stage), in catalog
+ * order, each once however many ops share it; NULL past the last. */
+static const tgl_rewrite_stage *feature_stage(int k)
+{
+    for (int op = 0; op < TGL_NOPS; op++) {
+        const tgl_rewrite_stage *fs = tgl_op_impl(op)->stage;
+        bool seen = false;
+        for (int e = 0; fs && e < op && !seen; e++)
+            seen = tgl_op_impl(e)->stage == fs;
+        if (fs && !seen && k-- == 0)
+            return fs;
+    }
+    return NULL;
+}
+
 tgl_status tgl_optimize(tgl_ctx *ctx, int level, int n, tgl_node *const *in, tgl_node **out)
 {
     TGL_CHECK_CTX(ctx);
@@ -233,14 +251,15 @@ tgl_status tgl_optimize(tgl_ctx *ctx, int level, int n, tgl_node *const *in, tgl
     /* Stabilized forms can expose canonical ones (e.g. a folded constant). */
     if (!st)
         st = run_stage(ctx, tgl_rules_canonicalize, tgl_nrules_canonicalize, n, out);
-    /* Loops (src/scan): hoisting, whole-sequence ops, saving memory; what
-     * they move out of a body is then canonicalized like the rest.  Only
-     * when compiling for speed: tgl.grad stabilizes a cost before
-     * differentiating it, and a scan keeping only its last step has no
-     * gradient. */
-    if (!st && level >= TGL_OPT_FAST_RUN) {
+    /* The features' stages (loops: hoisting, whole-sequence ops, saving
+     * memory); what they move out of a body is then canonicalized like the
+     * rest.  Only when compiling for speed: tgl.grad stabilizes a cost
+     * before differentiating it, and a scan keeping only its last step has
+     * no gradient. */
+    const tgl_rewrite_stage *fs;
+    for (int k = 0; !st && level >= TGL_OPT_FAST_RUN && (fs = feature_stage(k)); k++) {
         size_t before = ctx->graph.next_id;
-        st = tgl_scan_optimize(ctx, n, out);
+        st = fs->run(ctx, n, out);
         if (!st && ctx->graph.next_id != before)
             st = run_stage(ctx, tgl_rules_canonicalize, tgl_nrules_canonicalize, n, out);
     }
@@ -253,13 +272,15 @@ tgl_status tgl_optimize(tgl_ctx *ctx, int level, int n, tgl_node *const *in, tgl
 
 /* ---- the rule list, for inspection ---------------------------------- */
 
-/* The rules in driver order: canonicalize, stabilize, the scan passes,
- * specialize, fusion.  *stage names the stage; the result is the per-node
- * rule, or NULL with *pass set for a whole-graph pass (a scan pass index,
- * or -1 for fusion). */
-static const tgl_rule *rule_at(int i, const char **stage, int *pass)
+/* The rules in driver order: canonicalize, stabilize, the features'
+ * stages' passes, specialize, fusion.  *stage names the stage; the result
+ * is the per-node rule, or NULL with *pass set for a whole-graph pass (an
+ * index into *fs's passes, or -1 for fusion). */
+static const tgl_rule *rule_at(int i, const char **stage, int *pass,
+                               const tgl_rewrite_stage **fs)
 {
     *pass = -2;
+    *fs = NULL;
     if (i < 0)
         return NULL;
     if (i < tgl_nrules_canonicalize) {
@@ -272,12 +293,14 @@ static const tgl_rule *rule_at(int i, const char **stage, int *pass)
         return &tgl_rules_stabilize[i];
     }
     i -= tgl_nrules_stabilize;
-    if (i < tgl_scan_npasses()) {
-        *stage = "scan";
-        *pass = i;
-        return NULL;
+    for (int k = 0; (*fs = feature_stage(k)) != NULL; k++) {
+        if (i < (*fs)->npasses) {
+            *stage = (*fs)->name;
+            *pass = i;
+            return NULL;
+        }
+        i -= (*fs)->npasses;
     }
-    i -= tgl_scan_npasses();
     if (i < tgl_nrules_specialize) {
         *stage = "specialize";
         return &tgl_rules_specialize[i];
@@ -292,25 +315,29 @@ static const tgl_rule *rule_at(int i, const char **stage, int *pass)
 
 int tgl_rule_count(void)
 {
-    return tgl_nrules_canonicalize + tgl_nrules_stabilize + tgl_scan_npasses() +
-           tgl_nrules_specialize + 1;
+    int npasses = 0;
+    for (int k = 0; feature_stage(k); k++)
+        npasses += feature_stage(k)->npasses;
+    return tgl_nrules_canonicalize + tgl_nrules_stabilize + npasses + tgl_nrules_specialize + 1;
 }
 
 const char *tgl_rule_name(int i)
 {
     const char *stage = NULL;
     int pass;
-    const tgl_rule *r = rule_at(i, &stage, &pass);
+    const tgl_rewrite_stage *fs;
+    const tgl_rule *r = rule_at(i, &stage, &pass, &fs);
     if (r)
         return r->name;
-    return pass >= 0 ? tgl_scan_pass_name(pass) : pass == -1 ? "elemwise_fusion" : NULL;
+    return pass >= 0 ? fs->pass_name(pass) : pass == -1 ? "elemwise_fusion" : NULL;
 }
 
 const char *tgl_rule_stage(int i)
 {
     const char *stage = NULL;
     int pass;
-    const tgl_rule *r = rule_at(i, &stage, &pass);
+    const tgl_rewrite_stage *fs;
+    const tgl_rule *r = rule_at(i, &stage, &pass, &fs);
     return r || pass >= -1 ? stage : NULL;
 }
 
@@ -318,11 +345,12 @@ const char *tgl_rule_synopsis(int i)
 {
     const char *stage = NULL;
     int pass;
-    const tgl_rule *r = rule_at(i, &stage, &pass);
+    const tgl_rewrite_stage *fs;
+    const tgl_rule *r = rule_at(i, &stage, &pass, &fs);
     if (r)
         return r->synopsis;
     if (pass >= 0)
-        return tgl_scan_pass_synopsis(pass);
+        return fs->pass_synopsis(pass);
     return pass == -1 ? "maximal groups of elementwise ops (and a reduction they feed) become one "
                         "generated kernel"
                       : NULL;

@@ -5,7 +5,8 @@
  * the same values (or NULL: no match).  Rules are small named functions
  * listed in one table per stage (canonicalize.c, stabilize.c,
  * specialize.c, fuse.c); driver.c runs the stages in order, each to a
- * fixed point with one worklist pass over the graph.  Every rule can be
+ * fixed point with one worklist pass over the graph, and runs the stages
+ * features own (tgl_rewrite_stage below) in their place.  Every rule can be
  * switched off by name (tgl.config.exclude / TGL_EXCLUDE), which is how a
  * wrong-result bug is bisected to one rule.
  */
@@ -59,6 +60,22 @@ extern const tgl_rule tgl_rules_canonicalize[];
 extern const tgl_rule tgl_rules_stabilize[];
 extern const tgl_rule tgl_rules_specialize[];
 extern const int tgl_nrules_canonicalize, tgl_nrules_stabilize, tgl_nrules_specialize;
+
+/* A rewrite stage a feature owns (src/scan's loop passes), registered
+ * through its op's catalog entry (tgl_opimpl.stage).  The driver runs
+ * every such stage after stabilize and before specialize, only at
+ * TGL_OPT_FAST_RUN and above, then canonicalizes again when it made new
+ * nodes (what a pass moved out of a body gets the ordinary rewrites).
+ * Its passes are listed in the rule list under the stage's name, and run
+ * must skip those switched off by name (tgl_rule_excluded). */
+typedef struct tgl_rewrite_stage {
+    const char *name;        /* the stage, as the rule list shows it     */
+    int npasses;
+    const char *(*pass_name)(int i);
+    const char *(*pass_synopsis)(int i);
+    /* Rewrites the graphs of roots in place (roots[i] replaced). */
+    tgl_status (*run)(tgl_ctx *ctx, int n, tgl_node **roots);
+} tgl_rewrite_stage;
 
 /* Elementwise fusion (fuse.c): replaces maximal elementwise groups by
  * fused nodes.  A whole-graph pass, not a per-node rule. */

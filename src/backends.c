@@ -1,0 +1,14 @@
+/*
+ * backends.c — the backends this build has, by device: the table behind
+ * tgl_backend_get (engine/backend.h).  It lives outside src/engine because
+ * it is the one file that names every backend; the engine sees only the
+ * table (scripts/check-layers.sh keeps it so).  A const table fixed at
+ * build time rather than a registration call at start-up: nothing to
+ * forget to call, and no mutable global state.
+ */
+#include "cpu/backend_cpu.h"
+
+/* A CUDA backend goes in its slot when built. */
+const tgl_backend *const tgl_backends[TGL_NDEVICES] = {
+    [TGL_DEVICE_CPU] = &tgl_backend_cpu,
+};
