@@ -64,8 +64,9 @@
  * the cache), and in the child they are marked done as if abandoned, so
  * that nothing there waits for them (f:wait_compiled, the exit wait) and
  * their kernels keep the code they run; the child's own background
- * compiles start workers of its own.  The handlers hold G.tcc_lock and
- * G.lock across the fork so that the child's copies are consistent.
+ * compiles start workers of its own.  The handlers hold G.spawn_lock,
+ * G.tcc_lock and G.lock across the fork so that the child's copies are
+ * consistent, and no compiler's pipe is half made when it forks.
  */
 #include "cgen/cgint.h"
 #include "engine/ops/ops.h"
@@ -110,6 +111,10 @@ struct job;
 static struct {
     pthread_mutex_t tcc_lock;
     pthread_mutex_t lock;
+    /* Held shared while a command's pipe has its write end open in this
+     * process, exclusively across fork: a child of fork() that kept a
+     * copy of that end would keep the reader from ever seeing its end. */
+    pthread_rwlock_t spawn_lock;
     bool warned, warned_tcc, warned_io, warned_uncached;
     int nprobes;
     struct probe { char cc[256]; bool ok; char version[256]; } probes[MAX_PROBES];
@@ -128,7 +133,13 @@ static struct {
     bool exiting;          /* past the deadline: abandon them all          */
     bool registered;       /* tgl_cgen_flush is registered with atexit      */
 } G = {.tcc_lock = PTHREAD_MUTEX_INITIALIZER, .lock = PTHREAD_MUTEX_INITIALIZER,
-       .changed = PTHREAD_COND_INITIALIZER};
+       .spawn_lock = PTHREAD_RWLOCK_INITIALIZER, .changed = PTHREAD_COND_INITIALIZER};
+
+/* The fork handlers (see "At fork"), registered before the first command
+ * runs or the first job is queued: not under G.lock, since fork holds its
+ * own lock while it calls them. */
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+static void register_fork(void);
 
 /* What the system-compiler path of one kernel needs; a background compile
  * owns a copy, so it never touches the caller's settings. */
@@ -271,9 +282,13 @@ static int split(const char *s, char *buf, size_t size, char **argv, int max)
  * failure). */
 static int run(char *const *argv, char *first, size_t first_size, char *tail, pid_t *slot)
 {
+    pthread_once(&fork_once, register_fork);
     int fds[2];
-    if (pipe2(fds, O_CLOEXEC) != 0)
+    pthread_rwlock_rdlock(&G.spawn_lock);
+    if (pipe2(fds, O_CLOEXEC) != 0) {
+        pthread_rwlock_unlock(&G.spawn_lock);
         return -1;
+    }
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
@@ -297,6 +312,7 @@ static int run(char *const *argv, char *first, size_t first_size, char *tail, pi
     posix_spawnattr_destroy(&attr);
     posix_spawn_file_actions_destroy(&fa);
     close(fds[1]);
+    pthread_rwlock_unlock(&G.spawn_lock);
     if (rc != 0) {
         close(fds[0]);
         return -1;
@@ -833,8 +849,11 @@ static bool start_worker(void)
 
 /* ---- at fork ------------------------------------------------------------------------ */
 
+/* In this order everywhere: no thread holding one of them waits for one
+ * before it. */
 static void fork_prepare(void)
 {
+    pthread_rwlock_wrlock(&G.spawn_lock);
     pthread_mutex_lock(&G.tcc_lock);
     pthread_mutex_lock(&G.lock);
 }
@@ -843,6 +862,7 @@ static void fork_parent(void)
 {
     pthread_mutex_unlock(&G.lock);
     pthread_mutex_unlock(&G.tcc_lock);
+    pthread_rwlock_unlock(&G.spawn_lock);
 }
 
 /* The child has no worker: the parent's jobs are marked done here (their
@@ -864,11 +884,12 @@ static void fork_child(void)
             job_free(j);
         j = next;
     }
-    pthread_mutex_unlock(&G.lock);
-    pthread_mutex_unlock(&G.tcc_lock);
+    /* Made anew rather than unlocked: their owner was the parent's thread
+     * (glibc's rwlock checks it), and this process is one thread now. */
+    pthread_mutex_init(&G.lock, NULL);
+    pthread_mutex_init(&G.tcc_lock, NULL);
+    pthread_rwlock_init(&G.spawn_lock, NULL);
 }
-
-static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
 
 static void register_fork(void)
 {
@@ -938,7 +959,7 @@ void tgl_cgen_flush(void)
  * and none could start. */
 static bool job_queue(job *j)
 {
-    pthread_once(&fork_once, register_fork); /* not under G.lock: fork holds its own lock */
+    pthread_once(&fork_once, register_fork);
     pthread_mutex_lock(&G.lock);
     bool ok = !G.exiting;
     if (ok) {
