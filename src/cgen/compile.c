@@ -64,9 +64,9 @@
  * the cache), and in the child they are marked done as if abandoned, so
  * that nothing there waits for them (f:wait_compiled, the exit wait) and
  * their kernels keep the code they run; the child's own background
- * compiles start workers of its own.  The handlers hold G.spawn_lock,
- * G.tcc_lock and G.lock across the fork so that the child's copies are
- * consistent, and no compiler's pipe is half made when it forks.
+ * compiles start workers of its own.  The handlers hold G.tcc_lock and
+ * G.lock across the fork so that the child's copies are consistent, and
+ * wait until no compiler's pipe is half made (G.spawning).
  */
 #include "cgen/cgint.h"
 #include "engine/ops/ops.h"
@@ -111,10 +111,14 @@ struct job;
 static struct {
     pthread_mutex_t tcc_lock;
     pthread_mutex_t lock;
-    /* Held shared while a command's pipe has its write end open in this
-     * process, exclusively across fork: a child of fork() that kept a
-     * copy of that end would keep the reader from ever seeing its end. */
-    pthread_rwlock_t spawn_lock;
+    /* Commands whose pipe has its write end open in this process, and
+     * whether a fork waits for them to close it (then no new one opens):
+     * a child of fork() that kept a copy of that end would keep the
+     * reader from ever seeing the end of the output.  spawn_cv: broadcast
+     * when either changes. */
+    int spawning;
+    bool forking;
+    pthread_cond_t spawn_cv;
     bool warned, warned_tcc, warned_io, warned_uncached;
     int nprobes;
     struct probe { char cc[256]; bool ok; char version[256]; } probes[MAX_PROBES];
@@ -133,7 +137,7 @@ static struct {
     bool exiting;          /* past the deadline: abandon them all          */
     bool registered;       /* tgl_cgen_flush is registered with atexit      */
 } G = {.tcc_lock = PTHREAD_MUTEX_INITIALIZER, .lock = PTHREAD_MUTEX_INITIALIZER,
-       .spawn_lock = PTHREAD_RWLOCK_INITIALIZER, .changed = PTHREAD_COND_INITIALIZER};
+       .spawn_cv = PTHREAD_COND_INITIALIZER, .changed = PTHREAD_COND_INITIALIZER};
 
 /* The fork handlers (see "At fork"), registered before the first command
  * runs or the first job is queued: not under G.lock, since fork holds its
@@ -273,6 +277,15 @@ static int split(const char *s, char *buf, size_t size, char **argv, int max)
     return n;
 }
 
+/* The write end of a command's pipe is closed (see G.spawning). */
+static void spawned(void)
+{
+    pthread_mutex_lock(&G.lock);
+    if (--G.spawning == 0)
+        pthread_cond_broadcast(&G.spawn_cv);
+    pthread_mutex_unlock(&G.lock);
+}
+
 /* Runs argv with stdin from /dev/null and stdout+stderr captured: the
  * first line into first (may be NULL), the last TAIL bytes into tail.
  * With a slot, the command runs in a process group of its own, whose id
@@ -283,10 +296,14 @@ static int split(const char *s, char *buf, size_t size, char **argv, int max)
 static int run(char *const *argv, char *first, size_t first_size, char *tail, pid_t *slot)
 {
     pthread_once(&fork_once, register_fork);
+    pthread_mutex_lock(&G.lock);
+    while (G.forking)
+        pthread_cond_wait(&G.spawn_cv, &G.lock);
+    G.spawning++;
+    pthread_mutex_unlock(&G.lock);
     int fds[2];
-    pthread_rwlock_rdlock(&G.spawn_lock);
     if (pipe2(fds, O_CLOEXEC) != 0) {
-        pthread_rwlock_unlock(&G.spawn_lock);
+        spawned();
         return -1;
     }
     posix_spawn_file_actions_t fa;
@@ -312,7 +329,7 @@ static int run(char *const *argv, char *first, size_t first_size, char *tail, pi
     posix_spawnattr_destroy(&attr);
     posix_spawn_file_actions_destroy(&fa);
     close(fds[1]);
-    pthread_rwlock_unlock(&G.spawn_lock);
+    spawned();
     if (rc != 0) {
         close(fds[0]);
         return -1;
@@ -849,27 +866,34 @@ static bool start_worker(void)
 
 /* ---- at fork ------------------------------------------------------------------------ */
 
-/* In this order everywhere: no thread holding one of them waits for one
- * before it. */
+/* G.tcc_lock before G.lock (no thread holding G.lock waits for
+ * G.tcc_lock); then the commands being started close their pipes' write
+ * ends, and no new one starts. */
 static void fork_prepare(void)
 {
-    pthread_rwlock_wrlock(&G.spawn_lock);
     pthread_mutex_lock(&G.tcc_lock);
     pthread_mutex_lock(&G.lock);
+    G.forking = true;
+    while (G.spawning > 0)
+        pthread_cond_wait(&G.spawn_cv, &G.lock);
 }
 
 static void fork_parent(void)
 {
+    G.forking = false;
+    pthread_cond_broadcast(&G.spawn_cv);
     pthread_mutex_unlock(&G.lock);
     pthread_mutex_unlock(&G.tcc_lock);
-    pthread_rwlock_unlock(&G.spawn_lock);
 }
 
 /* The child has no worker: the parent's jobs are marked done here (their
  * kernels keep their code) and leave the child's lists; see "At fork". */
 static void fork_child(void)
 {
-    pthread_cond_init(&G.changed, NULL); /* its waiters were other threads */
+    /* Their waiters were other threads. */
+    pthread_cond_init(&G.changed, NULL);
+    pthread_cond_init(&G.spawn_cv, NULL);
+    G.forking = false;
     job *j = G.pending;
     G.pending = NULL;
     G.npending = 0;
@@ -884,11 +908,8 @@ static void fork_child(void)
             job_free(j);
         j = next;
     }
-    /* Made anew rather than unlocked: their owner was the parent's thread
-     * (glibc's rwlock checks it), and this process is one thread now. */
-    pthread_mutex_init(&G.lock, NULL);
-    pthread_mutex_init(&G.tcc_lock, NULL);
-    pthread_rwlock_init(&G.spawn_lock, NULL);
+    pthread_mutex_unlock(&G.lock);
+    pthread_mutex_unlock(&G.tcc_lock);
 }
 
 static void register_fork(void)
