@@ -2,7 +2,8 @@
  * test_cgen_cache.c — making kernels callable (src/cgen/compile.c,
  * cache.c) and the kernel threads (engine/pool.c): libtcc and cc give the
  * same values; tiered mode runs libtcc code at once and swaps in the cc
- * code; the disk cache hits on a second prepare (also from another
+ * code; many background compiles share at most max(1, CPUs - 1) workers
+ * that exit when the queue is empty; the disk cache hits on a second prepare (also from another
  * context), rebuilds a truncated or garbage entry, survives two processes
  * compiling the same kernel at once, evicts least recently used entries
  * beyond its cap, and answers --cache-info / --cache-clear; a missing
@@ -75,6 +76,67 @@ static void tiered_mode_swaps_in_cc_code(void **state)
     tgl_backend_release(&b.p);
     tgl_array *all[] = {in[0], in[1], got[0][0], got[1][0]};
     release_all(all, 4);
+}
+
+/* The process's thread count. */
+static int threads_now(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    int n = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "Threads: %d", &n) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return n;
+}
+
+/* Many kernels compiled in the background share at most max(1, CPUs - 1)
+ * workers, which exit once the queue is empty; a kernel released before
+ * or while its job runs is never published into (ASan/TSan watch that);
+ * the others get their cc code, with the libtcc code's values. */
+static void background_compiles_share_a_bounded_set_of_workers(void **state)
+{
+    enum { N = 24 };
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    int bound = cpus > 2 ? (int)cpus - 1 : 1;
+    int base = threads_now(), most = base;
+    set(CTX, "compile", "tiered");
+    set(CTX, "cflags", "-O0"); /* the queue is under test, not the optimizer */
+    pb *bs = calloc(N, sizeof *bs);
+    assert_non_null(bs);
+    for (int i = 0; i < N; i++) {
+        exact_prog(&bs[i], 100 + i);
+        assert_ok(CTX, tgl_backend_prepare(CTX, TGL_DEVICE_CPU, &bs[i].p));
+        int t = threads_now();
+        most = t > most ? t : most;
+        if (i % 2)
+            tgl_backend_release(&bs[i].p);
+    }
+    if (most == base || most > base + bound)
+        fail_msg("%d threads while compiling, %d before, bound %d", most, base, bound);
+    tgl_array *in[2];
+    exact_inputs(CTX, in);
+    for (int i = 0; i < N; i += 2) {
+        tgl_backend_wait(&bs[i].p);
+        assert_int_equal(tgl_backend_tier(&bs[i].p), 2);
+        tgl_array *got[1] = {NULL}, *ref[1] = {NULL};
+        run_prog(CTX, &bs[i].p, "tiered", in, got);
+        tgl_backend_release(&bs[i].p);
+        run_prog(CTX, &bs[i].p, "tcc", in, ref);
+        tgl_backend_release(&bs[i].p);
+        expect_match(got[0], ref[0], 0, "background kernel");
+        release_all(got, 1);
+        release_all(ref, 1);
+    }
+    release_all(in, 2);
+    free(bs);
+    /* Idle workers exit (the released kernels' jobs done or dropped by then). */
+    double t0 = now_ms();
+    while (threads_now() > base && now_ms() - t0 < 20000)
+        usleep(10000);
+    assert_int_equal(threads_now(), base);
 }
 
 /* Releasing a program does not wait for its background compile. */
@@ -456,6 +518,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         T(tcc_and_cc_tiers_give_identical_results),
         T(tiered_mode_swaps_in_cc_code),
+        T(background_compiles_share_a_bounded_set_of_workers),
         T(second_prepare_hits_the_cache),
         T(damaged_cache_entry_is_rebuilt),
         T(two_processes_compile_the_same_kernel),

@@ -28,8 +28,9 @@ tgl_status tgl_cgen_render(const tgl_fprog *prog, const char *symbol, char **sou
  *   sync   — compile with the system compiler (or load it from the cache) now;
  *   tcc    — compile in memory with libtcc only;
  *   cc     — like sync;
- *   tiered — libtcc now, the system compiler on a background thread, and
- *            the faster code swapped in when ready.
+ *   tiered — libtcc now, the system compiler on one of a bounded number
+ *            of background workers, and the faster code swapped in when
+ *            ready.
  * With no working compiler the kernel has no code (tier 0: the reference
  * path) and one warning is printed per process.  Never fails for want of
  * a compiler or of disk (a cache that cannot be written: a private

@@ -27,20 +27,46 @@
  * `G.tcc_lock` itself: libtcc is not thread-safe (its parser keeps global
  * state), so every libtcc call holds G.tcc_lock; "warn once per process"
  * needs flags; the compiler's --version is probed once per process and
- * command; and background compiles take one of a fixed number of slots so
- * that preparing many kernels does not start one compiler per kernel at
- * once.  (libtcc's entry points, `T`, are found once and then read-only.)
+ * command; and the background compiles' queue and workers.  (libtcc's
+ * entry points, `T`, are found once and then read-only.)
  *
- * At exit.  Background compiles are listed in G.pending; tgl_cgen_flush
+ * Background compiles.  A kernel to build in the background is a job
+ * appended to one FIFO queue (a list: it grows as needed), which at most
+ * G.max_workers threads take from, one job at a time: one fewer than the
+ * online CPUs, at least one, so that preparing many kernels neither starts
+ * one compiler per kernel at once nor one thread per kernel.  A worker is
+ * started when a job is queued and fewer workers than jobs are free (up
+ * to the bound), and exits when it finds the queue empty: a process that
+ * compiles nothing in the background has no worker, and an idle one none
+ * left.  A job is shared by its kernel and the queue (then its worker),
+ * each holding a reference (j->refs, under G.lock): a kernel released
+ * before its job ran only marks it cancelled, and the worker publishes
+ * into the kernel only while it is not (under G.lock), so a job never
+ * touches a freed kernel and the last reference frees the job.  A
+ * cancelled job still runs into the cache when its turn comes (a script
+ * that fails right after compiling stores its kernels), unless other jobs
+ * are queued behind it then: it is dropped for them.  Workers block every
+ * signal (a Ctrl-C is the Lua thread's); the compilers they start get an
+ * empty mask.
+ *
+ * At exit.  Background compiles are listed in G.pending from the moment
+ * they are queued until their worker is done with them; tgl_cgen_flush
  * (tgl_cache_flush, which the host calls before closing the Lua state,
  * and an atexit handler that the first one registers) waits for them up
  * to config.exit_wait seconds, so that a short script still stores its
- * kernels in the cache.  A compile whose function was released still
- * runs into the cache when its turn comes, unless other compiles are
- * waiting for a slot then (it is dropped for them); one already running
- * finishes into the cache.  At the deadline the remaining ones are abandoned: G.exiting stops those not
- * started, and the compilers still running (each in its own process
- * group) get SIGTERM, then SIGKILL, and their temporaries are removed.
+ * kernels in the cache.  At the deadline the remaining ones are
+ * abandoned: G.exiting makes the workers drop the queued jobs, and the
+ * compilers still running (each in its own process group) get SIGTERM,
+ * then SIGKILL, and their temporaries are removed.
+ *
+ * At fork.  A child of fork() has none of the parent's threads: the
+ * parent's queued and running jobs stay the parent's (it stores them in
+ * the cache), and in the child they are marked done as if abandoned, so
+ * that nothing there waits for them (f:wait_compiled, the exit wait) and
+ * their kernels keep the code they run; the child's own background
+ * compiles start workers of its own.  The handlers hold G.tcc_lock and
+ * G.lock across the fork so that the child's copies are consistent, and
+ * wait until no compiler's pipe is half made (G.spawning).
  */
 #include "cgen/cgint.h"
 #include "engine/ops/ops.h"
@@ -85,21 +111,41 @@ struct job;
 static struct {
     pthread_mutex_t tcc_lock;
     pthread_mutex_t lock;
-    pthread_cond_t slot_free;
-    int running; /* background compiles holding a slot */
-    int waiting; /* background compiles waiting for one */
+    /* Commands whose pipe has its write end open in this process, and
+     * whether a fork waits for them to close it (then no new one opens):
+     * a child of fork() that kept a copy of that end would keep the
+     * reader from ever seeing the end of the output.  spawn_cv: broadcast
+     * when either changes. */
+    int spawning;
+    bool forking;
+    pthread_cond_t spawn_cv;
     bool warned, warned_tcc, warned_io, warned_uncached;
     int nprobes;
     struct probe { char cc[256]; bool ok; char version[256]; } probes[MAX_PROBES];
-    /* Background compiles not finished yet (see "At exit" above). */
-    pthread_cond_t idle;   /* broadcast whenever one finishes             */
-    struct job *pending;   /* doubly linked through job.next/prev         */
+    /* Background compiles (see "Background compiles" above). */
+    struct job *head, *tail; /* the queue, oldest first, through job.qnext */
+    int nqueued;
+    int workers;           /* worker threads alive                         */
+    int busy;              /* of them, those running a job                 */
+    int max_workers;       /* the bound; 0 until the first job is queued   */
+    /* Broadcast when the last pending job leaves G.pending (the exit
+     * wait).  A job's waiters wait on its own done_cv: one condition for
+     * all woke each f:wait_compiled at every job, and the worker it then
+     * contended with took about 15% longer over 2000 kernels. */
+    pthread_cond_t idle;
+    struct job *pending;   /* queued or running; doubly linked through job.next/prev */
     int npending;
-    double exit_wait;      /* the setting of the latest one started       */
-    bool exiting;          /* past the deadline: abandon them all         */
-    bool registered;       /* flush_at_exit is registered                 */
+    double exit_wait;      /* the setting of the latest one queued         */
+    bool exiting;          /* past the deadline: abandon them all          */
+    bool registered;       /* tgl_cgen_flush is registered with atexit      */
 } G = {.tcc_lock = PTHREAD_MUTEX_INITIALIZER, .lock = PTHREAD_MUTEX_INITIALIZER,
-       .slot_free = PTHREAD_COND_INITIALIZER, .idle = PTHREAD_COND_INITIALIZER};
+       .spawn_cv = PTHREAD_COND_INITIALIZER, .idle = PTHREAD_COND_INITIALIZER};
+
+/* The fork handlers (see "At fork"), registered before the first command
+ * runs or the first job is queued: not under G.lock, since fork holds its
+ * own lock while it calls them. */
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+static void register_fork(void);
 
 /* What the system-compiler path of one kernel needs; a background compile
  * owns a copy, so it never touches the caller's settings. */
@@ -121,19 +167,19 @@ typedef struct job {
      * write the compiler's output. */
     int accepted;
     bool step;     /* a whole step, not a fused program's kernel */
-    /* Shared by the program's kernel and the background thread, each
-     * holding a reference: release does not wait for the compile (which
-     * finishes into the cache, or is dropped if it has not started while
-     * others wait for a slot: see background). */
-    pthread_mutex_t lock;
-    pthread_cond_t done_cv;
-    bool done, cancelled;
-    bool tcc_tier; /* the program runs libtcc code meanwhile */
+    /* Under G.lock (see "Background compiles" above): the references of
+     * the kernel and of the queue or worker; whether the job is done (its
+     * result published, or dropped); whether its kernel was released
+     * (then ref is not to be touched). */
     int refs;
+    bool done, cancelled;
+    pthread_cond_t done_cv; /* broadcast when done is set */
+    bool tcc_tier; /* the program runs libtcc code meanwhile */
     struct kernel *ref;   /* where to publish; only while !cancelled */
     double exit_wait;     /* config.exit_wait when it was made */
-    /* Under G.lock: the list of pending compiles, and the process group of
-     * the compiler running for it (0: none). */
+    /* Under G.lock: the queue's link, the list of pending compiles, and
+     * the process group of the compiler running for it (0: none). */
+    struct job *qnext;
     struct job *next, *prev;
     pid_t child;
 } job;
@@ -234,6 +280,15 @@ static int split(const char *s, char *buf, size_t size, char **argv, int max)
     return n;
 }
 
+/* The write end of a command's pipe is closed (see G.spawning). */
+static void spawned(void)
+{
+    pthread_mutex_lock(&G.lock);
+    if (--G.spawning == 0)
+        pthread_cond_broadcast(&G.spawn_cv);
+    pthread_mutex_unlock(&G.lock);
+}
+
 /* Runs argv with stdin from /dev/null and stdout+stderr captured: the
  * first line into first (may be NULL), the last TAIL bytes into tail.
  * With a slot, the command runs in a process group of its own, whose id
@@ -243,9 +298,17 @@ static int split(const char *s, char *buf, size_t size, char **argv, int max)
  * failure). */
 static int run(char *const *argv, char *first, size_t first_size, char *tail, pid_t *slot)
 {
+    pthread_once(&fork_once, register_fork);
+    pthread_mutex_lock(&G.lock);
+    while (G.forking)
+        pthread_cond_wait(&G.spawn_cv, &G.lock);
+    G.spawning++;
+    pthread_mutex_unlock(&G.lock);
     int fds[2];
-    if (pipe2(fds, O_CLOEXEC) != 0)
+    if (pipe2(fds, O_CLOEXEC) != 0) {
+        spawned();
         return -1;
+    }
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
@@ -253,15 +316,23 @@ static int run(char *const *argv, char *first, size_t first_size, char *tail, pi
     posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
     posix_spawnattr_t attr;
     posix_spawnattr_init(&attr);
+    /* An empty signal mask: the compile workers block every signal, and a
+     * compiler must still stop at the exit deadline's SIGTERM. */
+    sigset_t none;
+    sigemptyset(&none);
+    posix_spawnattr_setsigmask(&attr, &none);
+    short flags = POSIX_SPAWN_SETSIGMASK;
     if (slot) {
         posix_spawnattr_setpgroup(&attr, 0);
-        posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+        flags |= POSIX_SPAWN_SETPGROUP;
     }
+    posix_spawnattr_setflags(&attr, flags);
     pid_t pid;
     int rc = posix_spawnp(&pid, argv[0], &fa, &attr, argv, environ);
     posix_spawnattr_destroy(&attr);
     posix_spawn_file_actions_destroy(&fa);
     close(fds[1]);
+    spawned();
     if (rc != 0) {
         close(fds[0]);
         return -1;
@@ -680,53 +751,47 @@ static int build_tcc(const char *source, const char *symbol, TCCState **state, t
 
 /* ---- background compiles --------------------------------------------------------- */
 
-static int slots(void)
+/* The workers' bound: one fewer than the online CPUs (the thread that
+ * compiles functions keeps one), at least one. */
+static int worker_bound(void)
 {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 2 ? (int)n - 1 : 1;
 }
 
 static void job_free(job *j);
-static void job_unregister(job *j);
 
-/* Drops one of j's two references; frees it with the last. */
-static void job_unref(job *j)
+/* Takes j off G.pending and drops the queue's (its worker's) reference,
+ * G.lock held.  True when that was the last one: the caller frees j once
+ * it has unlocked. */
+static bool job_retire_locked(job *j)
 {
-    pthread_mutex_lock(&j->lock);
-    bool last = --j->refs == 0;
-    pthread_mutex_unlock(&j->lock);
-    if (last)
-        job_free(j);
+    if (j->prev)
+        j->prev->next = j->next;
+    else
+        G.pending = j->next;
+    if (j->next)
+        j->next->prev = j->prev;
+    j->next = j->prev = NULL;
+    if (--G.npending == 0)
+        pthread_cond_broadcast(&G.idle);
+    return --j->refs == 0;
 }
 
-static void *background(void *arg)
+/* A worker's turn at j (G.lock not held): compiles it when run says so,
+ * else only drops it; publishes the code into j's kernel unless that was
+ * released meanwhile; then retires j. */
+static void job_run(job *j, bool run)
 {
-    job *j = arg;
-    pthread_mutex_lock(&G.lock);
-    G.waiting++;
-    while (G.running >= slots() && !G.exiting)
-        pthread_cond_wait(&G.slot_free, &G.lock);
-    G.waiting--;
-    G.running++;
-    bool exiting = G.exiting, crowded = G.waiting > 0;
-    pthread_mutex_unlock(&G.lock);
     void *dl = NULL;
     tgl_kernel_fn fn = NULL;
     int rc = BUILD_ABANDONED;
-    /* A compile whose function was released still fills the cache (a
-     * script that fails at once stores its kernels for the next run),
-     * unless other compiles wait for a slot: it yields to them. */
-    bool released = __atomic_load_n(&j->cancelled, __ATOMIC_ACQUIRE);
-    if (!exiting && !(released && (crowded || !j->dir[0]))) {
+    if (run) {
         rc = job_key(j);
         if (rc == BUILD_OK && !(j->dir[0] && (dl = tgl_cache_load(j->dir, j->key, j->symbol, &fn))))
             rc = job_compile(j, &dl, &fn);
     }
     pthread_mutex_lock(&G.lock);
-    G.running--;
-    pthread_cond_signal(&G.slot_free);
-    pthread_mutex_unlock(&G.lock);
-    pthread_mutex_lock(&j->lock);
     bool live = !j->cancelled;
     if (rc == BUILD_OK && live) {
         j->ref->dl = dl;
@@ -735,10 +800,9 @@ static void *background(void *arg)
     }
     j->done = true;
     pthread_cond_broadcast(&j->done_cv);
-    pthread_mutex_unlock(&j->lock);
+    pthread_mutex_unlock(&G.lock);
     if (rc == BUILD_OK && !live)
         dlclose(dl); /* released meanwhile: nothing calls it (the cache keeps it) */
-    job_unregister(j);
     if (rc == BUILD_NOCC)
         warn_no_cc(j->cc, j->tcc_tier ? "libtcc" : "reference");
     else if (rc == BUILD_IO && live)
@@ -748,8 +812,114 @@ static void *background(void *arg)
         /* Nobody to return an error to: the code that runs now stays. */
         fprintf(stderr, "tgl: internal error (please report): a kernel does not compile with %s, "
                         "keeping the code it runs now: %s\n", j->cc, j->err);
-    job_unref(j);
+    /* Retired last, so that the exit wait also waits for the messages. */
+    pthread_mutex_lock(&G.lock);
+    bool last = job_retire_locked(j);
+    pthread_mutex_unlock(&G.lock);
+    if (last)
+        job_free(j);
+}
+
+/* A compile worker: takes the queue's jobs, oldest first, until it finds
+ * the queue empty; then it exits. */
+static void *worker(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&G.lock);
+    for (job *j; (j = G.head) != NULL;) {
+        G.head = j->qnext;
+        if (!G.head)
+            G.tail = NULL;
+        G.nqueued--;
+        j->qnext = NULL;
+        /* A released kernel's job yields to the jobs queued behind it,
+         * and is of no use without a cache to fill; past the exit
+         * deadline every job is dropped. */
+        bool run = !G.exiting && !(j->cancelled && (G.head || !j->dir[0]));
+        G.busy++;
+        pthread_mutex_unlock(&G.lock);
+        job_run(j, run);
+        pthread_mutex_lock(&G.lock);
+        G.busy--;
+    }
+    G.workers--;
+    pthread_mutex_unlock(&G.lock);
     return NULL;
+}
+
+/* Starts a detached worker with every signal blocked (a process-directed
+ * signal, Ctrl-C, goes to a thread that runs Lua).  G.lock held: the
+ * worker waits for it. */
+static bool start_worker(void)
+{
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pthread_attr_t attr;
+    pthread_t t;
+    bool ok = pthread_attr_init(&attr) == 0;
+    if (ok) {
+        ok = pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) == 0 &&
+             pthread_create(&t, &attr, worker, NULL) == 0;
+        pthread_attr_destroy(&attr);
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return ok;
+}
+
+/* ---- at fork ------------------------------------------------------------------------ */
+
+/* G.tcc_lock before G.lock (no thread holding G.lock waits for
+ * G.tcc_lock); then the commands being started close their pipes' write
+ * ends, and no new one starts. */
+static void fork_prepare(void)
+{
+    pthread_mutex_lock(&G.tcc_lock);
+    pthread_mutex_lock(&G.lock);
+    G.forking = true;
+    while (G.spawning > 0)
+        pthread_cond_wait(&G.spawn_cv, &G.lock);
+}
+
+static void fork_parent(void)
+{
+    G.forking = false;
+    pthread_cond_broadcast(&G.spawn_cv);
+    pthread_mutex_unlock(&G.lock);
+    pthread_mutex_unlock(&G.tcc_lock);
+}
+
+/* The child has no worker: the parent's jobs are marked done here (their
+ * kernels keep their code) and leave the child's lists; see "At fork". */
+static void fork_child(void)
+{
+    /* Their waiters were other threads (a job's too: made anew before
+     * job_free destroys it). */
+    pthread_cond_init(&G.idle, NULL);
+    pthread_cond_init(&G.spawn_cv, NULL);
+    G.forking = false;
+    job *j = G.pending;
+    G.pending = NULL;
+    G.npending = 0;
+    G.head = G.tail = NULL;
+    G.nqueued = G.workers = G.busy = 0;
+    while (j) {
+        job *next = j->next;
+        j->qnext = j->next = j->prev = NULL;
+        j->child = 0; /* the parent's compiler, not this process's */
+        j->done = true;
+        pthread_cond_init(&j->done_cv, NULL);
+        if (--j->refs == 0)
+            job_free(j);
+        j = next;
+    }
+    pthread_mutex_unlock(&G.lock);
+    pthread_mutex_unlock(&G.tcc_lock);
+}
+
+static void register_fork(void)
+{
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
 
 /* ---- at exit ------------------------------------------------------------------------ */
@@ -793,11 +963,10 @@ void tgl_cgen_flush(void)
     pthread_mutex_lock(&G.lock);
     struct timespec deadline = after(G.exit_wait);
     if (!wait_idle(&deadline)) {
-        /* Abandon the rest: nothing new starts, the compilers running stop
-         * (SIGTERM lets gcc's driver delete its own temporaries), and each
-         * thread removes its temporaries and finishes. */
+        /* Abandon the rest: the workers drop the queued jobs, the
+         * compilers running stop (SIGTERM lets gcc's driver delete its own
+         * temporaries), and each worker removes its temporaries. */
         G.exiting = true;
-        pthread_cond_broadcast(&G.slot_free);
         signal_compilers(SIGTERM);
         deadline = after(0.5);
         if (!wait_idle(&deadline)) {
@@ -810,15 +979,20 @@ void tgl_cgen_flush(void)
     pthread_mutex_unlock(&G.lock);
 }
 
-/* Lists j as pending (before its thread starts); false once exit has
- * begun. */
-static bool job_register(job *j)
+/* Lists j as pending and appends it to the queue, starting a worker when
+ * fewer are free than jobs are queued (up to the bound).  False, with j
+ * still the caller's alone, once exit has begun or when no worker runs
+ * and none could start. */
+static bool job_queue(job *j)
 {
+    pthread_once(&fork_once, register_fork);
     pthread_mutex_lock(&G.lock);
     bool ok = !G.exiting;
     if (ok) {
         if (!G.registered)
             G.registered = atexit(tgl_cgen_flush) == 0;
+        if (!G.max_workers)
+            G.max_workers = worker_bound();
         j->prev = NULL;
         j->next = G.pending;
         if (G.pending)
@@ -826,23 +1000,28 @@ static bool job_register(job *j)
         G.pending = j;
         G.npending++;
         G.exit_wait = j->exit_wait;
+        j->qnext = NULL;
+        if (G.tail)
+            G.tail->qnext = j;
+        else
+            G.head = j;
+        G.tail = j;
+        G.nqueued++;
+        if (G.workers < G.max_workers && G.workers - G.busy < G.nqueued) {
+            if (start_worker()) {
+                G.workers++;
+            } else if (G.workers == 0) {
+                /* Nobody would run it (with no worker the queue held j
+                 * alone): take it back. */
+                G.head = G.tail = NULL;
+                G.nqueued = 0;
+                (void)job_retire_locked(j); /* the caller frees j */
+                ok = false;
+            }
+        }
     }
     pthread_mutex_unlock(&G.lock);
     return ok;
-}
-
-static void job_unregister(job *j)
-{
-    pthread_mutex_lock(&G.lock);
-    if (j->prev)
-        j->prev->next = j->next;
-    else
-        G.pending = j->next;
-    if (j->next)
-        j->next->prev = j->prev;
-    G.npending--;
-    pthread_cond_broadcast(&G.idle);
-    pthread_mutex_unlock(&G.lock);
 }
 
 /* ---- the interface ------------------------------------------------------------------ */
@@ -866,7 +1045,6 @@ static job *job_new(const tgl_backend_opts *o, const tgl_backend *be, const char
         j->dir[0] = '\0';
     j->max_bytes = o->cache_max_bytes;
     j->exit_wait = o->exit_wait;
-    pthread_mutex_init(&j->lock, NULL);
     pthread_cond_init(&j->done_cv, NULL);
     return j;
 }
@@ -875,7 +1053,6 @@ static void job_free(job *j)
 {
     if (j) {
         pthread_cond_destroy(&j->done_cv);
-        pthread_mutex_destroy(&j->lock);
         free(j->source);
         free(j);
     }
@@ -889,23 +1066,18 @@ static tgl_status internal(tgl_errbuf *e, const tgl_fprog *prog, const char *how
                           prog->id, how, msg);
 }
 
-/* Hands j to a background compile that publishes into k (the job then
- * holds its second reference); false when no thread could start (j is
+/* Hands j to the background compiles, to publish into k (the queue then
+ * holds j's second reference); false when it could not be queued (j is
  * still the caller's). */
 static bool start_background(job *j, kernel *k, bool tcc_tier)
 {
     j->ref = k;
     j->tcc_tier = tcc_tier;
     j->refs = 2;
-    pthread_t t;
-    if (job_register(j)) {
-        if (pthread_create(&t, NULL, background, j) == 0) {
-            pthread_detach(t);
-            k->job = j;
-            return true;
-        }
-        job_unregister(j);
-    }
+    k->job = j;
+    if (job_queue(j))
+        return true;
+    k->job = NULL;
     return false;
 }
 
@@ -1068,10 +1240,10 @@ void tgl_cgen_kernel_wait(tgl_kernel_ref *ref)
     job *j = k ? k->job : NULL;
     if (!j)
         return;
-    pthread_mutex_lock(&j->lock);
+    pthread_mutex_lock(&G.lock);
     while (!j->done)
-        pthread_cond_wait(&j->done_cv, &j->lock);
-    pthread_mutex_unlock(&j->lock);
+        pthread_cond_wait(&j->done_cv, &G.lock);
+    pthread_mutex_unlock(&G.lock);
 }
 
 void tgl_cgen_kernel_release(tgl_kernel_ref *ref)
@@ -1080,11 +1252,14 @@ void tgl_cgen_kernel_release(tgl_kernel_ref *ref)
     if (!k)
         return;
     if (k->job) {
-        /* The compile goes on without us (see job). */
-        pthread_mutex_lock(&k->job->lock);
-        __atomic_store_n(&k->job->cancelled, true, __ATOMIC_RELEASE);
-        pthread_mutex_unlock(&k->job->lock);
-        job_unref(k->job);
+        /* The job goes on without k (see "Background compiles"). */
+        job *j = k->job;
+        pthread_mutex_lock(&G.lock);
+        j->cancelled = true;
+        bool last = --j->refs == 0;
+        pthread_mutex_unlock(&G.lock);
+        if (last)
+            job_free(j);
     }
     if (k->tcc) {
         pthread_mutex_lock(&G.tcc_lock);
