@@ -53,13 +53,7 @@ end)
 local S = dofile('spec/support.lua')
 local new_rng, shape_str = S.new_rng, S.shape_str
 
-local function flat(a)
-  if a:dim() == 0 then return { a:get() } end
-  local v = a:contiguous():reshape(-1)
-  local t = {}
-  for i = 1, v:nelement() do t[i] = v:get(i) end
-  return t
-end
+local flat = S.flat
 
 local function max_abs(a)
   local m = 0

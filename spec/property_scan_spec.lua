@@ -161,12 +161,7 @@ function Program:note(fmt, ...)
 end
 
 function Program:add(var, val, text)
-  assert(tgl.is_variable(var), text .. ': the symbolic form is not a variable')
-  assert(tgl.is_array(val), text .. ': the eager form is not an array')
-  if var.dtype ~= val.dtype or var.ndim ~= val:dim() then
-    error(('%s: the symbolic form is %s %d-d, the eager one %s %d-d\n%s'):format(text, var.dtype,
-      var.ndim, val.dtype, val:dim(), table.concat(self.lines, '\n')), 0)
-  end
+  S.check_forms(var, val, text, self.lines)
   local rec = { var = var, val = val, shape = val:shape(), dtype = val.dtype, id = #self.recs + 1,
                 text = text }
   self.recs[#self.recs + 1] = rec

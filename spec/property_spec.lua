@@ -159,12 +159,7 @@ end
 -- Records a node from its variable and eager value; checks that both
 -- agree on dtype and rank (a property in itself).
 function Graph:add(var, val, text, exact, in_pool, lowp)
-  assert(tgl.is_variable(var), text .. ': the symbolic form is not a variable')
-  assert(tgl.is_array(val), text .. ': the eager form is not an array')
-  if var.dtype ~= val.dtype or var.ndim ~= val:dim() then
-    error(('%s: the symbolic form is %s %d-d, the eager one %s %d-d\n%s'):format(text, var.dtype,
-      var.ndim, val.dtype, val:dim(), table.concat(self.lines, '\n')), 0)
-  end
+  S.check_forms(var, val, text, self.lines)
   local bc = var.broadcastable
   local shape = val:shape()
   for i = 1, #bc do

@@ -16,13 +16,7 @@ local F64 = { dtype = 'float64' }
 -- helpers
 
 -- An array's elements as a flat Lua table (row-major), and its shape.
-local function flat(a)
-  if a:dim() == 0 then return { a:get() } end
-  local v = a:contiguous():reshape(-1)
-  local t = {}
-  for i = 1, v:nelement() do t[i] = v:get(i) end
-  return t
-end
+local flat = dofile('spec/support.lua').flat
 
 local function shape_str(a) return table.concat(a:shape(), 'x') end
 

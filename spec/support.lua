@@ -198,4 +198,25 @@ function M.prop_seed_and_cases(default_seed, default_cases)
   return seed, tonumber(os.getenv('TGL_PROP_CASES')) or default_cases
 end
 
+-- An array's elements as a flat Lua table (row-major).
+function M.flat(a)
+  if a:dim() == 0 then return { a:get() } end
+  local v = a:contiguous():reshape(-1)
+  local t = {}
+  for i = 1, v:nelement() do t[i] = v:get(i) end
+  return t
+end
+
+-- A random program's value in both forms must agree on dtype and rank (a
+-- property in itself); on a mismatch, the error shows the recipe `lines`.
+function M.check_forms(var, val, text, lines)
+  local tgl = require 'tgl'
+  assert(tgl.is_variable(var), text .. ': the symbolic form is not a variable')
+  assert(tgl.is_array(val), text .. ': the eager form is not an array')
+  if var.dtype ~= val.dtype or var.ndim ~= val:dim() then
+    error(('%s: the symbolic form is %s %d-d, the eager one %s %d-d\n%s'):format(text, var.dtype,
+      var.ndim, val.dtype, val:dim(), table.concat(lines, '\n')), 0)
+  end
+end
+
 return M
