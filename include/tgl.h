@@ -294,6 +294,36 @@ typedef struct tgl_params {
     double f[2];                    /* op-specific scalars                */
 } tgl_params;
 
+/* Flags and codes in op parameters (the op catalog in doc/c-api.md says
+ * which op reads which).
+ *
+ * Parameters of subtensor and inc_subtensor: four entries per indexed
+ * axis (kind, start, stop, step) for the leading p.n / 4 axes; the other
+ * axes are taken whole.  Values are 0-based with Python's slice semantics
+ * (stop exclusive, negative counts from the end, clipped to the axis).  A
+ * bound marked _INPUT comes from the next extra input (a 0-d integer node,
+ * after x, and after v for inc_subtensor), in axis order then start, stop,
+ * step. */
+#define TGL_IDX_INDEX 0          /* start is an index; the axis is dropped  */
+#define TGL_IDX_SLICE 1          /* start:stop:step; the axis is kept       */
+#define TGL_IDX_KIND_MASK 3
+#define TGL_IDX_START_INPUT 4
+#define TGL_IDX_STOP_INPUT 8
+#define TGL_IDX_STEP_INPUT 16
+#define TGL_IDX_NO_START 32      /* omitted: 0 (or the end when step < 0)   */
+#define TGL_IDX_NO_STOP 64       /* omitted: the end (or before 0)          */
+#define TGL_IDX_LUA 128          /* the _INPUT bounds are Lua-style: 1-based,
+                                    stop inclusive, negative from the end  */
+/* adv_subtensor / adv_inc_subtensor: p.n = x's ndim; p.i[d] = 1 when axis d
+ * is indexed by the next integer-array input (indexed axes are
+ * consecutive), 0 when taken whole.  Index values are 1-based (negative
+ * from the end), as users write them. */
+/* inc_subtensor / adv_inc_subtensor p.flags: assign instead of add. */
+#define TGL_INC_SET 1
+/* Reductions' (sum, prod, max, min, argmax, argmin) p.flags: keep the
+ * reduced axes with size 1. */
+#define TGL_REDUCE_KEEPDIMS 1
+
 /* What a node is. */
 typedef enum tgl_node_kind {
     TGL_NODE_INPUT = 0,   /* a symbolic input, given at each call          */
@@ -308,8 +338,10 @@ typedef struct tgl_node tgl_node;
 TGL_API int tgl_op_lookup(const char *name);
 /* The name of op id, or NULL. */
 TGL_API const char *tgl_op_name(int op);
-/* Number of ops in the catalog. */
+/* Number of ops in the catalog: ids run from 0 to tgl_op_count() - 1. */
 TGL_API int tgl_op_count(void);
+/* The one-line synopsis of op id ("y = tanh x"), or NULL. */
+TGL_API const char *tgl_op_synopsis(int op);
 
 /* A new symbolic input of the given type.  Never merged with another. */
 TGL_API tgl_status tgl_node_input(tgl_ctx *ctx, tgl_type type, const char *name, tgl_node **out);
@@ -500,10 +532,15 @@ TGL_API tgl_status tgl_scan(tgl_ctx *ctx, const tgl_scan_spec *spec, const char 
  *   cache_max_bytes  size cap of the kernel cache
  *   exit_wait        seconds the process's exit waits for background compiles
  *                    to store their kernels (0 to 3600; default 5)
+ *   whole_step       on | off | bound: bind straight-line programs to fixed
+ *                    buffers (and generate their C, but for bound)
  * Unknown keys and bad values fail with TGL_EINVAL. */
 TGL_API tgl_status tgl_config_set(tgl_ctx *ctx, const char *key, const char *value);
 /* The current value of a setting as text (NULL for an unknown key). */
 TGL_API const char *tgl_config_get(tgl_ctx *ctx, const char *key);
+/* The settings: how many, and the key of setting i (NULL out of range). */
+TGL_API int tgl_config_count(void);
+TGL_API const char *tgl_config_key(int i);
 /* NULL when every TGL_* environment variable the context read when it was
  * made (TGL_FLOATX, TGL_EXCLUDE, TGL_NUM_THREADS, TGL_CC, TGL_CFLAGS,
  * TGL_CACHE_DIR, TGL_COMPILE) was valid or unset; otherwise a message with

@@ -70,7 +70,7 @@ local function lua_field(struct, field)
 end
 
 -- What abi_layout prints, parsed: structs[name] = {size, align, fields
--- (in order), by_name}, defines[name] = value.
+-- (in order), by_name}, defines[name] = value, enums[name] = value.
 local layout
 local function c_layout()
   if layout then return layout end
@@ -79,7 +79,7 @@ local function c_layout()
   local p = assert(io.popen(q(bin)))
   local text = p:read('*a')
   assert(p:close(), 'abi_layout failed')
-  layout = { structs = {}, order = {}, defines = {} }
+  layout = { structs = {}, order = {}, defines = {}, enums = {} }
   for line in text:gmatch('[^\n]+') do
     local f = {}
     for part in (line .. '\t'):gmatch('([^\t]*)\t') do f[#f + 1] = part end
@@ -96,6 +96,8 @@ local function c_layout()
       layout.defines[f[2]] = tonumber(f[3])
     elseif f[1] == 'string' then
       layout.defines[f[2]] = f[3]
+    elseif f[1] == 'enum' then
+      layout.enums[f[2]] = tonumber(f[3])
     else
       error('abi_layout printed an unknown record: ' .. line)
     end
@@ -231,5 +233,189 @@ TGL_API tgl_status tgl_spec_added(tgl_ctx *ctx, int64_t n[TGL_SPEC_ADDED]);
     local m, out = generate('#include <stdint.h>\n#define TGL_SPEC_CAST ((int64_t)1)\n')
     assert.is_nil(m)
     assert.truthy(out:find('#define TGL_SPEC_CAST ((int64_t)1)', 1, true), out)
+  end)
+end)
+
+-- The enumerators of every enum a header defines, in order.
+local function header_enumerators(path)
+  local names = {}
+  for body in header_code(path):gmatch('typedef%s+enum%s+[%a_][%w_]*%s*(%b{})') do
+    for name in body:gmatch('[{,]%s*(TGL_[%w_]+)') do names[#names + 1] = name end
+  end
+  return names
+end
+
+describe('the Lua layer takes the C contract from C', function()
+  local TGL_H = root .. '/include/tgl.h'
+  local C = core.C
+  local graph = require 'tgl.graph'
+  local array = require 'tgl.array'
+
+  it("reads every enumerator of tgl.h through ffi.C, with the C compiler's value", function()
+    local c = c_layout()
+    local names = header_enumerators(TGL_H)
+    assert.is_true(#names >= 30, 'only ' .. #names .. ' enumerators parsed')
+    local listed = 0
+    for _, name in ipairs(names) do
+      local ok, v = pcall(function() return C[name] end)
+      assert.is_true(ok and type(v) == 'number', name .. ' does not resolve through ffi.C: ' .. tostring(v))
+      if c.enums[name] ~= nil then
+        listed = listed + 1
+        assert.are.equal(c.enums[name], v, name)
+      end
+    end
+    -- every enumerator abi_layout prints is one the parse found
+    local n = 0
+    for name in pairs(c.enums) do
+      n = n + 1
+      assert.is_not_nil(C[name], name)
+    end
+    assert.are.equal(n, listed)
+    assert.are.equal(3, c.enums.TGL_NODE_APPLY)
+  end)
+
+  it('numbers dtypes, node kinds, devices, linkers and modes as tgl.h does', function()
+    local n = 0
+    for name, id in pairs(array.DTYPE) do
+      n = n + 1
+      assert.are.equal(C.tgl_dtype_from_name(name), id, name)
+      assert.are.equal(name, array.DTYPE_NAME[id])
+    end
+    assert.are.equal(C.TGL_NDTYPES, n)
+    assert.are.equal(C.TGL_BOOL, array.DTYPE.bool)
+    assert.are.same({ input = C.TGL_NODE_INPUT, constant = C.TGL_NODE_CONSTANT,
+                      shared = C.TGL_NODE_SHARED, apply = C.TGL_NODE_APPLY }, graph.KIND)
+    assert.are.equal(C.TGL_DEVICE_CPU, array.DEVICE_CPU)
+    -- the kinds the variables show are the engine's
+    local x = tgl.vector('x')
+    assert.are.equal('input', x.kind)
+    assert.are.equal('apply', (x + 1).kind)
+    assert.are.equal('shared', tgl.shared(tgl.zeros(2)).kind)
+    assert.are.equal('constant', tgl.constant(2).kind)
+  end)
+
+  it('builds op parameters with the flags of tgl.h', function()
+    local D = core.defines
+    for _, name in ipairs({ 'TGL_IDX_INDEX', 'TGL_IDX_SLICE', 'TGL_IDX_START_INPUT', 'TGL_IDX_STOP_INPUT',
+                            'TGL_IDX_STEP_INPUT', 'TGL_IDX_NO_START', 'TGL_IDX_NO_STOP', 'TGL_IDX_LUA',
+                            'TGL_INC_SET', 'TGL_REDUCE_KEEPDIMS' }) do
+      assert.are.equal('number', type(D[name]), name)
+    end
+    local m, n = tgl.matrix('m'), tgl.lscalar('n')
+    -- m[{2, {1, n}}]: an index, then a slice whose stop is an input, 1-based
+    local P = C.tgl_node_params(m[{ 2, { 1, n } }].n)
+    assert.are.equal(8, P.n)
+    assert.are.same({ D.TGL_IDX_INDEX, 1 }, { tonumber(P.i[0]), tonumber(P.i[1]) })
+    assert.are.equal(D.TGL_IDX_SLICE + D.TGL_IDX_STOP_INPUT + D.TGL_IDX_LUA, tonumber(P.i[4]))
+    -- m[{{}, {2}}]: no start, no stop on axis 1
+    P = C.tgl_node_params(m[{ 1, {} }].n)
+    assert.are.equal(D.TGL_IDX_SLICE + D.TGL_IDX_NO_START + D.TGL_IDX_NO_STOP, tonumber(P.i[4]))
+    assert.are.equal(D.TGL_REDUCE_KEEPDIMS, C.tgl_node_params(tgl.sum(m, 2, { keepdims = true }).n).flags)
+    assert.are.equal(0, C.tgl_node_params(tgl.sum(m, 2).n).flags)
+    assert.are.equal(D.TGL_INC_SET, C.tgl_node_params(tgl.set_subtensor(m[1], 0).n).flags)
+    assert.are.equal(0, C.tgl_node_params(tgl.inc_subtensor(m[1], 1).n).flags)
+  end)
+
+  it("exports every op of the engine's catalog but graph.INTERNAL_OPS, under its own name", function()
+    local count = C.tgl_op_count()
+    assert.are.equal(count, #graph.OPS)
+    local catalog, exported = {}, 0
+    for id = 0, count - 1 do
+      local name = ffi.string(C.tgl_op_name(id))
+      local syn = C.tgl_op_synopsis(id)
+      assert.is_true(syn ~= nil and ffi.string(syn) ~= '', name .. ' has no synopsis')
+      assert.are.same({ name = name, synopsis = ffi.string(syn) }, graph.OPS[id + 1])
+      catalog[name] = true
+      if graph.INTERNAL_OPS[name] == nil then
+        exported = exported + 1
+        assert.are.equal('function', type(graph[name]),
+                         ("op '%s' of the catalog has no function in lua/tgl/graph.lua: bind it, "
+                          .. 'or list it in graph.INTERNAL_OPS saying what users call instead'):format(name))
+        assert.are.equal(graph[name], tgl[name], name)
+      end
+    end
+    assert.is_true(C.tgl_op_synopsis(count) == nil)
+    assert.is_true(C.tgl_op_synopsis(-1) == nil)
+    -- each exclusion names an op of the catalog, and says why
+    for name, why in pairs(graph.INTERNAL_OPS) do
+      assert.is_true(catalog[name], 'graph.INTERNAL_OPS lists ' .. name .. ', which is not an op')
+      assert.are.equal('string', type(why))
+      -- not exported from tgl.graph (arange and scan are tgl functions of their own)
+      assert.is_true(tgl[name] == nil or tgl[name] ~= graph[name], name)
+    end
+    assert.is_true(exported >= 50, exported .. ' ops exported')
+    for _, name in ipairs({ 'tanh', 'add', 'and_', 'sum', 'argmax', 'dot', 'dimshuffle', 'softmax',
+                            'one_hot', 'ifelse', 'switch', 'cast', 'inc_subtensor' }) do
+      assert.are.equal('function', type(tgl[name]), name)
+    end
+    for _, name in ipairs({ 'gemm', 'fused', 'output', 'rop_direction', 'softmax_crossentropy_dx',
+                            'class_xent_delta', 'axes_size', 'subtensor', 'fill_like' }) do
+      assert.is_nil(tgl[name], name)
+    end
+  end)
+
+  -- The keys tgl.h documents for tgl_config_set (its comment's list).
+  local function documented_keys()
+    local text = read_file(TGL_H)
+    local block = assert(text:match('Sets a setting of the context.-Unknown keys'), 'tgl_config_set comment')
+    local keys = {}
+    for names in block:gmatch('\n %*   ([%a_][%w_, ]-)%s%s+%S') do
+      for k in names:gmatch('[%a_][%w_]*') do keys[#keys + 1] = k end
+    end
+    table.sort(keys)
+    return keys
+  end
+
+  it('lists every setting of the engine in tgl.config, from tgl_config_key', function()
+    local keys, set = {}, {}
+    for i = 0, C.tgl_config_count() - 1 do
+      local k = ffi.string(C.tgl_config_key(i))
+      keys[#keys + 1], set[k] = k, true
+      assert.is_true(C.tgl_config_get(core.ctx, k) ~= nil, k .. ' has no value')
+    end
+    assert.is_true(C.tgl_config_key(C.tgl_config_count()) == nil)
+    assert.is_true(C.tgl_config_key(-1) == nil)
+    local sorted = { unpack(keys) }
+    table.sort(sorted)
+    -- the header documents exactly these
+    assert.are.same(documented_keys(), sorted)
+    -- and config.c handles exactly these (a key added to tgl_config_set
+    -- and tgl_config_get must be added to its list of keys too)
+    local handled, seen = {}, {}
+    for k in read_file(root .. '/src/engine/config.c'):gmatch('strcmp%(key, "([%w_]+)"%)') do
+      if not seen[k] then seen[k] = true; handled[#handled + 1] = k end
+    end
+    table.sort(handled)
+    assert.are.same(sorted, handled)
+    -- tgl.config shows and completes each, after floatX
+    local mt = getmetatable(tgl.config)
+    local want = { 'floatX', unpack(keys) }
+    assert.are.same(want, mt.__complete)
+    local shown = {}
+    for k in tostring(tgl.config):gmatch('\n  ([%w_]+) = ') do shown[#shown + 1] = k end
+    assert.are.same(want, shown)
+    for _, k in ipairs(keys) do assert.is_not_nil(tgl.config[k], k) end
+    assert.is_true(set.exit_wait and set.whole_step and set.exclude)
+  end)
+
+  it('keeps tgl.config in a bottom module that no module reaches past', function()
+    assert.are.equal(require 'tgl.config', tgl.config)
+    local p = assert(io.popen('ls ' .. q(root .. '/lua/tgl')))
+    local files = {}
+    for f in p:lines() do if f:match('%.lua$') then files[#files + 1] = f end end
+    p:close()
+    assert.is_true(#files >= 10, #files .. ' modules')
+    for _, f in ipairs(files) do
+      local src = read_file(root .. '/lua/tgl/' .. f)
+      for _, pat in ipairs({ 'package%.loaded%.tgl%f[^%w_]', "package%.loaded%[%s*['\"]tgl['\"]%s*%]" }) do
+        assert.is_nil(src:find(pat), 'lua/tgl/' .. f .. ' reaches up through package.loaded.tgl')
+      end
+    end
+    -- tgl.config requires nothing of tgl but the FFI binding
+    local requires = {}
+    for m in read_file(root .. '/lua/tgl/config.lua'):gmatch("require%s*%(?%s*'([%w_.]+)'") do
+      requires[#requires + 1] = m
+    end
+    assert.are.same({ 'tgl.core' }, requires)
   end)
 end)

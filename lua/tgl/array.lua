@@ -19,13 +19,25 @@ M.methods, M.hooks = methods, hooks
 -- Fields an array shows through `.` besides its methods (for REPL completion).
 M.fields = { dtype = true }
 
-local DTYPE = { float32 = 0, float64 = 1, int32 = 2, int64 = 3, uint8 = 4, bool = 5 }
-local DTYPE_NAME = { [0] = 'float32', 'float64', 'int32', 'int64', 'uint8', 'bool' }
-local PTR_T = {
-  [0] = ffi.typeof('float *'), ffi.typeof('double *'), ffi.typeof('int32_t *'),
-  ffi.typeof('int64_t *'), ffi.typeof('uint8_t *'), ffi.typeof('uint8_t *'),
-}
+-- Dtype ids by name and names by id, from the engine (tgl_dtype, tgl.h).
+local DTYPE, DTYPE_NAME = {}, {}
+for id = 0, C.TGL_NDTYPES - 1 do
+  local name = ffi.string(C.tgl_dtype_name(id))
+  DTYPE[name], DTYPE_NAME[id] = id, name
+end
+-- The C element type of each dtype, for reading host memory.
+local ELEM_CTYPE = { float32 = 'float', float64 = 'double', int32 = 'int32_t', int64 = 'int64_t',
+                     uint8 = 'uint8_t', bool = 'uint8_t' }
+local PTR_T = {}
+for id, name in pairs(DTYPE_NAME) do
+  PTR_T[id] = ffi.typeof(assert(ELEM_CTYPE[name], 'tgl: no element type for dtype ' .. name) .. ' *')
+end
 M.DTYPE, M.DTYPE_NAME = DTYPE, DTYPE_NAME
+local DT_BOOL = DTYPE.bool
+
+-- The host's device (tgl_device): arrays there have an ordinary pointer.
+local DEVICE_CPU = C.TGL_DEVICE_CPU
+M.DEVICE_CPU = DEVICE_CPU
 
 local MAX_DIMS = core.MAX_DIMS  -- TGL_MAX_DIMS
 
@@ -36,12 +48,12 @@ local function device_name(dev)
 end
 
 -- a's element pointer, for the reads and writes this file does directly in
--- host memory.  Only cpu arrays (device 0) have one: for an array on
+-- host memory.  Only cpu arrays (TGL_DEVICE_CPU) have one: for an array on
 -- another device this raises a clear error instead of reading device
 -- memory.  (a:data() is the raw pointer on any device, as API.md says.)
 local function host_ptr(fname, a)
   local dev = a.p.device
-  if dev ~= 0 then
+  if dev ~= DEVICE_CPU then
     argerror(fname, 'the array is on %s; Lua reads the elements of cpu arrays only',
              device_name(dev))
   end
@@ -53,10 +65,8 @@ local dims_t = ffi.typeof('int64_t[$]', MAX_DIMS)
 local shape_buf, strides_buf, idx_buf = dims_t(), dims_t(), dims_t()
 local perm_buf = ffi.typeof('int[$]', MAX_DIMS)()
 
-local function floatX()
-  local tgl = package.loaded.tgl
-  return (tgl and tgl.config and tgl.config.floatX) or 'float32'
-end
+local config = require 'tgl.config'
+local function floatX() return config.floatX end
 
 local function is_int(x)
   return type(x) == 'number' and x == math.floor(x) and x > -2^53 and x < 2^53
@@ -344,7 +354,7 @@ end
 -- Element off of a cpu array (host_ptr checked the device).
 local function read(a, off)
   local v = ffi.cast(PTR_T[a.p.dtype_id], a.p._data)[off]
-  if a.p.dtype_id == 5 then return v ~= 0 end
+  if a.p.dtype_id == DT_BOOL then return v ~= 0 end
   return tonumber(v)
 end
 
@@ -352,10 +362,10 @@ local get_buf = ffi.new('double[1]')
 
 function methods.get(a, ...)
   local off = offset_of('get', a, ...)
-  if a.p.device ~= 0 then
+  if a.p.device ~= DEVICE_CPU then
     -- Through the engine, whose backend copies the element to the host.
     check(C.tgl_array_get(core.ctx, a.p, idx_buf, get_buf), 'get')
-    if a.p.dtype_id == 5 then return get_buf[0] ~= 0 end
+    if a.p.dtype_id == DT_BOOL then return get_buf[0] ~= 0 end
     return get_buf[0]
   end
   return read(a, off)
@@ -548,7 +558,7 @@ function M.tostring(a)
   local footer = string.format(a.p.ndim == 0 and '[tgl.array %s %s]' or '[tgl.array %s of %s]',
                                DTYPE_NAME[a.p.dtype_id], shape_string(a))
   -- Device memory is not read from Lua: the type, shape and place only.
-  if a.p.device ~= 0 then return footer:sub(1, -2) .. ' on ' .. device_name(a.p.device) .. ']' end
+  if a.p.device ~= DEVICE_CPU then return footer:sub(1, -2) .. ' on ' .. device_name(a.p.device) .. ']' end
   if a.p._size == 0 then return '[empty]\n' .. footer end
   local elide = tonumber(a.p._size) > PRINT_THRESHOLD
   local fmt = formatter(a, elide)

@@ -11,8 +11,12 @@ local M = {}
 
 local node_list = ffi.typeof('tgl_node *[?]')
 local array_list = ffi.typeof('tgl_array *[?]')
-local LINKERS = { cvm = 0, cvm_nogc = 1, vm = 2 }
-local MODES = { FAST_RUN = 0, FAST_COMPILE = 1, DEBUG = 2 }
+-- The names of tgl.compile's linker= and mode=, the engine's ids
+-- (tgl_linker, tgl_mode).
+local LINKERS = { cvm = C.TGL_LINKER_CVM, cvm_nogc = C.TGL_LINKER_CVM_NOGC, vm = C.TGL_LINKER_VM }
+local MODES = { FAST_RUN = C.TGL_MODE_FAST_RUN, FAST_COMPILE = C.TGL_MODE_FAST_COMPILE,
+                DEBUG = C.TGL_MODE_DEBUG }
+local KIND = G.KIND
 
 local function is_var(x) return G.is_var(x) end
 
@@ -341,18 +345,18 @@ local function node_line(n, ids)
   for i = 1, t.ndim do bc[i] = bit.band(t.bcast, 2 ^ (i - 1)) ~= 0 and '1' or '?' end
   local kind = C.tgl_node_kind_of(n)
   local label, extra = nil, ''
-  if kind == 3 then
+  if kind == KIND.apply then
     label = ffi.string(C.tgl_op_name(C.tgl_node_op(n)))
     if C.tgl_node_payload_label(n, label_buf, 256) ~= 0 then extra = ' ' .. ffi.string(label_buf) end
     if label == 'output' then extra = (' #%d'):format(tonumber(C.tgl_node_params(n).i[0]) + 1) end
     local nout = C.tgl_node_noutputs(n)
     if nout > 1 then extra = extra .. (' (%d outputs)'):format(nout) end
-  elseif kind == 1 then
+  elseif kind == KIND.constant then
     local v = C.tgl_node_value(n)
     -- The value is shown only when it is one element in host memory.
-    if v._size == 1 and v.device == 0 then label = ('constant{%g}'):format(scalar_value(v))
+    if v._size == 1 and v.device == array.DEVICE_CPU then label = ('constant{%g}'):format(scalar_value(v))
     else label = 'constant' end
-  elseif kind == 2 then label = 'shared'
+  elseif kind == KIND.shared then label = 'shared'
   else label = 'input' end
   local name = ffi.string(C.tgl_node_name(n))
   local src = ffi.string(C.tgl_node_source(n))
@@ -406,7 +410,8 @@ function M.optimize(x, mode)
     if not is_var(v) then argerror('optimize', 'expected variables, got %s', type(v)) end
     inn[i - 1] = v.n
   end
-  check(C.tgl_optimize(core.ctx, mode == 'FAST_COMPILE' and 1 or 2, n, inn, outn), 'optimize')
+  check(C.tgl_optimize(core.ctx, mode == 'FAST_COMPILE' and C.TGL_OPT_STABILIZE or C.TGL_OPT_FAST_RUN,
+                       n, inn, outn), 'optimize')
   local res = {}
   for i = 1, n do res[i] = G.wrap_node(outn[i - 1]) end
   if single then return res[1] end
@@ -450,7 +455,7 @@ function M.todot(x, path)
     local t = C.tgl_node_type(n)
     local name = ffi.string(C.tgl_node_name(n))
     local label, shape, style = '', 'ellipse', ''
-    if kind == 3 then
+    if kind == KIND.apply then
       local op = ffi.string(C.tgl_op_name(C.tgl_node_op(n)))
       label = op
       if C.tgl_node_payload_label(n, label_buf, 256) ~= 0 then label = ffi.string(label_buf) end
@@ -459,8 +464,8 @@ function M.todot(x, path)
       if op == 'fused' then style = ', style=filled, fillcolor="#dde8f7"' end
       if op == 'gemm' or op == 'gemv' or op == 'ger' then style = ', style=filled, fillcolor="#f7e3c8"' end
       if inplace[key] then label = label .. '\\n(in place)' end
-    elseif kind == 1 then label = 'constant'; shape = 'plaintext'
-    elseif kind == 2 then label = 'shared ' .. name; shape = 'note'
+    elseif kind == KIND.constant then label = 'constant'; shape = 'plaintext'
+    elseif kind == KIND.shared then label = 'shared ' .. name; shape = 'note'
     else label = 'input ' .. name; shape = 'invhouse' end
     label = label .. '\\n' .. array.DTYPE_NAME[t.dtype] .. ' ' .. t.ndim .. '-d'
     lines[#lines + 1] = ('  %s [label="%s", shape=%s%s];'):format(id(n), label:gsub('"', '\\"'), shape, style)

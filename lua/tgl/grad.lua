@@ -47,7 +47,7 @@ function M.grad_as(fname, cost, wrt, opts)
     if leaves then
       local inn, outn = node_list(1), node_list(1)
       inn[0] = cost.n
-      check(C.tgl_optimize(core.ctx, 1, 1, inn, outn), fname)
+      check(C.tgl_optimize(core.ctx, C.TGL_OPT_STABILIZE, 1, inn, outn), fname)
       cost = G.wrap_node(outn[0])
     end
   end
@@ -57,7 +57,8 @@ function M.grad_as(fname, cost, wrt, opts)
   local ckv, ckg = node_list(math.max(#kv, 1)), node_list(math.max(#kv, 1))
   for i = 1, #kv do ckv[i - 1] = kv[i].n; ckg[i - 1] = kg[i].n end
   check(C.tgl_grad(core.ctx, cost and cost.n or nil, n, cw, #kv, ckv, ckg,
-                   disc == 'raise' and 0 or 1, out), fname)
+                   disc == 'raise' and C.TGL_DISCONNECTED_RAISE or C.TGL_DISCONNECTED_ZERO,
+                   out), fname)
   local res = {}
   for i = 1, n do res[i] = G.wrap_node(out[i - 1]) end
   if disc == 'warn' then
@@ -132,7 +133,7 @@ end
 -- differences in float64, on a random projection of fn's output.  Raises,
 -- naming the worst element and its position, when they disagree.
 function M.verify_grad(fn, points, opts)
-  local tgl = require 'tgl'
+  local compile = require('tgl.function').compile
   opts = core.check_options('verify_grad', opts, { eps = 'number', tol = 'number', seed = 'number' })
   if type(fn) ~= 'function' then argerror('verify_grad', 'fn must be a function of variables') end
   if type(points) ~= 'table' or #points == 0 then argerror('verify_grad', 'points must be a non-empty table of arrays') end
@@ -150,7 +151,7 @@ function M.verify_grad(fn, points, opts)
   if not is_var(out) then argerror('verify_grad', 'fn must return a variable') end
   if out.dtype ~= 'float64' then out = G.cast(out, 'float64') end
   -- A fixed random projection makes a scalar cost of any output shape.
-  local probe = tgl.compile { inputs = vars, outputs = out, name = 'verify_grad_probe' }
+  local probe = compile { inputs = vars, outputs = out, name = 'verify_grad_probe' }
   local shape = probe(unpack(xs)):shape()
   local saved = array.get_rng_state()
   array.manual_seed(opts.seed or 4242)
@@ -158,8 +159,8 @@ function M.verify_grad(fn, points, opts)
   array.set_rng_state(saved)
   local cost = G.sum(G.mul(out, G.constant(proj)))
   local grads = M.grad(cost, vars, { disconnected = 'ignore' })
-  local fcost = tgl.compile { inputs = vars, outputs = cost, name = 'verify_grad_cost' }
-  local fgrad = tgl.compile { inputs = vars, outputs = grads, name = 'verify_grad_grads' }
+  local fcost = compile { inputs = vars, outputs = cost, name = 'verify_grad_cost' }
+  local fgrad = compile { inputs = vars, outputs = grads, name = 'verify_grad_grads' }
   local analytic = { fgrad(unpack(xs)) }
   local worst = { err = -1 }
   for i, x in ipairs(xs) do

@@ -9,6 +9,7 @@
 --
 -- Axes and indices are 1-based here; the C API is 0-based.
 local core = require 'tgl.core'
+local config = require 'tgl.config'
 local array = require 'tgl.array'
 local ffi, C = core.ffi, core.C
 local check, argerror = core.check, core.argerror
@@ -23,8 +24,44 @@ local params_t = ffi.typeof('tgl_params')
 local out_array = core.out_array_t
 
 local DTYPE, DTYPE_NAME = array.DTYPE, array.DTYPE_NAME
-local KIND = { input = 0, constant = 1, shared = 2, apply = 3 }
+-- What a node is (tgl_node_kind): the names Lua shows (x.kind), the
+-- engine's ids.
+local KIND = { input = C.TGL_NODE_INPUT, constant = C.TGL_NODE_CONSTANT,
+               shared = C.TGL_NODE_SHARED, apply = C.TGL_NODE_APPLY }
 M.KIND = KIND
+
+-- The op catalog as the engine lists it (tgl_op_count, tgl_op_name,
+-- tgl_op_synopsis): {name=, synopsis=} in id order.  tgl's exports are
+-- built from it (init.lua).
+local OPS = {}
+for id = 0, C.tgl_op_count() - 1 do
+  OPS[id + 1] = { name = ffi.string(C.tgl_op_name(id)), synopsis = ffi.string(C.tgl_op_synopsis(id)) }
+end
+M.OPS = OPS
+
+-- The catalog's ops that are not functions of tgl, each with where users
+-- get at it instead: the one list of them.  Every other op is exported
+-- under its catalog name as the function of this module of that name
+-- (init.lua), and spec/cdef_spec.lua fails for an op that is neither.
+M.INTERNAL_OPS = {
+  axes_size = 'built by x:size(d), tgl.mean and tgl.var',
+  gemm = 'a rewrite of dot (compile.md, "The rules")',
+  gemv = 'a rewrite of dot',
+  ger = 'a rewrite of an outer product added to a matrix',
+  fill_like = 'built by gradients (zeros of a shape)',
+  subtensor = 'x[...] and tgl.index',
+  adv_subtensor = 'x[...] with integer tensors, and tgl.index',
+  adv_inc_subtensor = 'tgl.inc_subtensor and tgl.set_subtensor with integer tensors',
+  softmax_crossentropy = 'a rewrite of categorical_crossentropy(softmax(x), labels)',
+  softmax_crossentropy_dx = "softmax_crossentropy's pullback",
+  class_xent = 'tgl.lm.class_xent (lua/tgl/lm.lua)',
+  class_xent_delta = "class_xent's pullback",
+  arange = 'tgl.arange (init.lua: arrays, or a variable when a bound is one)',
+  scan = 'tgl.scan (lua/tgl/scan.lua)',
+  output = 'the values of multi-output nodes',
+  fused = 'the fuse stage of the compiler',
+  rop_direction = 'tgl.Rop puts it in front of each direction',
+}
 
 -- Op ids by name, looked up once.
 local OP = setmetatable({}, { __index = function(t, name)
@@ -39,13 +76,11 @@ local function is_var(x) return ffi.istype(vref_t, x) end
 local is_array = core.is_array
 M.is_var = is_var
 
-local function floatX()
-  local tgl = package.loaded.tgl
-  return (tgl and tgl.config and tgl.config.floatX) or 'float32'
-end
+local function floatX() return config.floatX end
 M.floatX = floatX
 
-local function is_float_id(dt) return dt == 0 or dt == 1 end
+local DT_FLOAT32, DT_FLOAT64 = DTYPE.float32, DTYPE.float64
+local function is_float_id(dt) return dt == DT_FLOAT32 or dt == DT_FLOAT64 end
 local function is_int(v) return type(v) == 'number' and v == math.floor(v) and v > -2^53 and v < 2^53 end
 
 -- "file:line" of the first stack frame outside tgl's own Lua files: where
@@ -94,6 +129,10 @@ end
 M.dt_of, M.nd_of = dt_of, nd_of
 
 local scratch_params = params_t()
+
+-- Flags in op parameters (tgl.h): reductions keeping their axes, and
+-- inc_subtensor assigning instead of adding.
+local KEEPDIMS_FLAG, INC_SET_FLAG = core.defines.TGL_REDUCE_KEEPDIMS, core.defines.TGL_INC_SET
 
 -- Fills the shared params struct from {i = {...}, flags = k, f = {...}}.
 local function make_params(p)
@@ -419,7 +458,7 @@ local function reduction(opname)
     axis, opts = axis_opts(opname, axis, opts)
     x = tensorize(opname, x)
     return apply(opname, opname, { x }, 1,
-                 { i = axes_of(opname, x, axis), flags = opts.keepdims and 1 or 0 })
+                 { i = axes_of(opname, x, axis), flags = opts.keepdims and KEEPDIMS_FLAG or 0 })
   end
 end
 M.sum = reduction('sum')
@@ -436,7 +475,7 @@ function M.mean(x, axis, opts)
   axis, opts = axis_opts('mean', axis, opts)
   x = floaty('mean', tensorize('mean', x))
   local list = axes_of('mean', x, axis)
-  local s = apply('mean', 'sum', { x }, 1, { i = list, flags = (opts and opts.keepdims) and 1 or 0 })
+  local s = apply('mean', 'sum', { x }, 1, { i = list, flags = (opts and opts.keepdims) and KEEPDIMS_FLAG or 0 })
   return M.div(s, M.cast(axes_size(x, list), DTYPE_NAME[dt_of(x)]))
 end
 
@@ -446,11 +485,11 @@ local function variance(fname, x, axis, opts)
   axis, opts = axis_opts(fname, axis, opts, VAR_OPTIONS)
   x = floaty(fname, tensorize(fname, x))
   local list = axes_of(fname, x, axis)
-  local mu = apply('var', 'sum', { x }, 1, { i = list, flags = 1 })
+  local mu = apply('var', 'sum', { x }, 1, { i = list, flags = KEEPDIMS_FLAG })
   local n = M.cast(axes_size(x, list), DTYPE_NAME[dt_of(x)])
   mu = M.div(mu, n)
   local d = M.sqr(M.sub(x, mu))
-  local s = apply('var', 'sum', { d }, 1, { i = list, flags = opts.keepdims and 1 or 0 })
+  local s = apply('var', 'sum', { d }, 1, { i = list, flags = opts.keepdims and KEEPDIMS_FLAG or 0 })
   local ddof = opts.ddof or 0
   if ddof ~= 0 then n = M.sub(n, ddof) end
   return M.div(s, n)
@@ -477,7 +516,7 @@ local function arg_reduction(opname)
     end
     if type(axis) ~= 'number' then argerror(opname, 'axis must be one integer') end
     local list = axes_of(opname, x, axis)
-    return apply(opname, opname, { x }, 1, { i = list, flags = opts.keepdims and 1 or 0 })
+    return apply(opname, opname, { x }, 1, { i = list, flags = opts.keepdims and KEEPDIMS_FLAG or 0 })
   end
 end
 M.argmax = arg_reduction('argmax')
@@ -707,8 +746,12 @@ end
 -- ---------------------------------------------------------------------------
 -- indexing: x[i], x[{i, {from, to [, step]}, {}}], x[{int_tensor, ...}]
 
-local IDX_SLICE, IDX_START_INPUT, IDX_STOP_INPUT, IDX_STEP_INPUT = 1, 4, 8, 16
-local IDX_NO_START, IDX_NO_STOP, IDX_LUA = 32, 64, 128
+-- The parameter flags of subtensor and inc_subtensor (tgl.h, TGL_IDX_*).
+local D = core.defines
+local IDX_INDEX, IDX_SLICE = D.TGL_IDX_INDEX, D.TGL_IDX_SLICE
+local IDX_START_INPUT, IDX_STOP_INPUT, IDX_STEP_INPUT =
+  D.TGL_IDX_START_INPUT, D.TGL_IDX_STOP_INPUT, D.TGL_IDX_STEP_INPUT
+local IDX_NO_START, IDX_NO_STOP, IDX_LUA = D.TGL_IDX_NO_START, D.TGL_IDX_NO_STOP, D.TGL_IDX_LUA
 
 local function is_index_tensor(v)
   return (is_var(v) or is_array(v)) and nd_of(v) >= 1
@@ -728,7 +771,7 @@ local function basic_index(fname, x, spec)
   if #spec > nd then argerror(fname, '%d indices for a %d-d tensor', #spec, nd) end
   local ints, extras = {}, {}
   for k, s in ipairs(spec) do
-    local kind, start, stop, step = 0, 0, 0, 1
+    local kind, start, stop, step = IDX_INDEX, 0, 0, 1
     if type(s) == 'number' then
       if not is_int(s) or s == 0 then argerror(fname, 'index %s on axis %d is not valid (indices start at 1)', tostring(s), k) end
       start = s > 0 and s - 1 or s
@@ -856,7 +899,7 @@ local function inc_like(fname, sub, v, set)
       local flags, idx = adv_index(fname, base, type(spec) == 'table' and not is_array(spec) and spec or { spec })
       local args = { base, v }
       for _, t in ipairs(idx) do args[#args + 1] = t end
-      return apply(fname, 'adv_inc_subtensor', args, #args, { i = flags, flags = set and 1 or 0 })
+      return apply(fname, 'adv_inc_subtensor', args, #args, { i = flags, flags = set and INC_SET_FLAG or 0 })
     end
     local r = base:clone()
     local region = M.index_raw(r, spec)
@@ -884,7 +927,7 @@ local function inc_like(fname, sub, v, set)
   for k = 0, P.n - 1 do ints[k + 1] = tonumber(P.i[k]) end
   if not (is_var(v)) then v = as_node(fname, v, dt_of(x)); args[2] = v end
   return apply(fname, isadv and 'adv_inc_subtensor' or 'inc_subtensor', args, #args,
-               { i = ints, flags = set and 1 or 0 })
+               { i = ints, flags = set and INC_SET_FLAG or 0 })
 end
 function M.set_subtensor(sub, v) return inc_like('set_subtensor', sub, v, true) end
 function M.inc_subtensor(sub, v) return inc_like('inc_subtensor', sub, v, false) end

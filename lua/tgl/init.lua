@@ -14,89 +14,8 @@ local ffi, C = core.ffi, core.C
 
 local tgl = {}
 
--- Configuration.  floatX (the default float dtype) lives in Lua; the rest
--- are the engine's settings (tgl_config_set), so assigning one checks it
--- at once:
---   exclude = {'rule', ...}  rewrite rules switched off (or TGL_EXCLUDE=a,b)
---   threads, cc, cflags, cache_dir, compile ('tiered'|'sync'|'tcc'|'cc'),
---   cache_max_bytes, exit_wait, whole_step (true|false|'bound': bind
---   straight-line programs to fixed buffers after two calls on the same
---   shapes, and generate their C; 'bound' binds without generating)
-local engine_keys = { exclude = true, threads = true, cc = true, cflags = true, cache_dir = true,
-                      compile = true, cache_max_bytes = true, exit_wait = true, whole_step = true }
-local config_values = { floatX = os.getenv('TGL_FLOATX') or 'float32' }
--- Every setting, in the order tostring(tgl.config) shows them.
-local config_keys = { 'floatX', 'compile', 'threads', 'exclude', 'cc', 'cflags', 'cache_dir',
-                      'cache_max_bytes', 'whole_step' }
-
--- A setting's value as Lua source: strings quoted, lists in braces.
-local function config_literal(v)
-  if type(v) == 'string' then return ('%q'):format(v) end
-  if type(v) == 'table' then
-    local parts = {}
-    for i, x in ipairs(v) do parts[i] = ('%q'):format(x) end
-    return #parts == 0 and '{}' or '{ ' .. table.concat(parts, ', ') .. ' }'
-  end
-  return tostring(v)
-end
-
-tgl.config = setmetatable({}, {
-  -- the settings, for the REPL's Tab completion (tgl.repl)
-  __complete = config_keys,
-  -- tostring(tgl.config), which the REPL prints: each setting and its value
-  __tostring = function(self)
-    local lines = { 'tgl.config {' }
-    for _, k in ipairs(config_keys) do
-      lines[#lines + 1] = ('  %s = %s,'):format(k, config_literal(self[k]))
-    end
-    lines[#lines + 1] = '}'
-    return table.concat(lines, '\n')
-  end,
-  __index = function(_, k)
-    if engine_keys[k] then
-      local v = ffi.string(C.tgl_config_get(core.ctx, k))
-      if k == 'exclude' then
-        local list = {}
-        for name in v:gmatch('[^,]+') do list[#list + 1] = name end
-        return list
-      end
-      if k == 'threads' or k == 'cache_max_bytes' or k == 'exit_wait' then return tonumber(v) end
-      if k == 'whole_step' then return v == 'bound' and 'bound' or v == 'on' end
-      return v
-    end
-    return config_values[k]
-  end,
-  __newindex = function(_, k, v)
-    if k == 'floatX' then
-      if v ~= 'float32' and v ~= 'float64' then
-        core.argerror('config', "floatX must be 'float32' or 'float64', got %s", tostring(v))
-      end
-      config_values.floatX = v
-    elseif engine_keys[k] then
-      if k == 'exclude' then
-        -- unknown names are a typo, not a no-op: refuse them
-        local known = {}
-        for i = 0, C.tgl_rule_count() - 1 do known[ffi.string(C.tgl_rule_name(i))] = true end
-        local names = type(v) == 'table' and v or {}
-        if type(v) == 'string' then for nm in v:gmatch('[^,%s]+') do names[#names + 1] = nm end end
-        for _, nm in ipairs(names) do
-          if not known[nm] then core.argerror('config', "exclude: unknown rewrite rule '%s' (see tgl.rules())", tostring(nm)) end
-        end
-        if type(v) == 'table' then v = table.concat(v, ',') end
-      end
-      if k == 'whole_step' then
-        if type(v) ~= 'boolean' and v ~= 'bound' then
-          core.argerror('config', "whole_step must be true, false or 'bound', got %s", tostring(v))
-        end
-        v = v == 'bound' and 'bound' or (v and 'on' or 'off')
-      end
-      if v == nil then v = '' end
-      core.check(C.tgl_config_set(core.ctx, k, tostring(v)), 'config')
-    else
-      core.argerror('config', "unknown setting '%s'", tostring(k))
-    end
-  end,
-})
+-- Configuration: floatX and the engine's settings (lua/tgl/config.lua).
+tgl.config = require 'tgl.config'
 
 -- The kernel cache: tgl.cache_info() as a table {directory=, entries=,
 -- bytes=, max_bytes=}; tgl.cache_clear() deletes every compiled kernel.
@@ -142,20 +61,20 @@ for _, name in ipairs({ 'array', 'empty', 'zeros', 'ones', 'full', 'arange', 'ra
 end
 tgl.is_array = core.is_array
 
--- symbolic variables and operations (eager on arrays)
-local graph_exports = {
+-- symbolic variables and operations (eager on arrays): every op of the
+-- engine's catalog but those graph.INTERNAL_OPS lists (the one list of
+-- exclusions, each with what users call instead), then the functions
+-- tgl.graph builds from several ops.
+for _, op in ipairs(graph.OPS) do
+  if not graph.INTERNAL_OPS[op.name] then tgl[op.name] = graph[op.name] end
+end
+for _, name in ipairs({
   'tensor', 'constant', 'shared',
-  'neg', 'abs', 'sign', 'exp', 'log', 'log1p', 'expm1', 'sqrt', 'sqr', 'recip', 'tanh',
-  'sigmoid', 'softplus', 'relu', 'sin', 'cos', 'floor', 'ceil', 'round', 'not_',
-  'add', 'sub', 'mul', 'div', 'pow', 'mod', 'maximum', 'minimum',
-  'eq', 'neq', 'lt', 'le', 'gt', 'ge', 'and_', 'or_', 'switch', 'clip', 'ifelse', 'cast',
-  'sum', 'prod', 'max', 'min', 'mean', 'var', 'std', 'argmax', 'argmin',
-  'dot', 'batched_dot', 'outer',
-  'dimshuffle', 'transpose', 'reshape', 'flatten', 'concatenate', 'stack', 'shape', 'size',
-  'softmax', 'log_softmax', 'one_hot', 'categorical_crossentropy', 'binary_crossentropy',
-  'index', 'set_subtensor', 'inc_subtensor',
-}
-for _, name in ipairs(graph_exports) do tgl[name] = graph[name] end
+  'mean', 'var', 'std', 'outer', 'transpose', 'flatten', 'stack', 'size',
+  'categorical_crossentropy', 'binary_crossentropy', 'index', 'set_subtensor',
+}) do
+  tgl[name] = graph[name]
+end
 for _, kind in ipairs({ 'scalar', 'vector', 'row', 'col', 'matrix', 'tensor3', 'tensor4' }) do
   tgl[kind] = graph[kind]
   for _, p in ipairs({ 'f', 'd', 'i', 'l', 'b' }) do tgl[p .. kind] = graph[p .. kind] end

@@ -113,7 +113,7 @@ local function disconnected_of(fname, opts)
   if d ~= 'raise' and d ~= 'ignore' then
     argerror(fname, "disconnected must be 'raise' or 'ignore', got %s", tostring(d))
   end
-  return d == 'raise' and 0 or 1
+  return d == 'raise' and C.TGL_DISCONNECTED_RAISE or C.TGL_DISCONNECTED_ZERO
 end
 
 -- J·v, its messages naming fname: the function the user called (Rop, or

@@ -16,6 +16,8 @@ M.methods = vmethods
 local out_array = core.out_array_t
 local DTYPE_NAME = array.DTYPE_NAME
 local KIND = G.KIND
+local KIND_NAME = {}  -- id -> 'input', 'constant', 'shared', 'apply'
+for name, id in pairs(KIND) do KIND_NAME[id] = name end
 
 local function is_var(x) return G.is_var(x) end
 
@@ -104,11 +106,11 @@ end
 -- x:eval{[x] = array, ...}: compiles and runs once (a new function each
 -- call: for repeated use, tgl.compile once).
 function vmethods.eval(x, inputs)
-  local tgl = require 'tgl'
+  local compile = require('tgl.function').compile
   inputs = inputs or {}
   local ins, vals = {}, {}
   for k, v in pairs(inputs) do ins[#ins + 1] = k; vals[#vals + 1] = v end
-  local f = tgl.compile { inputs = ins, outputs = x }
+  local f = compile { inputs = ins, outputs = x }
   return f(unpack(vals))
 end
 
@@ -123,7 +125,7 @@ local fields = {
     local s = ffi.string(C.tgl_node_name(x.n))
     return s ~= '' and s or nil
   end,
-  kind = function(x) return ({ [0] = 'input', 'constant', 'shared', 'apply' })[kind(x)] end,
+  kind = function(x) return KIND_NAME[kind(x)] end,
   op = function(x)
     if kind(x) ~= KIND.apply then return nil end
     return ffi.string(C.tgl_op_name(C.tgl_node_op(x.n)))

@@ -1,6 +1,6 @@
 /*
  * abi_layout.c — the C compiler's view of tgl.h's public structs and
- * constants, printed for spec/cdef_spec.lua, which compares it with what
+ * constants (#defines and enumerators), printed for spec/cdef_spec.lua, which compares it with what
  * LuaJIT makes of the generated FFI declarations (tgl.cdef).  The spec
  * fails when a struct or field of tgl.h is missing below, so this list
  * grows with the header.
@@ -9,6 +9,7 @@
  *   struct  <name> <sizeof> <alignof>
  *   field   <struct> <field> <offsetof> <sizeof>
  *   define  <name> <integer value>
+ *   enum    <name> <value of the enumerator>
  *   string  <name> <text>
  */
 #include <stdalign.h>
@@ -43,17 +44,38 @@
 
 #define DEFINES(D)                                                        \
     D(TGL_VERSION_MAJOR) D(TGL_VERSION_MINOR) D(TGL_VERSION_PATCH)        \
-    D(TGL_MAX_DIMS) D(TGL_ALIGN) D(TGL_ARRAY_CONTIGUOUS) D(TGL_MAX_PARAMS)
+    D(TGL_MAX_DIMS) D(TGL_ALIGN) D(TGL_ARRAY_CONTIGUOUS) D(TGL_MAX_PARAMS)  \
+    D(TGL_FILE_NPY) D(TGL_FILE_NPZ)                                       \
+    D(TGL_IDX_INDEX) D(TGL_IDX_SLICE) D(TGL_IDX_KIND_MASK)                \
+    D(TGL_IDX_START_INPUT) D(TGL_IDX_STOP_INPUT) D(TGL_IDX_STEP_INPUT)    \
+    D(TGL_IDX_NO_START) D(TGL_IDX_NO_STOP) D(TGL_IDX_LUA)                 \
+    D(TGL_INC_SET) D(TGL_REDUCE_KEEPDIMS)
+
+/* The enumerators the Lua layer reads through ffi.C (dtype, device and
+ * node-kind ids, linkers, modes, levels); the spec checks LuaJIT's values
+ * against these. */
+#define ENUMS(E)                                                          \
+    E(TGL_OK) E(TGL_EINVAL) E(TGL_EINTERNAL)                              \
+    E(TGL_FLOAT32) E(TGL_FLOAT64) E(TGL_INT32) E(TGL_INT64) E(TGL_UINT8)  \
+    E(TGL_BOOL) E(TGL_NDTYPES)                                            \
+    E(TGL_DEVICE_CPU) E(TGL_DEVICE_CUDA) E(TGL_NDEVICES)                  \
+    E(TGL_NODE_INPUT) E(TGL_NODE_CONSTANT) E(TGL_NODE_SHARED) E(TGL_NODE_APPLY) \
+    E(TGL_DISCONNECTED_RAISE) E(TGL_DISCONNECTED_ZERO)                    \
+    E(TGL_OPT_NONE) E(TGL_OPT_STABILIZE) E(TGL_OPT_FAST_RUN)              \
+    E(TGL_LINKER_CVM) E(TGL_LINKER_CVM_NOGC) E(TGL_LINKER_VM)             \
+    E(TGL_MODE_FAST_RUN) E(TGL_MODE_FAST_COMPILE) E(TGL_MODE_DEBUG)
 
 #define PRINT_STRUCT(s) printf("struct\t%s\t%zu\t%zu\n", #s, sizeof(s), alignof(s));
 #define PRINT_FIELD(s, f) \
     printf("field\t%s\t%s\t%zu\t%zu\n", #s, #f, offsetof(s, f), sizeof(((s *)0)->f));
 #define PRINT_DEFINE(d) printf("define\t%s\t%lld\n", #d, (long long)(d));
+#define PRINT_ENUM(e) printf("enum\t%s\t%lld\n", #e, (long long)(e));
 
 int main(void)
 {
     STRUCTS(PRINT_STRUCT, PRINT_FIELD)
     DEFINES(PRINT_DEFINE)
+    ENUMS(PRINT_ENUM)
     printf("string\tTGL_VERSION\t%s\n", TGL_VERSION);
     return fflush(stdout) == 0 ? 0 : 1;
 }

@@ -173,6 +173,25 @@ const char *tgl_config_get(tgl_ctx *ctx, const char *key)
     return NULL;
 }
 
+/* Every key tgl_config_set and tgl_config_get know, in the order
+ * tostring(tgl.config) shows them: the Lua layer builds tgl.config from
+ * this list (tgl_config_key), and spec/cdef_spec.lua fails when a key
+ * handled above is missing here. */
+static const char *const config_keys[] = {
+    "compile", "threads", "exclude", "cc", "cflags", "cache_dir", "cache_max_bytes",
+    "exit_wait", "whole_step",
+};
+
+int tgl_config_count(void)
+{
+    return (int)(sizeof config_keys / sizeof config_keys[0]);
+}
+
+const char *tgl_config_key(int i)
+{
+    return i >= 0 && i < tgl_config_count() ? config_keys[i] : NULL;
+}
+
 void tgl_config_defaults(tgl_ctx *ctx)
 {
     struct tgl_config *c = &ctx->config;

@@ -16,3 +16,10 @@ const tgl_opdef *tgl_opdef_get(int op)
 {
     return &catalog[op];
 }
+
+/* The public view of an entry (tgl.h): the Lua layer lists the catalog
+ * through tgl_op_count, tgl_op_name and this, to build its exports. */
+const char *tgl_op_synopsis(int op)
+{
+    return op >= 0 && op < TGL_NOPS ? catalog[op].synopsis : NULL;
+}

@@ -176,31 +176,9 @@ typedef enum tgl_op_family {
     TGL_FAM_FUSED
 } tgl_op_family;
 
-/* Parameters of SUBTENSOR and INC_SUBTENSOR: four entries per indexed
- * axis (kind, start, stop, step) for the leading p.n / 4 axes; the other
- * axes are taken whole.  Values are 0-based with Python's slice semantics
- * (stop exclusive, negative counts from the end, clipped to the axis).  A
- * bound marked _INPUT comes from the next extra input (a 0-d integer node,
- * after x, and after v for INC_SUBTENSOR), in axis order then start, stop,
- * step. */
-#define TGL_IDX_INDEX 0          /* start is an index; the axis is dropped  */
-#define TGL_IDX_SLICE 1          /* start:stop:step; the axis is kept       */
-#define TGL_IDX_KIND_MASK 3
-#define TGL_IDX_START_INPUT 4
-#define TGL_IDX_STOP_INPUT 8
-#define TGL_IDX_STEP_INPUT 16
-#define TGL_IDX_NO_START 32      /* omitted: 0 (or the end when step < 0)   */
-#define TGL_IDX_NO_STOP 64       /* omitted: the end (or before 0)          */
-#define TGL_IDX_LUA 128          /* the _INPUT bounds are Lua-style: 1-based,
-                                    stop inclusive, negative from the end  */
-/* ADV_SUBTENSOR / ADV_INC_SUBTENSOR: p.n = x's ndim; p.i[d] = 1 when axis d
- * is indexed by the next integer-array input (indexed axes are
- * consecutive), 0 when taken whole.  Index values are 1-based (negative
- * from the end), as users write them. */
-/* INC_SUBTENSOR / ADV_INC_SUBTENSOR p.flags: assign instead of add. */
-#define TGL_INC_SET 1
-/* Reductions' p.flags: keep the reduced axes with size 1. */
-#define TGL_REDUCE_KEEPDIMS 1
+/* The op parameters' flags (TGL_IDX_*, TGL_INC_SET, TGL_REDUCE_KEEPDIMS)
+ * are public, in tgl.h next to tgl_params: C callers of tgl_apply and the
+ * Lua layer build parameters with them. */
 
 /* Op flags (tgl_opimpl.flags). */
 #define TGL_OPF_LAZY 1u      /* inputs 2.. are evaluated on demand (ifelse) */
