@@ -460,19 +460,10 @@ static tgl_node *slice_from(tgl_ctx *ctx, tgl_node *x, int64_t from)
  * that the taps left read the same elements. */
 static tgl_status prune(tgl_ctx *ctx, const tgl_scan_spec *sp, building *b)
 {
-    tgl_node **order = NULL;
-    size_t count = 0;
-    tgl_status st = tgl_toposort(ctx, b->ninner_out, b->inner_out, &order, &count);
+    tgl_node_map used;
+    tgl_status st = tgl_reachable(ctx, b->ninner_out, b->inner_out, &used, NULL, NULL);
     if (st)
         return st;
-    tgl_node_map used;
-    if ((st = tgl_node_map_init(ctx, &used))) {
-        free(order);
-        return st;
-    }
-    for (size_t i = 0; i < count && !st; i++)
-        st = tgl_node_map_seti(ctx, &used, order[i], 1);
-    free(order);
     int w = 0, p = 0, wt = 0, ws = 0;
     tgl_node **in = b->inner_in;
     /* Sequences. */

@@ -171,22 +171,9 @@ tgl_status tgl_scan_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *const *gout, tgl_n
     tgl_status st = TGL_OK;
 
     /* Which inner inputs the outputs depend on. */
-    tgl_node **order = NULL;
-    size_t count = 0;
-    if ((st = tgl_toposort(ctx, nout, s->inner_out, &order, &count)))
-        return st;
     tgl_node_map anc;
-    if ((st = tgl_node_map_init(ctx, &anc))) {
-        free(order);
+    if ((st = tgl_reachable(ctx, nout, s->inner_out, &anc, NULL, NULL)))
         return st;
-    }
-    for (size_t i = 0; i < count && !st; i++)
-        st = tgl_node_map_seti(ctx, &anc, order[i], 1);
-    free(order);
-    if (st) {
-        tgl_node_map_free(&anc);
-        return st;
-    }
 #define DIFF(x) (tgl_dtype_is_float((x)->type.dtype) && tgl_node_map_has(&anc, (x)))
 
     /* Forward outputs and the number of steps that ran. */

@@ -693,20 +693,11 @@ static tgl_status dead_outputs(tgl_ctx *ctx, tgl_node *n, tgl_node **order, size
                 kept[nkeep++] = s->inner_out[k];
         if (s->has_until)
             kept[nkeep++] = s->inner_out[nout];
-        tgl_node **ord = NULL;
-        size_t cnt = 0;
-        if (nkeep && (st = tgl_toposort(ctx, nkeep, kept, &ord, &cnt))) {
-            free(kept);
-            break;
-        }
         tgl_node_map used;
-        if ((st = tgl_node_map_init(ctx, &used))) {
-            free(ord);
+        if ((st = tgl_reachable(ctx, nkeep, kept, &used, NULL, NULL))) {
             free(kept);
             break;
         }
-        for (size_t i = 0; i < cnt && !st; i++)
-            st = tgl_node_map_seti(ctx, &used, ord[i], 1);
         for (int r = 0; r < s->nrec && !st; r++) {
             if (!drop[r])
                 continue;
@@ -717,7 +708,6 @@ static tgl_status dead_outputs(tgl_ctx *ctx, tgl_node *n, tgl_node **order, size
                 }
         }
         tgl_node_map_free(&used);
-        free(ord);
         free(kept);
     }
     for (int k = 0; k < nout; k++)
