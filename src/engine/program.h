@@ -201,7 +201,4 @@ tgl_status tgl_cvm_run(tgl_ctx *ctx, tgl_frame *fr, int32_t from, int32_t to);
  * run before any of them writes into a shared variable. */
 tgl_status tgl_cvm_check_deferred(tgl_ctx *ctx, tgl_frame *fr);
 
-/* Monotonic nanoseconds. */
-uint64_t tgl_now_ns(void);
-
 #endif /* TGL_PROGRAM_H */

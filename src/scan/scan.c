@@ -742,16 +742,6 @@ static tgl_status put(tgl_ctx *ctx, tgl_array *dst, const tgl_array *src)
     return tgl_array_assign(ctx, dst, (tgl_array *)src);
 }
 
-static bool same_dims(const tgl_array *a, int ndim, const int64_t *shape)
-{
-    if (a->ndim != ndim)
-        return false;
-    for (int i = 0; i < ndim; i++)
-        if (a->shape[i] != shape[i])
-            return false;
-    return true;
-}
-
 static const char *dims_str(int ndim, const int64_t *shape, char *buf, size_t size)
 {
     int k = snprintf(buf, size, "(");
@@ -862,7 +852,7 @@ static int seq_to_take(const tgl_frame *fr, const tgl_instr *ins, tgl_array *con
         int at = tgl_scan_in_seq(s, i);
         const tgl_array *x = in[at];
         if (taken[i] || s->seq[i].ntaps != 1 || x->dtype_id != dtype ||
-            !same_dims(x, ndim, shape) || x->device != TGL_DEVICE_CPU ||
+            !tgl_array_has_shape(x, ndim, shape) || x->device != TGL_DEVICE_CPU ||
             !(x->flags & TGL_ARRAY_CONTIGUOUS) || x->refcount != 1 || !x->storage ||
             x->storage->refcount != 2 || x->data != x->storage->base)
             continue;
@@ -1135,7 +1125,7 @@ static tgl_status store_step(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins, 
     for (int r = 0; r < s->nrec && !st; r++) {
         const tgl_array *o = sub->slot[ip->out_slot[r]];
         tgl_array *d = rs->rec_dst[r];
-        if (!same_dims(o, d->ndim, d->shape))
+        if (!tgl_array_has_shape(o, d->ndim, d->shape))
             st = tgl_ctx_set_error(
                 ctx, TGL_ESHAPE,
                 "scan '%s', step %" PRId64 ": recurrent output %d has shape %s, but its "
@@ -1152,7 +1142,7 @@ static tgl_status store_step(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins, 
         tgl_array *d = rs->out_dst[k];
         if (d != rs->out_buf[k])
             move_view(d, rs->out_buf[k], t);
-        if (!same_dims(o, d->ndim, d->shape))
+        if (!tgl_array_has_shape(o, d->ndim, d->shape))
             st = tgl_ctx_set_error(
                 ctx, TGL_ESHAPE,
                 "scan '%s', step %" PRId64 ": output %d has shape %s, but %s at the first "

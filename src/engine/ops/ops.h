@@ -272,6 +272,11 @@ tgl_status tgl_op_error(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in, t
  * kernel's compute dtype; bool for switch's condition). */
 int tgl_elemwise_operand_dtype(const tgl_node *n, int i);
 
+/* A shape function (tgl_opimpl.shape) for an op whose output has its
+ * first input's shape. */
+tgl_status tgl_shape_of_first(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
+                              int64_t *shape);
+
 /* Broadcast output shape of elementwise inputs (same ndim), checking that
  * non-broadcastable axes agree. */
 tgl_status tgl_broadcast_shape(tgl_ctx *ctx, const tgl_node *n, int nin, tgl_array *const *in,
