@@ -17,8 +17,11 @@
  *   grad   — the pullback: given the output gradient gout (of n's type),
  *            sets gin[i] to the gradient of input i, or NULL when input i
  *            gets none (integer inputs, indices, disconnected).
- *   rop    — the pushforward (forward mode); NULL means "derive it from
- *            the pullback" (the later Rop issue).
+ *   rop    — the pushforward (forward mode, src/rop): given the inputs'
+ *            tangents tin[i] (NULL: none), sets tout[k].  Only ops whose
+ *            tangent is not a function of their pullback give one (scan);
+ *            NULL, for every other op, means rop.c derives it from the op's
+ *            family or its pullback (rop.c's header lists how).
  *
  * Multi-output ops (nouts given) produce several values: infer sets
  * n->nout and n->type (output 0's type), out_type gives every output's
