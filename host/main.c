@@ -433,7 +433,7 @@ static int host_os_exit(lua_State *L)
         lua_replace(L, 2);
     }
     /* store the kernels still compiling before the functions go */
-    tgl_cache_flush();
+    tgl_compile_wait_all();
     if (lua_toboolean(L, 2)) {
         /* the state is about to go: keep the SIGINT handler off it */
         signal(SIGINT, SIG_DFL);
@@ -633,7 +633,7 @@ int main(int argc, char **argv)
     host_L = NULL;
     /* Store the kernels still compiling (bounded by exit_wait) while the
      * functions that wait for them are alive: lua_close releases them. */
-    tgl_cache_flush();
+    tgl_compile_wait_all();
     lua_close(L);
     return h.status;
 }

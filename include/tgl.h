@@ -579,7 +579,15 @@ TGL_API tgl_status tgl_cache_info(tgl_ctx *ctx, char **text);
  * before freeing the functions (a released function's compile that has
  * not started is dropped when others are waiting).  exit() calls it too
  * (atexit). */
-TGL_API void tgl_cache_flush(void);
+TGL_API void tgl_compile_wait_all(void);
+/* Deprecated: the old name of tgl_compile_wait_all, which waits for the
+ * background compiles rather than flushing anything; it stays for the 0.1
+ * releases and goes in 0.2. */
+TGL_API void tgl_cache_flush(void)
+#if defined(__GNUC__)
+    __attribute__((deprecated("use tgl_compile_wait_all")))
+#endif
+    ;
 /* Compiled kernels currently loaded in this process (one per fused program
  * that a live compiled function runs; libtcc code or a loaded shared
  * object).  A kernel is freed with the last function that runs it. */

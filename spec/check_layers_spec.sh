@@ -51,7 +51,7 @@ n=$(plant "$t" src/engine/compile.c 'static void f(void) { tgl_rop_anything(); }
 expect_fail "$t" "src/engine/compile.c:$n: layer rule \"engine\": names tgl_rop_anything of src/rop"
 
 # The engine names a symbol that only src/cpu's header declares (no
-# tgl_cpu_ prefix: derived from thin.h), and one only its .c defines.
+# tgl_cpu_ prefix: derived from blas_thin.h), and one only its .c defines.
 t=$(tree derived)
 n=$(plant "$t" src/engine/backend.c 'static void g(void) { tgl_thin_sger(0, 0, 0, 0, 0, 0, 0, 0, 0); }')
 expect_fail "$t" "src/engine/backend.c:$n: layer rule \"engine\": names tgl_thin_sger of src/cpu"
@@ -67,8 +67,8 @@ plant "$t" src/engine/cvm.c 'static const char *h = "tgl_cgen_flush"; // tgl_cud
 # A backend includes the other.
 t=$(tree backend)
 mkdir -p "$t/src/cuda"
-n=$(plant "$t" src/cuda/device.c '#include "cpu/thin.h"')
-expect_fail "$t" "src/cuda/device.c:$n: layer rule \"backend\": includes src/cpu (cpu/thin.h)"
+n=$(plant "$t" src/cuda/device.c '#include "cpu/blas_thin.h"')
+expect_fail "$t" "src/cuda/device.c:$n: layer rule \"backend\": includes src/cpu (cpu/blas_thin.h)"
 
 # src/io names a graph type, and includes a graph header.
 t=$(tree io)

@@ -50,7 +50,7 @@ end
 -- a's element pointer, for the reads and writes this file does directly in
 -- host memory.  Only cpu arrays (TGL_DEVICE_CPU) have one: for an array on
 -- another device this raises a clear error instead of reading device
--- memory.  (a:data() is the raw pointer on any device, as API.md says.)
+-- memory.  (a:data() is the raw pointer on any device, as doc/arrays.md says.)
 local function host_ptr(fname, a)
   local dev = a.p.device
   if dev ~= DEVICE_CPU then

@@ -2,7 +2,7 @@
 --
 -- This file assembles the public module from its parts: tgl.core (the FFI
 -- binding), tgl.array (concrete arrays), tgl.io (.npy/.npz files).  Names
--- and semantics follow shared/API.md.
+-- and semantics are those doc/ describes (doc/api.md is the index).
 local core = require 'tgl.core'
 local array = require 'tgl.array'
 local io_ = require 'tgl.io'
@@ -121,8 +121,8 @@ tgl.cuda = {
   device_count = function() return tonumber(C.tgl_cuda_device_count()) end,
 }
 
--- Modules the project plans but does not have yet (API.md "nn" and
--- "torch", doc/api.md "Not yet available"): require 'nn' says so in one
+-- Modules the project plans but does not have yet (doc/api.md "Not yet
+-- available"): require 'nn' says so in one
 -- line instead of Lua's list of every path it searched.  The loader is the
 -- last of package.loaders, so it answers only when nothing else found the
 -- name: a user's own nn on package.path loads as usual, and the day

@@ -1,4 +1,4 @@
--- tgl.Rop, tgl.Lop and the curvature products (API.md "Differentiation").
+-- tgl.Rop, tgl.Lop and the curvature products (doc/rop.md).
 --
 --   tgl.Rop(f, wrt, v)   J·v in one forward pass (the engine's tgl_rop)
 --   tgl.Lop(f, wrt, u)   uᵀ·J: the pullback (tgl_grad with known gradients)

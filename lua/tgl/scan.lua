@@ -1,4 +1,4 @@
--- tgl.scan — symbolic loops (API.md "Loops: scan"), as in Theano.
+-- tgl.scan — symbolic loops (doc/scan.md), as in Theano.
 --
 -- The step function runs once, on placeholder variables standing for one
 -- step's slices and earlier outputs; what it returns is the loop's body,

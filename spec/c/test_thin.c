@@ -1,5 +1,5 @@
 /*
- * test_thin.c — the thin-matrix level-2 kernels (src/cpu/thin.h) against
+ * test_thin.c — the thin-matrix level-2 kernels (src/cpu/blas_thin.h) against
  * plain reference loops: rank-1 updates and transposed products for every
  * column count 1..TGL_THIN_MAX_COLS and row counts around the kernels'
  * blocking (the AVX-512 ger works on blocks of up to 16 rows), with padded
@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <cmocka.h>
 
-#include "cpu/thin.h"
+#include "cpu/blas_thin.h"
 
 static const int rows[] = {0, 1, 3, 4, 5, 15, 16, 17, 33, 100};
 

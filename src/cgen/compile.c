@@ -51,7 +51,7 @@
  *
  * At exit.  Background compiles are listed in G.pending from the moment
  * they are queued until their worker is done with them; tgl_cgen_flush
- * (tgl_cache_flush, which the host calls before closing the Lua state,
+ * (tgl_compile_wait_all, which the host calls before closing the Lua state,
  * and an atexit handler that the first one registers) waits for them up
  * to config.exit_wait seconds, so that a short script still stores its
  * kernels in the cache.  At the deadline the remaining ones are
@@ -957,7 +957,7 @@ static void signal_compilers(int sig)
 }
 
 /* Registered with atexit by the first background compile; also called
- * by tgl_cache_flush, before the program releases its functions. */
+ * by tgl_compile_wait_all, before the program releases its functions. */
 void tgl_cgen_flush(void)
 {
     pthread_mutex_lock(&G.lock);

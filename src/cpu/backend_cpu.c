@@ -13,7 +13,7 @@
 #include "cgen/cgen.h"
 
 #include "engine/pool.h"
-#include "cpu/thin.h"
+#include "cpu/blas_thin.h"
 #include "cpu/backend_cpu.h"
 
 #include <cblas.h>
@@ -71,7 +71,7 @@ static tgl_status cpu_copy(void *dst, const void *src, size_t n, tgl_errbuf *err
 #define SPLIT_GEMM (1 << 22)   /* multiply-adds: from here a product splits   */
 #define SPLIT_LEVEL2 (1 << 20) /* matrix elements, for gemv and ger           */
 #define MIN_BLOCK 16           /* rows or columns per block, at least         */
-/* Thin shapes go to src/cpu/thin.c instead of OpenBLAS (measured, one
+/* Thin shapes go to src/cpu/blas_thin.c instead of OpenBLAS (measured, one
  * thread: a 784x10 rank-1 update 3.8 -> 1.5 us, 784x64 5.3 -> 3.6 us; a
  * transposed 784x10 product 1.18 -> 0.97 us, at 64 columns no gain). */
 #define THIN_GEMV_COLS 16

@@ -184,11 +184,16 @@ void tgl_backend_launch_cache_free(const tgl_fprog *prog, void *cache)
 
 /* ---- the public kernel-cache calls ------------------------------------ */
 
-void tgl_cache_flush(void)
+void tgl_compile_wait_all(void)
 {
     for (int d = 0; d < TGL_NDEVICES; d++)
         if (tgl_backends[d] && tgl_backends[d]->flush)
             tgl_backends[d]->flush();
+}
+
+void tgl_cache_flush(void)
+{
+    tgl_compile_wait_all();
 }
 
 tgl_status tgl_cache_clear(tgl_ctx *ctx)

@@ -154,7 +154,7 @@ typedef struct tgl_backend {
     tgl_status (*cache_clear)(const tgl_backend_opts *o, tgl_errbuf *err);
     /* The cache as text, malloc'd: "directory: ...\nentries: N\nbytes: B\nmax_bytes: C\n". */
     tgl_status (*cache_info)(const tgl_backend_opts *o, char **text, tgl_errbuf *err);
-    /* Waits (bounded) for the backend's background compiles (tgl_cache_flush,
+    /* Waits (bounded) for the backend's background compiles (tgl_compile_wait_all,
      * and at exit); NULL where it compiles nothing in the background. */
     void (*flush)(void);
 } tgl_backend;

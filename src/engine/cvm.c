@@ -21,24 +21,6 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-uint64_t tgl_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static bool same_shape(const tgl_array *a, int ndim, const int64_t *shape)
-{
-    if (a->ndim != ndim)
-        return false;
-    for (int i = 0; i < ndim; i++)
-        if (a->shape[i] != shape[i])
-            return false;
-    return true;
-}
 
 /* The vm linker's check: the result matches the node's static type. */
 static tgl_status check_result(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
@@ -134,7 +116,7 @@ static tgl_status take_buffer(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins,
 {
     tgl_array *o = *dst;
     if (o && o->refcount == 1 && o->storage->refcount == 1 && o->dtype_id == dtype &&
-        same_shape(o, ndim, shape) && (o->flags & TGL_ARRAY_CONTIGUOUS))
+        tgl_array_has_shape(o, ndim, shape) && (o->flags & TGL_ARRAY_CONTIGUOUS))
         return TGL_OK;
     if (inplace >= 0) {
         tgl_array **src = &fr->slot[ins->in[inplace]];
@@ -143,7 +125,7 @@ static tgl_status take_buffer(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins,
          * held by the variable and the slot, and by nobody else. */
         int owners = ins->update >= 0 ? 2 : 1;
         if (a && a->refcount == owners && a->storage->refcount == 1 && a->dtype_id == dtype &&
-            same_shape(a, ndim, shape) && (a->flags & TGL_ARRAY_CONTIGUOUS)) {
+            tgl_array_has_shape(a, ndim, shape) && (a->flags & TGL_ARRAY_CONTIGUOUS)) {
             /* Move: the input slot is not read again (plan.c). */
             tgl_frame_recycle(fr, o);
             *dst = a;

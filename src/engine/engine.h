@@ -10,6 +10,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <time.h>
 
 /* The error message buffer of a context. */
 #define TGL_ERRMSG_SIZE 1024
@@ -121,6 +122,26 @@ tgl_status tgl_array_alloc(tgl_ctx *ctx, const char *fn, int dtype, int ndim,
 /* tgl_array_alloc on device's memory, allocated through its backend. */
 tgl_status tgl_array_alloc_on(tgl_ctx *ctx, const char *fn, int device, int dtype, int ndim,
                               const int64_t *shape, bool zero, tgl_array **out);
+
+/* True when a has exactly ndim axes of these sizes. */
+static inline bool tgl_array_has_shape(const tgl_array *a, int ndim, const int64_t *shape)
+{
+    if (a->ndim != ndim)
+        return false;
+    for (int i = 0; i < ndim; i++)
+        if (a->shape[i] != shape[i])
+            return false;
+    return true;
+}
+
+/* Monotonic nanoseconds (the profile's timings, the pool's spin limit);
+ * inline: the profiled CVM loop reads it twice per instruction. */
+static inline uint64_t tgl_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 /* Element (as double) at flat C-order position i of a contiguous buffer. */
 double tgl_load_as_double(int dtype, const void *p, int64_t i);

@@ -176,6 +176,14 @@ tgl_status tgl_node_map_seti(tgl_ctx *ctx, tgl_node_map *m, const tgl_node *key,
 tgl_status tgl_index_order(tgl_ctx *ctx, tgl_node *const *order, size_t count,
                            tgl_node_map *index);
 
+/* The set of nodes the roots depend on, roots included (tgl_toposort's
+ * nodes, each with value 1 in *set, which the caller frees with
+ * tgl_node_map_free).  order may be NULL; otherwise *order (malloc'd, the
+ * caller frees it) and *count are the topological order the set came
+ * from.  On an error nothing is left to free. */
+tgl_status tgl_reachable(tgl_ctx *ctx, int nroots, tgl_node *const *roots, tgl_node_map *set,
+                         tgl_node ***order, size_t *count);
+
 /* n rebuilt on its inputs mapped through map (inputs not in the map stay):
  * the same op, params and payload, through tgl_apply (so an equal node is
  * found, not duplicated).  *out is n itself when no input changed. */

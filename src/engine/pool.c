@@ -28,13 +28,6 @@
 /* How long a worker (or the caller) watches before it sleeps. */
 #define SPIN_NS 50000
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* Watches *word until it differs from `from` (true) or SPIN_NS pass
  * (false).  The clock is read every 64 turns. */
 static bool watch_changes(const uint64_t *word, uint64_t from)
@@ -44,7 +37,7 @@ static bool watch_changes(const uint64_t *word, uint64_t from)
         if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != from)
             return true;
         if ((i & 63) == 0) {
-            uint64_t t = now_ns();
+            uint64_t t = tgl_now_ns();
             if (!deadline)
                 deadline = t + SPIN_NS;
             else if (t >= deadline)

@@ -42,7 +42,8 @@ typedef struct tgl_instr {
                                 reads it (multi-output ops; else 1)        */
     int32_t *outs;
     int32_t region;          /* 0: straight-line code; else the ifelse
-                                branch it sits in (plan.c)                 */
+                                branch it sits in (compile.c; plan.c plans
+                                per region)                                */
     struct tgl_program *sub; /* an op with a body (scan): its inner program */
     int32_t once;            /* nonzero: loop-invariant (a scan body's work on
                                 non-sequences): runs on the first step only,
@@ -172,7 +173,7 @@ void tgl_cvm_guard_shapes(tgl_frame *fr, bool force);
 /* call.c: a new frame for prog (constants bound), and its end. */
 tgl_status tgl_frame_new(tgl_ctx *ctx, const tgl_program *prog, tgl_frame **out);
 void tgl_frame_free(tgl_frame *fr);
-/* Gives a buffer back to the frame's pool (or releases it). */
+/* cvm.c: gives a buffer back to the frame's pool (or releases it). */
 void tgl_frame_recycle(tgl_frame *fr, tgl_array *a);
 
 /* cvm.c: a contiguous array of that type from fr's pool, or NULL. */
@@ -200,8 +201,5 @@ tgl_status tgl_cvm_run(tgl_ctx *ctx, tgl_frame *fr, int32_t from, int32_t to);
 /* Checks that the deferred update instructions will not fail on shapes:
  * run before any of them writes into a shared variable. */
 tgl_status tgl_cvm_check_deferred(tgl_ctx *ctx, tgl_frame *fr);
-
-/* Monotonic nanoseconds. */
-uint64_t tgl_now_ns(void);
 
 #endif /* TGL_PROGRAM_H */

@@ -1,8 +1,8 @@
 /*
  * walk.c — the graph walks every pass shares: a node-keyed hash map sized
  * by what a pass puts in it (never by how many nodes the context has ever
- * built), the one iterative topological sort, and "rebuild a node on new
- * inputs".  No walk here recurses on the C stack: a 10^5-node chain costs
+ * built), the one iterative topological sort, the set of nodes some roots
+ * depend on, and "rebuild a node on new inputs".  No walk here recurses on the C stack: a 10^5-node chain costs
  * memory proportional to its length and nothing else.
  */
 #include "engine/ops/ops.h"
@@ -190,6 +190,32 @@ tgl_status tgl_index_order(tgl_ctx *ctx, tgl_node *const *order, size_t count, t
     if (st)
         tgl_node_map_free(index);
     return st;
+}
+
+tgl_status tgl_reachable(tgl_ctx *ctx, int nroots, tgl_node *const *roots, tgl_node_map *set,
+                         tgl_node ***order, size_t *count)
+{
+    tgl_node **ord = NULL;
+    size_t cnt = 0;
+    tgl_status st = tgl_toposort(ctx, nroots, roots, &ord, &cnt);
+    if (st)
+        return st;
+    if ((st = tgl_node_map_init(ctx, set))) {
+        free(ord);
+        return st;
+    }
+    for (size_t i = 0; i < cnt && !st; i++)
+        st = tgl_node_map_seti(ctx, set, ord[i], 1);
+    if (st || !order) {
+        free(ord);
+        if (st)
+            tgl_node_map_free(set);
+        return st;
+    }
+    *order = ord;
+    if (count)
+        *count = cnt;
+    return TGL_OK;
 }
 
 /* ---- rebuilding ------------------------------------------------------ */

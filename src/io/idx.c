@@ -47,13 +47,13 @@ static bool read_all(gzFile f, void *buf, size_t n)
 tgl_status tgl_idx_load(tgl_ctx *ctx, const char *path, tgl_array **out)
 {
     const char *fn = "tgl_idx_load";
+    char where[TGL_IO_WHERE_SIZE];
     TGL_CHECK_CTX(ctx);
-    TGL_CHECK(path && out, TGL_EINVAL, "%s: NULL argument", fn);
-    char where[TGL_ERRMSG_SIZE / 2];
-    snprintf(where, sizeof where, "'%s'", path);
     int fd = -1;
     uint64_t size;
-    tgl_status st = tgl_io_open_read(ctx, fn, where, path, &fd, &size);
+    tgl_status st = tgl_io_reader_args(ctx, fn, path, out, "path and out", where);
+    if (!st)
+        st = tgl_io_open_read(ctx, fn, where, path, &fd, &size);
     if (st)
         return st;
     gzFile f = gzdopen(fd, "rb"); /* owns fd from here: gzclose closes it */

@@ -1,9 +1,10 @@
 /*
- * npyfmt.h — internal header of src/io, the file formats (npy.c, npz.c):
- * the .npy encoder/decoder that works on memory, and the helpers every
- * format (npy.c, npz.c, idx.c) uses to report errors, to open a file to
- * read, and to replace a file atomically.  Not part
- * of the API; the engine never includes it.
+ * npyfmt.h — internal header of src/io, the file formats: the .npy
+ * encoder/decoder that works on memory (npy.c; npz.c uses it for archive
+ * entries), and the helpers every format (npy.c, npz.c, idx.c) uses to
+ * check a reader's arguments, report errors, open a file to read, and
+ * replace a file atomically (io.c).  Not part of the API; the engine never
+ * includes it.
  */
 #ifndef TGL_NPYFMT_H
 #define TGL_NPYFMT_H
@@ -15,6 +16,19 @@
 /* A .npy header (preamble, dict, padding) never needs more than this for
  * tgl's dtypes and TGL_MAX_DIMS dimensions; it is a multiple of 64. */
 #define TGL_NPY_HEADER_MAX 512
+
+/* The magic bytes a .npy file starts with. */
+#define TGL_NPY_MAGIC "\x93NUMPY"
+
+/* Room for where: a file's path in quotes, as messages name it. */
+#define TGL_IO_WHERE_SIZE (TGL_ERRMSG_SIZE / 2)
+
+/* The checks a reader starts with: path and out present (else TGL_EINVAL,
+ * "fn: <names> must not be NULL"), and where set to the path in quotes
+ * ("'a.npy'"), what the reader's messages call the file.  ctx is not NULL
+ * (the caller checks it first). */
+tgl_status tgl_io_reader_args(tgl_ctx *ctx, const char *fn, const char *path, const void *out,
+                              const char *names, char where[TGL_IO_WHERE_SIZE]);
 
 /* Sets "fn: where: <message>" and returns st.  where names the file (and
  * the archive entry), e.g. "'a.npz': entry 'W.npy'". */

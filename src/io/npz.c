@@ -666,12 +666,12 @@ void tgl_npz_free(tgl_npz *npz)
 tgl_status tgl_npz_load(tgl_ctx *ctx, const char *path, tgl_npz **out)
 {
     const char *fn = "tgl_npz_load";
-    char where[TGL_ERRMSG_SIZE / 2];
+    char where[TGL_IO_WHERE_SIZE];
     TGL_CHECK_CTX(ctx);
-    TGL_CHECK(path && out, TGL_EINVAL, "%s: path and out must not be NULL", fn);
-    snprintf(where, sizeof where, "'%s'", path);
     zreader z = { ctx, fn, where, NULL, 0 };
-    tgl_status st = tgl_io_fopen_read(ctx, fn, where, path, &z.fp, &z.size);
+    tgl_status st = tgl_io_reader_args(ctx, fn, path, out, "path and out", where);
+    if (!st)
+        st = tgl_io_fopen_read(ctx, fn, where, path, &z.fp, &z.size);
     if (st)
         return st;
     uint64_t n = 0, cd_off = 0, cd_size = 0, cd_limit = 0;

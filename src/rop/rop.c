@@ -367,13 +367,16 @@ tgl_status tgl_rop(tgl_ctx *ctx, int nf, tgl_node *const *f, int nwrt, tgl_node 
                   tgl_node_describe(wrt[k], b1, sizeof b1), k + 1, tgl_type_str(v[k]->type, t1, sizeof t1),
                   tgl_type_str(wrt[k]->type, t2, sizeof t2));
     }
+    /* Every node the outputs depend on, in order (tangents are pushed
+     * along it) and as a set (the disconnected policy reads it). */
     tgl_node **order = NULL;
     size_t count = 0;
-    tgl_status st = tgl_toposort(ctx, nf, f, &order, &count);
+    tgl_node_map tan, reach;
+    tgl_status st = tgl_reachable(ctx, nf, f, &reach, &order, &count);
     if (st)
         return st;
-    tgl_node_map tan, reach;
-    if ((st = tgl_node_map_init(ctx, &tan)) || (st = tgl_node_map_init(ctx, &reach))) {
+    if ((st = tgl_node_map_init(ctx, &tan))) {
+        tgl_node_map_free(&reach);
         free(order);
         return st;
     }
@@ -438,8 +441,6 @@ tgl_status tgl_rop(tgl_ctx *ctx, int nf, tgl_node *const *f, int nwrt, tgl_node 
             free(tout);
     }
     /* Disconnected wrt: none of the outputs depends on it. */
-    for (size_t i = 0; i < count && !st; i++)
-        st = tgl_node_map_seti(ctx, &reach, order[i], 1);
     for (int k = 0; k < nwrt && !st; k++)
         if (!tgl_node_map_has(&reach, wrt[k]) && disconnected == TGL_DISCONNECTED_RAISE)
             st = tgl_ctx_set_error(ctx, TGL_EINVAL,

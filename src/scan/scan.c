@@ -460,19 +460,10 @@ static tgl_node *slice_from(tgl_ctx *ctx, tgl_node *x, int64_t from)
  * that the taps left read the same elements. */
 static tgl_status prune(tgl_ctx *ctx, const tgl_scan_spec *sp, building *b)
 {
-    tgl_node **order = NULL;
-    size_t count = 0;
-    tgl_status st = tgl_toposort(ctx, b->ninner_out, b->inner_out, &order, &count);
+    tgl_node_map used;
+    tgl_status st = tgl_reachable(ctx, b->ninner_out, b->inner_out, &used, NULL, NULL);
     if (st)
         return st;
-    tgl_node_map used;
-    if ((st = tgl_node_map_init(ctx, &used))) {
-        free(order);
-        return st;
-    }
-    for (size_t i = 0; i < count && !st; i++)
-        st = tgl_node_map_seti(ctx, &used, order[i], 1);
-    free(order);
     int w = 0, p = 0, wt = 0, ws = 0;
     tgl_node **in = b->inner_in;
     /* Sequences. */
@@ -751,16 +742,6 @@ static tgl_status put(tgl_ctx *ctx, tgl_array *dst, const tgl_array *src)
     return tgl_array_assign(ctx, dst, (tgl_array *)src);
 }
 
-static bool same_dims(const tgl_array *a, int ndim, const int64_t *shape)
-{
-    if (a->ndim != ndim)
-        return false;
-    for (int i = 0; i < ndim; i++)
-        if (a->shape[i] != shape[i])
-            return false;
-    return true;
-}
-
 static const char *dims_str(int ndim, const int64_t *shape, char *buf, size_t size)
 {
     int k = snprintf(buf, size, "(");
@@ -795,14 +776,18 @@ typedef struct run_state {
     tgl_array **rec_dst;     /* per recurrent output: the entry written    */
     tgl_array **out_buf;     /* per output not fed back                    */
     tgl_array **out_dst;     /* per output not fed back: the entry written */
+    int nseqv, nrecv;        /* inner sequence taps, inner recurrent taps  */
+    bool *taken;             /* per sequence: an output took its buffer    */
+    int64_t done;            /* steps run                                  */
+    int64_t last_t;          /* the last step run                          */
 } run_state;
 
-static void run_state_free(run_state *rs, int nseqv, int nrecv)
+static void run_state_free(run_state *rs)
 {
     const tgl_scan_layout *s = rs->s;
-    for (int i = 0; rs->seq_view && i < nseqv; i++)
+    for (int i = 0; rs->seq_view && i < rs->nseqv; i++)
         tgl_array_release(rs->seq_view[i]);
-    for (int i = 0; rs->rec_view && i < nrecv; i++)
+    for (int i = 0; rs->rec_view && i < rs->nrecv; i++)
         tgl_array_release(rs->rec_view[i]);
     for (int r = 0; r < s->nrec; r++) {
         if (rs->rec_buf)
@@ -822,6 +807,7 @@ static void run_state_free(run_state *rs, int nseqv, int nrecv)
     free(rs->rec_dst);
     free(rs->out_buf);
     free(rs->out_dst);
+    free(rs->taken);
 }
 
 /* Sets inner input slot i of the sub-frame to a (a new reference). */
@@ -866,7 +852,7 @@ static int seq_to_take(const tgl_frame *fr, const tgl_instr *ins, tgl_array *con
         int at = tgl_scan_in_seq(s, i);
         const tgl_array *x = in[at];
         if (taken[i] || s->seq[i].ntaps != 1 || x->dtype_id != dtype ||
-            !same_dims(x, ndim, shape) || x->device != TGL_DEVICE_CPU ||
+            !tgl_array_has_shape(x, ndim, shape) || x->device != TGL_DEVICE_CPU ||
             !(x->flags & TGL_ARRAY_CONTIGUOUS) || x->refcount != 1 || !x->storage ||
             x->storage->refcount != 2 || x->data != x->storage->base)
             continue;
@@ -954,21 +940,12 @@ static tgl_status step_error(tgl_ctx *ctx, const tgl_scan_layout *s, int64_t t, 
     return tgl_ctx_set_error(ctx, st, "scan '%s', step %" PRId64 ": %s", s->name, t + 1, msg);
 }
 
-static tgl_status scan_exec(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins, tgl_frame **subp,
-                            tgl_array *const *in)
+/* The number of steps (n_steps, or what the shortest sequence allows),
+ * checked against the sequences and the initial values. */
+static tgl_status count_steps(tgl_ctx *ctx, const tgl_scan_layout *s, tgl_array *const *in,
+                              int64_t *steps)
 {
-    const tgl_node *n = ins->node;
-    const tgl_scan_layout *s = tgl_scan_of(n);
     const char *nm = s->name;
-    char b1[160], b2[160];
-    tgl_status st;
-    for (int i = 0; i < n->nin; i++)
-        if (in[i]->device != TGL_DEVICE_CPU)
-            return tgl_ctx_set_error(ctx, TGL_EINVAL,
-                                     "scan '%s': input %d is on %s; scan runs on the cpu", nm,
-                                     i + 1, tgl_device_name(in[i]->device));
-
-    /* The number of steps: n_steps, or the shortest sequence. */
     int64_t T = (int64_t)tgl_load_as_double(TGL_INT64, in[tgl_scan_in_nsteps()]->data, 0);
     bool given = T >= 0;
     for (int i = 0; i < s->nseq; i++) {
@@ -1003,6 +980,286 @@ static tgl_status scan_exec(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins, t
                                      " (its leading axis)", nm, r + 1, s->rec[r].K,
                                      s->rec[r].taps[0], h0->shape[0]);
     }
+    *steps = T;
+    return TGL_OK;
+}
+
+/* Everything the loop needs before its first step: the views of the
+ * sequences (at the first step), the non-sequences bound once, and each
+ * recurrent output's buffer with its initial values in place. */
+static tgl_status start_run(tgl_ctx *ctx, tgl_frame *fr, tgl_frame *sub, tgl_array *const *in,
+                            run_state *rs)
+{
+    const tgl_scan_layout *s = rs->s;
+    const int64_t T = rs->T;
+    tgl_status st;
+    for (int i = 0; i < s->nseq; i++)
+        rs->nseqv += s->seq[i].ntaps;
+    for (int r = 0; r < s->nrec; r++)
+        rs->nrecv += s->rec[r].ntaps;
+    rs->seq_view = calloc((size_t)rs->nseqv + 1, sizeof *rs->seq_view);
+    rs->rec_view = calloc((size_t)rs->nrecv + 1, sizeof *rs->rec_view);
+    rs->rec_buf = calloc((size_t)s->nrec + 1, sizeof *rs->rec_buf);
+    rs->rec_dst = calloc((size_t)s->nrec + 1, sizeof *rs->rec_dst);
+    rs->out_buf = calloc((size_t)s->nnofb + 1, sizeof *rs->out_buf);
+    rs->out_dst = calloc((size_t)s->nnofb + 1, sizeof *rs->out_dst);
+    rs->taken = calloc((size_t)s->nseq + 1, sizeof *rs->taken);
+    st = rs->seq_view && rs->rec_view && rs->rec_buf && rs->rec_dst && rs->out_buf &&
+                 rs->out_dst && rs->taken
+             ? TGL_OK
+             : oom(ctx, s->name);
+
+    /* Sequence views (at the first step), non-sequences bound once. */
+    for (int i = 0, v = 0; !st && i < s->nseq; i++) {
+        tgl_array *x = in[tgl_scan_in_seq(s, i)];
+        for (int a = 0; a < s->seq[i].ntaps && !st; a++, v++) {
+            int64_t e = (s->reverse ? T - 1 : 0) + s->seq[i].taps[a] - s->seq[i].taps[0];
+            if (T == 0)
+                e = 0;
+            if (x->shape[0] == 0) {
+                /* nothing to view: the loop does not run */
+                continue;
+            }
+            st = entry_view(ctx, x, e, &rs->seq_view[v]);
+        }
+    }
+    for (int j = 0; !st && j < s->nnonseq; j++)
+        bind(sub, tgl_scan_inner_nonseq(s, j), in[tgl_scan_in_nonseq(s, j)]);
+
+    /* Recurrent buffers: initial values in place, then the steps. */
+    for (int r = 0, v = 0; !st && r < s->nrec; r++) {
+        tgl_array *h0 = in[tgl_scan_in_init(s, r)];
+        int64_t K = s->rec[r].K;
+        bool ring = tgl_scan_keeps_last(s, r);
+        int64_t shape[TGL_MAX_DIMS];
+        memcpy(shape, h0->shape, sizeof *shape * (size_t)h0->ndim);
+        shape[0] = ring ? K + 1 : K + T;
+        st = out_alloc(ctx, fr, h0->dtype_id, h0->ndim, shape, &rs->rec_buf[r]);
+        tgl_array *B = rs->rec_buf[r];
+        /* h0's last K entries, oldest first, at entries 0..K-1 (forward) or
+         * T..T+K-1 (reverse). */
+        for (int64_t j = 0; !st && j < K; j++) {
+            tgl_array *src = NULL, *dst = NULL;
+            int64_t e = (s->reverse ? T : 0) + j;
+            st = entry_view(ctx, h0, h0->shape[0] - K + j, &src);
+            if (!st)
+                st = entry_view(ctx, B, rec_slot(ring, K, e), &dst);
+            if (!st)
+                st = put(ctx, dst, src);
+            tgl_array_release(src);
+            tgl_array_release(dst);
+        }
+        if (!st)
+            st = entry_view(ctx, B, 0, &rs->rec_dst[r]);
+        for (int a = 0; a < s->rec[r].ntaps && !st; a++, v++)
+            st = entry_view(ctx, B, 0, &rs->rec_view[v]);
+    }
+    return st;
+}
+
+/* Points the inner inputs' views at step t (sequence slices, recurrent
+ * taps) and the recurrent outputs' destinations at their entry. */
+static inline void point_views(tgl_frame *sub, tgl_array *const *in, run_state *rs, int64_t t)
+{
+    const tgl_scan_layout *s = rs->s;
+    for (int i = 0, v = 0; i < s->nseq; i++) {
+        const tgl_array *x = in[tgl_scan_in_seq(s, i)];
+        for (int a = 0; a < s->seq[i].ntaps; a++, v++) {
+            move_view(rs->seq_view[v], x, t + s->seq[i].taps[a] - s->seq[i].taps[0]);
+            bind(sub, tgl_scan_inner_seq(s, i, a), rs->seq_view[v]);
+        }
+    }
+    for (int r = 0, v = 0; r < s->nrec; r++) {
+        const tgl_array *B = rs->rec_buf[r];
+        int64_t K = s->rec[r].K;
+        bool ring = tgl_scan_keeps_last(s, r);
+        int64_t self = s->reverse ? t : K + t;
+        for (int a = 0; a < s->rec[r].ntaps; a++, v++) {
+            int64_t k = -s->rec[r].taps[a];
+            move_view(rs->rec_view[v], B, rec_slot(ring, K, s->reverse ? self + k : self - k));
+            bind(sub, tgl_scan_inner_rec(s, r, a), rs->rec_view[v]);
+        }
+        move_view(rs->rec_dst[r], B, rec_slot(ring, K, self));
+    }
+}
+
+/* Output k not fed back, at its first step (which fixes its shape: o's):
+ * its buffer, a sequence the run may take over (seq_to_take) or a new
+ * array, and the entry each step writes. */
+static tgl_status start_output(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins,
+                               tgl_array *const *in, run_state *rs, int k, const tgl_array *o)
+{
+    const tgl_scan_layout *s = rs->s;
+    int64_t shape[TGL_MAX_DIMS];
+    bool last = tgl_scan_keeps_last(s, s->nrec + k);
+    tgl_status st = TGL_OK;
+    shape[0] = rs->T;
+    memcpy(shape + (last ? 0 : 1), o->shape, sizeof *shape * (size_t)o->ndim);
+    int i = last ? -1 : seq_to_take(fr, ins, in, o->dtype_id, o->ndim + 1, shape, rs->taken);
+    if (i >= 0) {
+        rs->taken[i] = true;
+        rs->out_buf[k] = in[tgl_scan_in_seq(s, i)];
+        tgl_array_retain(rs->out_buf[k]);
+    } else {
+        st = out_alloc(ctx, fr, o->dtype_id, o->ndim + (last ? 0 : 1), shape, &rs->out_buf[k]);
+    }
+    if (!st && !last)
+        st = entry_view(ctx, rs->out_buf[k], 0, &rs->out_dst[k]);
+    if (!st && last) {
+        rs->out_dst[k] = rs->out_buf[k];
+        tgl_array_retain(rs->out_dst[k]);
+    }
+    return st;
+}
+
+/* Copies step t's outputs (in the inner frame's output slots) to their
+ * entries, each checked against the shape its buffer has. */
+static tgl_status store_step(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins, tgl_frame *sub,
+                             tgl_array *const *in, run_state *rs, int64_t t)
+{
+    const tgl_scan_layout *s = rs->s;
+    const tgl_program *ip = sub->prog;
+    const char *nm = s->name;
+    char b1[160], b2[160];
+    tgl_status st = TGL_OK;
+    for (int r = 0; r < s->nrec && !st; r++) {
+        const tgl_array *o = sub->slot[ip->out_slot[r]];
+        tgl_array *d = rs->rec_dst[r];
+        if (!tgl_array_has_shape(o, d->ndim, d->shape))
+            st = tgl_ctx_set_error(
+                ctx, TGL_ESHAPE,
+                "scan '%s', step %" PRId64 ": recurrent output %d has shape %s, but its "
+                "initial value (and so every step) has %s",
+                nm, t + 1, r + 1, dims_str(o->ndim, o->shape, b1, sizeof b1),
+                dims_str(d->ndim, d->shape, b2, sizeof b2));
+        else
+            st = put(ctx, d, o);
+    }
+    for (int k = 0; k < s->nnofb && !st; k++) {
+        const tgl_array *o = sub->slot[ip->out_slot[s->nrec + k]];
+        if (!rs->out_buf[k] && (st = start_output(ctx, fr, ins, in, rs, k, o)))
+            break;
+        tgl_array *d = rs->out_dst[k];
+        if (d != rs->out_buf[k])
+            move_view(d, rs->out_buf[k], t);
+        if (!tgl_array_has_shape(o, d->ndim, d->shape))
+            st = tgl_ctx_set_error(
+                ctx, TGL_ESHAPE,
+                "scan '%s', step %" PRId64 ": output %d has shape %s, but %s at the first "
+                "step (an output keeps its shape)",
+                nm, t + 1, s->nrec + k + 1, dims_str(o->ndim, o->shape, b1, sizeof b1),
+                dims_str(d->ndim, d->shape, b2, sizeof b2));
+        else /* o may view the slice d overwrites: put copies overlaps safely */
+            st = put(ctx, d, o);
+    }
+    return st;
+}
+
+/* The loop: each step's views, the body, its outputs stored; stops after
+ * T steps or when the until condition holds.  rs->done counts the steps
+ * run, rs->last_t is the last. */
+static tgl_status run_steps(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins, tgl_frame *sub,
+                            tgl_array *const *in, run_state *rs)
+{
+    const tgl_scan_layout *s = rs->s;
+    const tgl_program *ip = sub->prog;
+    const int64_t T = rs->T;
+    const int nout = tgl_scan_nout(s);
+    tgl_status st = TGL_OK;
+    rs->last_t = s->reverse ? T - 1 : 0;
+    for (int64_t step = 0; !st && step < T; step++) {
+        int64_t t = s->reverse ? T - 1 - step : step;
+        point_views(sub, in, rs, t);
+        st = tgl_step_exec(ctx, sub, 0, ip->ncode, true);
+        if (st) {
+            st = step_error(ctx, s, t, st);
+            break;
+        }
+        sub->once_done = true;
+        sub->ncalls++;
+        st = store_step(ctx, fr, ins, sub, in, rs, t);
+        rs->done++;
+        rs->last_t = t;
+        if (!st && s->has_until) {
+            const tgl_array *c = sub->slot[ip->out_slot[nout]];
+            if (tgl_load_as_double(c->dtype_id, c->data, 0) != 0)
+                break;
+        }
+    }
+    return st;
+}
+
+/* Output k of the scan as the caller sees it (*res): a view of the steps
+ * that ran (with the initial values before them for KEEP_WITH_INIT), the
+ * last entry for a kept-last output, or an empty array when no step ran
+ * (its step's shape from dry_step when it could run: dry_ndim, dry_shape). */
+static tgl_status finish_output(tgl_ctx *ctx, const tgl_node *n, const run_state *rs, int k,
+                                const int *dry_ndim, int64_t (*dry_shape)[TGL_MAX_DIMS],
+                                tgl_array **res)
+{
+    const tgl_scan_layout *s = rs->s;
+    const int64_t T = rs->T, done = rs->done, last_t = rs->last_t;
+    bool last = tgl_scan_keeps_last(s, k);
+    if (s->keep[k] == TGL_SCAN_KEEP_LAST_READ && done == 0)
+        /* scan_save_mem made it from x[-1], which fails on no steps */
+        return tgl_ctx_set_error(ctx, TGL_ESHAPE,
+                                 "scan '%s': index -1 is out of range for axis 1 of size 0 "
+                                 "(output %d: the loop ran no step)", s->name, k + 1);
+    /* the range of entries the run wrote, in the buffer's order */
+    if (k < s->nrec) {
+        tgl_array *B = rs->rec_buf[k];
+        int64_t K = s->rec[k].K;
+        if (last) {
+            int64_t e = done ? (s->reverse ? last_t : K + last_t) : (s->reverse ? T : K - 1);
+            return entry_view(ctx, B, rec_slot(true, K, e), res);
+        }
+        /* the steps that ran; with the initial values before them for
+         * KEEP_WITH_INIT (a forward scan's buffer from entry 0) */
+        bool with_init = s->keep[k] == TGL_SCAN_KEEP_WITH_INIT;
+        int64_t from = s->reverse ? T - done : with_init ? 0 : K;
+        int64_t shape[TGL_MAX_DIMS];
+        memcpy(shape, B->shape, sizeof *shape * (size_t)B->ndim);
+        shape[0] = done + (with_init ? K : 0);
+        return tgl_array_view(ctx, B, B->ndim, shape, B->strides, from * B->strides[0], res);
+    }
+    int j = k - s->nrec;
+    tgl_array *Y = rs->out_buf[j];
+    if (!Y) {
+        /* No step ran: an empty output, (0, step shape...) with the step's
+         * shape from dry_step (zeros when it could not run). */
+        int64_t shape[TGL_MAX_DIMS] = {0};
+        tgl_type t = scan_out_type(n, k);
+        if (dry_ndim && dry_ndim[j] + (last ? 0 : 1) == t.ndim)
+            memcpy(shape + (last ? 0 : 1), dry_shape[j], sizeof *shape * (size_t)dry_ndim[j]);
+        return tgl_array_alloc(ctx, "scan", t.dtype, t.ndim, shape, true, res);
+    }
+    if (last) {
+        *res = Y;
+        tgl_array_retain(Y);
+        return TGL_OK;
+    }
+    int64_t from = s->reverse ? T - done : 0;
+    int64_t shape[TGL_MAX_DIMS];
+    memcpy(shape, Y->shape, sizeof *shape * (size_t)Y->ndim);
+    shape[0] = done;
+    return tgl_array_view(ctx, Y, Y->ndim, shape, Y->strides, from * Y->strides[0], res);
+}
+
+static tgl_status scan_exec(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins, tgl_frame **subp,
+                            tgl_array *const *in)
+{
+    const tgl_node *n = ins->node;
+    const tgl_scan_layout *s = tgl_scan_of(n);
+    const char *nm = s->name;
+    tgl_status st;
+    for (int i = 0; i < n->nin; i++)
+        if (in[i]->device != TGL_DEVICE_CPU)
+            return tgl_ctx_set_error(ctx, TGL_EINVAL,
+                                     "scan '%s': input %d is on %s; scan runs on the cpu", nm,
+                                     i + 1, tgl_device_name(in[i]->device));
+    int64_t T = 0;
+    if ((st = count_steps(ctx, s, in, &T)))
+        return st;
 
     /* The inner frame, made on first use and kept in the outer frame. */
     if (!*subp && (st = tgl_frame_new(ctx, ins->sub, subp)))
@@ -1019,169 +1276,14 @@ static tgl_status scan_exec(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins, t
     rs.s = s;
     rs.n = n;
     rs.T = T;
-    int nseqv = 0, nrecv = 0;
-    for (int i = 0; i < s->nseq; i++)
-        nseqv += s->seq[i].ntaps;
-    for (int r = 0; r < s->nrec; r++)
-        nrecv += s->rec[r].ntaps;
-    rs.seq_view = calloc((size_t)nseqv + 1, sizeof *rs.seq_view);
-    rs.rec_view = calloc((size_t)nrecv + 1, sizeof *rs.rec_view);
-    rs.rec_buf = calloc((size_t)s->nrec + 1, sizeof *rs.rec_buf);
-    rs.rec_dst = calloc((size_t)s->nrec + 1, sizeof *rs.rec_dst);
-    rs.out_buf = calloc((size_t)s->nnofb + 1, sizeof *rs.out_buf);
-    rs.out_dst = calloc((size_t)s->nnofb + 1, sizeof *rs.out_dst);
-    bool *taken = calloc((size_t)s->nseq + 1, sizeof *taken);
-    st = rs.seq_view && rs.rec_view && rs.rec_buf && rs.rec_dst && rs.out_buf && rs.out_dst && taken
-             ? TGL_OK
-             : oom(ctx, nm);
+    st = start_run(ctx, fr, sub, in, &rs);
+    if (!st)
+        st = run_steps(ctx, fr, ins, sub, in, &rs);
 
-    /* Sequence views (at the first step), non-sequences bound once. */
-    for (int i = 0, v = 0; !st && i < s->nseq; i++) {
-        tgl_array *x = in[tgl_scan_in_seq(s, i)];
-        for (int a = 0; a < s->seq[i].ntaps && !st; a++, v++) {
-            int64_t e = (s->reverse ? T - 1 : 0) + s->seq[i].taps[a] - s->seq[i].taps[0];
-            if (T == 0)
-                e = 0;
-            if (x->shape[0] == 0) {
-                /* nothing to view: the loop does not run */
-                continue;
-            }
-            st = entry_view(ctx, x, e, &rs.seq_view[v]);
-        }
-    }
-    for (int j = 0; !st && j < s->nnonseq; j++)
-        bind(sub, tgl_scan_inner_nonseq(s, j), in[tgl_scan_in_nonseq(s, j)]);
-
-    /* Recurrent buffers: initial values in place, then the steps. */
-    for (int r = 0, v = 0; !st && r < s->nrec; r++) {
-        tgl_array *h0 = in[tgl_scan_in_init(s, r)];
-        int64_t K = s->rec[r].K;
-        bool ring = tgl_scan_keeps_last(s, r);
-        int64_t shape[TGL_MAX_DIMS];
-        memcpy(shape, h0->shape, sizeof *shape * (size_t)h0->ndim);
-        shape[0] = ring ? K + 1 : K + T;
-        st = out_alloc(ctx, fr, h0->dtype_id, h0->ndim, shape, &rs.rec_buf[r]);
-        tgl_array *B = rs.rec_buf[r];
-        /* h0's last K entries, oldest first, at entries 0..K-1 (forward) or
-         * T..T+K-1 (reverse). */
-        for (int64_t j = 0; !st && j < K; j++) {
-            tgl_array *src = NULL, *dst = NULL;
-            int64_t e = (s->reverse ? T : 0) + j;
-            st = entry_view(ctx, h0, h0->shape[0] - K + j, &src);
-            if (!st)
-                st = entry_view(ctx, B, rec_slot(ring, K, e), &dst);
-            if (!st)
-                st = put(ctx, dst, src);
-            tgl_array_release(src);
-            tgl_array_release(dst);
-        }
-        if (!st)
-            st = entry_view(ctx, B, 0, &rs.rec_dst[r]);
-        for (int a = 0; a < s->rec[r].ntaps && !st; a++, v++)
-            st = entry_view(ctx, B, 0, &rs.rec_view[v]);
-    }
-
-    /* The loop. */
-    int64_t done = 0;        /* steps run */
-    int64_t first_t = s->reverse ? T - 1 : 0;
-    int64_t last_t = first_t;
-    const int nout = tgl_scan_nout(s);
-    for (int64_t step = 0; !st && step < T; step++) {
-        int64_t t = s->reverse ? T - 1 - step : step;
-        /* Point the views at this step. */
-        for (int i = 0, v = 0; i < s->nseq; i++) {
-            const tgl_array *x = in[tgl_scan_in_seq(s, i)];
-            for (int a = 0; a < s->seq[i].ntaps; a++, v++) {
-                move_view(rs.seq_view[v], x, t + s->seq[i].taps[a] - s->seq[i].taps[0]);
-                bind(sub, tgl_scan_inner_seq(s, i, a), rs.seq_view[v]);
-            }
-        }
-        for (int r = 0, v = 0; r < s->nrec; r++) {
-            const tgl_array *B = rs.rec_buf[r];
-            int64_t K = s->rec[r].K;
-            bool ring = tgl_scan_keeps_last(s, r);
-            int64_t self = s->reverse ? t : K + t;
-            for (int a = 0; a < s->rec[r].ntaps; a++, v++) {
-                int64_t k = -s->rec[r].taps[a];
-                move_view(rs.rec_view[v], B, rec_slot(ring, K, s->reverse ? self + k : self - k));
-                bind(sub, tgl_scan_inner_rec(s, r, a), rs.rec_view[v]);
-            }
-            move_view(rs.rec_dst[r], B, rec_slot(ring, K, self));
-        }
-        st = tgl_step_exec(ctx, sub, 0, ip->ncode, true);
-        if (st) {
-            st = step_error(ctx, s, t, st);
-            break;
-        }
-        sub->once_done = true;
-        sub->ncalls++;
-        /* Store the step's outputs. */
-        for (int r = 0; r < s->nrec && !st; r++) {
-            const tgl_array *o = sub->slot[ip->out_slot[r]];
-            tgl_array *d = rs.rec_dst[r];
-            if (!same_dims(o, d->ndim, d->shape))
-                st = tgl_ctx_set_error(
-                    ctx, TGL_ESHAPE,
-                    "scan '%s', step %" PRId64 ": recurrent output %d has shape %s, but its "
-                    "initial value (and so every step) has %s",
-                    nm, t + 1, r + 1, dims_str(o->ndim, o->shape, b1, sizeof b1),
-                    dims_str(d->ndim, d->shape, b2, sizeof b2));
-            else
-                st = put(ctx, d, o);
-        }
-        for (int k = 0; k < s->nnofb && !st; k++) {
-            const tgl_array *o = sub->slot[ip->out_slot[s->nrec + k]];
-            if (!rs.out_buf[k]) {
-                /* The first step fixes the shape. */
-                int64_t shape[TGL_MAX_DIMS];
-                bool last = tgl_scan_keeps_last(s, s->nrec + k);
-                shape[0] = T;
-                memcpy(shape + (last ? 0 : 1), o->shape, sizeof *shape * (size_t)o->ndim);
-                int i = last ? -1
-                             : seq_to_take(fr, ins, in, o->dtype_id, o->ndim + 1, shape, taken);
-                if (i >= 0) {
-                    taken[i] = true;
-                    rs.out_buf[k] = in[tgl_scan_in_seq(s, i)];
-                    tgl_array_retain(rs.out_buf[k]);
-                } else {
-                    st = out_alloc(ctx, fr, o->dtype_id, o->ndim + (last ? 0 : 1), shape,
-                                   &rs.out_buf[k]);
-                }
-                if (!st && !last)
-                    st = entry_view(ctx, rs.out_buf[k], 0, &rs.out_dst[k]);
-                if (!st && last) {
-                    rs.out_dst[k] = rs.out_buf[k];
-                    tgl_array_retain(rs.out_dst[k]);
-                }
-                if (st)
-                    break;
-            }
-            tgl_array *d = rs.out_dst[k];
-            if (d != rs.out_buf[k])
-                move_view(d, rs.out_buf[k], t);
-            if (!same_dims(o, d->ndim, d->shape))
-                st = tgl_ctx_set_error(
-                    ctx, TGL_ESHAPE,
-                    "scan '%s', step %" PRId64 ": output %d has shape %s, but %s at the first "
-                    "step (an output keeps its shape)",
-                    nm, t + 1, s->nrec + k + 1, dims_str(o->ndim, o->shape, b1, sizeof b1),
-                    dims_str(d->ndim, d->shape, b2, sizeof b2));
-            else /* o may view the slice d overwrites: put copies overlaps safely */
-                st = put(ctx, d, o);
-        }
-        done++;
-        last_t = t;
-        if (!st && s->has_until) {
-            const tgl_array *c = sub->slot[ip->out_slot[nout]];
-            if (tgl_load_as_double(c->dtype_id, c->data, 0) != 0)
-                break;
-        }
-    }
-    (void)first_t;
     /* per output not fed back, its step's shape when no step ran (-1: unknown) */
     int *dry_ndim = NULL;
     int64_t (*dry_shape)[TGL_MAX_DIMS] = NULL;
-    if (!st && done == 0 && s->nnofb > 0) {
+    if (!st && rs.done == 0 && s->nnofb > 0) {
         dry_ndim = malloc(sizeof *dry_ndim * (size_t)s->nnofb);
         dry_shape = malloc(sizeof *dry_shape * (size_t)s->nnofb);
         if (!dry_ndim || !dry_shape)
@@ -1200,58 +1302,9 @@ static tgl_status scan_exec(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins, t
     }
 
     /* The outputs: views of the steps that ran. */
-    for (int k = 0; k < nout && !st; k++) {
+    for (int k = 0; k < tgl_scan_nout(s) && !st; k++) {
         tgl_array *res = NULL;
-        bool last = tgl_scan_keeps_last(s, k);
-        if (s->keep[k] == TGL_SCAN_KEEP_LAST_READ && done == 0) {
-            /* scan_save_mem made it from x[-1], which fails on no steps */
-            st = tgl_ctx_set_error(ctx, TGL_ESHAPE,
-                                   "scan '%s': index -1 is out of range for axis 1 of size 0 "
-                                   "(output %d: the loop ran no step)", nm, k + 1);
-            break;
-        }
-        /* the range of entries the run wrote, in the buffer's order */
-        if (k < s->nrec) {
-            tgl_array *B = rs.rec_buf[k];
-            int64_t K = s->rec[k].K;
-            if (last) {
-                int64_t e = done ? (s->reverse ? last_t : K + last_t) : (s->reverse ? T : K - 1);
-                st = entry_view(ctx, B, rec_slot(true, K, e), &res);
-            } else {
-                /* the steps that ran; with the initial values before them
-                 * for KEEP_WITH_INIT (a forward scan's buffer from entry 0) */
-                bool with_init = s->keep[k] == TGL_SCAN_KEEP_WITH_INIT;
-                int64_t from = s->reverse ? T - done : with_init ? 0 : K;
-                int64_t shape[TGL_MAX_DIMS];
-                memcpy(shape, B->shape, sizeof *shape * (size_t)B->ndim);
-                shape[0] = done + (with_init ? K : 0);
-                st = tgl_array_view(ctx, B, B->ndim, shape, B->strides, from * B->strides[0],
-                                    &res);
-            }
-        } else {
-            int j = k - s->nrec;
-            tgl_array *Y = rs.out_buf[j];
-            if (!Y) {
-                /* No step ran: an empty output, (0, step shape...) with the
-                 * step's shape from dry_step (zeros when it could not run). */
-                int64_t shape[TGL_MAX_DIMS] = {0};
-                tgl_type t = scan_out_type(n, k);
-                if (dry_ndim && dry_ndim[j] + (last ? 0 : 1) == t.ndim)
-                    memcpy(shape + (last ? 0 : 1), dry_shape[j],
-                           sizeof *shape * (size_t)dry_ndim[j]);
-                st = tgl_array_alloc(ctx, "scan", t.dtype, t.ndim, shape, true, &res);
-            } else if (last) {
-                res = Y;
-                tgl_array_retain(res);
-            } else {
-                int64_t from = s->reverse ? T - done : 0;
-                int64_t shape[TGL_MAX_DIMS];
-                memcpy(shape, Y->shape, sizeof *shape * (size_t)Y->ndim);
-                shape[0] = done;
-                st = tgl_array_view(ctx, Y, Y->ndim, shape, Y->strides, from * Y->strides[0],
-                                    &res);
-            }
-        }
+        st = finish_output(ctx, n, &rs, k, dry_ndim, dry_shape, &res);
         if (!st && ins->outs[k] >= 0) {
             tgl_array **dst = &fr->slot[ins->outs[k]];
             tgl_frame_recycle(fr, *dst);
@@ -1260,8 +1313,7 @@ static tgl_status scan_exec(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins, t
             tgl_array_release(res);
         }
     }
-    run_state_free(&rs, nseqv, nrecv);
-    free(taken);
+    run_state_free(&rs);
     free(dry_ndim);
     free(dry_shape);
     return st;

@@ -156,275 +156,365 @@ static void ipush(ilist *l, int x)
 
 /* ---- the pullback ----------------------------------------------------- */
 
-tgl_status tgl_scan_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *const *gout, tgl_node **gin)
+/* What the pullback of a scan builds, step by step (tgl_scan_grad):
+ * the forward scan's outputs, the body's own pullback, and the lists the
+ * backward scan is made of.  Every pointer and list is freed by
+ * pullback_free. */
+typedef struct pullback {
+    const tgl_scan_layout *s;
+    tgl_node *n;                  /* the forward scan                        */
+    tgl_node *const *gout;        /* per output: its cotangent (or NULL)     */
+    tgl_node **gin;               /* per input: its gradient (out)           */
+    int nout;
+    uint64_t errors0;             /* ctx->nerrors on entry                   */
+    tgl_node_map anc;             /* what the body's outputs depend on       */
+    /* the forward outputs, the number of steps, the steps differentiated */
+    tgl_node **H, **ext;          /* per output: its steps; with its initial
+                                   * values (KEEP_WITH_INIT) or NULL         */
+    tgl_node *T, *zero, *start, *nsteps;
+    /* the body's pullback */
+    tgl_node **q;                 /* per output: its cotangent placeholder   */
+    nlist kv, kg, wrt;            /* tgl_grad's outputs, cotangents, wrt     */
+    ilist wrt_pos;                /* inner position of each wrt              */
+    tgl_node **raw;               /* per wrt: its gradient on q              */
+    tgl_node **g;                 /* the same on the backward placeholders   */
+    tgl_node **inner_grad;        /* per inner input: its gradient or NULL   */
+    /* the backward scan's lists */
+    nlist b_seqs, b_inits, b_nonseqs, b_in, b_out;
+    ilist seq_ntaps, seq_taps, rec_ntaps, rec_taps;
+    nlist from, to;               /* forward body node -> backward one       */
+    int nseq_b, nrec_b, nnofb_b;
+    tgl_node **gph;               /* per output: its g_t placeholder         */
+    int *acc_at;                  /* per recurrent output: first c_{r,0}     */
+    int *nacc_at;                 /* per non-sequence: its accumulator       */
+    tgl_node **pc_first;          /* per recurrent output: c_{r,0}'s input   */
+    int rec_in0;                  /* b_in's first recurrent placeholder      */
+    ilist dx_of;                  /* inner position of each sequence gradient */
+    tgl_node *B;                  /* the backward scan                       */
+} pullback;
+
+static void pullback_free(pullback *pb)
 {
-    const tgl_scan_layout *s = tgl_scan_of(n);
+    tgl_node_map_free(&pb->anc);
+    free(pb->H);
+    free(pb->ext);
+    free(pb->inner_grad);
+    free(pb->q);
+    free(pb->raw);
+    free(pb->g);
+    free(pb->gph);
+    free(pb->acc_at);
+    free(pb->nacc_at);
+    free(pb->pc_first);
+    free(pb->kv.v);
+    free(pb->kg.v);
+    free(pb->wrt.v);
+    free(pb->wrt_pos.v);
+    free(pb->b_seqs.v);
+    free(pb->b_inits.v);
+    free(pb->b_nonseqs.v);
+    free(pb->b_in.v);
+    free(pb->b_out.v);
+    free(pb->from.v);
+    free(pb->to.v);
+    free(pb->seq_ntaps.v);
+    free(pb->seq_taps.v);
+    free(pb->rec_ntaps.v);
+    free(pb->rec_taps.v);
+    free(pb->dx_of.v);
+}
+
+/* A list that could not grow: the error a node left (a node that could
+ * not be built is NULL in the list) or out of memory. */
+static tgl_status list_failed(tgl_ctx *ctx, const pullback *pb)
+{
+    return ctx->nerrors != pb->errors0 ? ctx->last_status
+                                       : tgl_ctx_set_error(ctx, TGL_ENOMEM, "scan: out of memory");
+}
+
+/* Differentiable: a float the body's outputs depend on. */
+static bool diff(const pullback *pb, const tgl_node *x)
+{
+    return tgl_dtype_is_float(x->type.dtype) && tgl_node_map_has(&pb->anc, x);
+}
+
+/* Which inner inputs the outputs depend on; the forward outputs (H, ext)
+ * and the number of steps that ran (T), of which the last nsteps, from
+ * start on, are differentiated (truncate_gradient). */
+static tgl_status forward_outputs(tgl_ctx *ctx, pullback *pb)
+{
+    const tgl_scan_layout *s = pb->s;
     const char *nm = s->name;
-    const int nout = tgl_scan_nout(s);
-    for (int k = 0; k < nout; k++)
-        TGL_CHECK(!tgl_scan_keeps_last(s, k), TGL_EINVAL,
-                  "scan '%s': cannot differentiate a scan that keeps only its last step "
-                  "(a gradient's own backward scan: second derivatives through scan are not "
-                  "supported)", nm);
-    TGL_CHECK(!s->reverse, TGL_EINVAL, "scan '%s': cannot differentiate a reverse scan", nm);
-    uint64_t errors0 = ctx->nerrors;
-    tgl_status st = TGL_OK;
-
-    /* Which inner inputs the outputs depend on. */
-    tgl_node **order = NULL;
-    size_t count = 0;
-    if ((st = tgl_toposort(ctx, nout, s->inner_out, &order, &count)))
+    const int nout = pb->nout;
+    tgl_status st = tgl_reachable(ctx, nout, s->inner_out, &pb->anc, NULL, NULL);
+    if (st)
         return st;
-    tgl_node_map anc;
-    if ((st = tgl_node_map_init(ctx, &anc))) {
-        free(order);
-        return st;
-    }
-    for (size_t i = 0; i < count && !st; i++)
-        st = tgl_node_map_seti(ctx, &anc, order[i], 1);
-    free(order);
-    if (st) {
-        tgl_node_map_free(&anc);
-        return st;
-    }
-#define DIFF(x) (tgl_dtype_is_float((x)->type.dtype) && tgl_node_map_has(&anc, (x)))
-
-    /* Forward outputs and the number of steps that ran. */
-    tgl_node **H = calloc((size_t)nout, sizeof *H);
-    tgl_node **inner_grad = calloc((size_t)s->ninner_in + 1, sizeof *inner_grad);
-    tgl_node **q = calloc((size_t)nout, sizeof *q);
-    if (!H || !inner_grad || !q) {
-        free(H);
-        free(inner_grad);
-        free(q);
-        tgl_node_map_free(&anc);
+    pb->H = calloc((size_t)nout, sizeof *pb->H);
+    pb->inner_grad = calloc((size_t)s->ninner_in + 1, sizeof *pb->inner_grad);
+    pb->q = calloc((size_t)nout, sizeof *pb->q);
+    if (!pb->H || !pb->inner_grad || !pb->q)
         return tgl_ctx_set_error(ctx, TGL_ENOMEM, "scan '%s': out of memory", nm);
-    }
     /* H[k]: every step of output k.  An output with its initial values
      * (keep = TGL_SCAN_KEEP_WITH_INIT: what the shared variables a loop
      * updates come out as) holds them before the steps: it is itself the
      * joined states the backward scan reads (ext[r]), its steps from entry
      * K on, and its gradient's first K entries go to the initial values
      * directly. */
-    tgl_node **ext = calloc((size_t)nout + 1, sizeof *ext);
-    if (!ext) {
-        free(H);
-        free(inner_grad);
-        free(q);
-        tgl_node_map_free(&anc);
+    pb->ext = calloc((size_t)nout + 1, sizeof *pb->ext);
+    if (!pb->ext)
         return tgl_ctx_set_error(ctx, TGL_ENOMEM, "scan '%s': out of memory", nm);
-    }
     for (int k = 0; k < nout && !st; k++) {
-        st = tgl_node_output(ctx, n, k, &H[k]);
+        st = tgl_node_output(ctx, pb->n, k, &pb->H[k]);
         if (!st && s->keep[k] == TGL_SCAN_KEEP_WITH_INIT) {
-            ext[k] = H[k];
-            H[k] = slice_from(ctx, ext[k], s->rec[k].K);
+            pb->ext[k] = pb->H[k];
+            pb->H[k] = slice_from(ctx, pb->ext[k], s->rec[k].K);
         }
     }
-    tgl_node *T = st ? NULL : tgl_scan_length0(ctx, H[0]);
-    tgl_node *zero = tgl_mk_scalar(ctx, TGL_INT64, 0);
-    tgl_node *start = zero, *nsteps = T;
+    pb->T = st ? NULL : tgl_scan_length0(ctx, pb->H[0]);
+    pb->zero = tgl_mk_scalar(ctx, TGL_INT64, 0);
+    pb->start = pb->zero;
+    pb->nsteps = pb->T;
     if (s->truncate_gradient >= 0) {
         tgl_node *k = tgl_mk_scalar(ctx, TGL_INT64, s->truncate_gradient);
-        start = tgl_mk2(ctx, TGL_OP_MAXIMUM, tgl_mk2(ctx, TGL_OP_SUB, T, k), zero);
-        nsteps = tgl_mk2(ctx, TGL_OP_SUB, T, start);
+        pb->start = tgl_mk2(ctx, TGL_OP_MAXIMUM, tgl_mk2(ctx, TGL_OP_SUB, pb->T, k), pb->zero);
+        pb->nsteps = tgl_mk2(ctx, TGL_OP_SUB, pb->T, pb->start);
     }
+    return st;
+}
 
+/* The body's pullback (raw): the gradients of its float outputs, on
+ * cotangent placeholders q, with respect to its differentiable inputs. */
+static tgl_status body_pullback(tgl_ctx *ctx, pullback *pb)
+{
+    const tgl_scan_layout *s = pb->s;
+    const char *nm = s->name;
+    const int nout = pb->nout;
+    tgl_node *const *gout = pb->gout;
+    tgl_status st = TGL_OK;
     /* The body's pullback: cotangent placeholders q for the outputs. */
-    nlist kv = {0}, kg = {0}, wrt = {0};
-    ilist wrt_pos = {0};
     for (int k = 0; k < nout && !st; k++) {
         tgl_node *o = s->inner_out[k];
         if (!tgl_dtype_is_float(o->type.dtype))
             continue;
         if (k >= s->nrec && !gout[k])
             continue;
-        q[k] = placeholder(ctx, o->type, "grad_out");
-        push(&kv, o);
-        push(&kg, q[k]);
+        pb->q[k] = placeholder(ctx, o->type, "grad_out");
+        push(&pb->kv, o);
+        push(&pb->kg, pb->q[k]);
     }
     for (int i = 0; i < s->ninner_in; i++)
-        if (DIFF(s->inner_in[i])) {
-            push(&wrt, s->inner_in[i]);
-            ipush(&wrt_pos, i);
+        if (diff(pb, s->inner_in[i])) {
+            push(&pb->wrt, s->inner_in[i]);
+            ipush(&pb->wrt_pos, i);
         }
-    if (!st && (kv.failed || kg.failed || wrt.failed || wrt_pos.failed))
-        st = ctx->nerrors != errors0 ? ctx->last_status
-                                     : tgl_ctx_set_error(ctx, TGL_ENOMEM, "scan: out of memory");
-    tgl_node **raw = calloc((size_t)wrt.n + 1, sizeof *raw);
-    if (!st && !raw)
+    if (!st && (pb->kv.failed || pb->kg.failed || pb->wrt.failed || pb->wrt_pos.failed))
+        st = list_failed(ctx, pb);
+    pb->raw = calloc((size_t)pb->wrt.n + 1, sizeof *pb->raw);
+    if (!st && !pb->raw)
         st = tgl_ctx_set_error(ctx, TGL_ENOMEM, "scan '%s': out of memory", nm);
-    if (!st && kv.n && wrt.n)
-        st = tgl_grad(ctx, NULL, wrt.n, wrt.v, kv.n, kv.v, kg.v, TGL_DISCONNECTED_ZERO, raw);
+    if (!st && pb->kv.n && pb->wrt.n)
+        st = tgl_grad(ctx, NULL, pb->wrt.n, pb->wrt.v, pb->kv.n, pb->kv.v, pb->kg.v,
+                      TGL_DISCONNECTED_ZERO, pb->raw);
+    return st;
+}
 
-    /* The backward scan's lists. */
-    nlist b_seqs = {0}, b_inits = {0}, b_nonseqs = {0}, b_in = {0}, b_out = {0};
-    ilist seq_ntaps = {0}, seq_taps = {0}, rec_ntaps = {0}, rec_taps = {0};
-    nlist from = {0}, to = {0};
-    int nseq_b = 0, nrec_b = 0, nnofb_b = 0;
-
+/* The backward scan's sequences: the forward sequences, each recurrent
+ * output's initial values and steps, the outputs not fed back, the output
+ * gradients; from/to map the forward body's inputs to the backward ones. */
+static tgl_status backward_sequences(tgl_ctx *ctx, pullback *pb)
+{
+    const tgl_scan_layout *s = pb->s;
+    const char *nm = s->name;
+    const int nout = pb->nout;
+    tgl_node *n = pb->n;
+    tgl_node *const *gout = pb->gout;
+    tgl_status st = TGL_OK;
     /* Sequences 1: the forward sequences, same taps. */
     for (int i = 0; i < s->nseq && !st; i++) {
         tgl_node *x = n->in[tgl_scan_in_seq(s, i)];
-        push(&b_seqs, s->truncate_gradient >= 0 ? slice_from_node(ctx, x, start) : x);
-        ipush(&seq_ntaps, s->seq[i].ntaps);
+        push(&pb->b_seqs, s->truncate_gradient >= 0 ? slice_from_node(ctx, x, pb->start) : x);
+        ipush(&pb->seq_ntaps, s->seq[i].ntaps);
         for (int a = 0; a < s->seq[i].ntaps; a++) {
             tgl_node *in = s->inner_in[tgl_scan_inner_seq(s, i, a)];
             tgl_node *p = placeholder(ctx, in->type, in->name);
-            ipush(&seq_taps, s->seq[i].taps[a]);
-            push(&b_in, p);
-            push(&from, in);
-            push(&to, p);
+            ipush(&pb->seq_taps, s->seq[i].taps[a]);
+            push(&pb->b_in, p);
+            push(&pb->from, in);
+            push(&pb->to, p);
         }
-        nseq_b++;
+        pb->nseq_b++;
     }
     /* Sequences 2: each recurrent output's initial values then steps, read
      * through its taps and tap 0 (the step's own value). */
     for (int r = 0; r < s->nrec && !st; r++) {
         tgl_node *init = n->in[tgl_scan_in_init(s, r)];
         int K = s->rec[r].K;
-        tgl_node *cat[2] = {slice_from(ctx, init, -K), H[r]};
+        tgl_node *cat[2] = {slice_from(ctx, init, -K), pb->H[r]};
         tgl_params p = {0};
         p.n = 1;
         p.i[0] = 0;
-        tgl_node *E = ext[r]                 ? ext[r]
+        tgl_node *E = pb->ext[r]                 ? pb->ext[r]
                       : cat[0] && cat[1] ? tgl_mk(ctx, TGL_OP_CONCATENATE, 2, cat, &p)
                                          : NULL;
-        push(&b_seqs, s->truncate_gradient >= 0 ? slice_from_node(ctx, E, start) : E);
-        ipush(&seq_ntaps, s->rec[r].ntaps + 1);
+        push(&pb->b_seqs, s->truncate_gradient >= 0 ? slice_from_node(ctx, E, pb->start) : E);
+        ipush(&pb->seq_ntaps, s->rec[r].ntaps + 1);
         for (int a = 0; a < s->rec[r].ntaps; a++) {
             tgl_node *in = s->inner_in[tgl_scan_inner_rec(s, r, a)];
             tgl_node *ph = placeholder(ctx, in->type, in->name);
-            ipush(&seq_taps, s->rec[r].taps[a]);
-            push(&b_in, ph);
-            push(&from, in);
-            push(&to, ph);
+            ipush(&pb->seq_taps, s->rec[r].taps[a]);
+            push(&pb->b_in, ph);
+            push(&pb->from, in);
+            push(&pb->to, ph);
         }
         tgl_node *self = placeholder(ctx, element_type(init->type), "h_t");
-        ipush(&seq_taps, 0);
-        push(&b_in, self);
+        ipush(&pb->seq_taps, 0);
+        push(&pb->b_in, self);
         tgl_node *o = s->inner_out[r];
         if (o->kind == TGL_NODE_APPLY) {
-            push(&from, o);
-            push(&to, self);
+            push(&pb->from, o);
+            push(&pb->to, self);
         }
-        nseq_b++;
+        pb->nseq_b++;
     }
     /* Sequences 3: the outputs not fed back (their stored values). */
     for (int k = s->nrec; k < nout && !st; k++) {
-        tgl_node *Y = H[k];
-        push(&b_seqs, s->truncate_gradient >= 0 ? slice_from_node(ctx, Y, start) : Y);
-        ipush(&seq_ntaps, 1);
-        ipush(&seq_taps, 0);
+        tgl_node *Y = pb->H[k];
+        push(&pb->b_seqs, s->truncate_gradient >= 0 ? slice_from_node(ctx, Y, pb->start) : Y);
+        ipush(&pb->seq_ntaps, 1);
+        ipush(&pb->seq_taps, 0);
         tgl_node *o = s->inner_out[k];
         tgl_node *ph = placeholder(ctx, o->type, "y_t");
-        push(&b_in, ph);
+        push(&pb->b_in, ph);
         if (o->kind == TGL_NODE_APPLY) {
             bool mapped = false;
-            for (int j = 0; j < from.n; j++)
-                mapped |= from.v[j] == o;
+            for (int j = 0; j < pb->from.n; j++)
+                mapped |= pb->from.v[j] == o;
             if (!mapped) {
-                push(&from, o);
-                push(&to, ph);
+                push(&pb->from, o);
+                push(&pb->to, ph);
             }
         }
-        nseq_b++;
+        pb->nseq_b++;
     }
     /* Sequences 4: the output gradients. */
-    tgl_node **gph = calloc((size_t)nout, sizeof *gph);
-    if (!st && !gph)
+    pb->gph = calloc((size_t)nout, sizeof *pb->gph);
+    if (!st && !pb->gph)
         st = tgl_ctx_set_error(ctx, TGL_ENOMEM, "scan '%s': out of memory", nm);
     for (int k = 0; k < nout && !st; k++) {
-        if (!gout[k] || !q[k])
+        if (!gout[k] || !pb->q[k])
             continue;
-        tgl_node *G = tgl_mk_cast(ctx, gout[k], H[k]->type.dtype);
-        if (ext[k])
+        tgl_node *G = tgl_mk_cast(ctx, gout[k], pb->H[k]->type.dtype);
+        if (pb->ext[k])
             G = slice_from(ctx, G, s->rec[k].K);
-        push(&b_seqs, s->truncate_gradient >= 0 ? slice_from_node(ctx, G, start) : G);
-        ipush(&seq_ntaps, 1);
-        ipush(&seq_taps, 0);
-        gph[k] = placeholder(ctx, q[k]->type, "g_t");
-        push(&b_in, gph[k]);
-        nseq_b++;
+        push(&pb->b_seqs, s->truncate_gradient >= 0 ? slice_from_node(ctx, G, pb->start) : G);
+        ipush(&pb->seq_ntaps, 1);
+        ipush(&pb->seq_taps, 0);
+        pb->gph[k] = placeholder(ctx, pb->q[k]->type, "g_t");
+        push(&pb->b_in, pb->gph[k]);
+        pb->nseq_b++;
     }
+    return st;
+}
+
+/* The backward scan's recurrent states (K accumulators per float
+ * recurrent output, one per differentiable non-sequence) and its
+ * non-sequences; the cotangents q mapped to what they are in the backward
+ * body. */
+static tgl_status backward_states(tgl_ctx *ctx, pullback *pb)
+{
+    const tgl_scan_layout *s = pb->s;
+    const char *nm = s->name;
+    const int nout = pb->nout;
+    tgl_node *n = pb->n;
+    tgl_status st = TGL_OK;
     /* Recurrent: K accumulators per float recurrent output, one per
      * differentiable non-sequence. */
-    int *acc_at = calloc((size_t)s->nrec + 1, sizeof *acc_at);   /* first c_{r,0} */
-    int *nacc_at = calloc((size_t)s->nnonseq + 1, sizeof *nacc_at);
-    tgl_node **pc_first = calloc((size_t)s->nrec + 1, sizeof *pc_first);
-    if (!st && (!acc_at || !nacc_at || !pc_first))
+    pb->acc_at = calloc((size_t)s->nrec + 1, sizeof *pb->acc_at);   /* first c_{r,0} */
+    pb->nacc_at = calloc((size_t)s->nnonseq + 1, sizeof *pb->nacc_at);
+    pb->pc_first = calloc((size_t)s->nrec + 1, sizeof *pb->pc_first);
+    if (!st && (!pb->acc_at || !pb->nacc_at || !pb->pc_first))
         st = tgl_ctx_set_error(ctx, TGL_ENOMEM, "scan '%s': out of memory", nm);
-    int rec_in0 = b_in.n;
+    pb->rec_in0 = pb->b_in.n;
     for (int r = 0; r < s->nrec && !st; r++) {
-        acc_at[r] = -1;
+        pb->acc_at[r] = -1;
         tgl_node *init = n->in[tgl_scan_in_init(s, r)];
-        if (!tgl_dtype_is_float(init->type.dtype) || !q[r])
+        if (!tgl_dtype_is_float(init->type.dtype) || !pb->q[r])
             continue;
-        acc_at[r] = nrec_b;
+        pb->acc_at[r] = pb->nrec_b;
         tgl_node *z = tgl_mk_fill_like(ctx, slice_from(ctx, init, -1), init->type.dtype, 0.0);
         for (int j = 0; j < s->rec[r].K; j++) {
-            push(&b_inits, z);
-            ipush(&rec_ntaps, 1);
-            ipush(&rec_taps, -1);
+            push(&pb->b_inits, z);
+            ipush(&pb->rec_ntaps, 1);
+            ipush(&pb->rec_taps, -1);
             tgl_node *ph = placeholder(ctx, element_type(init->type), "acc");
             if (j == 0)
-                pc_first[r] = ph;
-            push(&b_in, ph);
-            nrec_b++;
+                pb->pc_first[r] = ph;
+            push(&pb->b_in, ph);
+            pb->nrec_b++;
         }
     }
     for (int j = 0; j < s->nnonseq && !st; j++) {
-        nacc_at[j] = -1;
+        pb->nacc_at[j] = -1;
         tgl_node *w = s->inner_in[tgl_scan_inner_nonseq(s, j)];
-        if (!DIFF(w))
+        if (!diff(pb, w))
             continue;
         tgl_node *wo = n->in[tgl_scan_in_nonseq(s, j)];
-        nacc_at[j] = nrec_b;
-        push(&b_inits, lead_axis(ctx, tgl_mk_fill_like(ctx, wo, wo->type.dtype, 0.0)));
-        ipush(&rec_ntaps, 1);
-        ipush(&rec_taps, -1);
-        push(&b_in, placeholder(ctx, w->type, "acc"));
-        nrec_b++;
+        pb->nacc_at[j] = pb->nrec_b;
+        push(&pb->b_inits, lead_axis(ctx, tgl_mk_fill_like(ctx, wo, wo->type.dtype, 0.0)));
+        ipush(&pb->rec_ntaps, 1);
+        ipush(&pb->rec_taps, -1);
+        push(&pb->b_in, placeholder(ctx, w->type, "acc"));
+        pb->nrec_b++;
     }
     /* Non-sequences: the forward ones. */
     for (int j = 0; j < s->nnonseq && !st; j++) {
         tgl_node *w = s->inner_in[tgl_scan_inner_nonseq(s, j)];
         tgl_node *ph = placeholder(ctx, w->type, w->name);
-        push(&b_nonseqs, n->in[tgl_scan_in_nonseq(s, j)]);
-        push(&b_in, ph);
-        push(&from, w);
-        push(&to, ph);
+        push(&pb->b_nonseqs, n->in[tgl_scan_in_nonseq(s, j)]);
+        push(&pb->b_in, ph);
+        push(&pb->from, w);
+        push(&pb->to, ph);
     }
     /* The cotangents: g_t + c_0 for recurrent outputs, g_t for the others. */
     for (int k = 0; k < nout && !st; k++) {
-        if (!q[k])
+        if (!pb->q[k])
             continue;
-        tgl_node *tot = gph[k];
-        if (k < s->nrec && pc_first[k])
-            tot = tot ? tgl_mk2(ctx, TGL_OP_ADD, tot, pc_first[k]) : pc_first[k];
+        tgl_node *tot = pb->gph[k];
+        if (k < s->nrec && pb->pc_first[k])
+            tot = tot ? tgl_mk2(ctx, TGL_OP_ADD, tot, pb->pc_first[k]) : pb->pc_first[k];
         if (!tot)
-            tot = tgl_mk_fill_like(ctx, q[k], q[k]->type.dtype, 0.0);
-        push(&from, q[k]);
-        push(&to, tot);
+            tot = tgl_mk_fill_like(ctx, pb->q[k], pb->q[k]->type.dtype, 0.0);
+        push(&pb->from, pb->q[k]);
+        push(&pb->to, tot);
     }
-    if (!st && (b_seqs.failed || b_inits.failed || b_nonseqs.failed || b_in.failed ||
-                from.failed || to.failed || seq_ntaps.failed || seq_taps.failed ||
-                rec_ntaps.failed || rec_taps.failed))
-        st = ctx->nerrors != errors0 ? ctx->last_status
-                                     : tgl_ctx_set_error(ctx, TGL_ENOMEM, "scan: out of memory");
+    if (!st && (pb->b_seqs.failed || pb->b_inits.failed || pb->b_nonseqs.failed ||
+                pb->b_in.failed || pb->from.failed || pb->to.failed || pb->seq_ntaps.failed ||
+                pb->seq_taps.failed || pb->rec_ntaps.failed || pb->rec_taps.failed))
+        st = list_failed(ctx, pb);
+    return st;
+}
 
+/* The body's pullback moved onto the backward body's placeholders, and
+ * the backward body's outputs: the accumulators' next values, then one
+ * gradient per differentiable sequence tap. */
+static tgl_status backward_outputs(tgl_ctx *ctx, pullback *pb)
+{
+    const tgl_scan_layout *s = pb->s;
+    const char *nm = s->name;
+    tgl_node *n = pb->n;
+    tgl_status st = TGL_OK;
     /* The pullback on the backward body's placeholders. */
-    tgl_node **g = calloc((size_t)wrt.n + 1, sizeof *g);
-    if (!st && !g)
+    pb->g = calloc((size_t)pb->wrt.n + 1, sizeof *pb->g);
+    if (!st && !pb->g)
         st = tgl_ctx_set_error(ctx, TGL_ENOMEM, "scan '%s': out of memory", nm);
-    if (!st && kv.n && wrt.n)
-        st = tgl_clone_replace(ctx, wrt.n, raw, from.n, from.v, to.v, g);
-    for (int w = 0; w < wrt.n && !st; w++)
-        inner_grad[wrt_pos.v[w]] = g[w];
+    if (!st && pb->kv.n && pb->wrt.n)
+        st = tgl_clone_replace(ctx, pb->wrt.n, pb->raw, pb->from.n, pb->from.v, pb->to.v, pb->g);
+    for (int w = 0; w < pb->wrt.n && !st; w++)
+        pb->inner_grad[pb->wrt_pos.v[w]] = pb->g[w];
 
     /* Backward body outputs: accumulators, then the sequence gradients. */
     for (int r = 0; r < s->nrec && !st; r++) {
-        if (acc_at[r] < 0)
+        if (pb->acc_at[r] < 0)
             continue;
         int K = s->rec[r].K;
         for (int j = 0; j < K; j++) {
@@ -432,77 +522,96 @@ tgl_status tgl_scan_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *const *gout, tgl_n
             tgl_node *d = NULL;
             for (int a = 0; a < s->rec[r].ntaps; a++)
                 if (-s->rec[r].taps[a] == j + 1)
-                    d = inner_grad[tgl_scan_inner_rec(s, r, a)];
-            tgl_node *c_next = j + 1 < K ? b_in.v[rec_in0 + acc_at[r] + j + 1] : NULL;
+                    d = pb->inner_grad[tgl_scan_inner_rec(s, r, a)];
+            tgl_node *c_next = j + 1 < K ? pb->b_in.v[pb->rec_in0 + pb->acc_at[r] + j + 1] : NULL;
             tgl_node *v = c_next && d ? tgl_mk2(ctx, TGL_OP_ADD, c_next, d) : c_next ? c_next : d;
             if (!v)
-                v = tgl_mk_fill_like(ctx, b_in.v[rec_in0 + acc_at[r]],
-                                     b_in.v[rec_in0 + acc_at[r]]->type.dtype, 0.0);
-            push(&b_out, v);
+                v = tgl_mk_fill_like(ctx, pb->b_in.v[pb->rec_in0 + pb->acc_at[r]],
+                                     pb->b_in.v[pb->rec_in0 + pb->acc_at[r]]->type.dtype, 0.0);
+            push(&pb->b_out, v);
         }
     }
     for (int j = 0; j < s->nnonseq && !st; j++) {
-        if (nacc_at[j] < 0)
+        if (pb->nacc_at[j] < 0)
             continue;
-        tgl_node *a = b_in.v[rec_in0 + nacc_at[j]];
-        tgl_node *d = inner_grad[tgl_scan_inner_nonseq(s, j)];
-        push(&b_out, d ? tgl_mk2(ctx, TGL_OP_ADD, a, d) : a);
+        tgl_node *a = pb->b_in.v[pb->rec_in0 + pb->nacc_at[j]];
+        tgl_node *d = pb->inner_grad[tgl_scan_inner_nonseq(s, j)];
+        push(&pb->b_out, d ? tgl_mk2(ctx, TGL_OP_ADD, a, d) : a);
     }
     /* one per differentiable sequence tap */
-    ilist dx_of = {0}; /* inner position of each sequence-gradient output */
     for (int i = 0; i < s->nseq && !st; i++)
         for (int a = 0; a < s->seq[i].ntaps; a++) {
             int pos = tgl_scan_inner_seq(s, i, a);
-            if (!inner_grad[pos] || !tgl_dtype_is_float(n->in[tgl_scan_in_seq(s, i)]->type.dtype))
+            if (!pb->inner_grad[pos] ||
+                !tgl_dtype_is_float(n->in[tgl_scan_in_seq(s, i)]->type.dtype))
                 continue;
-            push(&b_out, inner_grad[pos]);
-            ipush(&dx_of, pos);
-            nnofb_b++;
+            push(&pb->b_out, pb->inner_grad[pos]);
+            ipush(&pb->dx_of, pos);
+            pb->nnofb_b++;
         }
-    if (!st && (b_out.failed || dx_of.failed))
-        st = ctx->nerrors != errors0 ? ctx->last_status
-                                     : tgl_ctx_set_error(ctx, TGL_ENOMEM, "scan: out of memory");
+    if (!st && (pb->b_out.failed || pb->dx_of.failed))
+        st = list_failed(ctx, pb);
+    return st;
+}
 
+/* The backward scan itself (pb->B; none when it has no output). */
+static tgl_status build_backward(tgl_ctx *ctx, pullback *pb)
+{
+    const tgl_scan_layout *s = pb->s;
+    const char *nm = s->name;
+    tgl_node *n = pb->n;
+    tgl_status st = TGL_OK;
     /* The backward scan. */
-    tgl_node *B = NULL;
-    if (!st && b_out.n > 0) {
+    if (!st && pb->b_out.n > 0) {
         char name[256];
         snprintf(name, sizeof name, "grad of %s", nm);
-        int *keep = calloc((size_t)b_out.n + 1, sizeof *keep);
+        int *keep = calloc((size_t)pb->b_out.n + 1, sizeof *keep);
         if (!keep)
             st = tgl_ctx_set_error(ctx, TGL_ENOMEM, "scan '%s': out of memory", nm);
-        for (int k = 0; keep && k < nrec_b; k++)
+        for (int k = 0; keep && k < pb->nrec_b; k++)
             keep[k] = 1;
         tgl_scan_spec sp = {0};
         sp.name = name;
-        sp.nseq = nseq_b;
-        sp.seq_ntaps = seq_ntaps.v;
-        sp.seq_taps = seq_taps.v;
-        sp.nrec = nrec_b;
-        sp.rec_ntaps = rec_ntaps.v;
-        sp.rec_taps = rec_taps.v;
-        sp.nnofb = nnofb_b;
-        sp.nnonseq = b_nonseqs.n;
+        sp.nseq = pb->nseq_b;
+        sp.seq_ntaps = pb->seq_ntaps.v;
+        sp.seq_taps = pb->seq_taps.v;
+        sp.nrec = pb->nrec_b;
+        sp.rec_ntaps = pb->rec_ntaps.v;
+        sp.rec_taps = pb->rec_taps.v;
+        sp.nnofb = pb->nnofb_b;
+        sp.nnonseq = pb->b_nonseqs.n;
         sp.reverse = 1;
         sp.truncate_gradient = -1;
-        sp.inner_in = b_in.v;
-        sp.inner_out = b_out.v;
-        sp.n_steps = nsteps;
-        sp.seqs = b_seqs.v;
-        sp.inits = b_inits.v;
-        sp.nonseqs = b_nonseqs.v;
+        sp.inner_in = pb->b_in.v;
+        sp.inner_out = pb->b_out.v;
+        sp.n_steps = pb->nsteps;
+        sp.seqs = pb->b_seqs.v;
+        sp.inits = pb->b_inits.v;
+        sp.nonseqs = pb->b_nonseqs.v;
         sp.keep = keep;
         if (!st)
-            st = tgl_scan_build(ctx, &sp, n->source, &B);
+            st = tgl_scan_build(ctx, &sp, n->source, &pb->B);
         free(keep);
     }
+    return st;
+}
 
-    /* The input gradients from the backward scan's outputs. */
-    tgl_node *whole = s->truncate_gradient >= 0 ? tgl_mk_cast(ctx, tgl_mk2(ctx, TGL_OP_EQ, start,
-                                                                           zero), TGL_FLOAT64)
-                                                : NULL;
-    for (int r = 0; r < s->nrec && !st && B; r++) {
-        if (acc_at[r] < 0)
+/* The forward scan's input gradients (gin) from the backward scan's
+ * outputs: the initial values', the non-sequences', the sequences'. */
+static tgl_status input_gradients(tgl_ctx *ctx, pullback *pb)
+{
+    const tgl_scan_layout *s = pb->s;
+    const char *nm = s->name;
+    tgl_node *n = pb->n;
+    tgl_node *const *gout = pb->gout;
+    tgl_node **gin = pb->gin;
+    tgl_status st = TGL_OK;
+    tgl_node *whole = s->truncate_gradient >= 0
+                          ? tgl_mk_cast(ctx, tgl_mk2(ctx, TGL_OP_EQ, pb->start, pb->zero),
+                                        TGL_FLOAT64)
+                          : NULL;
+    for (int r = 0; r < s->nrec && !st && pb->B; r++) {
+        if (pb->acc_at[r] < 0)
             continue;
         int K = s->rec[r].K;
         tgl_node *init = n->in[tgl_scan_in_init(s, r)];
@@ -514,7 +623,7 @@ tgl_status tgl_scan_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *const *gout, tgl_n
         }
         for (int e = 0; e < K; e++) {
             tgl_node *o = NULL;
-            if (!tgl_node_output(ctx, B, acc_at[r] + (K - 1 - e), &o))
+            if (!tgl_node_output(ctx, pb->B, pb->acc_at[r] + (K - 1 - e), &o))
                 parts[e] = lead_axis(ctx, o);
         }
         tgl_params p = {0};
@@ -527,7 +636,7 @@ tgl_status tgl_scan_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *const *gout, tgl_n
         /* into the initial values' last K entries */
         tgl_node *L = tgl_scan_length0(ctx, init);
         tgl_node *from0 = tgl_mk2(ctx, TGL_OP_SUB, L, tgl_mk_scalar(ctx, TGL_INT64, K));
-        if (ext[r] && gout[r]) {
+        if (pb->ext[r] && gout[r]) {
             /* the output's own first K entries are the initial values */
             tgl_params sp = {0};
             sp.n = 4;
@@ -541,62 +650,63 @@ tgl_status tgl_scan_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *const *gout, tgl_n
         gin[tgl_scan_in_init(s, r)] =
             inc_slice(ctx, tgl_mk_fill_like(ctx, init, init->type.dtype, 0.0), stack, from0, L);
     }
-    for (int j = 0; j < s->nnonseq && !st && B; j++) {
-        if (nacc_at[j] < 0)
+    for (int j = 0; j < s->nnonseq && !st && pb->B; j++) {
+        if (pb->nacc_at[j] < 0)
             continue;
         tgl_node *o = NULL;
-        if (!tgl_node_output(ctx, B, nacc_at[j], &o))
+        if (!tgl_node_output(ctx, pb->B, pb->nacc_at[j], &o))
             gin[tgl_scan_in_nonseq(s, j)] = o;
     }
-    for (int i = 0, k = 0; i < s->nseq && !st && B; i++) {
+    for (int i = 0, k = 0; i < s->nseq && !st && pb->B; i++) {
         tgl_node *x = n->in[tgl_scan_in_seq(s, i)];
         tgl_node *gx = NULL;
         for (int a = 0; a < s->seq[i].ntaps; a++) {
             int pos = tgl_scan_inner_seq(s, i, a);
-            if (k >= dx_of.n || dx_of.v[k] != pos)
+            if (k >= pb->dx_of.n || pb->dx_of.v[k] != pos)
                 continue;
             tgl_node *dX = NULL;
-            tgl_node_output(ctx, B, nrec_b + k, &dX);
+            tgl_node_output(ctx, pb->B, pb->nrec_b + k, &dX);
             k++;
             if (!gx)
                 gx = tgl_mk_fill_like(ctx, x, x->type.dtype, 0.0);
-            tgl_node *at = tgl_mk2(ctx, TGL_OP_ADD, start,
+            tgl_node *at = tgl_mk2(ctx, TGL_OP_ADD, pb->start,
                                    tgl_mk_scalar(ctx, TGL_INT64,
                                                  s->seq[i].taps[a] - s->seq[i].taps[0]));
-            gx = inc_slice(ctx, gx, dX, at, tgl_mk2(ctx, TGL_OP_ADD, at, nsteps));
+            gx = inc_slice(ctx, gx, dX, at, tgl_mk2(ctx, TGL_OP_ADD, at, pb->nsteps));
         }
         gin[tgl_scan_in_seq(s, i)] = gx;
     }
-    if (!st && ctx->nerrors != errors0)
-        st = ctx->last_status ? ctx->last_status : TGL_EINTERNAL;
+    return st;
+}
 
-#undef DIFF
-    tgl_node_map_free(&anc);
-    free(H);
-    free(ext);
-    free(inner_grad);
-    free(q);
-    free(raw);
-    free(g);
-    free(gph);
-    free(acc_at);
-    free(nacc_at);
-    free(pc_first);
-    free(kv.v);
-    free(kg.v);
-    free(wrt.v);
-    free(wrt_pos.v);
-    free(b_seqs.v);
-    free(b_inits.v);
-    free(b_nonseqs.v);
-    free(b_in.v);
-    free(b_out.v);
-    free(from.v);
-    free(to.v);
-    free(seq_ntaps.v);
-    free(seq_taps.v);
-    free(rec_ntaps.v);
-    free(rec_taps.v);
-    free(dx_of.v);
+tgl_status tgl_scan_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *const *gout, tgl_node **gin)
+{
+    const tgl_scan_layout *s = tgl_scan_of(n);
+    const char *nm = s->name;
+    const int nout = tgl_scan_nout(s);
+    for (int k = 0; k < nout; k++)
+        TGL_CHECK(!tgl_scan_keeps_last(s, k), TGL_EINVAL,
+                  "scan '%s': cannot differentiate a scan that keeps only its last step "
+                  "(a gradient's own backward scan: second derivatives through scan are not "
+                  "supported)", nm);
+    TGL_CHECK(!s->reverse, TGL_EINVAL, "scan '%s': cannot differentiate a reverse scan", nm);
+    pullback pb = {.s = s, .n = n, .gout = gout, .gin = gin, .nout = nout,
+                   .errors0 = ctx->nerrors};
+    tgl_status st = forward_outputs(ctx, &pb);
+    if (!st)
+        st = body_pullback(ctx, &pb);
+    if (!st)
+        st = backward_sequences(ctx, &pb);
+    if (!st)
+        st = backward_states(ctx, &pb);
+    if (!st)
+        st = backward_outputs(ctx, &pb);
+    if (!st)
+        st = build_backward(ctx, &pb);
+    if (!st)
+        st = input_gradients(ctx, &pb);
+    if (!st && ctx->nerrors != pb.errors0)
+        st = ctx->last_status ? ctx->last_status : TGL_EINTERNAL;
+    pullback_free(&pb);
     return st;
 }

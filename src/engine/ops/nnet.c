@@ -45,15 +45,6 @@ static tgl_status softmax_infer(tgl_ctx *ctx, tgl_node *n)
     return TGL_OK;
 }
 
-static tgl_status same_shape(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
-                             int64_t *shape)
-{
-    (void)ctx, (void)n;
-    for (int d = 0; d < in[0]->ndim; d++)
-        shape[d] = in[0]->shape[d];
-    return TGL_OK;
-}
-
 /* An odometer over every axis but one, tracking offsets in x and out. */
 typedef struct rows_iter {
     int n;
@@ -526,7 +517,7 @@ const tgl_opimpl tgl_impl_softmax = {
     .nin_min = 1,
     .nin_max = 1,
     .infer = softmax_infer,
-    .shape = same_shape,
+    .shape = tgl_shape_of_first,
     .kernel = softmax_kernel,
     .grad = softmax_grad,
 };
@@ -536,7 +527,7 @@ const tgl_opimpl tgl_impl_log_softmax = {
     .nin_min = 1,
     .nin_max = 1,
     .infer = softmax_infer,
-    .shape = same_shape,
+    .shape = tgl_shape_of_first,
     .kernel = softmax_kernel,
     .grad = softmax_grad,
 };

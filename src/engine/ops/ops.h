@@ -17,8 +17,11 @@
  *   grad   — the pullback: given the output gradient gout (of n's type),
  *            sets gin[i] to the gradient of input i, or NULL when input i
  *            gets none (integer inputs, indices, disconnected).
- *   rop    — the pushforward (forward mode); NULL means "derive it from
- *            the pullback" (the later Rop issue).
+ *   rop    — the pushforward (forward mode, src/rop): given the inputs'
+ *            tangents tin[i] (NULL: none), sets tout[k].  Only ops whose
+ *            tangent is not a function of their pullback give one (scan);
+ *            NULL, for every other op, means rop.c derives it from the op's
+ *            family or its pullback (rop.c's header lists how).
  *
  * Multi-output ops (nouts given) produce several values: infer sets
  * n->nout and n->type (output 0's type), out_type gives every output's
@@ -249,6 +252,11 @@ tgl_status tgl_op_error(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in, t
 /* The dtype elementwise node n converts input i to before computing (the
  * kernel's compute dtype; bool for switch's condition). */
 int tgl_elemwise_operand_dtype(const tgl_node *n, int i);
+
+/* A shape function (tgl_opimpl.shape) for an op whose output has its
+ * first input's shape. */
+tgl_status tgl_shape_of_first(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
+                              int64_t *shape);
 
 /* Broadcast output shape of elementwise inputs (same ndim), checking that
  * non-broadcastable axes agree. */

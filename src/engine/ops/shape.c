@@ -332,8 +332,8 @@ static tgl_status fill_like_infer(tgl_ctx *ctx, tgl_node *n)
     return TGL_OK;
 }
 
-static tgl_status fill_like_shape(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
-                                  int64_t *shape)
+tgl_status tgl_shape_of_first(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
+                              int64_t *shape)
 {
     (void)ctx;
     (void)n;
@@ -374,7 +374,7 @@ static tgl_status fill_like_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *c
 
 const tgl_opimpl tgl_impl_fill_like = {
     .family = TGL_FAM_SHAPE, .nin_min = 1, .nin_max = 1,
-    .infer = fill_like_infer, .shape = fill_like_shape, .kernel = fill_like_kernel,
+    .infer = fill_like_infer, .shape = tgl_shape_of_first, .kernel = fill_like_kernel,
     .grad = no_grad,
 };
 

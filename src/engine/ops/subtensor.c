@@ -423,15 +423,6 @@ static tgl_status as_dtype(tgl_ctx *ctx, tgl_array *v, int dtype, tgl_array **ou
 
 /* ---- INC_SUBTENSOR runtime ----------------------------------------- */
 
-static tgl_status same_shape(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
-                             int64_t *shape)
-{
-    (void)ctx;
-    (void)n;
-    memcpy(shape, in[0]->shape, sizeof *shape * (size_t)in[0]->ndim);
-    return TGL_OK;
-}
-
 /* out is x itself: the plan runs the update in place (x's buffer taken
  * over, or a shared variable's deferred update), so there is nothing to
  * copy. */
@@ -864,7 +855,7 @@ const tgl_opimpl tgl_impl_subtensor = {
 
 const tgl_opimpl tgl_impl_inc_subtensor = {
     .family = TGL_FAM_SUBTENSOR, .nin_min = 2, .nin_max = -1,
-    .infer = basic_infer, .shape = same_shape, .kernel = inc_subtensor_kernel,
+    .infer = basic_infer, .shape = tgl_shape_of_first, .kernel = inc_subtensor_kernel,
     .grad = update_grad, .inplace = inc_inplace,
 };
 
@@ -876,6 +867,6 @@ const tgl_opimpl tgl_impl_adv_subtensor = {
 
 const tgl_opimpl tgl_impl_adv_inc_subtensor = {
     .family = TGL_FAM_SUBTENSOR, .nin_min = 3, .nin_max = -1,
-    .infer = adv_infer, .shape = same_shape, .kernel = adv_inc_subtensor_kernel,
+    .infer = adv_infer, .shape = tgl_shape_of_first, .kernel = adv_inc_subtensor_kernel,
     .grad = update_grad, .inplace = inc_inplace,
 };

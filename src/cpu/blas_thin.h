@@ -1,13 +1,13 @@
 /*
- * thin.h — level-2 BLAS kernels for thin matrices (src/cpu/thin.c), where
+ * blas_thin.h — level-2 BLAS kernels for thin matrices (blas_thin.c), where
  * OpenBLAS's per-row or per-column calls cost more than the arithmetic:
  * the rank-1 update of a matrix with few columns (a weight gradient at
  * batch 1 feeding 10 classes) and the transposed product with few output
  * columns.  The CPU backend calls them instead of OpenBLAS for those
  * shapes only (backend_cpu.c decides).
  */
-#ifndef TGL_CPU_THIN_H
-#define TGL_CPU_THIN_H
+#ifndef TGL_CPU_BLAS_THIN_H
+#define TGL_CPU_BLAS_THIN_H
 
 #include <stdint.h>
 
@@ -34,4 +34,4 @@ void tgl_thin_dgemv_t(int m, int n, double alpha, const double *a, int64_t lda,
  * AVX-512 versions), 0 goes back to picking by the processor. */
 void tgl_thin_portable(int on);
 
-#endif /* TGL_CPU_THIN_H */
+#endif /* TGL_CPU_BLAS_THIN_H */

@@ -1,5 +1,5 @@
 /*
- * thin.c — level-2 kernels for thin matrices (thin.h).  Plain loops the
+ * blas_thin.c — level-2 BLAS kernels for thin matrices (blas_thin.h).  Plain loops the
  * compiler vectorises along the short rows, built for AVX2 and the baseline
  * (target_clones, picked at load time), and on x86-64 AVX-512 versions
  * whose short rows are masked vectors (picked at run time by the
@@ -10,7 +10,7 @@
  * update of a 784x10 weight matrix took 3.8 us there and 1.5 us here (the
  * logistic regression's whole step was ~10 us).
  */
-#include "cpu/thin.h"
+#include "cpu/blas_thin.h"
 
 #if defined(__GNUC__) && defined(__x86_64__) && defined(__has_attribute)
 #if __has_attribute(target_clones)
