@@ -20,17 +20,14 @@
 #include <ctype.h>
 
 /* Whether C text s calls a libm function that libmvec has in vector form
- * (TGL_CGEN_LIBM's vec column). */
+ * (cgint.h's TGL_CGEN_LIBMVEC). */
 static bool calls_vector_libm(const char *s)
 {
-#define VEC_OLD true
-#define VEC_NEW true
-#define VEC_NO false
-#define LM(name, arity, vec) {#name, VEC_##vec},
+#define LM(name, since) {#name, true},
     static const struct {
         const char *name;
         bool vec;
-    } libm[] = {TGL_CGEN_LIBM(LM)};
+    } libm[] = {TGL_CGEN_LIBMVEC(LM)};
 #undef LM
     while (*s) {
         if (!isalpha((unsigned char)*s) && *s != '_') {

@@ -1,10 +1,12 @@
 /*
- * cgen.h — internal header of the code generator (src/cgen), the kernel
- * half of the CPU backend (src/cpu/backend_cpu.c): turning a fused program
- * (engine/fprog.h) into C, compiling it (libtcc in memory at once, the
- * system compiler in the background, swapped in when ready), caching
- * compiled kernels on disk, and launching them over arrays on the
- * engine's worker threads.
+ * cgen.h — internal header of the code generator's CPU side (src/cgen),
+ * the kernel half of the CPU backend (src/cpu/backend_cpu.c): turning a
+ * fused program (engine/fprog.h) into C for the host compilers, compiling
+ * it (libtcc in memory at once, the system compiler in the background,
+ * swapped in when ready), caching compiled kernels on disk, and launching
+ * them over arrays on the engine's worker threads.  The statements inside
+ * the kernels come from the device-neutral renderer (expr.h), which also
+ * renders CUDA kernels (render_cuda.h, for a CUDA backend).
  *
  * cgen never sees a tgl_ctx: the settings it reads arrive in a
  * tgl_backend_opts, and errors leave as a status plus a message in a

@@ -1,89 +1,63 @@
 /*
- * cgint.h — what the code generator's files (render.c, expr.c,
- * compile.c, cache.c, launch.c) share with each other and with nothing
- * else: the rendering state, the layout decisions the renderer and the
- * launcher must agree on, the embedded kernel header, and the cache
- * primitives the compiler calls (from the calling thread or a background
- * compile thread).  Like the rest of cgen, none of it takes a tgl_ctx.
+ * cgint.h — what the CPU kernel machinery of the code generator (render.c,
+ * compile.c, cache.c, launch.c) shares with each other and with nothing
+ * else: the host's vector math library, the layout decisions the
+ * renderer and the launcher must agree on, the embedded kernel header,
+ * and the cache primitives the compiler calls (from the calling thread or
+ * a background compile thread).  The statements inside kernels come from
+ * the device-neutral renderer (expr.h).  Like the rest of cgen, none of
+ * it takes a tgl_ctx.
  */
 #ifndef TGL_CGINT_H
 #define TGL_CGINT_H
 
 #include "cgen/cgen.h"
-#include "engine/strbuf.h"
+#include "engine/ops/ops.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-/* ---- render.c and expr.c -------------------------------------------------- */
+/* ---- render.c ------------------------------------------------------------ */
 
-/* The state of rendering one program: which libm functions (bit per
- * function, [0] double, [1] float) and helpers (expr.c's, and the
- * elementwise table's: bit k for tgl_elemwise_helpers[k]) the source
- * needs, and the first error. */
-typedef struct tgl_render {
-    tgl_errbuf *err;
-    const tgl_fprog *p;
-    const char *pfx;          /* prefix of the row functions' names */
-    uint32_t used[2];
-    unsigned helpers;
-    uint32_t ew_helpers;
-    tgl_status st;
-} tgl_render;
-
-/* How a row function loads inputs: unit (i<j>[k], or the value i<j> for
- * an invariant input) or strided (i<j>[k * s<j>]). */
-enum { TGL_ROW_UNIT, TGL_ROW_STRIDED };
-
-/* The libm functions generated kernels may call, by their double names
- * (the float32 ones add f): _(name, arity, vec), vec saying since when
- * glibc's libmvec has vector variants (OLD: 2.22, NEW: 2.35, NO: never).
- * expr.c declares those a kernel uses; compile.c hands them to libtcc. */
-#define TGL_CGEN_LIBM(_)                                                        \
-    _(fabs, 1, NO) _(exp, 1, OLD) _(log, 1, OLD) _(log1p, 1, NEW)               \
-    _(expm1, 1, NEW) _(sqrt, 1, NO) _(tanh, 1, NEW) _(sin, 1, OLD)              \
-    _(cos, 1, OLD) _(floor, 1, NO) _(ceil, 1, NO) _(round, 1, NO)               \
-    _(pow, 2, OLD)
-
-/* Renders p's row functions (named <pfx>_row_u/_r/_s, static) and its
- * kernel, `<decl>void <symbol>(const tgl_kargs *A)`, into fns, recording
- * in r what the prelude needs; several programs may share one r (one
- * source, one prelude).  r->st holds the first error. */
-void tgl_cgen_render_kernel(tgl_render *r, tgl_sb *fns, const tgl_fprog *p, const char *pfx,
-                            const char *decl, const char *symbol);
-
-/* The C type of a dtype's elements. */
-const char *tgl_cgen_ctype(int dtype);
-/* Sets TGL_EINTERNAL with a message naming the program (first error wins). */
-tgl_status tgl_cgen_fail(tgl_render *r, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
-/* A literal of dtype holding v as tgl_store_from_double stores it. */
-void tgl_cgen_literal(tgl_render *r, tgl_sb *b, int dtype, double v);
-/* `T v<i> = ...;` for instruction i of r->p. */
-void tgl_cgen_instr(tgl_render *r, tgl_sb *b, int i, int mode);
-/* Declarations of the libm functions and helpers the instructions used. */
-void tgl_cgen_prelude(tgl_render *r, tgl_sb *b);
+/* The math functions (expr.h's TGL_CGEN_MATH) that glibc's libmvec has in
+ * vector form on x86-64: _(name, since), since OLD (glibc 2.22) or NEW
+ * (2.35).  render.c declares them for gcc's vectorizer; the tests allow
+ * those a few ulps. */
+#define TGL_CGEN_LIBMVEC(_)                                                     \
+    _(exp, OLD) _(log, OLD) _(log1p, NEW) _(expm1, NEW) _(tanh, NEW)            \
+    _(sin, OLD) _(cos, OLD) _(pow, OLD)
 
 /* The text of tgl_kernel.h, embedded at the top of every kernel source. */
 extern const char tgl_cgen_kernel_header[];
+
+/* ---- the kernel layout: render.c and launch.c ---------------------------- */
 
 /* The element type a fused reduction accumulates in: float64 for sums and
  * products of floats (float32 sums stay accurate, as in the reference),
  * else the reduced output's dtype.  The kernel's out[0] has this dtype;
  * the launcher hands it a scratch buffer when it differs from the
  * output's.  -1 when prog has no reduction. */
-int tgl_cgen_acc_dtype(const tgl_fprog *prog);
+static inline int tgl_cgen_acc_dtype(const tgl_fprog *p)
+{
+    if (p->reduce_op < 0)
+        return -1;
+    int dt = p->reduce_type.dtype;
+    bool sp = p->reduce_op == TGL_OP_SUM || p->reduce_op == TGL_OP_PROD;
+    return sp && tgl_dtype_is_float(dt) ? TGL_FLOAT64 : dt;
+}
 
 /* Whether the kernel's unit path expects input i to be invariant along
  * the last axis (stride 0) rather than contiguous (stride 1): the input's
  * static type broadcasts the space's last axis.  The kernel takes its unit
  * path only when every stride agrees (else the strided path); the launcher
  * makes a lone size-1 axis agree. */
-int tgl_cgen_invariant(const tgl_fprog *prog, int i);
+static inline int tgl_cgen_invariant(const tgl_fprog *p, int i)
+{
+    return p->ndim > 0 && tgl_type_bcast(p->in_type[i], p->ndim - 1);
+}
+
+/* ---- render.c, for compile.c --------------------------------------------- */
 
 /* A 64-bit digest of what prog computes (names the kernel's symbol). */
 uint64_t tgl_cgen_digest(const tgl_fprog *prog);

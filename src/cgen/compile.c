@@ -69,6 +69,7 @@
  * wait until no compiler's pipe is half made (G.spawning).
  */
 #include "cgen/cgint.h"
+#include "cgen/expr.h"
 #include "engine/ops/ops.h"
 
 #include <dlfcn.h>
@@ -630,7 +631,7 @@ static void on_tcc_error(void *opaque, const char *msg)
         m->n = m->n + (size_t)k < sizeof m->text ? m->n + (size_t)k : sizeof m->text - 1;
 }
 
-/* The libm functions kernels may call (TGL_CGEN_LIBM), handed to libtcc
+/* The libm functions kernels may call (expr.h: TGL_CGEN_MATH), handed to libtcc
  * directly: with -nostdlib it links neither libc nor its runtime library
  * (libtcc1.a), which saves time and needs nothing installed beside
  * libtcc.a. */
@@ -638,8 +639,8 @@ static const struct {
     const char *name;
     const void *fn;
 } libm_syms[] = {
-#define F2(name, arity, vec) {#name, (const void *)name}, {#name "f", (const void *)name##f},
-    TGL_CGEN_LIBM(F2)
+#define F2(name, arity) {#name, (const void *)name}, {#name "f", (const void *)name##f},
+    TGL_CGEN_MATH(F2)
 #undef F2
 };
 

@@ -1,27 +1,27 @@
 /*
- * expr.c — the scalar C of one fused instruction (render.c lays out the
- * kernel around it), and the declarations and helpers that C needs.
+ * expr.c — the device-neutral renderer (expr.h): the scalar statement of
+ * one fused instruction in a dialect, and the helpers those statements
+ * need.  The kernel renderers (render.c for the host compilers,
+ * render_cuda.c for CUDA) lay out the kernel around the statements.
  *
  * An elementwise op renders as `T v<i> = ...;` (after `const T e<i> = ...;`
  * when it has a temporary) from its entry in TGL_ELEMWISE_OPS
  * (engine/ops/elemwise_def.h), the text the reference kernel compiles too:
  * the operands a, b, c become the instructions they name, e the
- * instruction's temporary, T the compute type, and libm's double names
- * their float32 names in float32; the table's helpers (integer pow and
- * mod) are pasted in, once, when called.  So every rule of the
- * reference (dtype rules, NaN handling of maximum/minimum/sign/relu, Lua's
- * mod, the stable sigmoid and softplus, integer arithmetic wrapping
- * through uint64) holds here by construction.  Casts render here, as
- * array.c's copy_elements converts (integers wrap, floats saturate into
- * integers, NaN -> 0).  Constants are hex-float literals: exact.
+ * instruction's temporary, T the compute type, and the math functions'
+ * double names their float32 names in float32; the table's helpers
+ * (integer pow and mod) are pasted in, once, when called.  So every rule
+ * of the reference (dtype rules, NaN handling of maximum/minimum/sign/relu,
+ * Lua's mod, the stable sigmoid and softplus, integer arithmetic wrapping
+ * through uint64) holds here by construction, in every dialect.  Casts
+ * render here, as array.c's copy_elements converts (integers wrap, floats
+ * saturate into integers, NaN -> 0).  Constants are exact: hex-float
+ * literals, or the bits of the value where the dialect says so.
  *
- * libm is declared here rather than included, so a source compiles under
- * libtcc with no headers.  Functions glibc's libmvec provides in vector
- * form carry `#pragma omp declare simd notinbranch`: with -fopenmp-simd,
- * gcc vectorizes loops calling them (libtcc ignores the pragma).  Their
- * results may differ from the scalar functions' in the last ulps.
+ * Nothing here knows a compiler, a library or a device: the dialect says
+ * what differs (expr.h).
  */
-#include "cgen/cgint.h"
+#include "cgen/expr.h"
 #include "engine/ops/elemwise_def.h"
 
 #include <ctype.h>
@@ -33,36 +33,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- libm and helpers the source may need ------------------------------ */
-
-/* TGL_CGEN_LIBM (cgint.h): the libm functions the table's expressions may
- * call, by their double names (an expression naming another fails to
- * render).  vec: glibc's libmvec has vector variants (OLD: since 2.22, NEW:
- * since 2.35).  The others gcc inlines as instructions. */
-#if defined(__x86_64__) && defined(__GLIBC__) && \
-    (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35))
-#define MVEC_NEW true
-#else
-#define MVEC_NEW false
-#endif
-#if defined(__x86_64__) && defined(__GLIBC__)
-#define MVEC_OLD true
-#else
-#define MVEC_OLD false
-#endif
-#define MVEC_NO false
+/* ---- math functions and helpers the source may need -------------------- */
 
 static const struct {
     const char *name;
     int arity;
-    bool vec;
-} libm[] = {
-#define LM(name, arity, vec) {#name, arity, MVEC_##vec},
-    TGL_CGEN_LIBM(LM)
-#undef LM
+} math[] = {
+#define M(name, arity) {#name, arity},
+    TGL_CGEN_MATH(M)
+#undef M
 };
-enum { LM_COUNT = sizeof libm / sizeof libm[0] };
-_Static_assert(LM_COUNT <= 32, "tgl_render.used has a bit per libm function");
+_Static_assert(TGL_CGEN_NMATH <= 32, "tgl_cgen_expr.used has a bit per math function");
 
 enum {
     H_F2I32 = 1u, /* saturating double -> int32  */
@@ -71,64 +52,67 @@ enum {
     H_INF = 8u,   /* TGL_INF / TGL_NAN constants */
 };
 
-const char *tgl_cgen_ctype(int dt)
+const char *tgl_cgen_type(const tgl_cgen_dialect *d, int dt)
 {
-    switch (dt) {
-    case TGL_FLOAT32: return "float";
-    case TGL_FLOAT64: return "double";
-    case TGL_INT32: return "int32_t";
-    case TGL_INT64: return "int64_t";
-    default: return "uint8_t"; /* uint8, bool */
-    }
+    return d->type[dt >= 0 && dt < TGL_NDTYPES ? dt : TGL_BOOL];
 }
 
-tgl_status tgl_cgen_fail(tgl_render *r, const char *fmt, ...)
+tgl_status tgl_cgen_fail(tgl_cgen_expr *x, const char *fmt, ...)
 {
-    if (r->st)
-        return r->st;
+    if (x->st)
+        return x->st;
     char msg[400];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    r->st = tgl_errbuf_set(r->err, TGL_EINTERNAL, "cgen: program %d: %s", r->p->id, msg);
-    return r->st;
+    x->st = tgl_errbuf_set(x->err, TGL_EINTERNAL, "cgen: program %d: %s", x->p ? x->p->id : -1,
+                           msg);
+    return x->st;
 }
 
 /* A literal of dtype dt holding v as the reference's constant array holds
- * it (tgl_store_from_double), exactly: hex floats, no decimal rounding. */
-void tgl_cgen_literal(tgl_render *r, tgl_sb *b, int dt, double v)
+ * it (tgl_store_from_double), exactly: hex floats or bits, no decimal
+ * rounding. */
+void tgl_cgen_literal(tgl_cgen_expr *x, tgl_sb *b, int dt, double v)
 {
-    union { float f; double d; int32_t i32; int64_t i64; uint8_t u8; } x;
-    tgl_store_from_double(dt, &x, 0, v);
-    double d = dt == TGL_FLOAT32 ? (double)x.f : x.d;
+    const tgl_cgen_dialect *D = x->d;
+    union { float f; double d; int32_t i32; int64_t i64; uint8_t u8; uint32_t b32; uint64_t b64; } u;
+    tgl_store_from_double(dt, &u, 0, v);
+    double d = dt == TGL_FLOAT32 ? (double)u.f : u.d;
+    const char *T = tgl_cgen_type(D, dt);
     switch (dt) {
     case TGL_FLOAT32:
     case TGL_FLOAT64:
-        if (d != d) {
-            r->helpers |= H_INF;
-            tgl_sb_printf(b, "((%s)TGL_NAN)", tgl_cgen_ctype(dt));
+        if (D->f32_from_bits) {
+            if (dt == TGL_FLOAT32)
+                tgl_sb_printf(b, "%s((int)0x%08" PRIx32 "U)", D->f32_from_bits, u.b32);
+            else
+                tgl_sb_printf(b, "%s((long long)0x%016" PRIx64 "ULL)", D->f64_from_bits, u.b64);
+        } else if (d != d) {
+            x->helpers |= H_INF;
+            tgl_sb_printf(b, "((%s)TGL_NAN)", T);
         } else if (isinf(d)) {
-            r->helpers |= H_INF;
-            tgl_sb_printf(b, "((%s)%sTGL_INF)", tgl_cgen_ctype(dt), d < 0 ? "-" : "");
+            x->helpers |= H_INF;
+            tgl_sb_printf(b, "((%s)%sTGL_INF)", T, d < 0 ? "-" : "");
         } else {
-            tgl_sb_printf(b, "((%s)%a)", tgl_cgen_ctype(dt), d);
+            tgl_sb_printf(b, "((%s)%a)", T, d);
         }
         break;
     case TGL_INT32:
-        if (x.i32 == INT32_MIN)
-            tgl_sb_printf(b, "((int32_t)(-2147483647 - 1))");
+        if (u.i32 == INT32_MIN)
+            tgl_sb_printf(b, "((%s)(-2147483647 - 1))", T);
         else
-            tgl_sb_printf(b, "((int32_t)%" PRId32 ")", x.i32);
+            tgl_sb_printf(b, "((%s)%" PRId32 ")", T, u.i32);
         break;
     case TGL_INT64:
-        if (x.i64 == INT64_MIN)
-            tgl_sb_printf(b, "((int64_t)(-9223372036854775807LL - 1))");
+        if (u.i64 == INT64_MIN)
+            tgl_sb_printf(b, "((%s)(-9223372036854775807LL - 1))", T);
         else
-            tgl_sb_printf(b, "((int64_t)%" PRId64 "LL)", x.i64);
+            tgl_sb_printf(b, "((%s)%" PRId64 "LL)", T, u.i64);
         break;
     default:
-        tgl_sb_printf(b, "((uint8_t)%u)", (unsigned)x.u8);
+        tgl_sb_printf(b, "((%s)%u)", T, (unsigned)u.u8);
         break;
     }
 }
@@ -138,9 +122,10 @@ void tgl_cgen_literal(tgl_render *r, tgl_sb *b, int dt, double v)
 /* `T v<i> = x converted from dtype from to dtype to`, as copy_elements in
  * array.c converts: integers wrap, int64 -> float32 rounds once, the rest
  * goes through double with saturating, NaN-to-0 float-to-int. */
-static void cast(tgl_render *r, tgl_sb *b, int i, int from, int to, const char *x)
+static void cast(tgl_cgen_expr *r, tgl_sb *b, int i, int from, int to, const char *x)
 {
-    const char *T = tgl_cgen_ctype(to);
+    const tgl_cgen_dialect *D = r->d;
+    const char *T = tgl_cgen_type(D, to), *F64 = D->type[TGL_FLOAT64];
     if (from == to) {
         tgl_sb_printf(b, "%s v%d = %s;", T, i, x);
         return;
@@ -149,40 +134,40 @@ static void cast(tgl_render *r, tgl_sb *b, int i, int from, int to, const char *
     bool ito = to != TGL_FLOAT32 && to != TGL_FLOAT64;
     if (ifrom && ito) {
         switch (to) {
-        case TGL_BOOL: tgl_sb_printf(b, "uint8_t v%d = (uint8_t)(%s != 0);", i, x); break;
-        case TGL_INT64: tgl_sb_printf(b, "int64_t v%d = (int64_t)%s;", i, x); break;
+        case TGL_BOOL: tgl_sb_printf(b, "%s v%d = (%s)(%s != 0);", T, i, T, x); break;
+        case TGL_INT64: tgl_sb_printf(b, "%s v%d = (%s)%s;", T, i, T, x); break;
         case TGL_INT32:
-            tgl_sb_printf(b, "int32_t v%d = (int32_t)(uint32_t)(uint64_t)(int64_t)%s;", i, x);
+            tgl_sb_printf(b, "%s v%d = (%s)(uint32_t)(uint64_t)(int64_t)%s;", T, i, T, x);
             break;
-        default: tgl_sb_printf(b, "uint8_t v%d = (uint8_t)(uint64_t)(int64_t)%s;", i, x); break;
+        default: tgl_sb_printf(b, "%s v%d = (%s)(uint64_t)(int64_t)%s;", T, i, T, x); break;
         }
         return;
     }
     if (from == TGL_INT64 && to == TGL_FLOAT32) {
-        tgl_sb_printf(b, "float v%d = (float)%s;", i, x);
+        tgl_sb_printf(b, "%s v%d = (%s)%s;", T, i, T, x);
         return;
     }
-    char d[64];
+    char d[96];
     if (from == TGL_BOOL)
-        snprintf(d, sizeof d, "(double)(%s != 0)", x);
+        snprintf(d, sizeof d, "(%s)(%s != 0)", F64, x);
     else
-        snprintf(d, sizeof d, "(double)%s", x);
+        snprintf(d, sizeof d, "(%s)%s", F64, x);
     switch (to) {
-    case TGL_FLOAT32: tgl_sb_printf(b, "float v%d = (float)%s;", i, d); break;
-    case TGL_FLOAT64: tgl_sb_printf(b, "double v%d = %s;", i, d); break;
+    case TGL_FLOAT32: tgl_sb_printf(b, "%s v%d = (%s)%s;", T, i, T, d); break;
+    case TGL_FLOAT64: tgl_sb_printf(b, "%s v%d = %s;", T, i, d); break;
     case TGL_INT32:
         r->helpers |= H_F2I32;
-        tgl_sb_printf(b, "int32_t v%d = tgl_f2i32(%s);", i, d);
+        tgl_sb_printf(b, "%s v%d = tgl_f2i32(%s);", T, i, d);
         break;
     case TGL_INT64:
         r->helpers |= H_F2I64;
-        tgl_sb_printf(b, "int64_t v%d = tgl_f2i64(%s);", i, d);
+        tgl_sb_printf(b, "%s v%d = tgl_f2i64(%s);", T, i, d);
         break;
     case TGL_UINT8:
         r->helpers |= H_F2U8;
-        tgl_sb_printf(b, "uint8_t v%d = tgl_f2u8(%s);", i, d);
+        tgl_sb_printf(b, "%s v%d = tgl_f2u8(%s);", T, i, d);
         break;
-    default: tgl_sb_printf(b, "uint8_t v%d = (uint8_t)(%s != 0.0);", i, d); break;
+    default: tgl_sb_printf(b, "%s v%d = (%s)(%s != 0.0);", T, i, T, d); break;
     }
 }
 
@@ -193,11 +178,11 @@ static bool is_name(const char *t, int len, const char *name)
 }
 
 /* Appends the table's C text s for instruction i: a, b, c become the
- * operands x[0..n-1], e the temporary e<i>, T the compute type cdt's C
- * type, libm functions their names in cdt (recorded for the prelude),
+ * operands x[0..n-1], e the temporary e<i>, T the compute type cdt's
+ * type, math functions their names in cdt (recorded for the prelude),
  * helpers stay (recorded).  Any other name must be a <stdint.h> type: a
  * name cgen does not know fails here rather than in the compiler. */
-static void text(tgl_render *r, tgl_sb *b, const char *s, int i, int cdt, char x[3][16], int n)
+static void text(tgl_cgen_expr *r, tgl_sb *b, const char *s, int i, int cdt, char x[3][16], int n)
 {
     static const char *const ctypes[] = {"int32_t", "int64_t", "uint8_t", "uint32_t", "uint64_t"};
     while (*s && !r->st) {
@@ -217,7 +202,7 @@ static void text(tgl_render *r, tgl_sb *b, const char *s, int i, int cdt, char x
             s++;
         int len = (int)(s - t), f = 0, h = 0;
         size_t c = 0;
-        while (f < LM_COUNT && !is_name(t, len, libm[f].name))
+        while (f < TGL_CGEN_NMATH && !is_name(t, len, math[f].name))
             f++;
         while (tgl_elemwise_helpers[h].name && !is_name(t, len, tgl_elemwise_helpers[h].name))
             h++;
@@ -228,11 +213,11 @@ static void text(tgl_render *r, tgl_sb *b, const char *s, int i, int cdt, char x
         } else if (is_name(t, len, "e")) {
             tgl_sb_printf(b, "e%d", i);
         } else if (is_name(t, len, "T")) {
-            tgl_sb_printf(b, "%s", tgl_cgen_ctype(cdt));
-        } else if (f < LM_COUNT) {
+            tgl_sb_printf(b, "%s", tgl_cgen_type(r->d, cdt));
+        } else if (f < TGL_CGEN_NMATH) {
             bool single = cdt == TGL_FLOAT32;
             r->used[single] |= 1u << f;
-            tgl_sb_printf(b, "%s%s", libm[f].name, single ? "f" : "");
+            tgl_sb_printf(b, "%s%s", math[f].name, single ? r->d->f32_suffix : "");
         } else if (tgl_elemwise_helpers[h].name) {
             r->ew_helpers |= 1u << h;
             tgl_sb_printf(b, "%.*s", len, t);
@@ -245,8 +230,7 @@ static void text(tgl_render *r, tgl_sb *b, const char *s, int i, int cdt, char x
     }
 }
 
-/* `T v<i> = ...;` for instruction i; mode says how inputs are loaded. */
-void tgl_cgen_instr(tgl_render *r, tgl_sb *b, int i, int mode)
+void tgl_cgen_instr(tgl_cgen_expr *r, tgl_sb *b, int i, const char *const *load)
 {
     const tgl_fprog *p = r->p;
     const tgl_finstr *in = &p->code[i];
@@ -255,19 +239,14 @@ void tgl_cgen_instr(tgl_render *r, tgl_sb *b, int i, int mode)
         tgl_cgen_fail(r, "instruction %d has dtype %d", i, dt);
         return;
     }
-    const char *T = tgl_cgen_ctype(dt);
+    const char *T = tgl_cgen_type(r->d, dt);
     if (op == TGL_FP_INPUT) {
         int j = in->arg[0];
         if (j < 0 || j >= p->nin || p->in_type[j].dtype != dt) {
             tgl_cgen_fail(r, "instruction %d loads input %d of another dtype or none", i, j);
             return;
         }
-        if (mode == TGL_ROW_STRIDED)
-            tgl_sb_printf(b, "%s v%d = i%d[k * s%d];", T, i, j, j);
-        else if (tgl_cgen_invariant(p, j))
-            tgl_sb_printf(b, "%s v%d = i%d;", T, i, j);
-        else
-            tgl_sb_printf(b, "%s v%d = i%d[k];", T, i, j);
+        tgl_sb_printf(b, "%s v%d = %s;", T, i, load[j]);
         return;
     }
     if (op == TGL_FP_CONST) {
@@ -308,7 +287,7 @@ void tgl_cgen_instr(tgl_render *r, tgl_sb *b, int i, int mode)
         return;
     }
     if (strcmp(def->tmp, "0") != 0) {
-        tgl_sb_printf(b, "const %s e%d = ", tgl_cgen_ctype(cdt), i);
+        tgl_sb_printf(b, "const %s e%d = ", tgl_cgen_type(r->d, cdt), i);
         text(r, b, def->tmp, i, cdt, x, n);
         tgl_sb_printf(b, "; ");
     }
@@ -319,18 +298,22 @@ void tgl_cgen_instr(tgl_render *r, tgl_sb *b, int i, int mode)
 
 /* ---- the prelude ---------------------------------------------------------- */
 
-/* Declarations of the libm functions used, and the helpers. */
-void tgl_cgen_prelude(tgl_render *r, tgl_sb *b)
+/* The table's helpers are written `static inline R name(...) { ... }`
+ * (elemwise.c); the dialect may declare functions otherwise. */
+#define HELPER_START "static inline "
+
+void tgl_cgen_prelude(tgl_cgen_expr *r, tgl_sb *b)
 {
-    for (int s = 0; s < 2; s++)
-        for (int f = 0; f < LM_COUNT; f++) {
+    const tgl_cgen_dialect *D = r->d;
+    for (int s = 0; s < 2 && D->declare_math; s++)
+        for (int f = 0; f < TGL_CGEN_NMATH; f++) {
             if (!((r->used[s] >> f) & 1u))
                 continue;
-            const char *T = s ? "float" : "double";
-            if (libm[f].vec)
-                tgl_sb_printf(b, "#pragma omp declare simd notinbranch\n");
-            tgl_sb_printf(b, "%s %s%s(%s%s%s);\n", T, libm[f].name, s ? "f" : "", T,
-                          libm[f].arity == 2 ? ", " : "", libm[f].arity == 2 ? T : "");
+            const char *T = D->type[s ? TGL_FLOAT32 : TGL_FLOAT64];
+            if ((D->vector_math >> f) & 1u)
+                tgl_sb_printf(b, "%s", D->vector_decl);
+            tgl_sb_printf(b, "%s %s%s(%s%s%s);\n", T, math[f].name, s ? D->f32_suffix : "", T,
+                          math[f].arity == 2 ? ", " : "", math[f].arity == 2 ? T : "");
         }
     unsigned h = r->helpers;
     if (h & H_INF)
@@ -338,26 +321,37 @@ void tgl_cgen_prelude(tgl_render *r, tgl_sb *b)
             b, "static const union { uint64_t u; double d; } tgl_inf = {0x7ff0000000000000ULL},\n"
                "    tgl_nan = {0x7ff8000000000000ULL};\n"
                "#define TGL_INF (tgl_inf.d)\n#define TGL_NAN (tgl_nan.d)\n");
-    for (int k = 0; tgl_elemwise_helpers[k].name; k++)
-        if ((r->ew_helpers >> k) & 1u)
-            tgl_sb_printf(b, "%s\n", tgl_elemwise_helpers[k].text);
+    for (int k = 0; tgl_elemwise_helpers[k].name; k++) {
+        if (!((r->ew_helpers >> k) & 1u))
+            continue;
+        const char *t = tgl_elemwise_helpers[k].text;
+        if (strncmp(t, HELPER_START, strlen(HELPER_START)) != 0) {
+            tgl_cgen_fail(r, "helper %s does not start with '" HELPER_START "'",
+                          tgl_elemwise_helpers[k].name);
+            return;
+        }
+        tgl_sb_printf(b, "%s %s\n", D->fn, t + strlen(HELPER_START));
+    }
     /* Truncation toward zero, saturating, NaN -> 0 (tgl_store_from_double). */
     if (h & H_F2I32)
         tgl_sb_printf(
-            b, "static inline int32_t tgl_f2i32(double v)\n{\n"
+            b, "%s int32_t tgl_f2i32(double v)\n{\n"
                "    return v != v ? 0 : v <= -2147483648.0 ? (int32_t)(-2147483647 - 1)\n"
-               "         : v >= 2147483647.0 ? (int32_t)2147483647 : (int32_t)(int64_t)v;\n}\n");
+               "         : v >= 2147483647.0 ? (int32_t)2147483647 : (int32_t)(int64_t)v;\n}\n",
+            D->fn);
     if (h & H_F2I64)
         tgl_sb_printf(
             b,
-            "static inline int64_t tgl_f2i64(double v)\n{\n"
+            "%s int64_t tgl_f2i64(double v)\n{\n"
             "    return v != v ? 0 : v >= 9223372036854775808.0 ? (int64_t)9223372036854775807LL\n"
             "         : v <= -9223372036854775808.0 ? (int64_t)(-9223372036854775807LL - 1)\n"
-            "         : (int64_t)v;\n}\n");
+            "         : (int64_t)v;\n}\n",
+            D->fn);
     if (h & H_F2U8)
         tgl_sb_printf(
             b,
-            "static inline uint8_t tgl_f2u8(double v)\n{\n"
-            "    return v != v ? 0 : v <= 0.0 ? 0 : v >= 255.0 ? 255 : (uint8_t)(int64_t)v;\n}\n");
+            "%s uint8_t tgl_f2u8(double v)\n{\n"
+            "    return v != v ? 0 : v <= 0.0 ? 0 : v >= 255.0 ? 255 : (uint8_t)(int64_t)v;\n}\n",
+            D->fn);
     tgl_sb_printf(b, "\n");
 }

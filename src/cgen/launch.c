@@ -13,7 +13,7 @@
  * are enough of them, else by columns of the rows; problems under
  * PARALLEL_MIN elements stay on the calling thread, where thread wake-up
  * would cost more than it saves.  A reduction accumulates in the kernel's
- * accumulator dtype (render.c: double for float sums) in a buffer laid out
+ * accumulator dtype (tgl_cgen_acc_dtype: double for float sums) in a buffer laid out
  * C-contiguous over the kept axes: out[0] itself when it is already that
  * buffer, else scratch converted into out[0] at the end.  Splitting a
  * reduction along its kept last axis needs nothing more; any other split

@@ -1,5 +1,7 @@
 /*
- * render.c — a fused program (engine/fprog.h) rendered as C source.
+ * render.c — a fused program (engine/fprog.h) rendered as C source for the
+ * host compilers (libtcc, cc): the CPU backend's kernels, and its whole
+ * steps.
  *
  * The kernel is `void <symbol>(const tgl_kargs *A)` against the ABI of
  * tgl_kernel.h, whose text opens every source, so compiling needs no
@@ -10,21 +12,24 @@
  *              invariant (stride 0) along the row, as the program's static
  *              broadcast pattern says.  Pointers are restrict and invariant
  *              inputs arrive as values, hoisted out of the loop, so gcc -O3
- *              vectorizes it (libm calls included, expr.c).  A fused
- *              reduction accumulates elementwise into out[0] (its kept
- *              axes are along the row).
+ *              vectorizes it (libm calls included: see host_c below).  A
+ *              fused reduction accumulates elementwise into out[0] (its
+ *              kept axes are along the row).
  *   tgl_row_r  the unit path of a reduction over the row (out[0] stride 0):
  *              values go through a small buffer into eight accumulator
  *              lanes (independent, so the adds vectorize without
  *              reassociating), combined into out[0] once per row.
  *   tgl_row_s  every other layout: per-operand strides.
  *
- * The kernel checks the strides itself before taking the unit path, so a
- * launcher's `unit` hint can never make it read the wrong elements.
- * Reductions combine as reduce.c does: integer sums and products wrap,
- * max and min keep any NaN they meet.
+ * The loop bodies are the statements of the device-neutral renderer
+ * (expr.h) in the host compilers' dialect, host_c; the loads of inputs are
+ * this file's.  The kernel checks the strides itself before taking the
+ * unit path, so a launcher's `unit` hint can never make it read the wrong
+ * elements.  Reductions combine as reduce.c does: integer sums and
+ * products wrap, max and min keep any NaN they meet.
  */
 #include "cgen/cgint.h"
+#include "cgen/expr.h"
 #include "engine/hash.h"
 #include "engine/ops/ops.h"
 
@@ -44,16 +49,56 @@ const char tgl_cgen_kernel_header[] = TGL_KERNEL_H_TEXT;
 #define RBUF 256
 #define LANES 8
 
-/* ---- reductions ----------------------------------------------------------- */
+/* ---- the host compilers' dialect ---------------------------------------- */
 
-int tgl_cgen_acc_dtype(const tgl_fprog *p)
-{
-    if (p->reduce_op < 0)
-        return -1;
-    int dt = p->reduce_type.dtype;
-    bool sp = p->reduce_op == TGL_OP_SUM || p->reduce_op == TGL_OP_PROD;
-    return sp && tgl_dtype_is_float(dt) ? TGL_FLOAT64 : dt;
-}
+/* glibc's libmvec has vector forms of TGL_CGEN_LIBMVEC's functions (OLD:
+ * since 2.22, NEW: since 2.35) on x86-64; the others gcc inlines as
+ * instructions. */
+#if defined(__x86_64__) && defined(__GLIBC__) && \
+    (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35))
+#define MVEC_NEW true
+#else
+#define MVEC_NEW false
+#endif
+#if defined(__x86_64__) && defined(__GLIBC__)
+#define MVEC_OLD true
+#else
+#define MVEC_OLD false
+#endif
+#define MVEC_BIT(name, since) | (MVEC_##since ? 1u << TGL_CGEN_M_##name : 0u)
+
+/* C for libtcc and the system compiler.  libm is declared rather than
+ * included, so a source compiles under libtcc with no headers (compile.c
+ * hands libtcc the functions themselves).  Functions libmvec provides in
+ * vector form carry `#pragma omp declare simd notinbranch`: with
+ * -fopenmp-simd (compile.c's flags), gcc vectorizes loops calling them
+ * (libtcc ignores the pragma); their results may differ from the scalar
+ * functions' in the last ulps. */
+static const tgl_cgen_dialect host_c = {
+    .type = {[TGL_FLOAT32] = "float", [TGL_FLOAT64] = "double", [TGL_INT32] = "int32_t",
+             [TGL_INT64] = "int64_t", [TGL_UINT8] = "uint8_t", [TGL_BOOL] = "uint8_t"},
+    .f32_suffix = "f",
+    .declare_math = true,
+    .vector_math = 0u TGL_CGEN_LIBMVEC(MVEC_BIT),
+    .vector_decl = "#pragma omp declare simd notinbranch\n",
+    .fn = "static inline",
+};
+
+#define CT(dt) tgl_cgen_type(&host_c, dt)
+
+/* The state of rendering one source: the statements' (which math
+ * functions and helpers the prelude needs, the first error), and the
+ * prefix of the row functions' names. */
+typedef struct render {
+    tgl_cgen_expr x;
+    const char *pfx;
+} render;
+
+/* How a row function loads inputs: unit (i<j>[k], or the value i<j> for
+ * an invariant input) or strided (i<j>[k * s<j>]). */
+enum { TGL_ROW_UNIT, TGL_ROW_STRIDED };
+
+/* ---- reductions ----------------------------------------------------------- */
 
 /* The expression combining accumulator l with value w (both of the
  * accumulator's dtype adt): reduce.c's rules — integer sums and products
@@ -90,25 +135,25 @@ static void comb(tgl_sb *b, int op, int adt, const char *l, const char *w)
 static void conv(tgl_sb *b, int adt, int vdt, const char *v)
 {
     if (vdt == TGL_BOOL)
-        tgl_sb_printf(b, "(%s)(%s != 0)", tgl_cgen_ctype(adt), v);
+        tgl_sb_printf(b, "(%s)(%s != 0)", CT(adt), v);
     else
-        tgl_sb_printf(b, "(%s)%s", tgl_cgen_ctype(adt), v);
+        tgl_sb_printf(b, "(%s)%s", CT(adt), v);
 }
 
 /* The identity of the reduction in the accumulator's dtype. */
-static void identity(tgl_render *r, tgl_sb *b, int op, int adt)
+static void identity(render *r, tgl_sb *b, int op, int adt)
 {
     bool mx = op == TGL_OP_MAX;
     if (op == TGL_OP_SUM || op == TGL_OP_PROD) {
-        tgl_sb_printf(b, "(%s)%d", tgl_cgen_ctype(adt), op == TGL_OP_PROD);
+        tgl_sb_printf(b, "(%s)%d", CT(adt), op == TGL_OP_PROD);
         return;
     }
     switch (adt) {
     case TGL_FLOAT32:
-    case TGL_FLOAT64: tgl_cgen_literal(r, b, adt, mx ? -INFINITY : INFINITY); break;
-    case TGL_INT32: tgl_cgen_literal(r, b, adt, mx ? -2147483648.0 : 2147483647.0); break;
+    case TGL_FLOAT64: tgl_cgen_literal(&r->x, b, adt, mx ? -INFINITY : INFINITY); break;
+    case TGL_INT32: tgl_cgen_literal(&r->x, b, adt, mx ? -2147483648.0 : 2147483647.0); break;
     case TGL_INT64:
-        tgl_cgen_literal(r, b, adt, mx ? -9223372036854775808.0 : 9223372036854775808.0);
+        tgl_cgen_literal(&r->x, b, adt, mx ? -9223372036854775808.0 : 9223372036854775808.0);
         break;
     case TGL_UINT8: tgl_sb_printf(b, "(uint8_t)%d", mx ? 0 : 255); break;
     default: tgl_sb_printf(b, "(uint8_t)%d", mx ? 0 : 1); break;
@@ -123,12 +168,12 @@ static int out_dtype(const tgl_fprog *p, int k)
     return k == 0 && p->reduce_op >= 0 ? tgl_cgen_acc_dtype(p) : p->out_type[k].dtype;
 }
 
-static void params(tgl_render *r, tgl_sb *b, int mode, bool racc)
+static void params(render *r, tgl_sb *b, int mode, bool racc)
 {
-    const tgl_fprog *p = r->p;
+    const tgl_fprog *p = r->x.p;
     tgl_sb_printf(b, "int64_t c0, int64_t c1");
     for (int j = 0; j < p->nin; j++) {
-        const char *T = tgl_cgen_ctype(p->in_type[j].dtype);
+        const char *T = CT(p->in_type[j].dtype);
         if (mode == TGL_ROW_STRIDED)
             tgl_sb_printf(b, ", const %s *i%d, int64_t s%d", T, j, j);
         else if (tgl_cgen_invariant(p, j))
@@ -137,7 +182,7 @@ static void params(tgl_render *r, tgl_sb *b, int mode, bool racc)
             tgl_sb_printf(b, ", const %s *restrict i%d", T, j);
     }
     for (int k = 0; k < p->nout; k++) {
-        const char *T = tgl_cgen_ctype(out_dtype(p, k));
+        const char *T = CT(out_dtype(p, k));
         if (mode == TGL_ROW_STRIDED)
             tgl_sb_printf(b, ", %s *o%d, int64_t t%d", T, k, k);
         else if (racc && k == 0)
@@ -148,18 +193,37 @@ static void params(tgl_render *r, tgl_sb *b, int mode, bool racc)
 }
 
 /* The loop body for column k: every instruction, then the stores. */
-static void body(tgl_render *r, tgl_sb *b, int mode, bool racc)
+static void body(render *r, tgl_sb *b, int mode, bool racc)
 {
-    const tgl_fprog *p = r->p;
-    for (int i = 0; i < p->ninstr && !r->st; i++) {
+    const tgl_fprog *p = r->x.p;
+    char (*text)[48] = calloc((size_t)p->nin + 1, sizeof *text);
+    const char **load = calloc((size_t)p->nin + 1, sizeof *load);
+    if (!text || !load) {
+        free(text);
+        free(load);
+        r->x.st = r->x.st ? r->x.st : tgl_errbuf_set(r->x.err, TGL_ENOMEM, "cgen: out of memory");
+        return;
+    }
+    for (int j = 0; j < p->nin; j++) {
+        if (mode == TGL_ROW_STRIDED)
+            snprintf(text[j], sizeof text[j], "i%d[k * s%d]", j, j);
+        else if (tgl_cgen_invariant(p, j))
+            snprintf(text[j], sizeof text[j], "i%d", j);
+        else
+            snprintf(text[j], sizeof text[j], "i%d[k]", j);
+        load[j] = text[j];
+    }
+    for (int i = 0; i < p->ninstr && !r->x.st; i++) {
         tgl_sb_printf(b, "        ");
-        tgl_cgen_instr(r, b, i, mode);
+        tgl_cgen_instr(&r->x, b, i, load);
         tgl_sb_printf(b, "\n");
     }
-    for (int k = 0; k < p->nout && !r->st; k++) {
+    free(text);
+    free(load);
+    for (int k = 0; k < p->nout && !r->x.st; k++) {
         int v = p->out_instr[k];
         if (v < 0 || v >= p->ninstr) {
-            tgl_cgen_fail(r, "output %d stores no instruction", k);
+            tgl_cgen_fail(&r->x, "output %d stores no instruction", k);
             return;
         }
         int vdt = p->code[v].dtype;
@@ -174,14 +238,14 @@ static void body(tgl_render *r, tgl_sb *b, int mode, bool racc)
                 tgl_sb_printf(b, ";\n");
                 continue;
             }
-            tgl_sb_printf(b, "        { %s w = ", tgl_cgen_ctype(adt));
+            tgl_sb_printf(b, "        { %s w = ", CT(adt));
             conv(b, adt, vdt, vn);
             tgl_sb_printf(b, "; %s = ", at);
             comb(b, p->reduce_op, adt, at, "w");
             tgl_sb_printf(b, "; }\n");
         } else {
             if (p->out_type[k].dtype != vdt) {
-                tgl_cgen_fail(r, "output %d is %s but its instruction is %s", k,
+                tgl_cgen_fail(&r->x, "output %d is %s but its instruction is %s", k,
                      tgl_dtype_name(p->out_type[k].dtype), tgl_dtype_name(vdt));
                 return;
             }
@@ -191,11 +255,11 @@ static void body(tgl_render *r, tgl_sb *b, int mode, bool racc)
 }
 
 /* tgl_row_r: the row folded into LANES accumulators through a buffer. */
-static void row_reduce(tgl_render *r, tgl_sb *b)
+static void row_reduce(render *r, tgl_sb *b)
 {
-    const tgl_fprog *p = r->p;
+    const tgl_fprog *p = r->x.p;
     int op = p->reduce_op, adt = tgl_cgen_acc_dtype(p);
-    const char *A = tgl_cgen_ctype(adt);
+    const char *A = CT(adt);
     tgl_sb_printf(b, "static void %s_row_r(", r->pfx);
     params(r, b, TGL_ROW_UNIT, true);
     tgl_sb_printf(b, ")\n{\n    %s l[%d];\n    for (int j = 0; j < %d; j++)\n        l[j] = ", A,
@@ -227,7 +291,7 @@ static void row_reduce(tgl_render *r, tgl_sb *b)
     tgl_sb_printf(b, "; }\n}\n\n");
 }
 
-static void row(tgl_render *r, tgl_sb *b, const char *name, int mode)
+static void row(render *r, tgl_sb *b, const char *name, int mode)
 {
     tgl_sb_printf(b, "static void %s_%s(", r->pfx, name);
     params(r, b, mode, false);
@@ -237,12 +301,12 @@ static void row(tgl_render *r, tgl_sb *b, const char *name, int mode)
 }
 
 /* Arguments of a row call from the kernel's loop. */
-static void call_args(tgl_render *r, tgl_sb *b, int mode)
+static void call_args(render *r, tgl_sb *b, int mode)
 {
-    const tgl_fprog *p = r->p;
+    const tgl_fprog *p = r->x.p;
     tgl_sb_printf(b, "c0, c1");
     for (int j = 0; j < p->nin; j++) {
-        const char *T = tgl_cgen_ctype(p->in_type[j].dtype);
+        const char *T = CT(p->in_type[j].dtype);
         if (mode == TGL_ROW_STRIDED)
             tgl_sb_printf(b, ", (const %s *)B[%d]->data + off[%d], B[%d]->strides[L]", T, j, j, j);
         else if (tgl_cgen_invariant(p, j))
@@ -252,15 +316,15 @@ static void call_args(tgl_render *r, tgl_sb *b, int mode)
     }
     for (int k = 0; k < p->nout; k++) {
         int o = p->nin + k;
-        tgl_sb_printf(b, ", (%s *)B[%d]->data + off[%d]", tgl_cgen_ctype(out_dtype(p, k)), o, o);
+        tgl_sb_printf(b, ", (%s *)B[%d]->data + off[%d]", CT(out_dtype(p, k)), o, o);
         if (mode == TGL_ROW_STRIDED)
             tgl_sb_printf(b, ", B[%d]->strides[L]", o);
     }
 }
 
-static void kernel(tgl_render *r, tgl_sb *b, const char *decl, const char *symbol)
+static void kernel(render *r, tgl_sb *b, const char *decl, const char *symbol)
 {
-    const tgl_fprog *p = r->p;
+    const tgl_fprog *p = r->x.p;
     bool red = p->reduce_op >= 0;
     int nop = p->nin + p->nout;
     tgl_sb_printf(b, "%svoid %s(const tgl_kargs *A)\n{\n", decl, symbol);
@@ -311,10 +375,14 @@ static void kernel(tgl_render *r, tgl_sb *b, const char *decl, const char *symbo
                      "    }\n}\n");
 }
 
-void tgl_cgen_render_kernel(tgl_render *r, tgl_sb *fns, const tgl_fprog *prog, const char *pfx,
-                            const char *decl, const char *symbol)
+/* Renders prog's row functions (named <pfx>_row_u/_r/_s, static) and its
+ * kernel, `<decl>void <symbol>(const tgl_kargs *A)`, into fns, recording
+ * in r what the prelude needs; several programs may share one r (one
+ * source, one prelude).  r->x.st holds the first error. */
+static void render_kernel(render *r, tgl_sb *fns, const tgl_fprog *prog, const char *pfx,
+                          const char *decl, const char *symbol)
 {
-    r->p = prog;
+    r->x.p = prog;
     r->pfx = pfx;
     row(r, fns, "row_u", TGL_ROW_UNIT);
     if (prog->reduce_op >= 0)
@@ -323,39 +391,34 @@ void tgl_cgen_render_kernel(tgl_render *r, tgl_sb *fns, const tgl_fprog *prog, c
     kernel(r, fns, decl, symbol);
 }
 
-int tgl_cgen_invariant(const tgl_fprog *p, int i)
-{
-    return p->ndim > 0 && tgl_type_bcast(p->in_type[i], p->ndim - 1);
-}
-
 tgl_status tgl_cgen_render(const tgl_fprog *prog, const char *symbol, char **source,
                            tgl_errbuf *err)
 {
     if (!prog || !symbol || !source)
         return tgl_errbuf_set(err, TGL_EINVAL, "tgl_cgen_render: NULL argument");
-    tgl_render r = {.err = err, .p = prog};
+    render r = {.x = {.d = &host_c, .err = err, .p = prog}};
     if (prog->ndim < 0 || prog->ndim > TGL_KERNEL_MAX_DIMS || prog->nout < 1 || prog->ninstr < 1)
-        return tgl_cgen_fail(&r, "%d axes, %d outputs, %d instructions", prog->ndim, prog->nout,
+        return tgl_cgen_fail(&r.x, "%d axes, %d outputs, %d instructions", prog->ndim, prog->nout,
                     prog->ninstr);
     if (prog->reduce_op >= 0 && prog->reduce_op != TGL_OP_SUM && prog->reduce_op != TGL_OP_PROD &&
         prog->reduce_op != TGL_OP_MAX && prog->reduce_op != TGL_OP_MIN)
-        return tgl_cgen_fail(&r, "reduction op %d", prog->reduce_op);
+        return tgl_cgen_fail(&r.x, "reduction op %d", prog->reduce_op);
     /* Functions first: rendering them records which declarations and
      * helpers the prelude needs. */
     tgl_sb fns = {0}, out = {0};
-    tgl_cgen_render_kernel(&r, &fns, prog, "tgl", "", symbol);
+    render_kernel(&r, &fns, prog, "tgl", "", symbol);
     tgl_sb_printf(&out, "/* tgl fused kernel: %d instructions, %d inputs, %d outputs", prog->ninstr,
                   prog->nin, prog->nout);
     if (prog->reduce_op >= 0)
         tgl_sb_printf(&out, ", %s over axes 0x%x", tgl_op_name(prog->reduce_op),
                       (unsigned)prog->reduce_mask);
     tgl_sb_printf(&out, " */\n%s\n", tgl_cgen_kernel_header);
-    tgl_cgen_prelude(&r, &out);
+    tgl_cgen_prelude(&r.x, &out);
     tgl_sb_cat(&out, &fns);
     tgl_sb_free(&fns);
-    if (r.st || out.oom || !out.p) {
+    if (r.x.st || out.oom || !out.p) {
         tgl_sb_free(&out);
-        return r.st ? r.st : tgl_errbuf_set(err, TGL_ENOMEM, "cgen: out of memory");
+        return r.x.st ? r.x.st : tgl_errbuf_set(err, TGL_ENOMEM, "cgen: out of memory");
     }
     *source = out.p;
     return TGL_OK;
@@ -420,13 +483,13 @@ bool tgl_cgen_step_inlinable(const tgl_fprog *prog, const void *launch_cache,
 /* The code running one inlined kernel: its arguments built from the
  * launch cache's geometry over D, the accumulator set up as the launcher
  * does (launch.c), the kernel, the conversion of a double accumulator. */
-static void step_kernel(tgl_render *r, tgl_sb *b, const tgl_step_item *it)
+static void step_kernel(render *r, tgl_sb *b, const tgl_step_item *it)
 {
     const tgl_fprog *p = it->prog;
     tgl_kargs a;
     const tgl_kbuf *kb;
     if (!tgl_cgen_plan_single(it->launch_cache, &a, &kb)) {
-        tgl_cgen_fail(r, "whole step: instruction %d has no single-task launch plan", it->pc);
+        tgl_cgen_fail(&r->x, "whole step: instruction %d has no single-task launch plan", it->pc);
         return;
     }
     int nop = p->nin + p->nout, L = a.ndim;
@@ -444,7 +507,7 @@ static void step_kernel(tgl_render *r, tgl_sb *b, const tgl_step_item *it)
                   (long long)a.row_end, (long long)a.col_begin, (long long)a.col_end, p->nin);
     if (p->reduce_op >= 0) {
         int adt = tgl_cgen_acc_dtype(p);
-        const char *A = tgl_cgen_ctype(adt);
+        const char *A = CT(adt);
         int acc = it->scratch >= 0 ? it->scratch : (int)it->data[p->nin];
         tgl_sb_printf(b, "        %s *acc = (%s *)D[%d];\n        b[%d].data = acc;\n", A, A, acc,
                       p->nin);
@@ -465,10 +528,10 @@ static void step_kernel(tgl_render *r, tgl_sb *b, const tgl_step_item *it)
 tgl_status tgl_cgen_render_step(const tgl_step_item *items, int n, const char *symbol,
                                 char **source, tgl_errbuf *err)
 {
-    tgl_render r = {.err = err};
+    render r = {.x = {.d = &host_c, .err = err}};
     tgl_sb fns = {0}, body = {0}, out = {0}, keep = {0};
     int ninline = 0;
-    for (int i = 0; i < n && !r.st; i++) {
+    for (int i = 0; i < n && !r.x.st; i++) {
         const tgl_step_item *it = &items[i];
         if (!it->prog) {
             tgl_sb_printf(&body, "    if ((st = cb(env, %d)) != 0)\n        return st;\n", i);
@@ -478,13 +541,13 @@ tgl_status tgl_cgen_render_step(const tgl_step_item *items, int n, const char *s
         /* A kernel calling libm stays a function of its own (noipa), so
          * its loops vectorize exactly as in the kernel the CVM runs and the
          * vector and scalar libm calls fall on the same elements. */
-        uint32_t used0 = r.used[0], used1 = r.used[1];
+        uint32_t used0 = r.x.used[0], used1 = r.x.used[1];
         char pfx[24], sym[24], decl[24];
         snprintf(pfx, sizeof pfx, "s%d", it->pc);
         snprintf(sym, sizeof sym, "s%d", it->pc);
         snprintf(decl, sizeof decl, "static TGLK%d ", it->pc);
-        tgl_cgen_render_kernel(&r, &fns, it->prog, pfx, decl, sym);
-        bool libm = r.used[0] != used0 || r.used[1] != used1 || it->prog->ninstr == 0;
+        render_kernel(&r, &fns, it->prog, pfx, decl, sym);
+        bool libm = r.x.used[0] != used0 || r.x.used[1] != used1 || it->prog->ninstr == 0;
         for (int k = 0; !libm && k < it->prog->ninstr; k++) {
             int op = it->prog->code[k].op;
             libm = op == TGL_OP_EXP || op == TGL_OP_LOG || op == TGL_OP_TANH ||
@@ -504,7 +567,7 @@ tgl_status tgl_cgen_render_step(const tgl_step_item *items, int n, const char *s
     }
     tgl_sb_printf(&out, "/* tgl whole step: %d instructions, %d kernels inline */\n%s\n", n,
                   ninline, tgl_cgen_kernel_header);
-    tgl_cgen_prelude(&r, &out);
+    tgl_cgen_prelude(&r.x, &out);
     tgl_sb_printf(&out, "#if defined(__GNUC__) && !defined(__clang__)\n"
                         "#define TGL_KEEP __attribute__((noipa))\n#else\n"
                         "#define TGL_KEEP __attribute__((noinline))\n#endif\n");
@@ -518,9 +581,9 @@ tgl_status tgl_cgen_render_step(const tgl_step_item *items, int n, const char *s
     tgl_sb_free(&fns);
     tgl_sb_free(&body);
     tgl_sb_free(&keep);
-    if (r.st || out.oom || !out.p) {
+    if (r.x.st || out.oom || !out.p) {
         tgl_sb_free(&out);
-        return r.st ? r.st : tgl_errbuf_set(err, TGL_ENOMEM, "cgen: out of memory");
+        return r.x.st ? r.x.st : tgl_errbuf_set(err, TGL_ENOMEM, "cgen: out of memory");
     }
     *source = out.p;
     return TGL_OK;

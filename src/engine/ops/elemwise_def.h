@@ -59,7 +59,7 @@
  *
  * Adding an elementwise op: its line in TGL_OPS (ops.h), its entry here,
  * and its Lua name in lua/tgl if it is public; a libm function cgen has
- * not needed before goes in TGL_CGEN_LIBM (cgen/cgint.h).  Nothing else
+ * not needed before goes in TGL_CGEN_MATH (cgen/expr.h).  Nothing else
  * names it (doc/internals.md).
  */
 #ifndef TGL_ELEMWISE_DEF_H
