@@ -160,16 +160,27 @@ if #mem > 0 then
     'rewrites (`scan_save_mem` keeps only the states the result reads). `no_save_mem`: ',
     '`tgl.config.exclude = \'scan_save_mem\'` (every step\'s state kept: 10^5 × 1000 × 8 B = 763 MiB).')
   w('')
-  w('Each figure: the median of ', meta.repeats or '?', ' fresh processes (CSVs from before that: one), ',
-    'with their min–max.')
-  w('')
-  w('| system | variant | peak RSS, MiB (min–max) | over baseline, MiB | note |')
-  w('|---|---|---:|---:|---|')
+  -- a figure of several processes (scan.lua since --repeats applies to
+  -- memory) has its min–max; a system column when tgl@base ran too
+  local several, two = false, false
+  for _, r in ipairs(mem) do
+    several = several or (tonumber(r.repeats) or 1) > 1
+    two = two or r.system ~= 'tgl'
+  end
+  if several then
+    w('Each figure: the median of the fresh processes (`repeats` in scan.csv) with their min–max.')
+    w('')
+  end
+  w('| ', two and 'system | ' or '', 'variant | peak RSS, MiB', several and ' (min–max)' or '', ' | over baseline, MiB | note |')
+  w('|', two and '---|' or '', '---|---:|---:|---|')
   for _, r in ipairs(mem) do
     local base
     for _, x in ipairs(mem) do if x.variant == 'baseline' and x.system == r.system then base = x end end
-    w(('| %s | %s | %s | %s | %s |'):format(r.system, r.variant,
-      r.median >= 0 and ('%.1f (%.1f–%.1f)'):format(r.median, r.min, r.max) or 'failed',
+    local fig = 'failed'
+    if r.median >= 0 then
+      fig = (several and '%.1f (%.1f–%.1f)' or '%.1f'):format(r.median, r.min, r.max)
+    end
+    w(('| %s%s | %s | %s | %s |'):format(two and (r.system .. ' | ') or '', r.variant, fig,
       (base and r.median >= 0 and r ~= base) and ('%.1f'):format(r.median - base.median) or '–', r.note or ''))
   end
   w('')
