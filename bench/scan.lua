@@ -20,12 +20,13 @@
 --             child process per variant: `default` rewrites, `no_save_mem`
 --             (tgl.config.exclude = 'scan_save_mem': every step's state
 --             kept, 800 MB) and `baseline` (the same process compiling and
---             calling h + 1 once, no scan).  Figure: MiB.
+--             calling h + 1 once, no scan).  Figure: MiB, the median of R
+--             children (R = --repeats) with their spread.
 --
 -- Timing: bench/lib/stats.lua (median of R repeats of >= S seconds, spread).
 --   tgl bench/scan.lua [--cases overhead,rnn,memory] [--threads N]
 --                      [--data DIR] [--make-data DIR] [--csv [--header]]
---                      [--repeats R] [--min-time S]
+--                      [--system NAME] [--repeats R] [--min-time S]
 -- --data DIR reads DIR/scan_rnn.npz (written by --make-data DIR; the peers
 -- bench/peers/scan_*.py read it too); without it the same numbers are made
 -- in memory (tgl.manual_seed).  --csv prints the rows bench/run scan
@@ -237,24 +238,33 @@ if cases.memory then
   say(('\n-- memory: %d steps of h = h + 1 on %d float64, result h[-1]; peak RSS of a fresh process'):format(
     N_MEM, D_MEM))
   local tgl_bin, script = arg[-1] or 'tgl', arg[0]
+  -- stats.REPEATS fresh children per variant: the peak RSS of one process
+  -- moves by a few hundred KiB from one to the next, so a figure has a
+  -- spread like the timed ones (bench/run --baseline-tgl compares by it)
   for _, variant in ipairs({ 'baseline', 'default', 'no_save_mem' }) do
-    local p = assert(io.popen(('%q %q --mem-child %s 2>&1'):format(tgl_bin, script, variant)))
-    local out = p:read('*a')
-    p:close()
-    local mib, sec = out:match('^([%d.]+) ([%d.]+) ')
-    local why = out:match('^missing: ([^\n]*)')
+    local mibs, secs, why, failed = {}, {}, nil, nil
+    for _ = 1, stats.REPEATS do
+      local p = assert(io.popen(('%q %q --mem-child %s 2>&1'):format(tgl_bin, script, variant)))
+      local out = p:read('*a')
+      p:close()
+      local mib, sec = out:match('^([%d.]+) ([%d.]+) ')
+      why = out:match('^missing: ([^\n]*)')
+      if why then break end
+      if not mib then failed = out; break end
+      mibs[#mibs + 1], secs[#secs + 1] = tonumber(mib), tonumber(sec)
+    end
     if why then
       say(('%-34s missing (%s)'):format(variant, why))
       if opts.csv then print(('#missing,%s,%s,%s'):format(opts.system, variant, why)) end
-    elseif not mib then
-      io.stderr:write(('memory case %s failed:\n%s\n'):format(variant, out))
+    elseif failed then
+      io.stderr:write(('memory case %s failed:\n%s\n'):format(variant, failed))
       report(variant, 'memory', 'MiB', { median = -1, min = -1, max = -1, spread_pct = 0, n = 0, values = {} },
              { note = 'FAILED' })
     else
-      mib, sec = tonumber(mib), tonumber(sec)
-      say(('%-34s %9.1f MiB peak RSS   (one call %.3f s)'):format(variant, mib, sec))
-      report(variant, 'memory', 'MiB', { median = mib, min = mib, max = mib, spread_pct = 0, n = 1,
-                                         values = { mib } }, { note = ('call %.3f s'):format(sec) })
+      local s = stats.summary(mibs)
+      local sec = stats.summary(secs).median
+      say(('%-34s %s peak RSS   (one call %.3f s)'):format(variant, stats.format(s, '%9.1f', 1, 'MiB'), sec))
+      report(variant, 'memory', 'MiB', s, { note = ('call %.3f s'):format(sec) })
     end
   end
   say(('(every step kept: %d x %d x 8 B = %.0f MiB)'):format(N_MEM, D_MEM, N_MEM * D_MEM * 8 / 2 ^ 20))

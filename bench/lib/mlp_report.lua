@@ -4,10 +4,14 @@
 --   tgl bench/lib/mlp_report.lua mlp.csv mlp_meta.csv mlp.md mlp.svg
 -- A cell is the median of the repeats with its spread; CSVs from before the
 -- repeats (one timed pass, no eps_min/eps_max columns) give the old table.
+-- With a baseline (system tgl@base, bench/run mlp --baseline-tgl), a table
+-- compares each tgl variant with the baseline's, with a verdict
+-- (bench/lib/base_compare.lua).
 package.path = (arg[0]:match('^(.*)/[^/]*$') or '.') .. '/?.lua;' .. package.path
 local common = require 'mlp_common'
 local stats = require 'stats'
 local svg = require 'svg'
+local base_compare = require 'base_compare'
 
 local csv_path, meta_path, md_path, svg_path = arg[1], arg[2], arg[3], arg[4]
 assert(csv_path and meta_path and md_path and svg_path,
@@ -255,6 +259,30 @@ if has_spread then
   w('')
   w('</details>')
   w('')
+end
+
+if has_base then
+  local items = {}
+  for _, e in ipairs(summary) do
+    for _, s in ipairs(systems) do
+      local v = s:match('^tgl/(.*)$')
+      if v and (e.c[s] or e.c['tgl@base/' .. v]) then
+        items[#items + 1] = { cell = { e.t, e.m, e.B }, variant = v, tgl = e.c[s], base = e.c['tgl@base/' .. v],
+                              unit = 'examples/s' }
+      end
+    end
+    for _, s in ipairs(systems) do        -- variants only the baseline has
+      local v = s:match('^tgl@base/(.*)$')
+      if v and e.c[s] then
+        local there = false
+        for _, s2 in ipairs(systems) do there = there or s2 == 'tgl/' .. v end
+        if not there then
+          items[#items + 1] = { cell = { e.t, e.m, e.B }, variant = v, base = e.c[s], unit = 'examples/s' }
+        end
+      end
+    end
+  end
+  base_compare.write(w, 'tgl against tgl@base', { 'threads', 'model', 'batch' }, items)
 end
 
 -- Loss check: the loss on all 6000 examples before and after the pass must

@@ -53,6 +53,10 @@ function M.write_meta(w, meta)
   for _, k in ipairs({ 'date', 'cpu', 'blas', 'tgl_commit', 'repeats', 'min_time', 'run_seconds' }) do
     if meta[k] then w('- ', k, ': ', meta[k]) end
   end
+  if meta.baseline_tgl then          -- bench/run ... --baseline-tgl
+    w('- Baseline **tgl@base**: `', meta.baseline_tgl, '` (checkout at ', meta.baseline_commit or '?',
+      '), run on the same bench script, each cell right before or after tgl (the order alternates)')
+  end
   local mkeys = {}
   for k in pairs(meta) do mkeys[#mkeys + 1] = k end
   table.sort(mkeys)

@@ -7,11 +7,15 @@
 -- best variant (above 1: tgl faster); '≈' marks two figures whose min–max
 -- ranges overlap.  The check table verifies, per cell, that tgl's loss went
 -- down and that every peer's losses agree with tgl's (relative 1e-4).
+-- With rows of system tgl@base (bench/run rnn --baseline-tgl), tgl@base is
+-- no peer: its columns follow tgl's and a table compares each variant with
+-- the baseline's (bench/lib/base_compare.lua).
 package.path = (arg[0]:match('^(.*)/[^/]*$') or '.') .. '/?.lua;' .. package.path
 local stats = require 'stats'
 local peer = require 'peer_common'
 local csvlib = require 'csv'
 local svg = require 'svg'
+local base_compare = require 'base_compare'
 
 local csv_path, meta_path, md_path = arg[1], arg[2], arg[3]
 assert(csv_path and meta_path and md_path, 'usage: tgl bench/lib/rnn_report.lua rnn.csv rnn_meta.csv rnn.md')
@@ -40,9 +44,15 @@ local function num_sort(l) table.sort(l); return l end
 local threads = num_sort(uniq('threads'))
 local hiddens = num_sort(uniq('hidden'))
 local vocabs = num_sort(uniq('vocab'))
--- systems in a fixed order, tgl first; then the variant columns
+-- systems in a fixed order, tgl first (then tgl@base); then the variant columns
 local systems = { 'tgl' }
-for _, s in ipairs(uniq('system')) do if s ~= 'tgl' then systems[#systems + 1] = s end end
+local has_base = false
+for _, r in ipairs(rows) do has_base = has_base or r.system == 'tgl@base' end
+if has_base then systems[2] = 'tgl@base' end
+for _, s in ipairs(uniq('system')) do
+  if s ~= 'tgl' and s ~= 'tgl@base' then systems[#systems + 1] = s end
+end
+local function is_peer(s) return s ~= 'tgl' and s ~= 'tgl@base' end
 local keys = {}
 for _, s in ipairs(systems) do
   for _, v in ipairs(uniq('variant', function(r) return r.system == s end)) do keys[#keys + 1] = s .. '/' .. v end
@@ -76,7 +86,7 @@ end
 local function best_peer(rs)
   local bp
   for _, s in ipairs(systems) do
-    if s ~= 'tgl' then
+    if is_peer(s) then
       local b = best(rs, s)
       if b and (not bp or b.median > bp.median) then bp = b end
     end
@@ -134,6 +144,34 @@ for _, t in ipairs(threads) do
     end
   end
   w('')
+end
+
+-- tgl against the baseline, variant by variant
+if has_base then
+  local items = {}
+  local variants = {}
+  for _, k in ipairs(keys) do
+    local s, v = k:match('^([^/]+)/(.*)$')
+    if (s == 'tgl' or s == 'tgl@base') and not variants[v] then variants[v] = true; variants[#variants + 1] = v end
+  end
+  for _, t in ipairs(threads) do
+    for _, V in ipairs(vocabs) do
+      for _, H in ipairs(hiddens) do
+        local rs = sel(t, H, V)
+        for _, v in ipairs(variants) do
+          local a, b
+          for _, x in ipairs(rs) do
+            if x.variant == v and x.system == 'tgl' then a = x end
+            if x.variant == v and x.system == 'tgl@base' then b = x end
+          end
+          if a or b then
+            items[#items + 1] = { cell = { t, H, V }, variant = v, tgl = a, base = b, unit = 'steps/s' }
+          end
+        end
+      end
+    end
+  end
+  base_compare.write(w, 'tgl against tgl@base', { 'threads', 'H', 'V' }, items)
 end
 
 -- the check

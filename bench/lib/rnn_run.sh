@@ -6,7 +6,7 @@
 #
 #   bench/run rnn [--threads "1 2"] [--hidden 50,100,500,1500] [--vocab 10,54,3000]
 #                 [--systems "tgl jax torch pytensor"] [--repeats 5] [--min-time 0.5]
-#                 [--budget S] [--out DIR]
+#                 [--budget S] [--baseline-tgl PATH] [--out DIR]
 #
 # A cell is (hidden H, input/output size V, threads); each (system, cell) is
 # its own process, started as bench/lib/peer_run.sh says (thread variables,
@@ -20,10 +20,20 @@
 # eager) then have fewer sequences per repeat.  tgl's processes also run
 # a profiled copy of the step (profile = true): rnn_profile.csv has where
 # the time goes, the full tables are in rnn.log.
+#
+# --baseline-tgl PATH also runs PATH (another tgl build, e.g. of the commit
+# before an engine change) on this checkout's bench/rnn.lua as system
+# 'tgl@base' (without --profile: the profiled copy runs after the timing,
+# and rnn_profile.csv is tgl's), each cell right before or after tgl, the
+# order alternating; rnn.md then gets tgl@base's columns and a table of
+# each variant against the baseline's with a verdict (bench/lib/
+# base_compare.lua); rnn_meta.csv records the binary and its checkout's
+# commit.  A baseline that cannot run the script, or a failed tgl/tgl@base
+# process, makes the run exit 1 (bench/lib/peer_run.sh).
 set -euo pipefail
 name=rnn; known_cases="rnn"
 threads="1 2"; cases=rnn; systems="tgl jax torch pytensor"; repeats=5; min_time=0.5
-hidden=50,100,500,1500; vocab=10,54,3000; budget=20
+hidden=50,100,500,1500; vocab=10,54,3000; budget=20; baseline_ok=1
 . "$(dirname "$0")/peer_run.sh"
 rest=()
 while [ $# -gt 0 ]; do
@@ -38,6 +48,7 @@ peer_parse_args "${rest[@]+"${rest[@]}"}"
 awk -v s="$budget" 'BEGIN { exit !(s + 0 >= 0 && s ~ /^[0-9.]+$/) }' || { echo "bench/run rnn: --budget needs seconds >= 0" >&2; exit 2; }
 peer_check_args
 peer_setup
+peer_preflight "$here/rnn.lua" --csv --header --vocab none --system tgl@base
 "$TGL" "$here/rnn.lua" --make-data "$data" --hidden "$hidden" --vocab "$vocab" >> "$log"
 peer_write_meta
 echo "budget,$budget" >> "$meta"
@@ -50,6 +61,7 @@ run_one() {   # system H V threads -> appends CSV rows to $csv.tmp (tgl: profile
                 --min-time "$min_time" --budget "$budget")
   case "$s" in
     tgl) cmd=("$TGL" "$here/rnn.lua" --csv --profile "${common[@]}") ;;
+    tgl@base) cmd=("$BASE" "$here/rnn.lua" --csv "${common[@]}" --system tgl@base) ;;
     jax) cmd=("$PY_VENV" "$here/peers/rnn_jax.py" "${common[@]}") ;;
     torch) cmd=("$PY_DEB" "$here/peers/rnn_torch.py" "${common[@]}") ;;
     pytensor) cmd=("$PY_VENV" "$here/peers/rnn_pytensor.py" "${common[@]}") ;;
@@ -59,14 +71,14 @@ run_one() {   # system H V threads -> appends CSV rows to $csv.tmp (tgl: profile
 }
 
 peer_start
+peer_units
 IFS=, read -ra hlist <<< "$hidden"
 IFS=, read -ra vlist <<< "$vocab"
 rot=0
 for t in $threads; do
   for v in "${vlist[@]}"; do
     for h in "${hlist[@]}"; do
-      n=${#run_systems[@]}
-      for ((i = 0; i < n; i++)); do run_one "${run_systems[$(((i + rot) % n))]}" "$h" "$v" "$t"; done
+      peer_round "$rot" "$h" "$v" "$t"
       rot=$((rot + 1))
     done
   done

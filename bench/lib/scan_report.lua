@@ -5,10 +5,13 @@
 -- '!' marks a spread above 10%.  Ratios tgl/peer are speed ratios (above 1:
 -- tgl faster), from tgl's best variant and the peer's best variant; '≈'
 -- marks two figures whose min–max ranges overlap (the run does not
--- separate them).
+-- separate them).  With rows of system tgl@base (bench/run scan
+-- --baseline-tgl), tgl@base is no peer: a last table compares each of
+-- tgl's figures with the baseline's (bench/lib/base_compare.lua).
 package.path = (arg[0]:match('^(.*)/[^/]*$') or '.') .. '/?.lua;' .. package.path
 local stats = require 'stats'
 local peer = require 'peer_common'
+local base_compare = require 'base_compare'
 
 local csv_path, meta_path, md_path = arg[1], arg[2], arg[3]
 assert(csv_path and meta_path and md_path, 'usage: tgl bench/lib/scan_report.lua scan.csv scan_meta.csv scan.md')
@@ -100,7 +103,7 @@ if #tl > 0 then
   for _, r in ipairs(sel('rnn')) do if not seen[r.key] then seen[r.key] = true; keys[#keys + 1] = r.key end end
   local peers, pseen = {}, {}
   for _, r in ipairs(sel('rnn')) do
-    if r.system ~= 'tgl' and not pseen[r.system] then pseen[r.system] = true; peers[#peers + 1] = r.system end
+    if r.system ~= 'tgl' and r.system ~= 'tgl@base' and not pseen[r.system] then pseen[r.system] = true; peers[#peers + 1] = r.system end
   end
   local hdr, al = { '| threads' }, { '|---:' }
   for _, k in ipairs(keys) do hdr[#hdr + 1] = k; al[#al + 1] = '---:' end
@@ -157,15 +160,62 @@ if #mem > 0 then
     'rewrites (`scan_save_mem` keeps only the states the result reads). `no_save_mem`: ',
     '`tgl.config.exclude = \'scan_save_mem\'` (every step\'s state kept: 10^5 × 1000 × 8 B = 763 MiB).')
   w('')
-  w('| variant | peak RSS, MiB | over baseline, MiB | note |')
-  w('|---|---:|---:|---|')
-  local base
-  for _, r in ipairs(mem) do if r.variant == 'baseline' then base = r end end
+  -- a figure of several processes (scan.lua since --repeats applies to
+  -- memory) has its min–max; a system column when tgl@base ran too
+  local several, two = false, false
   for _, r in ipairs(mem) do
-    w(('| %s | %s | %s | %s |'):format(r.variant, r.median >= 0 and ('%.1f'):format(r.median) or 'failed',
+    several = several or (tonumber(r.repeats) or 1) > 1
+    two = two or r.system ~= 'tgl'
+  end
+  if several then
+    w('Each figure: the median of the fresh processes (`repeats` in scan.csv) with their min–max.')
+    w('')
+  end
+  w('| ', two and 'system | ' or '', 'variant | peak RSS, MiB', several and ' (min–max)' or '', ' | over baseline, MiB | note |')
+  w('|', two and '---|' or '', '---|---:|---:|---|')
+  for _, r in ipairs(mem) do
+    local base
+    for _, x in ipairs(mem) do if x.variant == 'baseline' and x.system == r.system then base = x end end
+    local fig = 'failed'
+    if r.median >= 0 then
+      fig = (several and '%.1f (%.1f–%.1f)' or '%.1f'):format(r.median, r.min, r.max)
+    end
+    w(('| %s%s | %s | %s | %s |'):format(two and (r.system .. ' | ') or '', r.variant, fig,
       (base and r.median >= 0 and r ~= base) and ('%.1f'):format(r.median - base.median) or '–', r.note or ''))
   end
   w('')
+end
+
+-- tgl against the baseline, figure by figure
+local has_base = false
+for _, r in ipairs(rows) do has_base = has_base or r.system == 'tgl@base' end
+if has_base then
+  local items, done = {}, {}
+  local HOW = { overhead = { false, '%.4g' }, rnn = { true, '%.0f' }, memory = { false, '%.1f' } }
+  for _, r in ipairs(rows) do
+    if r.system == 'tgl' or r.system == 'tgl@base' then
+      local id = r.case .. '/' .. r.threads .. '/' .. r.variant
+      if not done[id] then
+        done[id] = true
+        local a, b
+        for _, x in ipairs(rows) do
+          if x.case == r.case and x.threads == r.threads and x.variant == r.variant then
+            if x.system == 'tgl' then a = x elseif x.system == 'tgl@base' then b = x end
+          end
+        end
+        local how = HOW[r.case] or { true, '%.4g' }
+        items[#items + 1] = { cell = { r.case, r.threads }, variant = r.variant, tgl = a, base = b,
+                              higher = how[1], fmt = how[2], unit = r.unit,
+                              words = r.case == 'memory' and { 'more memory', 'less memory' } or nil,
+                              res = r.case == 'memory' and 0.1 or nil }
+      end
+    end
+  end
+  base_compare.write(w, 'tgl against tgl@base', { 'case', 'threads' }, items,
+    '`overhead` (ns/step) and `memory` (MiB): lower is better, and tgl/tgl@base is tgl@base\'s figure over ' ..
+    'tgl\'s (above 1: tgl better); a `memory` figure is the peak RSS of fresh processes, printed to ' ..
+    '0.1 MiB: ranges within 0.1 MiB of each other count as overlapping, and the verdict beyond is ' ..
+    '**more memory** or **less memory**.')
 end
 
 local text = table.concat(out, '\n') .. '\n'
