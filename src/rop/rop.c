@@ -159,6 +159,8 @@ static tgl_node *push_log_softmax(tgl_ctx *ctx, tgl_node *n, tgl_node *const *ti
  * with their scalars and accumulator, and log_softmax's. */
 static tgl_node *push_formula(tgl_ctx *ctx, tgl_node *n, tgl_node *const *tin)
 {
+    if (n->op == TGL_OP_LOG_SOFTMAX)
+        return push_log_softmax(ctx, n, tin);
     int dt = n->type.dtype;
     tgl_node *a = n->in[0], *b = n->nin > 1 ? n->in[1] : NULL;
     tgl_node *ta = tin[0] ? fit(ctx, tin[0], a) : NULL;
@@ -188,8 +190,6 @@ static tgl_node *push_formula(tgl_ctx *ctx, tgl_node *n, tgl_node *const *tin)
                : NULL);
         return add_opt(ctx, ta, scale(ctx, outer, n->p.f[0], dt));
     }
-    case TGL_OP_LOG_SOFTMAX:
-        return push_log_softmax(ctx, n, tin);
     default:
         tgl_ctx_set_error(ctx, TGL_EINTERNAL, "Rop: the catalog gives %s the rule FORMULA, "
                           "but rop.c keeps no formula for it", tgl_op_name(n->op));
@@ -394,8 +394,8 @@ tgl_status tgl_rop(tgl_ctx *ctx, int nf, tgl_node *const *f, int nwrt, tgl_node 
             any = tgl_node_map_has(&tan, n->in[j]);
         if (!any)
             continue;
-        if (n->op == TGL_OP_OUTPUT)
-            continue; /* set with its multi-output node */
+        if (tgl_opdef_get(n->op)->rop == TGL_ROP_KIND_NONE)
+            continue; /* an OUTPUT: set with its multi-output node */
         tgl_node **tin = n->nin <= 16 ? stackin : calloc((size_t)n->nin, sizeof *tin);
         tgl_node **tout = n->nout <= 16 ? stackout : calloc((size_t)n->nout, sizeof *tout);
         if (!tin || !tout) {

@@ -18,7 +18,8 @@
  *   rop   — how forward mode (src/rop) pushes a tangent through it
  *           (TGL_ROP_RULE_* below): the op's own hook, diagonal, linear in
  *           which inputs, bilinear, a closed form the Rop feature keeps,
- *           or the transposed pullback.
+ *           the transposed pullback, or none (an OUTPUT: pushed with its
+ *           multi-output node).
  * The other properties are the implementation's: elementwise (family
  * TGL_FAM_ELEMWISE, the ops the fuse stage renders: elemwise.c asserts
  * that they are exactly TGL_ELEMWISE_OPS), in place (inplace), view
