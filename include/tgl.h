@@ -342,6 +342,11 @@ TGL_API const char *tgl_op_name(int op);
 TGL_API int tgl_op_count(void);
 /* The one-line synopsis of op id ("y = tanh x"), or NULL. */
 TGL_API const char *tgl_op_synopsis(int op);
+/* A property of op id as text, or NULL for a bad op or key (doc/c-api.md,
+ * tgl_op_property): "shape" and "rop", its rules as the catalog states
+ * them; "family"; "outputs" ("one" or "several"); "grad", "rop_hook",
+ * "view", "inplace", "lazy", "inner": "yes" or "no". */
+TGL_API const char *tgl_op_property(int op, const char *key);
 
 /* A new symbolic input of the given type.  Never merged with another. */
 TGL_API tgl_status tgl_node_input(tgl_ctx *ctx, tgl_type type, const char *name, tgl_node **out);

@@ -10,9 +10,12 @@
 -- gradient; and the errors (mismatched v, integer wrt, disconnected v).
 --
 -- The catalog walk: CASES below holds at least one case per op name of
--- the engine's catalog (tgl_op_count / tgl_op_name); an op with no case
--- and no exemption fails 'every op of the catalog has a Rop case', so a
--- new op cannot land without its Rop being checked.  Exempt: the internal
+-- the engine's catalog (tgl_op_count / tgl_op_name); each case checks the
+-- op's pushforward (Rop) and its pullback (the gradient of sum(out * u),
+-- through <grad, v> = <u, J v>) against the same finite differences; an
+-- op with no case and no exemption fails 'every op of the catalog has a
+-- Rop case and a gradient case', so a new op cannot land without both
+-- being checked (spec/catalog_spec.lua checks that this file still does).  Exempt: the internal
 -- ops (output, fused: built by the engine, not by users; scan: its own
 -- tests below, which also cover output; class_xent_delta: built only by
 -- class_xent's pullback).  Ops whose output is integer or
@@ -518,9 +521,39 @@ local INTERNAL = {
 -- running a case
 
 local case_count = 0
+local check_pullback
 
--- Checks Rop(out, wrt, v) for one case; returns nothing, raises on a
--- mismatch (naming the case and its seed).
+-- The gradient case of the same op: the pullback (tgl.grad of
+-- sum(out * u), u random) against the same finite differences, through
+-- <grad, v> = <u, J v>.  fd is J v (flat), y the output at xs.
+check_pullback = function(c, vars, out, xs, wrt, va, fd, y, what)
+  local ua = rnd(y:shape(), U(-1, 1))
+  local wv = {}
+  for k, i in ipairs(wrt) do wv[k] = vars[i] end
+  local cost = tgl.sum(tgl.mul(tgl.cast(out, 'float64'), ua))
+  local gs = tgl.grad(cost, wv, { disconnected = 'ignore' })
+  local dot = nil
+  for k, g in ipairs(gs) do
+    local term = tgl.sum(tgl.mul(tgl.cast(g, 'float64'), va[k]))
+    dot = dot and dot + term or term
+  end
+  local f = tgl.compile { inputs = vars, outputs = dot, name = 'pullback' }
+  local got = f(unpack(xs)):get()
+  local want, size = 0, 0
+  local uf = flat(ua)
+  for k = 1, #fd do
+    want = want + uf[k] * fd[k]
+    size = size + math.abs(uf[k] * fd[k])
+  end
+  local tol = c.tol or TOL
+  assert(math.abs(got - want) <= tol * math.max(1, size),
+         ('%s: the pullback gives <grad, v> = %.12g, finite differences <u, J v> = %.12g')
+         :format(what, got, want))
+end
+
+-- Checks Rop(out, wrt, v) for one case, and the op's pullback
+-- (check_pullback); returns nothing, raises on a mismatch (naming the case
+-- and its seed).
 local function run_case(op, c)
   case_count = case_count + 1
   local seed = c.seed or (1000 + case_count)
@@ -583,6 +616,7 @@ local function run_case(op, c)
     assert(biggest > 1e-3, what .. ': finite differences are all about zero; the case checks nothing')
   end
   assert_close(fd, jv, c.tol, what)
+  check_pullback(c, vars, out, xs, wrt, va, fd, y, what)
 end
 
 -- What Rop gives for an integer or boolean output (doc/rop.md: integer and
@@ -613,7 +647,7 @@ end
 -- ---------------------------------------------------------------------------
 
 describe('tgl.Rop over the op catalog', function()
-  it('every op of the catalog has a Rop case (or is internal and covered elsewhere)', function()
+  it('every op of the catalog has a Rop case and a gradient case (or is internal and covered elsewhere)', function()
     local missing = {}
     local n = C.tgl_op_count()
     assert(n > 60, 'the catalog has only ' .. n .. ' ops')
@@ -623,7 +657,7 @@ describe('tgl.Rop over the op catalog', function()
       names[name] = true
       if not CASES[name] and not INTERNAL[name] then missing[#missing + 1] = name end
     end
-    assert(#missing == 0, 'ops with no Rop case in spec/rop_spec.lua: ' .. table.concat(missing, ', '))
+    assert(#missing == 0, 'ops with no Rop and gradient case in spec/rop_spec.lua: ' .. table.concat(missing, ', '))
     -- and no case names an op the catalog lacks
     for name in pairs(CASES) do assert(names[name], 'a case for an op the catalog lacks: ' .. name) end
     for name in pairs(NO_TANGENT) do assert(names[name], 'a case for an op the catalog lacks: ' .. name) end

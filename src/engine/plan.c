@@ -334,43 +334,30 @@ done:
  *            arange over such values: the sizes a graph computes from
  *            shapes, as a mean's divisor or a gradient's arange).
  *
- * An op's output is stable when the op's shape reads only shapes (and its
- * own parameters) of stable inputs, or also values of shaped ones (arange,
- * reshape to a computed shape, slicing with computed bounds).  Ops not
- * listed here (scan, any op added later) are never stable, so nothing
- * downstream of them is either: a new op costs speed, never correctness.
- * An ifelse's result is never stable (the condition's value picks the
- * branch, and so the shape); a slot written twice (a node computed in both
- * branches) keeps what both writes agree on. */
-
-static bool elementwise_like(int op)
-{
-    const tgl_opimpl *impl = tgl_opdef_get(op)->impl;
-    return impl->family == TGL_FAM_ELEMWISE || op == TGL_OP_FUSED;
-}
+ * Each op states in the catalog (the shape column of its TGL_OPS line,
+ * ops.h) what its output shapes follow from (shape_from) and when its
+ * value is a size (size_from); an op whose shapes are known only by
+ * running it (scan; an ifelse, whose condition's value picks the branch)
+ * is never stable, so nothing downstream of it is either.  A slot written
+ * twice (a node computed in both branches of an ifelse) keeps what both
+ * writes agree on. */
 
 bool tgl_plan_shape_from_shapes(const tgl_instr *ins)
 {
     if (ins->kind != TGL_I_OP)
         return false;
-    int op = ins->node->op;
-    if (elementwise_like(op))
+    switch (tgl_opdef_get(ins->node->op)->shape_from) {
+    case TGL_SHAPE_FROM_SHAPES:
+    case TGL_SHAPE_FROM_SHAPE0:
+    case TGL_SHAPE_FROM_RANKS:
         return true;
-    switch (op) {
-    case TGL_OP_SUM: case TGL_OP_PROD: case TGL_OP_MAX: case TGL_OP_MIN:
-    case TGL_OP_ARGMAX: case TGL_OP_ARGMIN: case TGL_OP_DOT:
-    case TGL_OP_BATCHED_DOT: case TGL_OP_GEMM: case TGL_OP_GEMV: case TGL_OP_GER:
-    case TGL_OP_CONCATENATE: case TGL_OP_SOFTMAX: case TGL_OP_LOG_SOFTMAX:
-    case TGL_OP_ONE_HOT: case TGL_OP_SOFTMAX_XENT: case TGL_OP_SOFTMAX_XENT_DX:
-    case TGL_OP_ADV_SUBTENSOR: case TGL_OP_DIMSHUFFLE: case TGL_OP_AXES_SIZE:
-    case TGL_OP_SHAPE: case TGL_OP_FILL_LIKE: case TGL_OP_INC_SUBTENSOR:
-    case TGL_OP_ADV_INC_SUBTENSOR: case TGL_OP_ROP_DIRECTION:
-        return true;
-    case TGL_OP_RESHAPE: case TGL_OP_SUBTENSOR:
+    case TGL_SHAPE_FROM_SHAPE0_VALUES:
         return ins->nin == 1; /* else the shape or the bounds are values */
-    default:
-        return false; /* arange, and ops this list does not know */
+    case TGL_SHAPE_FROM_VALUES:
+    case TGL_SHAPE_FROM_RUN:
+        break;
     }
+    return false;
 }
 
 void tgl_plan_shapes(tgl_program *prog)
@@ -405,48 +392,21 @@ void tgl_plan_shapes(tgl_program *prog)
                     rest_v = rest_v && shaped[ins->in[i]];
             }
             bool x_s = ins->nin > 0 && stable[ins->in[0]];
-            int op = ins->node->op;
-            if (elementwise_like(op)) {
-                s = all_s;
-                v = all_v;
-            } else {
-                switch (op) {
-                case TGL_OP_SUM: case TGL_OP_PROD: case TGL_OP_MAX: case TGL_OP_MIN:
-                case TGL_OP_ARGMAX: case TGL_OP_ARGMIN: case TGL_OP_DOT:
-                case TGL_OP_BATCHED_DOT: case TGL_OP_GEMM: case TGL_OP_GEMV: case TGL_OP_GER:
-                case TGL_OP_CONCATENATE: case TGL_OP_SOFTMAX: case TGL_OP_LOG_SOFTMAX:
-                case TGL_OP_ONE_HOT: case TGL_OP_SOFTMAX_XENT: case TGL_OP_SOFTMAX_XENT_DX:
-                case TGL_OP_ADV_SUBTENSOR:
-                    s = all_s;
-                    break;
-                case TGL_OP_DIMSHUFFLE:
-                    s = all_s;
-                    v = all_v;
-                    break;
-                case TGL_OP_ROP_DIRECTION: /* input 1's value, checked */
-                    s = all_s;
-                    v = shaped[ins->in[0]];
-                    break;
-                case TGL_OP_AXES_SIZE: case TGL_OP_SHAPE:
-                    s = true;
-                    v = all_s;
-                    break;
-                case TGL_OP_FILL_LIKE:
-                    s = v = x_s;
-                    break;
-                case TGL_OP_INC_SUBTENSOR: case TGL_OP_ADV_INC_SUBTENSOR:
-                    s = x_s;
-                    break;
-                case TGL_OP_ARANGE:
-                    s = v = all_v;
-                    break;
-                case TGL_OP_RESHAPE: case TGL_OP_SUBTENSOR:
-                    s = x_s && rest_v;
-                    v = all_v;
-                    break;
-                default:
-                    break;
-                }
+            const tgl_opdef *d = tgl_opdef_get(ins->node->op);
+            switch (d->shape_from) {
+            case TGL_SHAPE_FROM_RUN: s = false; break;
+            case TGL_SHAPE_FROM_SHAPES: s = all_s; break;
+            case TGL_SHAPE_FROM_SHAPE0: s = x_s; break;
+            case TGL_SHAPE_FROM_RANKS: s = true; break;
+            case TGL_SHAPE_FROM_VALUES: s = all_v; break;
+            case TGL_SHAPE_FROM_SHAPE0_VALUES: s = x_s && rest_v; break;
+            }
+            switch (d->size_from) {
+            case TGL_SIZE_NONE: v = false; break;
+            case TGL_SIZE_VALUES: v = all_v; break;
+            case TGL_SIZE_VALUE0: v = ins->nin > 0 && shaped[ins->in[0]]; break;
+            case TGL_SIZE_SHAPES: v = all_s; break;
+            case TGL_SIZE_SHAPE0: v = x_s; break;
             }
             ins->shape_stable = s;
         } else {

@@ -164,7 +164,8 @@ tgl_status tgl_plan_memory(tgl_ctx *ctx, tgl_program *prog, bool inplace);
 void tgl_plan_shapes(tgl_program *prog);
 /* plan.c: whether ins's output shapes follow from its inputs' shapes alone
  * (not from their values: a reshape to a computed shape, a slice with
- * computed bounds, arange, an op plan.c does not know). */
+ * computed bounds, arange; nor only from running it: scan), by the op's
+ * shape rule in the catalog (ops.h). */
 bool tgl_plan_shape_from_shapes(const tgl_instr *ins);
 /* cvm.c: starts a new shape epoch when the input and shared slots' shapes
  * differ from the last call's (or always, with force). */

@@ -3,18 +3,24 @@
  *
  * tgl_rop(f, wrt, v) builds J·v, the directional derivative of f along v,
  * as more graph, in one forward walk: each node's tangent is its
- * pushforward applied to its inputs' tangents.  How an op pushes forward:
+ * pushforward applied to its inputs' tangents.  How an op pushes forward
+ * is a property of the op, its Rop rule in the catalog (the rop column of
+ * TGL_OPS, engine/ops/ops.h):
  *
- *   its own rule  ops with a loop or a layout (scan) give opimpl.rop;
- *   diagonal      elementwise ops (and softmax, whose Jacobian is
+ *   OWN           its own rule, opimpl.rop (scan: a loop over a body;
+ *                 rop_direction);
+ *   DIAGONAL      elementwise ops (and softmax, whose Jacobian is
  *                 symmetric): the pullback applied to the input's tangent
  *                 in place of the output gradient, summed over inputs;
- *   linear        shape and indexing ops, sum, concatenate, ifelse: the op
- *                 itself applied to the tangents (zeros where an input has
- *                 none), its other inputs (indices, shapes) unchanged;
- *   bilinear      dot, batched_dot, gemm, gemv, ger: the product rule;
- *   log_softmax   t - sum(softmax(x) t) along the axis;
- *   otherwise     the transposed pullback: with u standing for the output
+ *   LINEAR(in)    shape and indexing ops, sum, concatenate, ifelse: the op
+ *                 itself applied to the tangents of the inputs `in` names
+ *                 (zeros where such an input has none), its other inputs
+ *                 (indices, shapes, a condition) unchanged;
+ *   BILINEAR      dot, batched_dot: the product rule f(ta, b) + f(a, tb);
+ *   FORMULA       a closed form kept here: gemm, gemv, ger (the product
+ *                 rule with their scalars and accumulator), log_softmax
+ *                 (t - sum(softmax(x) t) along the axis);
+ *   PULLBACK      the transposed pullback: with u standing for the output
  *                 gradient, the pullback L(u) is linear in u, so
  *                 d/du <L(u), t> = J t; u is then replaced by zeros (the
  *                 result does not depend on it).  Every op with a pullback
@@ -95,47 +101,6 @@ static tgl_node *push_diagonal(tgl_ctx *ctx, tgl_node *n, tgl_node *const *tin)
     return sum ? sum : zeros_like(ctx, n);
 }
 
-/* Which inputs of a linear op carry the data (the others are indices,
- * shapes, conditions); -1 for an op that is not linear. */
-static bool linear_input(const tgl_node *n, int i)
-{
-    switch (n->op) {
-    case TGL_OP_DIMSHUFFLE:
-    case TGL_OP_RESHAPE:
-    case TGL_OP_SUBTENSOR:
-    case TGL_OP_ADV_SUBTENSOR:
-    case TGL_OP_SUM:
-        return i == 0;
-    case TGL_OP_CONCATENATE:
-        return true;
-    case TGL_OP_INC_SUBTENSOR:
-    case TGL_OP_ADV_INC_SUBTENSOR:
-        return i <= 1;
-    case TGL_OP_IFELSE:
-        return i >= 1;
-    default:
-        return false;
-    }
-}
-
-static bool is_linear(const tgl_node *n)
-{
-    switch (n->op) {
-    case TGL_OP_DIMSHUFFLE:
-    case TGL_OP_RESHAPE:
-    case TGL_OP_SUBTENSOR:
-    case TGL_OP_ADV_SUBTENSOR:
-    case TGL_OP_SUM:
-    case TGL_OP_CONCATENATE:
-    case TGL_OP_INC_SUBTENSOR:
-    case TGL_OP_ADV_INC_SUBTENSOR:
-    case TGL_OP_IFELSE:
-        return true;
-    default:
-        return false;
-    }
-}
-
 static tgl_node *push_linear(tgl_ctx *ctx, tgl_node *n, tgl_node *const *tin)
 {
     tgl_node *stackin[16];
@@ -143,7 +108,7 @@ static tgl_node *push_linear(tgl_ctx *ctx, tgl_node *n, tgl_node *const *tin)
     if (!in)
         return NULL;
     for (int i = 0; i < n->nin; i++) {
-        if (!linear_input(n, i))
+        if (!tgl_op_rop_input(n->op, i))
             in[i] = n->in[i];
         else if (tin[i])
             in[i] = fit(ctx, tin[i], n->in[i]);
@@ -172,17 +137,35 @@ static tgl_node *add_opt(tgl_ctx *ctx, tgl_node *a, tgl_node *b)
     return tgl_mk2(ctx, TGL_OP_ADD, a, b);
 }
 
-/* The product rule for dot-like ops. */
+/* The product rule of an op bilinear in its two inputs. */
 static tgl_node *push_bilinear(tgl_ctx *ctx, tgl_node *n, tgl_node *const *tin)
 {
-    int dt = n->type.dtype;
     tgl_node *a = n->in[0], *b = n->in[1];
     tgl_node *ta = tin[0] ? fit(ctx, tin[0], a) : NULL, *tb = tin[1] ? fit(ctx, tin[1], b) : NULL;
+    return add_opt(ctx, ta ? tgl_mk(ctx, n->op, 2, (tgl_node *[]){ta, b}, &n->p) : NULL,
+                   tb ? tgl_mk(ctx, n->op, 2, (tgl_node *[]){a, tb}, &n->p) : NULL);
+}
+
+/* log_softmax: t - sum(softmax(x) t) along the axis. */
+static tgl_node *push_log_softmax(tgl_ctx *ctx, tgl_node *n, tgl_node *const *tin)
+{
+    tgl_node *t = fit(ctx, tin[0], n->in[0]);
+    tgl_node *p = tgl_mk1(ctx, TGL_OP_EXP, n);
+    tgl_node *s = tgl_mk_sum(ctx, tgl_mk2(ctx, TGL_OP_MUL, p, t), 1, &n->p.i[0], true);
+    return tgl_mk2(ctx, TGL_OP_SUB, t, s);
+}
+
+/* The closed forms (Rop rule FORMULA): the product rule of the BLAS ops,
+ * with their scalars and accumulator, and log_softmax's. */
+static tgl_node *push_formula(tgl_ctx *ctx, tgl_node *n, tgl_node *const *tin)
+{
+    if (n->op == TGL_OP_LOG_SOFTMAX)
+        return push_log_softmax(ctx, n, tin);
+    int dt = n->type.dtype;
+    tgl_node *a = n->in[0], *b = n->nin > 1 ? n->in[1] : NULL;
+    tgl_node *ta = tin[0] ? fit(ctx, tin[0], a) : NULL;
+    tgl_node *tb = b && tin[1] ? fit(ctx, tin[1], b) : NULL;
     switch (n->op) {
-    case TGL_OP_DOT:
-    case TGL_OP_BATCHED_DOT:
-        return add_opt(ctx, ta ? tgl_mk2(ctx, n->op, ta, b) : NULL,
-                       tb ? tgl_mk2(ctx, n->op, a, tb) : NULL);
     case TGL_OP_GEMM:
     case TGL_OP_GEMV: {
         /* alpha a.b + beta c (c absent: 0) */
@@ -208,17 +191,10 @@ static tgl_node *push_bilinear(tgl_ctx *ctx, tgl_node *n, tgl_node *const *tin)
         return add_opt(ctx, ta, scale(ctx, outer, n->p.f[0], dt));
     }
     default:
+        tgl_ctx_set_error(ctx, TGL_EINTERNAL, "Rop: the catalog gives %s the rule FORMULA, "
+                          "but rop.c keeps no formula for it", tgl_op_name(n->op));
         return NULL;
     }
-}
-
-/* log_softmax: t - sum(softmax(x) t) along the axis. */
-static tgl_node *push_log_softmax(tgl_ctx *ctx, tgl_node *n, tgl_node *const *tin)
-{
-    tgl_node *t = fit(ctx, tin[0], n->in[0]);
-    tgl_node *p = tgl_mk1(ctx, TGL_OP_EXP, n);
-    tgl_node *s = tgl_mk_sum(ctx, tgl_mk2(ctx, TGL_OP_MUL, p, t), 1, &n->p.i[0], true);
-    return tgl_mk2(ctx, TGL_OP_SUB, t, s);
 }
 
 /* Any op with a pullback: u stands for the output gradient(s); the
@@ -316,21 +292,33 @@ static tgl_status push(tgl_ctx *ctx, tgl_node *n, tgl_node *const *tin, tgl_node
     const tgl_opimpl *impl = tgl_op_impl(n->op);
     uint64_t e0 = ctx->nerrors;
     tgl_status st = TGL_OK;
-    if (impl->rop) {
-        st = impl->rop(ctx, n, tin, tout);
-    } else if (n->nout == 1 && (impl->family == TGL_FAM_ELEMWISE || n->op == TGL_OP_SOFTMAX)) {
+    switch (tgl_opdef_get(n->op)->rop) {
+    case TGL_ROP_KIND_OWN:
+        st = impl->rop ? impl->rop(ctx, n, tin, tout)
+                       : tgl_ctx_set_error(ctx, TGL_EINTERNAL, "Rop: %s has the rule OWN but no rop hook",
+                                           tgl_op_name(n->op));
+        break;
+    case TGL_ROP_KIND_DIAGONAL:
         tout[0] = push_diagonal(ctx, n, tin);
         if (!tout[0] && ctx->nerrors == e0)
             st = push_transposed(ctx, n, tin, tout);
-    } else if (is_linear(n)) {
+        break;
+    case TGL_ROP_KIND_LINEAR:
         tout[0] = push_linear(ctx, n, tin);
-    } else if (n->op == TGL_OP_DOT || n->op == TGL_OP_BATCHED_DOT || n->op == TGL_OP_GEMM ||
-               n->op == TGL_OP_GEMV || n->op == TGL_OP_GER) {
+        break;
+    case TGL_ROP_KIND_BILINEAR:
         tout[0] = push_bilinear(ctx, n, tin);
-    } else if (n->op == TGL_OP_LOG_SOFTMAX) {
-        tout[0] = push_log_softmax(ctx, n, tin);
-    } else {
+        break;
+    case TGL_ROP_KIND_FORMULA:
+        tout[0] = push_formula(ctx, n, tin);
+        break;
+    case TGL_ROP_KIND_PULLBACK:
         st = push_transposed(ctx, n, tin, tout);
+        break;
+    case TGL_ROP_KIND_NONE:
+        st = tgl_ctx_set_error(ctx, TGL_EINTERNAL, "Rop: %s is not pushed on its own",
+                               tgl_op_name(n->op));
+        break;
     }
     if (!st && ctx->nerrors != e0)
         st = ctx->last_status ? ctx->last_status : TGL_EINTERNAL;
@@ -409,8 +397,8 @@ tgl_status tgl_rop(tgl_ctx *ctx, int nf, tgl_node *const *f, int nwrt, tgl_node 
             any = tgl_node_map_has(&tan, n->in[j]);
         if (!any)
             continue;
-        if (n->op == TGL_OP_OUTPUT)
-            continue; /* set with its multi-output node */
+        if (tgl_opdef_get(n->op)->rop == TGL_ROP_KIND_NONE)
+            continue; /* an OUTPUT: set with its multi-output node */
         tgl_node **tin = n->nin <= 16 ? stackin : calloc((size_t)n->nin, sizeof *tin);
         tgl_node **tout = n->nout <= 16 ? stackout : calloc((size_t)n->nout, sizeof *tout);
         if (!tin || !tout) {

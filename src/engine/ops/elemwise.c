@@ -34,8 +34,8 @@
 #define TGL_PROBE_elemwise ~, 1
 #define TGL_IS_ELEMWISE_(impl) TGL_PROBE_(TGL_PROBE_##impl)
 
-#define FLAG(ID, name, impl, syn) EW_IN_OPS_##ID = TGL_IS_ELEMWISE_(impl),
-#define COUNT(ID, name, impl, syn) +TGL_IS_ELEMWISE_(impl)
+#define FLAG(ID, name, impl, ...) EW_IN_OPS_##ID = TGL_IS_ELEMWISE_(impl),
+#define COUNT(ID, name, impl, ...) +TGL_IS_ELEMWISE_(impl)
 #define ENTRY(ID, ...) EW_ENTRY_##ID, /* a repeated entry redeclares this */
 #define IS_EW(ID, ...) +EW_IN_OPS_##ID
 enum { TGL_OPS(FLAG) EW_IN_OPS = 0 TGL_OPS(COUNT) };

@@ -1,10 +1,11 @@
 /*
  * elemwise_def.h — the elementwise op table: the one definition of each
  * elementwise op.  TGL_OPS (ops.h) declares every op (id, Lua name, impl,
- * synopsis); TGL_ELEMWISE_OPS below gives, for each op whose impl there is
- * `elemwise`, the rest: arity, kind (which is its dtype rule), its scalar
- * semantics as C text (float and integer forms), its pullback and its
- * pushforward.  Everything about such an op is generated from its entry:
+ * shape and Rop rules, synopsis); TGL_ELEMWISE_OPS below gives, for each op
+ * whose impl there is `elemwise`, the rest: arity, kind (which is its dtype
+ * rule), its scalar semantics as C text (float and integer forms), its
+ * pullback and its pushforward.  Everything about such an op is generated
+ * from its entry:
  *
  *   ops/elemwise.c  expands each expression into the reference kernel's
  *                   loops (one loop per op and C type: a switch over the op

@@ -1,9 +1,30 @@
 /*
  * ops.h — the op catalog.  Every op is listed once in TGL_OPS below (the
- * X-macro: id, Lua name, family, one-line synopsis); ids, names and the
- * dispatch table all come from it.  Each family file (elemwise.c,
- * reduce.c, blas.c, shape.c, subtensor.c, nnet.c, control.c) defines one
- * implementation (tgl_opimpl) per kind of op it owns, named tgl_impl_<impl>.
+ * X-macro: id, Lua name, implementation, shape rule, Rop rule, one-line
+ * synopsis); ids, names, the dispatch table and the op properties all come
+ * from it.  Each family file (elemwise.c, reduce.c, blas.c, shape.c,
+ * subtensor.c, nnet.c, control.c) defines one implementation (tgl_opimpl)
+ * per kind of op it owns, named tgl_impl_<impl>.
+ *
+ * The two property columns are what the rest of the engine and the
+ * features may ask about an op without naming it; every line must state
+ * both (the macro's arity and the token pasting make a missing or unknown
+ * entry a compile error), so a new op cannot silently fall out of the
+ * shape cache or get a wrong forward-mode rule:
+ *   shape — what the op's output shapes follow from, and whether its value
+ *           is a size computed from shapes (TGL_SHAPE_RULE_* below): the
+ *           shape cache and the whole-step plan's fixed binding (plan.c,
+ *           step.c) take it from here;
+ *   rop   — how forward mode (src/rop) pushes a tangent through it
+ *           (TGL_ROP_RULE_* below): the op's own hook, diagonal, linear in
+ *           which inputs, bilinear, a closed form the Rop feature keeps,
+ *           the transposed pullback, or none (an OUTPUT: pushed with its
+ *           multi-output node).
+ * The other properties are the implementation's: elementwise (family
+ * TGL_FAM_ELEMWISE, the ops the fuse stage renders: elemwise.c asserts
+ * that they are exactly TGL_ELEMWISE_OPS), in place (inplace), view
+ * (view), lazy inputs (TGL_OPF_LAZY).  tgl_op_property (tgl.h) names them
+ * all for the specs, which walk the catalog.
  *
  * An entry gives:
  *   infer  — checks the inputs' types and parameters, sets n->type.
@@ -17,11 +38,8 @@
  *   grad   — the pullback: given the output gradient gout (of n's type),
  *            sets gin[i] to the gradient of input i, or NULL when input i
  *            gets none (integer inputs, indices, disconnected).
- *   rop    — the pushforward (forward mode, src/rop): given the inputs'
- *            tangents tin[i] (NULL: none), sets tout[k].  Only ops whose
- *            tangent is not a function of their pullback give one (scan);
- *            NULL, for every other op, means rop.c derives it from the op's
- *            family or its pullback (rop.c's header lists how).
+ *   rop    — the pushforward (forward mode), for an op whose Rop rule is
+ *            OWN; the other rules need none (src/rop/rop.c).
  *
  * Multi-output ops (nouts given) produce several values: infer sets
  * n->nout and n->type (output 0's type), out_type gives every output's
@@ -66,103 +84,163 @@ struct tgl_frame;
 struct tgl_instr;
 struct tgl_rewrite_stage; /* engine/opt/opt.h */
 
-/*  _(ID, "name", impl, "synopsis"): impl names the tgl_opimpl (tgl_impl_<impl>)
- *  that runs the op; ops of one family share one where the code is shared. */
-#define TGL_OPS(_)                                                              \
-    /* elemwise: unary */                                                       \
-    _(NEG, "neg", elemwise, "y = -x")                                           \
-    _(ABS, "abs", elemwise, "y = |x|")                                          \
-    _(SIGN, "sign", elemwise, "y = -1, 0 or 1 by the sign of x")                \
-    _(EXP, "exp", elemwise, "y = e^x")                                          \
-    _(LOG, "log", elemwise, "y = ln x")                                         \
-    _(LOG1P, "log1p", elemwise, "y = ln(1 + x), exact near 0")                  \
-    _(EXPM1, "expm1", elemwise, "y = e^x - 1, exact near 0")                    \
-    _(SQRT, "sqrt", elemwise, "y = sqrt(x)")                                    \
-    _(SQR, "sqr", elemwise, "y = x * x")                                        \
-    _(RECIP, "recip", elemwise, "y = 1 / x")                                    \
-    _(TANH, "tanh", elemwise, "y = tanh x")                                     \
-    _(SIGMOID, "sigmoid", elemwise, "y = 1 / (1 + e^-x)")                       \
-    _(SOFTPLUS, "softplus", elemwise, "y = ln(1 + e^x), stable")                \
-    _(RELU, "relu", elemwise, "y = max(x, 0)")                                  \
-    _(SIN, "sin", elemwise, "y = sin x")                                        \
-    _(COS, "cos", elemwise, "y = cos x")                                        \
-    _(FLOOR, "floor", elemwise, "y = floor x")                                  \
-    _(CEIL, "ceil", elemwise, "y = ceil x")                                     \
-    _(ROUND, "round", elemwise, "y = x rounded half away from zero")            \
-    _(NOT, "not_", elemwise, "y = not x (bool)")                                \
-    _(CAST, "cast", elemwise, "y = x converted to p.i[0] (a dtype)")            \
-    /* elemwise: binary */                                                      \
-    _(ADD, "add", elemwise, "y = a + b")                                        \
-    _(SUB, "sub", elemwise, "y = a - b")                                        \
-    _(MUL, "mul", elemwise, "y = a * b")                                        \
-    _(DIV, "div", elemwise, "y = a / b (true division)")                        \
-    _(POW, "pow", elemwise, "y = a ^ b")                                        \
-    _(MOD, "mod", elemwise, "y = a - floor(a / b) * b (Lua's %)")               \
-    _(MAXIMUM, "maximum", elemwise, "y = max(a, b)")                            \
-    _(MINIMUM, "minimum", elemwise, "y = min(a, b)")                            \
-    _(EQ, "eq", elemwise, "y = a == b (bool)")                                  \
-    _(NEQ, "neq", elemwise, "y = a ~= b (bool)")                                \
-    _(LT, "lt", elemwise, "y = a < b (bool)")                                   \
-    _(LE, "le", elemwise, "y = a <= b (bool)")                                  \
-    _(GT, "gt", elemwise, "y = a > b (bool)")                                   \
-    _(GE, "ge", elemwise, "y = a >= b (bool)")                                  \
-    _(AND, "and_", elemwise, "y = a and b (bool)")                              \
-    _(OR, "or_", elemwise, "y = a or b (bool)")                                 \
-    /* elemwise: ternary */                                                     \
-    _(SWITCH, "switch", elemwise, "y = c ? a : b, elementwise")                 \
-    _(CLIP, "clip", elemwise, "y = min(max(x, lo), hi)")                        \
-    /* reductions over p.i[0..n-1] (0-based axes); flags&1: keepdims */        \
-    _(SUM, "sum", reduce, "y = sum of x over axes")                             \
-    _(PROD, "prod", reduce, "y = product of x over axes")                       \
-    _(MAX, "max", reduce, "y = max of x over axes")                             \
-    _(MIN, "min", reduce, "y = min of x over axes")                             \
-    _(ARGMAX, "argmax", argmax, "y = 1-based position of the max along p.i[0]") \
-    _(ARGMIN, "argmin", argmax, "y = 1-based position of the min along p.i[0]") \
-    _(AXES_SIZE, "axes_size", axes_size, "y = number of elements over axes (int64)") \
-    /* linear algebra */                                                        \
-    _(DOT, "dot", dot, "y = a . b (vector/matrix products)")                   \
-    _(BATCHED_DOT, "batched_dot", batched_dot, "y[k] = a[k] . b[k]")                   \
-    _(GEMM, "gemm", gemm, "y = p.f[0] a.b + p.f[1] c (matrices, BLAS)")        \
-    _(GEMV, "gemv", gemv, "y = p.f[0] A.x + p.f[1] c (BLAS)")                  \
-    _(GER, "ger", ger, "Y = A + p.f[0] x y' (BLAS rank-1 update)")             \
-    /* shape */                                                                 \
-    _(DIMSHUFFLE, "dimshuffle", dimshuffle, "y = x with axes p.i reordered (-1 adds one)") \
-    _(RESHAPE, "reshape", reshape, "y = x with shape p.i (or input 2)")           \
-    _(SHAPE, "shape", shape, "y = the shape of x (int64 vector)")               \
-    _(CONCATENATE, "concatenate", concatenate, "y = inputs joined along axis p.i[0]") \
-    _(FILL_LIKE, "fill_like", fill_like, "y = array shaped like x, all p.f[0]")     \
-    _(ARANGE, "arange", arange, "y = start, start+step, ..., stop (Lua's for; p.i[0] dtype)") \
-    /* indexing */                                                              \
-    _(SUBTENSOR, "subtensor", subtensor, "y = x[idx] (ints and slices)")        \
-    _(INC_SUBTENSOR, "inc_subtensor", inc_subtensor, "y = x; y[idx] += v (or = v)") \
-    _(ADV_SUBTENSOR, "adv_subtensor", adv_subtensor, "y = x[int arrays]")           \
-    _(ADV_INC_SUBTENSOR, "adv_inc_subtensor", adv_inc_subtensor, "y = x; y[int arrays] += v (or = v)") \
-    /* nnet */                                                                  \
-    _(SOFTMAX, "softmax", softmax, "y = exp(x) / sum(exp(x)) along p.i[0]")        \
-    _(LOG_SOFTMAX, "log_softmax", log_softmax, "y = x - log(sum(exp(x))) along p.i[0]") \
-    _(ONE_HOT, "one_hot", one_hot, "y[..., k] = (labels == k), k = 1..p.i[0]")     \
-    _(SOFTMAX_XENT, "softmax_crossentropy", softmax_xent,                      \
-      "y[i] = -log softmax(x[i])[labels[i]] (1-based labels), stable")         \
-    _(SOFTMAX_XENT_DX, "softmax_crossentropy_dx", softmax_xent_dx,             \
-      "dx[i] = dy[i] (softmax(x[i]) - onehot(labels[i])): the gradient above") \
-    _(CLASS_XENT, "class_xent", class_xent,                                    \
-      "y[t] = -log P(cls[t] | h[t]) - log P(tgt[t] | cls[t], h[t]), class-factored") \
-    _(CLASS_XENT_DELTA, "class_xent_delta", class_xent_delta,                  \
-      "y = class_xent's pullback pieces: class deltas (p.i[0] 0); h's word part, word rows (1)") \
-    /* control */                                                               \
-    _(IFELSE, "ifelse", ifelse, "y = c ? a : b, computing only the branch taken")      \
-    /* loops (src/scan): the layout and the body are the payload */            \
-    _(SCAN, "scan", scan, "y0, y1, ... = the outputs of a loop over the body (payload)") \
-    /* multi-output nodes: one of their values */                             \
-    _(OUTPUT, "output", output, "y = output p.i[0] of the multi-output node x")  \
-    /* fused elementwise groups (the fuse stage builds them) */                 \
-    _(FUSED, "fused", fused, "y0, y1, ... = the outputs of the fused program (payload) on the inputs") \
-    /* forward mode (src/rop): a direction, checked when it runs */             \
-    _(ROP_DIRECTION, "rop_direction", rop_direction,                            \
+/* How an op's output shapes follow (tgl_opdef.shape_from) and when its
+ * value is a size (tgl_opdef.size_from), for the shape cache (plan.c): an
+ * instruction's shapes are cached when they follow from the call's input
+ * and shared shapes alone, through values that are themselves sizes where
+ * the op reads values (a mean's divisor, a reshape to a computed shape). */
+typedef enum tgl_shape_from {
+    TGL_SHAPE_FROM_RUN,           /* known only by running it (a value picks it) */
+    TGL_SHAPE_FROM_SHAPES,        /* the inputs' shapes (and the parameters)     */
+    TGL_SHAPE_FROM_SHAPE0,        /* input 0's shape                             */
+    TGL_SHAPE_FROM_RANKS,         /* the parameters and the inputs' ranks        */
+    TGL_SHAPE_FROM_VALUES,        /* every input's value                         */
+    TGL_SHAPE_FROM_SHAPE0_VALUES  /* input 0's shape, the other inputs' values   */
+} tgl_shape_from;
+typedef enum tgl_size_from {
+    TGL_SIZE_NONE,                /* never a size                                */
+    TGL_SIZE_VALUES,              /* a size when every input is one              */
+    TGL_SIZE_VALUE0,              /* a size when input 0 is one                  */
+    TGL_SIZE_SHAPES,              /* computed from the inputs' shapes            */
+    TGL_SIZE_SHAPE0               /* computed from input 0's shape               */
+} tgl_size_from;
+/* The shape column's words: each one a (shape_from, size_from) pair. */
+#define TGL_SHAPE_RULE_SHAPES TGL_SHAPE_FROM_SHAPES, TGL_SIZE_NONE
+#define TGL_SHAPE_RULE_MAP TGL_SHAPE_FROM_SHAPES, TGL_SIZE_VALUES /* elementwise, dimshuffle */
+#define TGL_SHAPE_RULE_PASS0 TGL_SHAPE_FROM_SHAPES, TGL_SIZE_VALUE0
+#define TGL_SHAPE_RULE_META TGL_SHAPE_FROM_RANKS, TGL_SIZE_SHAPES /* shape, axes_size */
+#define TGL_SHAPE_RULE_LIKE0 TGL_SHAPE_FROM_SHAPE0, TGL_SIZE_NONE
+#define TGL_SHAPE_RULE_FILL0 TGL_SHAPE_FROM_SHAPE0, TGL_SIZE_SHAPE0
+#define TGL_SHAPE_RULE_VALUES TGL_SHAPE_FROM_VALUES, TGL_SIZE_VALUES
+#define TGL_SHAPE_RULE_INDEXED TGL_SHAPE_FROM_SHAPE0_VALUES, TGL_SIZE_VALUES
+#define TGL_SHAPE_RULE_RUN TGL_SHAPE_FROM_RUN, TGL_SIZE_NONE
+
+/* How forward mode pushes a tangent through an op (tgl_opdef.rop), and
+ * for LINEAR and BILINEAR which inputs carry data (tgl_opdef.rop_in: bit
+ * i for input i, bit 31 for inputs 31 and up; the others are indices,
+ * shapes, conditions, passed unchanged). */
+typedef enum tgl_push_kind {
+    TGL_ROP_KIND_NONE,      /* never pushed on its own (an OUTPUT: with its node) */
+    TGL_ROP_KIND_OWN,       /* the implementation's rop hook                      */
+    TGL_ROP_KIND_DIAGONAL,  /* symmetric Jacobian: the pullback of each tangent   */
+    TGL_ROP_KIND_LINEAR,    /* the op applied to the tangents of rop_in           */
+    TGL_ROP_KIND_BILINEAR,  /* product rule in its two inputs: f(ta, b) + f(a, tb) */
+    TGL_ROP_KIND_FORMULA,   /* a closed form the Rop feature keeps (rop.c)        */
+    TGL_ROP_KIND_PULLBACK   /* the transposed pullback (any op with a pullback)   */
+} tgl_push_kind;
+#define TGL_ROP_IN_BIT(i) (1u << ((i) < 31 ? (i) : 31))
+#define TGL_ROP_IN0 1u             /* input 0                          */
+#define TGL_ROP_IN0_1 3u           /* inputs 0 and 1                   */
+#define TGL_ROP_ALL 0xffffffffu    /* every input                      */
+#define TGL_ROP_ALL_BUT0 0xfffffffeu /* every input but 0 (a condition) */
+/* The Rop column's words: each one a (kind, inputs) pair. */
+#define TGL_ROP_RULE_NONE TGL_ROP_KIND_NONE, 0u
+#define TGL_ROP_RULE_OWN TGL_ROP_KIND_OWN, 0u
+#define TGL_ROP_RULE_DIAGONAL TGL_ROP_KIND_DIAGONAL, TGL_ROP_ALL
+#define TGL_ROP_RULE_LINEAR(in) TGL_ROP_KIND_LINEAR, TGL_ROP_##in
+#define TGL_ROP_RULE_BILINEAR TGL_ROP_KIND_BILINEAR, TGL_ROP_IN0_1
+#define TGL_ROP_RULE_FORMULA TGL_ROP_KIND_FORMULA, 0u
+#define TGL_ROP_RULE_PULLBACK TGL_ROP_KIND_PULLBACK, TGL_ROP_ALL
+
+/*  _(ID, "name", impl, shape, rop, "synopsis"): impl names the tgl_opimpl
+ *  (tgl_impl_<impl>) that runs the op (ops of one family share one where
+ *  the code is shared); shape is a TGL_SHAPE_RULE_ word, rop a
+ *  TGL_ROP_RULE_ word (above). */
+#define TGL_OPS(_)                                                                                  \
+    /* elemwise: unary */                                                                           \
+    _(NEG, "neg", elemwise, MAP, DIAGONAL, "y = -x")                                                \
+    _(ABS, "abs", elemwise, MAP, DIAGONAL, "y = |x|")                                               \
+    _(SIGN, "sign", elemwise, MAP, DIAGONAL, "y = -1, 0 or 1 by the sign of x")                     \
+    _(EXP, "exp", elemwise, MAP, DIAGONAL, "y = e^x")                                               \
+    _(LOG, "log", elemwise, MAP, DIAGONAL, "y = ln x")                                              \
+    _(LOG1P, "log1p", elemwise, MAP, DIAGONAL, "y = ln(1 + x), exact near 0")                       \
+    _(EXPM1, "expm1", elemwise, MAP, DIAGONAL, "y = e^x - 1, exact near 0")                         \
+    _(SQRT, "sqrt", elemwise, MAP, DIAGONAL, "y = sqrt(x)")                                         \
+    _(SQR, "sqr", elemwise, MAP, DIAGONAL, "y = x * x")                                             \
+    _(RECIP, "recip", elemwise, MAP, DIAGONAL, "y = 1 / x")                                         \
+    _(TANH, "tanh", elemwise, MAP, DIAGONAL, "y = tanh x")                                          \
+    _(SIGMOID, "sigmoid", elemwise, MAP, DIAGONAL, "y = 1 / (1 + e^-x)")                            \
+    _(SOFTPLUS, "softplus", elemwise, MAP, DIAGONAL, "y = ln(1 + e^x), stable")                     \
+    _(RELU, "relu", elemwise, MAP, DIAGONAL, "y = max(x, 0)")                                       \
+    _(SIN, "sin", elemwise, MAP, DIAGONAL, "y = sin x")                                             \
+    _(COS, "cos", elemwise, MAP, DIAGONAL, "y = cos x")                                             \
+    _(FLOOR, "floor", elemwise, MAP, DIAGONAL, "y = floor x")                                       \
+    _(CEIL, "ceil", elemwise, MAP, DIAGONAL, "y = ceil x")                                          \
+    _(ROUND, "round", elemwise, MAP, DIAGONAL, "y = x rounded half away from zero")                 \
+    _(NOT, "not_", elemwise, MAP, DIAGONAL, "y = not x (bool)")                                     \
+    _(CAST, "cast", elemwise, MAP, DIAGONAL, "y = x converted to p.i[0] (a dtype)")                 \
+    /* elemwise: binary */                                                                          \
+    _(ADD, "add", elemwise, MAP, DIAGONAL, "y = a + b")                                             \
+    _(SUB, "sub", elemwise, MAP, DIAGONAL, "y = a - b")                                             \
+    _(MUL, "mul", elemwise, MAP, DIAGONAL, "y = a * b")                                             \
+    _(DIV, "div", elemwise, MAP, DIAGONAL, "y = a / b (true division)")                             \
+    _(POW, "pow", elemwise, MAP, DIAGONAL, "y = a ^ b")                                             \
+    _(MOD, "mod", elemwise, MAP, DIAGONAL, "y = a - floor(a / b) * b (Lua's %)")                    \
+    _(MAXIMUM, "maximum", elemwise, MAP, DIAGONAL, "y = max(a, b)")                                 \
+    _(MINIMUM, "minimum", elemwise, MAP, DIAGONAL, "y = min(a, b)")                                 \
+    _(EQ, "eq", elemwise, MAP, DIAGONAL, "y = a == b (bool)")                                       \
+    _(NEQ, "neq", elemwise, MAP, DIAGONAL, "y = a ~= b (bool)")                                     \
+    _(LT, "lt", elemwise, MAP, DIAGONAL, "y = a < b (bool)")                                        \
+    _(LE, "le", elemwise, MAP, DIAGONAL, "y = a <= b (bool)")                                       \
+    _(GT, "gt", elemwise, MAP, DIAGONAL, "y = a > b (bool)")                                        \
+    _(GE, "ge", elemwise, MAP, DIAGONAL, "y = a >= b (bool)")                                       \
+    _(AND, "and_", elemwise, MAP, DIAGONAL, "y = a and b (bool)")                                   \
+    _(OR, "or_", elemwise, MAP, DIAGONAL, "y = a or b (bool)")                                      \
+    /* elemwise: ternary */                                                                         \
+    _(SWITCH, "switch", elemwise, MAP, DIAGONAL, "y = c ? a : b, elementwise")                      \
+    _(CLIP, "clip", elemwise, MAP, DIAGONAL, "y = min(max(x, lo), hi)")                             \
+    /* reductions over p.i[0..n-1] (0-based axes); flags&1: keepdims */                             \
+    _(SUM, "sum", reduce, SHAPES, LINEAR(IN0), "y = sum of x over axes")                            \
+    _(PROD, "prod", reduce, SHAPES, PULLBACK, "y = product of x over axes")                         \
+    _(MAX, "max", reduce, SHAPES, PULLBACK, "y = max of x over axes")                               \
+    _(MIN, "min", reduce, SHAPES, PULLBACK, "y = min of x over axes")                               \
+    _(ARGMAX, "argmax", argmax, SHAPES, PULLBACK, "y = 1-based position of the max along p.i[0]")   \
+    _(ARGMIN, "argmin", argmax, SHAPES, PULLBACK, "y = 1-based position of the min along p.i[0]")   \
+    _(AXES_SIZE, "axes_size", axes_size, META, PULLBACK, "y = number of elements over axes (int64)") \
+    /* linear algebra */                                                                            \
+    _(DOT, "dot", dot, SHAPES, BILINEAR, "y = a . b (vector/matrix products)")                      \
+    _(BATCHED_DOT, "batched_dot", batched_dot, SHAPES, BILINEAR, "y[k] = a[k] . b[k]")              \
+    _(GEMM, "gemm", gemm, SHAPES, FORMULA, "y = p.f[0] a.b + p.f[1] c (matrices, BLAS)")            \
+    _(GEMV, "gemv", gemv, SHAPES, FORMULA, "y = p.f[0] A.x + p.f[1] c (BLAS)")                      \
+    _(GER, "ger", ger, SHAPES, FORMULA, "Y = A + p.f[0] x y' (BLAS rank-1 update)")                 \
+    /* shape */                                                                                     \
+    _(DIMSHUFFLE, "dimshuffle", dimshuffle, MAP, LINEAR(IN0), "y = x with axes p.i reordered (-1 adds one)") \
+    _(RESHAPE, "reshape", reshape, INDEXED, LINEAR(IN0), "y = x with shape p.i (or input 2)")       \
+    _(SHAPE, "shape", shape, META, PULLBACK, "y = the shape of x (int64 vector)")                   \
+    _(CONCATENATE, "concatenate", concatenate, SHAPES, LINEAR(ALL), "y = inputs joined along axis p.i[0]") \
+    _(FILL_LIKE, "fill_like", fill_like, FILL0, PULLBACK, "y = array shaped like x, all p.f[0]")    \
+    _(ARANGE, "arange", arange, VALUES, PULLBACK, "y = start, start+step, ..., stop (Lua's for; p.i[0] dtype)") \
+    /* indexing */                                                                                  \
+    _(SUBTENSOR, "subtensor", subtensor, INDEXED, LINEAR(IN0), "y = x[idx] (ints and slices)")      \
+    _(INC_SUBTENSOR, "inc_subtensor", inc_subtensor, LIKE0, LINEAR(IN0_1), "y = x; y[idx] += v (or = v)") \
+    _(ADV_SUBTENSOR, "adv_subtensor", adv_subtensor, SHAPES, LINEAR(IN0), "y = x[int arrays]")      \
+    _(ADV_INC_SUBTENSOR, "adv_inc_subtensor", adv_inc_subtensor, LIKE0, LINEAR(IN0_1), "y = x; y[int arrays] += v (or = v)") \
+    /* nnet */                                                                                      \
+    _(SOFTMAX, "softmax", softmax, SHAPES, DIAGONAL, "y = exp(x) / sum(exp(x)) along p.i[0]")       \
+    _(LOG_SOFTMAX, "log_softmax", log_softmax, SHAPES, FORMULA, "y = x - log(sum(exp(x))) along p.i[0]") \
+    _(ONE_HOT, "one_hot", one_hot, SHAPES, PULLBACK, "y[..., k] = (labels == k), k = 1..p.i[0]")    \
+    _(SOFTMAX_XENT, "softmax_crossentropy", softmax_xent, SHAPES, PULLBACK,                         \
+      "y[i] = -log softmax(x[i])[labels[i]] (1-based labels), stable")                              \
+    _(SOFTMAX_XENT_DX, "softmax_crossentropy_dx", softmax_xent_dx, SHAPES, PULLBACK,                \
+      "dx[i] = dy[i] (softmax(x[i]) - onehot(labels[i])): the gradient above")                      \
+    _(CLASS_XENT, "class_xent", class_xent, SHAPES, PULLBACK,                                       \
+      "y[t] = -log P(cls[t] | h[t]) - log P(tgt[t] | cls[t], h[t]), class-factored")                \
+    _(CLASS_XENT_DELTA, "class_xent_delta", class_xent_delta, SHAPES, PULLBACK,                     \
+      "y = class_xent's pullback pieces: class deltas (p.i[0] 0); h's word part, word rows (1)")    \
+    /* control */                                                                                   \
+    _(IFELSE, "ifelse", ifelse, RUN, LINEAR(ALL_BUT0), "y = c ? a : b, computing only the branch taken") \
+    /* loops (src/scan): the layout and the body are the payload */                                 \
+    _(SCAN, "scan", scan, RUN, OWN, "y0, y1, ... = the outputs of a loop over the body (payload)")  \
+    /* multi-output nodes: one of their values */                                                   \
+    _(OUTPUT, "output", output, RUN, NONE, "y = output p.i[0] of the multi-output node x")          \
+    /* fused elementwise groups (the fuse stage builds them) */                                     \
+    _(FUSED, "fused", fused, MAP, PULLBACK, "y0, y1, ... = the outputs of the fused program (payload) on the inputs") \
+    /* forward mode (src/rop): a direction, checked when it runs */                                 \
+    _(ROP_DIRECTION, "rop_direction", rop_direction, PASS0, OWN,                                    \
       "y = v once it has the shape of wrt (input 2); else an error naming p.i")
 
 enum {
-#define TGL_OP_ENUM(ID, name, impl, syn) TGL_OP_##ID,
+#define TGL_OP_ENUM(ID, ...) TGL_OP_##ID,
     TGL_OPS(TGL_OP_ENUM)
 #undef TGL_OP_ENUM
     TGL_NOPS
@@ -220,14 +298,22 @@ typedef struct tgl_opimpl {
  * write their output over such an input. */
 int tgl_inplace_same_type(const tgl_node *n);
 
-/* A catalog entry: the op's name and synopsis, and its implementation. */
+/* A catalog entry: the op's name and synopsis, its implementation, and
+ * its properties (the shape and Rop columns of its TGL_OPS line, and those
+ * words as written, for tgl_op_property). */
 typedef struct tgl_opdef {
     const char *name;
     const char *synopsis;
     const tgl_opimpl *impl;
+    tgl_shape_from shape_from;
+    tgl_size_from size_from;
+    tgl_push_kind rop;
+    uint32_t rop_in;        /* LINEAR, BILINEAR: the inputs carrying data */
+    const char *shape_word; /* the words as written: "MAP", "LINEAR(IN0)" */
+    const char *rop_word;
 } tgl_opdef;
 
-#define TGL_IMPL_DECL(ID, name, impl, syn) extern const tgl_opimpl tgl_impl_##impl;
+#define TGL_IMPL_DECL(ID, name, impl, ...) extern const tgl_opimpl tgl_impl_##impl;
 TGL_OPS(TGL_IMPL_DECL)
 #undef TGL_IMPL_DECL
 
@@ -237,6 +323,11 @@ const tgl_opdef *tgl_opdef_get(int op);
 static inline const tgl_opimpl *tgl_op_impl(int op)
 {
     return tgl_opdef_get(op)->impl;
+}
+/* Whether input i of op carries data in its Rop rule (LINEAR, BILINEAR). */
+static inline bool tgl_op_rop_input(int op, int i)
+{
+    return (tgl_opdef_get(op)->rop_in & TGL_ROP_IN_BIT(i)) != 0;
 }
 
 /* Error helper for kernels and shape functions: a message naming the op,
