@@ -150,9 +150,7 @@ static tgl_status elemwise_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *co
     const tgl_elemwise_def *def = tgl_elemwise_get(op);
     if (def->kind == TGL_EW_CAST)
         return tgl_array_assign(ctx, out, in[0]);
-    /* The compute dtype: that of the last operand (switch's condition,
-     * operand 0, is the only one that differs). */
-    int cdt = tgl_elemwise_operand_dtype(n, n->nin - 1);
+    int cdt = tgl_elemwise_compute_dtype(n, def->kind);
     if (!tgl_elemwise_computes(def->kind, cdt))
         return tgl_op_error(ctx, n, in, TGL_EINTERNAL, "does not compute in %s",
                             tgl_dtype_name(cdt));
@@ -160,7 +158,8 @@ static tgl_status elemwise_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *co
     const tgl_array *args[3];
     tgl_status st = TGL_OK;
     for (int i = 0; i < n->nin && !st; i++) {
-        int want = tgl_elemwise_operand_dtype(n, i);
+        /* tgl_elemwise_operand_dtype, without looking the op up again */
+        int want = n->op == TGL_OP_SWITCH && i == 0 ? TGL_BOOL : cdt;
         args[i] = in[i];
         if (in[i]->dtype_id != want) {
             st = tgl_array_copy(ctx, in[i], want, &conv[i]);

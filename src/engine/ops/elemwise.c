@@ -46,29 +46,11 @@ _Static_assert((0 TGL_ELEMWISE_OPS(IS_EW)) == (int)EW_ENTRIES,
 
 /* ---- type rules ------------------------------------------------------ */
 
-static int promote(int a, int b)
-{
-    return tgl_dtype_promote(a, b);
-}
-
 /* The dtype the loop computes in (inputs are converted to it; switch's
  * condition stays bool). */
 static int compute_dtype(const tgl_node *n)
 {
-    int kind = tgl_elemwise_get(n->op)->kind;
-    if (kind == TGL_EW_CAST)
-        return n->in[0]->type.dtype;
-    if (kind == TGL_EW_LOGIC)
-        return TGL_BOOL;
-    int first = kind == TGL_EW_SELECT ? 1 : 0;
-    int dt = n->in[first]->type.dtype;
-    for (int i = first + 1; i < n->nin; i++)
-        dt = promote(dt, n->in[i]->type.dtype);
-    if (kind == TGL_EW_MATH && !tgl_dtype_is_float(dt))
-        dt = TGL_FLOAT64;
-    if (dt == TGL_BOOL && kind != TGL_EW_CMP && kind != TGL_EW_SELECT)
-        dt = TGL_INT64; /* arithmetic on bools counts */
-    return dt;
+    return tgl_elemwise_compute_dtype(n, tgl_elemwise_get(n->op)->kind);
 }
 
 int tgl_elemwise_operand_dtype(const tgl_node *n, int i)
