@@ -7,6 +7,7 @@
  *
  * It is the only place that names OpenBLAS and the only caller of cgen's
  * kernel functions; the engine sees both through tgl_backend_cpu.  The
+ * ops' kernels are those of src/cpu/kernels/ (kernels.h).  The
  * kernel entries are cgen's own (src/cgen/compile.c), called directly.
  */
 #include "engine/backend.h"
@@ -15,6 +16,7 @@
 #include "engine/pool.h"
 #include "cpu/blas_thin.h"
 #include "cpu/backend_cpu.h"
+#include "cpu/kernels/kernels.h"
 
 #include <cblas.h>
 #include <pthread.h>
@@ -292,6 +294,16 @@ static const char *cpu_info(void)
     return info;
 }
 
+/* ---- op kernels --------------------------------------------------------------- */
+
+/* The kernels of src/cpu/kernels/ (table.c: by op id) take every dtype
+ * their op's infer accepts. */
+static bool cpu_supports_op(const tgl_node *n)
+{
+    (void)n;
+    return true;
+}
+
 /* ---- fused kernels ------------------------------------------------------------- */
 
 static tgl_status cpu_prepare(const tgl_backend_opts *o, const tgl_fprog *prog,
@@ -315,6 +327,8 @@ const tgl_backend tgl_backend_cpu = {
     .dot = cpu_dot,
     .set_threads = cpu_set_threads,
     .info = cpu_info,
+    .op_kernel = tgl_cpu_op_kernel,
+    .supports_op = cpu_supports_op,
     .prepare = cpu_prepare,
     .wait = tgl_cgen_kernel_wait,
     .release = tgl_cgen_kernel_release,
