@@ -49,12 +49,13 @@ typedef struct tgl_kernel_ref {
 
 /* ---- whole steps (engine/step.c) ---- */
 
-/* The generated function of a bound whole step: runs its instructions in
- * order over D, the table of data pointers the engine keeps, calling back
- * into the engine (cb) for what it does not run itself; 0 when done, else
- * the nonzero status a callback returned. */
+/* The engine's callback while a backend runs a whole step (step_run):
+ * cb(env, i) runs or prepares what the backend does not run itself
+ * (engine/step.c says which i means what); 0 on success, else a status. */
 typedef int (*tgl_step_cb)(void *env, int i);
-typedef int (*tgl_step_fn)(void *const *D, void *env, tgl_step_cb cb);
+/* What step_run returns when the step's code is not ready (yet, or ever):
+ * the engine then runs the step's instructions itself. */
+#define TGL_STEP_NOT_READY (-1)
 
 /* One instruction of a whole step, as the engine hands it to the backend. */
 typedef struct tgl_step_item {
@@ -134,20 +135,31 @@ typedef struct tgl_backend {
     /* Frees a launch cache; NULL is ignored. */
     void (*launch_cache_free)(void *cache);
 
-    /* ---- whole steps (optional: NULL where the backend makes none) ---- */
+    /* ---- whole steps (optional: all NULL where the backend runs none: the
+     * engine then runs a bound step instruction by instruction) ----
+     * The backend owns what a whole step becomes: the CPU backend a C
+     * function it generates and keeps in the handle, a CUDA backend could
+     * capture a graph.  The engine holds only the handle. */
     /* Whether prog's kernel can run inline in a whole step with the geometry
      * of launch_cache; *scratch_bytes: the accumulator buffer it then needs
      * (0: none). */
     bool (*step_inlinable)(const struct tgl_fprog *prog, const void *launch_cache,
                            size_t *scratch_bytes);
-    /* Renders the whole step of items[0..n) and compiles it with the
-     * optimizing compiler (from the kernel cache, else in the background
-     * under o->compile 'tiered'; never with libtcc): *out's tier becomes 2
-     * when its code is ready, and stays 0 when there is no compiler. */
+    /* Makes the handle of the whole step of items[0..n) (the plan): the CPU
+     * backend renders it and compiles it with the optimizing compiler (from
+     * the kernel cache, else in the background under o->compile 'tiered';
+     * never with libtcc).  The handle's tier becomes 2 when its code is
+     * ready, and stays 0 when there is none. */
     tgl_status (*step_prepare)(const tgl_backend_opts *o, const tgl_step_item *items, int n,
                                tgl_kernel_ref **out, tgl_errbuf *err);
-    /* The code of a prepared whole step, NULL until it is ready. */
-    tgl_step_fn (*step_code)(const tgl_kernel_ref *k);
+    /* Runs the prepared step k over D, the table of data pointers the
+     * engine keeps, calling back into the engine (cb, with env) for what it
+     * does not run itself: 0 when done, the nonzero status a callback
+     * returned, or TGL_STEP_NOT_READY when k has no code to run. */
+    int (*step_run)(tgl_kernel_ref *k, void *const *D, void *env, tgl_step_cb cb);
+    /* Frees k; a background compile is not waited for.  (Waiting for one
+     * is k->backend->wait, as for fused kernels.) */
+    void (*step_free)(tgl_kernel_ref *k);
 
     /* ---- the kernel cache ---- */
     /* Deletes every cached kernel of this backend. */
