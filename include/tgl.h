@@ -136,17 +136,20 @@ TGL_API int tgl_dtype_promote(int a, int b);
 /* Arrays                                                                   */
 /* ------------------------------------------------------------------------ */
 
-/* Where an array's elements live.  The numbers are part of the ABI.  Every
- * array made through this API today is a cpu array (host memory, data is
- * an ordinary pointer); a device array's data is that device's address and
- * must not be dereferenced on the host. */
+/* Where an array's elements live.  The numbers are part of the ABI.  The
+ * array constructors make cpu arrays (host memory, data is an ordinary
+ * pointer); a device array's data is that device's address and must not
+ * be dereferenced on the host.  sim is a simulated device for testing
+ * (doc/devices.md): host memory the host cannot read outside its
+ * backend's calls, so that any direct read of device memory crashes. */
 typedef enum tgl_device {
     TGL_DEVICE_CPU = 0,
     TGL_DEVICE_CUDA,
+    TGL_DEVICE_SIM,
     TGL_NDEVICES
 } tgl_device;
 
-/* "cpu", "cuda" for a device; NULL for an invalid one. */
+/* "cpu", "cuda", "sim" for a device; NULL for an invalid one. */
 TGL_API const char *tgl_device_name(int device);
 
 typedef struct tgl_storage tgl_storage;

@@ -20,6 +20,7 @@
 static const char *const device_names[TGL_NDEVICES] = {
     [TGL_DEVICE_CPU] = "cpu",
     [TGL_DEVICE_CUDA] = "cuda",
+    [TGL_DEVICE_SIM] = "sim",
 };
 
 const char *tgl_device_name(int device)
