@@ -10,6 +10,7 @@
  * kernel entries are cgen's own (src/cgen/compile.c), called directly.
  */
 #include "engine/backend.h"
+#include "engine/ops/ops.h"
 #include "cgen/cgen.h"
 
 #include "engine/pool.h"
@@ -292,6 +293,36 @@ static const char *cpu_info(void)
     return info;
 }
 
+/* ---- op kernels --------------------------------------------------------------- */
+
+/* The reference kernels of the ops, in plain C over host memory, by op id;
+ * made once from the catalog (ops.h), which still carries them. */
+static tgl_op_kernel cpu_kernels[TGL_NOPS];
+static pthread_once_t kernels_once = PTHREAD_ONCE_INIT;
+
+static void kernels_init(void)
+{
+    for (int op = 0; op < TGL_NOPS; op++) {
+        cpu_kernels[op].run = tgl_op_impl(op)->kernel;
+        cpu_kernels[op].run_n = tgl_op_impl(op)->kernel_n;
+    }
+}
+
+static const tgl_op_kernel *cpu_op_kernel(int op)
+{
+    if (op < 0 || op >= TGL_NOPS)
+        return NULL;
+    pthread_once(&kernels_once, kernels_init);
+    return cpu_kernels[op].run || cpu_kernels[op].run_n ? &cpu_kernels[op] : NULL;
+}
+
+/* The reference kernels take every dtype their op's infer accepts. */
+static bool cpu_supports_op(const tgl_node *n)
+{
+    (void)n;
+    return true;
+}
+
 /* ---- fused kernels ------------------------------------------------------------- */
 
 static tgl_status cpu_prepare(const tgl_backend_opts *o, const tgl_fprog *prog,
@@ -324,6 +355,8 @@ const tgl_backend tgl_backend_cpu = {
     .dot = cpu_dot,
     .set_threads = cpu_set_threads,
     .info = cpu_info,
+    .op_kernel = cpu_op_kernel,
+    .supports_op = cpu_supports_op,
     .prepare = cpu_prepare,
     .wait = tgl_cgen_kernel_wait,
     .release = tgl_cgen_kernel_release,

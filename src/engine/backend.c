@@ -11,6 +11,7 @@
  */
 #include "engine/backend.h"
 #include "engine/fprog.h"
+#include "engine/ops/ops.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -55,6 +56,34 @@ tgl_status tgl_backend_check(tgl_ctx *ctx, const char *fn, const tgl_array *a,
                                  "not support", fn, name);
     return tgl_ctx_set_error(ctx, TGL_EINVAL, "%s: the array has an invalid device %d", fn,
                              (int)a->device);
+}
+
+bool tgl_op_needs_kernel(const tgl_node *n)
+{
+    const tgl_opimpl *impl = tgl_op_impl(n->op);
+    return !impl->view && !impl->prepare_inner && n->op != TGL_OP_FUSED;
+}
+
+tgl_status tgl_backend_op_kernel(tgl_ctx *ctx, const tgl_backend *be, const tgl_node *n,
+                                 const tgl_op_kernel **k)
+{
+    *k = be && be->op_kernel ? be->op_kernel(n->op) : NULL;
+    if (*k && (!be->supports_op || be->supports_op(n)))
+        return TGL_OK;
+    const char *dev = be ? be->name : "(none)";
+    int op = n->op; /* the op that runs, not the one the user wrote */
+    char ty[96];
+    if (*k) {
+        *k = NULL;
+        return tgl_ctx_set_error(ctx, TGL_EINVAL,
+                                 "op '%s' has no kernel on device '%s' for the dtypes of "
+                                 "its node (output %s)%s%s",
+                                 tgl_op_name(op), dev, tgl_type_str(n->type, ty, sizeof ty),
+                                 n->source ? "; built at " : "", n->source ? n->source : "");
+    }
+    return tgl_ctx_set_error(ctx, TGL_EINVAL, "op '%s' has no kernel on device '%s'%s%s",
+                             tgl_op_name(op), dev, n->source ? "; built at " : "",
+                             n->source ? n->source : "");
 }
 
 void tgl_backend_opts_sync(tgl_ctx *ctx)

@@ -15,12 +15,23 @@
  * one (OpenBLAS + src/cgen); a CUDA one (cuBLAS + NVRTC) plugs in the same
  * way (doc/internals.md).
  *
- * Backends never see a tgl_ctx: the settings they may read arrive in a
- * tgl_backend_opts (engine.h) that the context keeps up to date, and
- * errors come back as a status plus a message in a tgl_errbuf, which the
- * engine copies into the context.  The tgl_backend_* functions at the end
- * are the engine's side of that: they pick the backend, pass the options,
- * and copy errors.
+ * An op's meaning (types, shapes, views, pullback: engine/ops/ops.h) is
+ * the same on every device; its kernel is the backend's: op_kernel gives
+ * the kernel of an op on this backend (NULL: none), supports_op whether
+ * it runs a node of that op with the node's input and output dtypes.  The
+ * compiler binds each instruction's kernel once (tgl_backend_op_kernel),
+ * so a missing kernel is a compile-time error naming the op and the
+ * device, and the CVM calls the bound kernel directly.
+ *
+ * The memory, BLAS and fused-kernel entries never see a tgl_ctx: the
+ * settings they may read arrive in a tgl_backend_opts (engine.h) that the
+ * context keeps up to date, and errors come back as a status plus a
+ * message in a tgl_errbuf, which the engine copies into the context.  Op
+ * kernels are the exception: they run inside the engine's call, take the
+ * tgl_ctx and report errors with tgl_op_error (engine/ops/ops.h), which
+ * names the op, its inputs and where the node was built.  The
+ * tgl_backend_* functions at the end are the engine's side of all this:
+ * they pick the backend, pass the options, bind kernels, and copy errors.
  */
 #ifndef TGL_BACKEND_H
 #define TGL_BACKEND_H
@@ -32,6 +43,7 @@
 #include <stdint.h>
 
 struct tgl_fprog; /* engine/fprog.h */
+struct tgl_node;  /* engine/graph.h */
 
 /* A backend's error message; the engine copies it into the context. */
 typedef struct tgl_errbuf {
@@ -46,6 +58,21 @@ typedef struct tgl_kernel_ref {
     int tier; /* atomic, kept by the backend: 0 no code (the reference path),
                  1 quick code, 2 optimized code */
 } tgl_kernel_ref;
+
+/* An op's kernel on one backend.  Both take the node (its params and
+ * types), the input arrays (which may be strided views) and the outputs,
+ * allocated by the caller with the shapes of the op's shape function
+ * (contiguous, C order, contents undefined), all on the backend's device.
+ *   run    a single-output op: fills out.
+ *   run_n  a multi-output op: fills every wanted output at once (out[k]
+ *          NULL: not wanted); debug: the program runs in DEBUG mode.
+ * An op has one or the other.  Errors: tgl_op_error on ctx. */
+typedef struct tgl_op_kernel {
+    tgl_status (*run)(tgl_ctx *ctx, const struct tgl_node *n, tgl_array *const *in,
+                      tgl_array *out);
+    tgl_status (*run_n)(tgl_ctx *ctx, const struct tgl_node *n, tgl_array *const *in,
+                        tgl_array *const *out, bool debug);
+} tgl_op_kernel;
 
 /* ---- whole steps (engine/step.c) ---- */
 
@@ -115,6 +142,12 @@ typedef struct tgl_backend {
     void (*set_threads)(int n);
     /* The BLAS library and its configuration, as static text. */
     const char *(*info)(void);
+
+    /* ---- op kernels (see above) ---- */
+    /* The kernel of op (a TGL_OP_* id) on this backend, or NULL: none. */
+    const tgl_op_kernel *(*op_kernel)(int op);
+    /* Whether the kernel of n's op runs n, with n's input and output dtypes. */
+    bool (*supports_op)(const struct tgl_node *n);
 
     /* ---- fused kernels (engine/fprog.h) ---- */
     /* Makes prog's kernel as o->compile says (its head names this backend and
@@ -201,6 +234,17 @@ void tgl_backend_opts_sync(tgl_ctx *ctx);
 tgl_status tgl_array_require_host(tgl_ctx *ctx, const char *fn, const tgl_array *a);
 /* *out = a's first element as a double, read through a's backend. */
 tgl_status tgl_array_scalar(tgl_ctx *ctx, const tgl_array *a, double *out);
+
+/* Whether an instruction of n's op calls a kernel: not when the op is a
+ * view, has an inner program (its exec_inner runs it), or is a fused
+ * program (the engine launches its generated code, or runs its nodes'
+ * kernels: engine/ops/fused.c). */
+bool tgl_op_needs_kernel(const struct tgl_node *n);
+/* *k = the kernel of n's op on be (NULL: be is no backend), checked as the
+ * compiler binds it: fails naming the op and the device when be has none,
+ * or does not run it with n's dtypes. */
+tgl_status tgl_backend_op_kernel(tgl_ctx *ctx, const tgl_backend *be, const struct tgl_node *n,
+                                 const tgl_op_kernel **k);
 
 /* Makes prog's kernel on device's backend (prog->kernel), once per program:
  * later calls return at once.  Each successful call is a use of the

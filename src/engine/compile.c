@@ -242,6 +242,29 @@ static tgl_status emit_nodes(builder *b, int nroots, tgl_node *const *roots, boo
     return st;
 }
 
+/* Binds each op instruction's kernel on the program's backend, once, so
+ * that the CVM calls it directly and an op the device cannot run fails
+ * here, naming the op and the device.  A fused program's nodes are
+ * checked too: its reference path (tier 0) runs their kernels. */
+static tgl_status bind_kernels(tgl_ctx *ctx, tgl_program *prog)
+{
+    tgl_status st = TGL_OK;
+    for (int32_t pc = 0; pc < prog->ncode && !st; pc++) {
+        tgl_instr *ins = &prog->code[pc];
+        if (ins->kind != TGL_I_OP)
+            continue;
+        if (tgl_op_needs_kernel(ins->node)) {
+            st = tgl_backend_op_kernel(ctx, prog->backend, ins->node, &ins->kern);
+        } else if (ins->node->op == TGL_OP_FUSED) {
+            const tgl_fprog *p = tgl_fprog_of(ins->node);
+            const tgl_op_kernel *k;
+            for (int32_t j = 0; j < p->norig && !st; j++)
+                st = tgl_backend_op_kernel(ctx, prog->backend, p->orig[j], &k);
+        }
+    }
+    return st;
+}
+
 void tgl_program_free(tgl_program *prog)
 {
     if (!prog)
@@ -401,6 +424,8 @@ tgl_status tgl_program_new(tgl_ctx *ctx, int nin, tgl_node *const *inputs, int n
     prog->linker = opt ? opt->linker : TGL_LINKER_CVM;
     prog->profile = opt ? opt->profile : 0;
     prog->mode = opt ? opt->mode : TGL_MODE_FAST_RUN;
+    prog->device = TGL_DEVICE_CPU;
+    prog->backend = tgl_backend_get(prog->device);
     prog->name = strdup(opt && opt->name ? opt->name : "function");
     prog->nin = nin;
     prog->nout = nout;
@@ -531,6 +556,8 @@ tgl_status tgl_program_new(tgl_ctx *ctx, int nin, tgl_node *const *inputs, int n
         prog->region[0].end = prog->ncode - 1;
     prog->defer_start = prog->ncode;
     if (!st)
+        st = bind_kernels(ctx, prog);
+    if (!st)
         st = slot_lists(ctx, prog);
     if (!st)
         st = tgl_plan_memory(ctx, prog, prog->mode != TGL_MODE_DEBUG);
@@ -539,7 +566,7 @@ tgl_status tgl_program_new(tgl_ctx *ctx, int nin, tgl_node *const *inputs, int n
     /* Generated kernels for the fused groups (not in FAST_COMPILE). */
     for (int32_t pc = 0; !st && pc < prog->ncode; pc++) {
         if (prog->code[pc].kind == TGL_I_OP && prog->code[pc].node->op == TGL_OP_FUSED)
-            st = tgl_backend_prepare(ctx, TGL_DEVICE_CPU, tgl_fprog_of(prog->code[pc].node));
+            st = tgl_backend_prepare(ctx, prog->device, tgl_fprog_of(prog->code[pc].node));
         if (!st)
             prog->prepared_to = pc + 1;
     }

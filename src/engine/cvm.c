@@ -199,7 +199,7 @@ static tgl_status out_shape(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins,
         return TGL_OK;
     }
     const tgl_opimpl *impl = ins->impl;
-    tgl_status st = impl->kernel_n ? impl->shape_k(ctx, ins->node, in, k, shape)
+    tgl_status st = impl->shape_k ? impl->shape_k(ctx, ins->node, in, k, shape)
                                    : impl->shape(ctx, ins->node, in, shape);
     if (!st && c)
         memcpy(c, shape, sizeof *shape * (size_t)ndim);
@@ -243,7 +243,7 @@ static tgl_status run_multi(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins, t
         st = n->op == TGL_OP_FUSED
                  ? tgl_fused_kernel_cached(ctx, n, in, outs, debug,
                                            &fr->launch_cache[ins - fr->prog->code])
-                 : impl->kernel_n(ctx, n, in, outs, debug);
+                 : ins->kern->run_n(ctx, n, in, outs, debug);
     }
     for (int k = 0; k < ins->nouts && !st && fr->prog->linker == TGL_LINKER_VM; k++)
         if (outs[k])
@@ -268,7 +268,7 @@ tgl_status tgl_cvm_run_op(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins)
     if (ins->sub) {
         /* An op with a body (scan) writes its output slots itself. */
         st = impl->exec_inner(ctx, fr, ins, &fr->sub[ins - fr->prog->code], in);
-    } else if (impl->kernel_n) {
+    } else if (impl->shape_k) {
         st = run_multi(ctx, fr, ins, in);
     } else if (impl->view) {
         tgl_array *v = NULL;
@@ -285,14 +285,14 @@ tgl_status tgl_cvm_run_op(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins)
             st = take_buffer(ctx, fr, ins, ins->inplace, dst, n->type.dtype, n->type.ndim, shape);
         }
         if (!st)
-            st = impl->kernel(ctx, n, in, *dst);
+            st = ins->kern->run(ctx, n, in, *dst);
     }
     if (!st && ins->inplace >= 0 && fr->slot[ins->in[ins->inplace]] == fr->slot[ins->out]) {
         /* The input's slot gave its buffer away: it is not read again. */
         tgl_array_release(fr->slot[ins->in[ins->inplace]]);
         fr->slot[ins->in[ins->inplace]] = NULL;
     }
-    if (!st && fr->prog->linker == TGL_LINKER_VM && !impl->kernel_n)
+    if (!st && fr->prog->linker == TGL_LINKER_VM && !impl->shape_k)
         st = check_result(ctx, n, in, *dst, n->type);
     if (in != args)
         free(in);
@@ -307,7 +307,7 @@ tgl_status tgl_cvm_check_deferred(tgl_ctx *ctx, tgl_frame *fr)
     for (int32_t pc = prog->defer_start; pc < prog->ncode; pc++) {
         const tgl_instr *ins = &prog->code[pc];
         tgl_array *args[16];
-        if (ins->nin > 16 || ins->impl->view || ins->impl->kernel_n || !ins->impl->shape)
+        if (ins->nin > 16 || ins->impl->view || ins->impl->shape_k || !ins->impl->shape)
             continue;
         for (int i = 0; i < ins->nin; i++)
             args[i] = fr->slot[ins->in[i]];

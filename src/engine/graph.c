@@ -6,6 +6,7 @@
  * one op on arrays, graph cloning with replacements, topological order.
  */
 #include "engine/ops/ops.h"
+#include "engine/backend.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -734,21 +735,27 @@ tgl_status tgl_op_error(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in, t
 
 /* ---- eager evaluation ------------------------------------------------ */
 
-/* Runs an apply node's reference path on arrays: view, or shape + kernel. */
-static tgl_status run_node(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
+/* Runs an apply node on arrays: view, or shape + the op's kernel on the
+ * backend of the arrays' device (the first input's; cpu for none). */
+static tgl_status run_node(tgl_ctx *ctx, const tgl_node *n, int nin, tgl_array *const *in,
                            tgl_array **out)
 {
     const tgl_opimpl *d = tgl_op_impl(n->op);
     if (d->view)
         return d->view(ctx, n, in, out);
+    const tgl_backend *be = tgl_backend_get(nin > 0 ? in[0]->device : TGL_DEVICE_CPU);
+    const tgl_op_kernel *kern;
+    tgl_status st = tgl_backend_op_kernel(ctx, be, n, &kern);
     int64_t shape[TGL_MAX_DIMS];
-    tgl_status st = d->shape(ctx, n, in, shape);
+    if (!st)
+        st = d->shape(ctx, n, in, shape);
     if (st)
         return st;
     tgl_array *o;
-    if ((st = tgl_array_alloc(ctx, tgl_op_name(n->op), n->type.dtype, n->type.ndim, shape, false, &o)))
+    if ((st = tgl_array_alloc_on(ctx, tgl_op_name(n->op), be->device, n->type.dtype, n->type.ndim,
+                                 shape, false, &o)))
         return st;
-    if ((st = d->kernel(ctx, n, in, o))) {
+    if ((st = kern->run(ctx, n, in, o))) {
         tgl_array_release(o);
         return st;
     }
@@ -800,11 +807,11 @@ tgl_status tgl_eval(tgl_ctx *ctx, int op, int nin, tgl_array *const *in, const t
     }
     tgl_node probe;
     if (!st && !(st = infer_probe(ctx, "tgl_eval", op, nin, lp, p, NULL, &probe))) {
-        if (probe.nout > 1 || !(d->view || d->kernel))
+        if (probe.nout > 1 || !(d->view || (d->shape && tgl_op_needs_kernel(&probe))))
             st = tgl_ctx_set_error(ctx, TGL_EINVAL, "tgl_eval: %s needs a graph (compile it)",
                                    tgl_op_name(op));
         else
-            st = run_node(ctx, &probe, args, out);
+            st = run_node(ctx, &probe, nin, args, out);
     }
     for (int i = 0; i < made; i++)
         if (args[i] != in[i])

@@ -84,7 +84,7 @@ static tgl_status plan_deferred(tgl_ctx *ctx, tgl_program *prog)
         if (w < 0 || at < 0)
             continue;
         tgl_instr *ins = &prog->code[at];
-        if (ins->region != 0 || !ins->impl->inplace || ins->impl->view || ins->impl->kernel_n)
+        if (ins->region != 0 || !ins->impl->inplace || ins->impl->view || ins->impl->shape_k)
             continue;
         int i = ins->impl->inplace(ins->node);
         if (i < 0 || ins->in[i] != w || !tgl_type_eq(ins->node->type, prog->upd_var[k]->type))

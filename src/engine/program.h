@@ -18,6 +18,7 @@
 #define TGL_PROGRAM_H
 
 #include "engine/ops/ops.h"
+#include "engine/backend.h"
 
 typedef enum tgl_instr_kind {
     TGL_I_OP,      /* s[outs...] = op(s[in...])                              */
@@ -36,6 +37,9 @@ typedef struct tgl_instr {
     int32_t *free_slots;
     const tgl_node *node;    /* for TGL_I_OP: what it computes             */
     const tgl_opimpl *impl;
+    const tgl_op_kernel *kern; /* TGL_I_OP: its kernel on the program's backend,
+                                  bound at compile time; NULL when the op
+                                  needs none (tgl_op_needs_kernel)         */
     int32_t inplace;         /* input whose buffer outs[0] takes, or -1   */
     int32_t update;          /* deferred in-place update of update k, or -1 */
     int32_t nouts;           /* ops: slot of each output, -1 when nobody
@@ -72,6 +76,9 @@ typedef struct tgl_program {
     tgl_ctx *ctx;            /* retained                                   */
     char *name;
     int linker, profile, mode;
+    int device;              /* the tgl_device it runs on                  */
+    const tgl_backend *backend; /* that device's: its op kernels, memory and
+                                   fused kernels                           */
     int nin, nout, nupd;
     int32_t nslots;
     tgl_node **slot_node;

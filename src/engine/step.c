@@ -201,7 +201,7 @@ static bool eligible(const tgl_program *prog, bool inner)
         const tgl_instr *ins = &prog->code[pc];
         if (ins->kind != TGL_I_OP || ins->region || (ins->once && !inner) || ins->sub)
             return false;
-        if (!ins->impl->view && !ins->impl->kernel && !ins->impl->kernel_n)
+        if (!ins->impl->view && !ins->kern && ins->node->op != TGL_OP_FUSED)
             return false;
     }
     return true;
@@ -281,7 +281,7 @@ static tgl_status run_entry(tgl_ctx *ctx, tgl_frame *fr, tgl_step *s, int32_t i)
             return tgl_ctx_set_error(ctx, TGL_ENOMEM, "%s: out of memory", prog->name);
         for (int k = 0; k < ins->nin; k++)
             in[k] = slot[ins->in[k]];
-        if (ins->impl->kernel_n) {
+        if (ins->impl->shape_k) {
             tgl_array *outs[8];
             tgl_array **o = ins->nouts <= 8 ? outs : malloc(sizeof *o * (size_t)ins->nouts);
             if (!o) {
@@ -293,12 +293,12 @@ static tgl_status run_entry(tgl_ctx *ctx, tgl_frame *fr, tgl_step *s, int32_t i)
                 st = ins->node->op == TGL_OP_FUSED
                          ? tgl_fused_kernel_cached(ctx, ins->node, in, o, debug,
                                                    &fr->launch_cache[pc])
-                         : ins->impl->kernel_n(ctx, ins->node, in, o, debug);
+                         : ins->kern->run_n(ctx, ins->node, in, o, debug);
                 if (o != outs)
                     free(o);
             }
         } else {
-            st = ins->impl->kernel(ctx, ins->node, in, slot[ins->out]);
+            st = ins->kern->run(ctx, ins->node, in, slot[ins->out]);
         }
         if (in != args)
             free(in);

@@ -119,8 +119,8 @@ static tgl_status tgl_fused_output_shape(tgl_ctx *ctx, const tgl_node *n, tgl_ar
  * x * 0.5 for a vector x is dimshuffle{x}(0.5)).  It is a constant
  * expression, evaluated here with its nodes' own reference
  * implementations, so the reference computes what the program computes. */
-static tgl_status constant_operand(tgl_ctx *ctx, const tgl_node *user, tgl_node *x, int depth,
-                                   tgl_array **out)
+static tgl_status constant_operand(tgl_ctx *ctx, const tgl_backend *be, const tgl_node *user,
+                                   tgl_node *x, int depth, tgl_array **out)
 {
     *out = NULL;
     if (x->kind == TGL_NODE_CONSTANT) {
@@ -131,22 +131,23 @@ static tgl_status constant_operand(tgl_ctx *ctx, const tgl_node *user, tgl_node 
     const tgl_opimpl *impl = x->kind == TGL_NODE_APPLY ? tgl_op_impl(x->op) : NULL;
     /* Padding chains are a few nodes long; the bound only stops a graph
      * that is not what the fuse stage makes. */
-    if (!impl || depth > 32 || x->nin > 3 || impl->kernel_n ||
-        !(impl->view || (impl->shape && impl->kernel)))
+    if (!impl || depth > 32 || x->nin > 3 || impl->shape_k || !(impl->view || impl->shape))
         return tgl_ctx_set_error(ctx, TGL_EINTERNAL, "fused: operand of %s not found",
                                  tgl_op_name(user->op));
     tgl_array *args[3] = {NULL, NULL, NULL};
     tgl_status st = TGL_OK;
     for (int k = 0; k < x->nin && !st; k++)
-        st = constant_operand(ctx, user, x->in[k], depth + 1, &args[k]);
+        st = constant_operand(ctx, be, user, x->in[k], depth + 1, &args[k]);
     if (!st && impl->view) {
         st = impl->view(ctx, x, args, out);
     } else if (!st) {
         int64_t shape[TGL_MAX_DIMS];
-        if (!(st = impl->shape(ctx, x, args, shape)) &&
-            !(st = tgl_array_alloc(ctx, tgl_op_name(x->op), x->type.dtype, x->type.ndim, shape,
-                                   false, out)))
-            st = impl->kernel(ctx, x, args, *out);
+        const tgl_op_kernel *kern;
+        if (!(st = tgl_backend_op_kernel(ctx, be, x, &kern)) &&
+            !(st = impl->shape(ctx, x, args, shape)) &&
+            !(st = tgl_array_alloc_on(ctx, tgl_op_name(x->op), be->device, x->type.dtype,
+                                      x->type.ndim, shape, false, out)))
+            st = kern->run(ctx, x, args, *out);
     }
     if (st) {
         tgl_array_release(*out);
@@ -157,11 +158,18 @@ static tgl_status constant_operand(tgl_ctx *ctx, const tgl_node *user, tgl_node 
     return st;
 }
 
-/* The reference path: the group's original nodes, one reference kernel at
- * a time, on the inputs; out[k] (non-NULL ones) receive the outputs. */
+/* The reference path: the group's original nodes, one op kernel at a
+ * time, on the inputs; out[k] (non-NULL ones) receive the outputs.  The
+ * kernels are those of the backend of the arrays' device (the outputs',
+ * else the inputs'), which the compiler checked has them all. */
 static tgl_status tgl_fused_reference(tgl_ctx *ctx, const tgl_fprog *p, tgl_array *const *in,
                                tgl_array *const *out)
 {
+    int device = p->nin > 0 ? in[0]->device : TGL_DEVICE_CPU;
+    for (int k = p->nout - 1; k >= 0; k--)
+        if (out[k])
+            device = out[k]->device;
+    const tgl_backend *be = tgl_backend_get(device);
     tgl_array **val = calloc((size_t)p->norig + 1, sizeof *val);
     if (!val)
         return tgl_ctx_set_error(ctx, TGL_ENOMEM, "fused: out of memory");
@@ -182,17 +190,20 @@ static tgl_status tgl_fused_reference(tgl_ctx *ctx, const tgl_fprog *p, tgl_arra
                 if (p->orig[m] == x)
                     args[k] = val[m];
             if (!args[k]) {
-                st = constant_operand(ctx, node, x, 0, &owned[k]);
+                st = constant_operand(ctx, be, node, x, 0, &owned[k]);
                 args[k] = owned[k];
             }
         }
         if (!st) {
             const tgl_opimpl *impl = tgl_op_impl(node->op);
+            const tgl_op_kernel *kern;
             int64_t shape[TGL_MAX_DIMS];
-            if (!(st = impl->shape(ctx, node, args, shape)) &&
-                !(st = tgl_array_alloc(ctx, tgl_op_name(node->op), node->type.dtype,
-                                       node->type.ndim, shape, false, &val[j])))
-                st = impl->kernel(ctx, node, args, val[j]);
+            if (!(st = tgl_backend_op_kernel(ctx, be, node, &kern)) &&
+                !(st = impl->shape(ctx, node, args, shape)) &&
+                !(st = tgl_array_alloc_on(ctx, tgl_op_name(node->op), be->device,
+                                          node->type.dtype, node->type.ndim, shape, false,
+                                          &val[j])))
+                st = kern->run(ctx, node, args, val[j]);
         }
         for (int k = 0; k < 3; k++)
             tgl_array_release(owned[k]);

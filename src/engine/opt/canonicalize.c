@@ -44,6 +44,7 @@
  * source alone would raise, when nothing else computes it, is not.)
  */
 #include "engine/opt/opt.h"
+#include "engine/backend.h"
 
 #include <math.h>
 #include <string.h>
@@ -75,10 +76,16 @@ static tgl_node *constant_fold(tgl_rewriter *rw, tgl_node *n)
             size *= shape[d];
         if (!st && size > FOLD_MAX_ELEMENTS)
             return NULL;
+        /* The constants' own device runs the op (cpu: constants are host
+         * arrays). */
+        const tgl_backend *be = tgl_backend_get(in[0]->device);
+        const tgl_op_kernel *kern = NULL;
         if (!st)
-            st = tgl_array_alloc(rw->ctx, "constant_fold", n->type.dtype, n->type.ndim, shape,
-                                 false, &out);
-        if (!st && (st = impl->kernel(rw->ctx, n, in, out))) {
+            st = tgl_backend_op_kernel(rw->ctx, be, n, &kern);
+        if (!st)
+            st = tgl_array_alloc_on(rw->ctx, "constant_fold", be->device, n->type.dtype,
+                                    n->type.ndim, shape, false, &out);
+        if (!st && (st = kern->run(rw->ctx, n, in, out))) {
             tgl_array_release(out);
             out = NULL;
         }
