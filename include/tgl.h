@@ -219,6 +219,10 @@ TGL_API tgl_status tgl_array_transpose(tgl_ctx *ctx, tgl_array *a, const int *pe
                                        tgl_array **out);
 /* A new contiguous array holding a's elements converted to dtype. */
 TGL_API tgl_status tgl_array_copy(tgl_ctx *ctx, const tgl_array *a, int dtype, tgl_array **out);
+/* a on device: a itself (a new reference) when it is there already, else
+ * a new contiguous copy there, through the devices' backends; fails when
+ * this build has no backend for device. */
+TGL_API tgl_status tgl_array_to_device(tgl_ctx *ctx, tgl_array *a, int device, tgl_array **out);
 /* Copies src's elements into dst (same shape; dtypes may differ). */
 TGL_API tgl_status tgl_array_assign(tgl_ctx *ctx, tgl_array *dst, const tgl_array *src);
 /* Reads element idx[0..ndim-1] as a double. */

@@ -17,7 +17,7 @@ local methods = {}
 local hooks = {}
 M.methods, M.hooks = methods, hooks
 -- Fields an array shows through `.` besides its methods (for REPL completion).
-M.fields = { dtype = true }
+M.fields = { dtype = true, device = true }
 
 local DTYPE = { float32 = 0, float64 = 1, int32 = 2, int64 = 3, uint8 = 4, bool = 5 }
 local DTYPE_NAME = { [0] = 'float32', 'float64', 'int32', 'int64', 'uint8', 'bool' }
@@ -374,6 +374,8 @@ end
 -- Nested tables of Lua values (numbers; booleans for bool arrays).  A 0-d
 -- array gives its number.
 function methods.totable(a)
+  -- a device array's elements are read from a host copy
+  if a.p.device ~= 0 then return methods.totable(methods.cpu(a)) end
   host_ptr('totable', a)
   local nd = a.p.ndim
   if nd == 0 then return read(a, 0) end
@@ -388,6 +390,21 @@ function methods.totable(a)
     return t
   end
   return build(0, 0)
+end
+
+-- a on the host: a itself for a cpu array, else a copy (API.md, "Devices").
+function methods.cpu(a)
+  if a.p.device == 0 then return a end
+  local out = out_array()
+  check(C.tgl_array_to_device(core.ctx, a.p, 0, out), 'cpu')
+  return core.wrap(out[0])
+end
+
+-- a on the GPU (tgl built with CUDA): a itself there, else a copy.
+function methods.cuda(a)
+  local out = out_array()
+  check(C.tgl_array_to_device(core.ctx, a.p, C.TGL_DEVICE_CUDA, out), 'cuda')
+  return core.wrap(out[0])
 end
 
 function methods.clone(a)
@@ -547,8 +564,10 @@ function M.tostring(a)
   local nd = a.p.ndim
   local footer = string.format(a.p.ndim == 0 and '[tgl.array %s %s]' or '[tgl.array %s of %s]',
                                DTYPE_NAME[a.p.dtype_id], shape_string(a))
-  -- Device memory is not read from Lua: the type, shape and place only.
-  if a.p.device ~= 0 then return footer:sub(1, -2) .. ' on ' .. device_name(a.p.device) .. ']' end
+  -- Device memory is not read from Lua: a host copy is printed, with the place.
+  if a.p.device ~= 0 then
+    return M.tostring(methods.cpu(a)):sub(1, -2) .. ' on ' .. device_name(a.p.device) .. ']'
+  end
   if a.p._size == 0 then return '[empty]\n' .. footer end
   local elide = tonumber(a.p._size) > PRINT_THRESHOLD
   local fmt = formatter(a, elide)
@@ -637,6 +656,7 @@ local mt = {
     local m = methods[k]
     if m ~= nil then return m end
     if k == 'dtype' then return DTYPE_NAME[a.p.dtype_id] end
+    if k == 'device' then return device_name(a.p.device) end
     local h = hooks.__index
     if h then return h(a, k) end
     if type(k) == 'string' then

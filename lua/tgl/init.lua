@@ -21,13 +21,15 @@ local tgl = {}
 --   threads, cc, cflags, cache_dir, compile ('tiered'|'sync'|'tcc'|'cc'),
 --   cache_max_bytes, exit_wait, whole_step (true|false|'bound': bind
 --   straight-line programs to fixed buffers after two calls on the same
---   shapes, and generate their C; 'bound' binds without generating)
+--   shapes, and generate their C; 'bound' binds without generating),
+--   device ('cpu', or 'sim': a simulated device for testing, doc/devices.md)
 local engine_keys = { exclude = true, threads = true, cc = true, cflags = true, cache_dir = true,
-                      compile = true, cache_max_bytes = true, exit_wait = true, whole_step = true }
+                      compile = true, cache_max_bytes = true, exit_wait = true, whole_step = true,
+                      device = true }
 local config_values = { floatX = os.getenv('TGL_FLOATX') or 'float32' }
 -- Every setting, in the order tostring(tgl.config) shows them.
 local config_keys = { 'floatX', 'compile', 'threads', 'exclude', 'cc', 'cflags', 'cache_dir',
-                      'cache_max_bytes', 'whole_step' }
+                      'cache_max_bytes', 'whole_step', 'device' }
 
 -- A setting's value as Lua source: strings quoted, lists in braces.
 local function config_literal(v)

@@ -109,6 +109,38 @@ tgl_status tgl_array_require_host(tgl_ctx *ctx, const char *fn, const tgl_array 
                              name ? name : "(invalid)");
 }
 
+tgl_status tgl_array_read_elem(tgl_ctx *ctx, const tgl_array *a, int64_t off, void *elem)
+{
+    size_t es = tgl_dtype_size(a->dtype_id);
+    const char *p = (const char *)a->data + off * (int64_t)es;
+    if (a->device == TGL_DEVICE_CPU) {
+        memcpy(elem, p, es);
+        return TGL_OK;
+    }
+    const tgl_backend *be;
+    tgl_status st = tgl_backend_check(ctx, "tgl_array_read_elem", a, &be);
+    if (st)
+        return st;
+    tgl_errbuf e;
+    if ((st = be->copy_to_host(elem, p, es, &e)))
+        return tgl_errbuf_take(ctx, st, &e);
+    return TGL_OK;
+}
+
+tgl_status tgl_array_load(tgl_ctx *ctx, const tgl_array *a, int64_t off, double *out)
+{
+    if (a->device == TGL_DEVICE_CPU) {
+        *out = tgl_load_as_double(a->dtype_id, a->data, off);
+        return TGL_OK;
+    }
+    unsigned char elem[8];
+    tgl_status st = tgl_array_read_elem(ctx, a, off, elem);
+    if (st)
+        return st;
+    *out = tgl_load_as_double(a->dtype_id, elem, 0);
+    return TGL_OK;
+}
+
 tgl_status tgl_array_scalar(tgl_ctx *ctx, const tgl_array *a, double *out)
 {
     if (a->device == TGL_DEVICE_CPU) {

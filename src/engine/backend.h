@@ -232,6 +232,12 @@ void tgl_backend_opts_sync(tgl_ctx *ctx);
 
 /* Fails naming fn unless a is a cpu array (for code that reads elements on the host). */
 tgl_status tgl_array_require_host(tgl_ctx *ctx, const char *fn, const tgl_array *a);
+/* Copies the bytes of the element at off (in elements from a->data) into
+ * elem, through a's backend (a plain copy for a cpu array): how engine code
+ * outside a backend's calls reads one value of an array on any device. */
+tgl_status tgl_array_read_elem(tgl_ctx *ctx, const tgl_array *a, int64_t off, void *elem);
+/* *out = the element at off as a double, read as tgl_array_read_elem does. */
+tgl_status tgl_array_load(tgl_ctx *ctx, const tgl_array *a, int64_t off, double *out);
 /* *out = a's first element as a double, read through a's backend. */
 tgl_status tgl_array_scalar(tgl_ctx *ctx, const tgl_array *a, double *out);
 

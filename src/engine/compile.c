@@ -424,7 +424,7 @@ tgl_status tgl_program_new(tgl_ctx *ctx, int nin, tgl_node *const *inputs, int n
     prog->linker = opt ? opt->linker : TGL_LINKER_CVM;
     prog->profile = opt ? opt->profile : 0;
     prog->mode = opt ? opt->mode : TGL_MODE_FAST_RUN;
-    prog->device = TGL_DEVICE_CPU;
+    prog->device = ctx->config.device; /* the setting when it is compiled */
     prog->backend = tgl_backend_get(prog->device);
     prog->name = strdup(opt && opt->name ? opt->name : "function");
     prog->nin = nin;

@@ -40,6 +40,8 @@ struct tgl_config {
     int64_t cache_max_bytes;
     double exit_wait;        /* seconds exit waits for background compiles   */
     int whole_step;          /* step.c: 0 off, 1 bind and generate, 2 bind   */
+    int device;              /* a tgl_device: where tgl_program_new puts
+                                programs, tgl_node_shared variables          */
     char env_error[2048];    /* bad TGL_* variables, one line each; "" none  */
 };
 
@@ -121,6 +123,11 @@ tgl_status tgl_array_alloc(tgl_ctx *ctx, const char *fn, int dtype, int ndim,
 /* tgl_array_alloc on device's memory, allocated through its backend. */
 tgl_status tgl_array_alloc_on(tgl_ctx *ctx, const char *fn, int device, int dtype, int ndim,
                               const int64_t *shape, bool zero, tgl_array **out);
+
+/* a on device: a itself (retained) when it is there, else a new
+ * contiguous copy there (fn names the caller in messages). */
+tgl_status tgl_array_on_device(tgl_ctx *ctx, const char *fn, tgl_array *a, int device,
+                               tgl_array **out);
 
 /* Element (as double) at flat C-order position i of a contiguous buffer. */
 double tgl_load_as_double(int dtype, const void *p, int64_t i);

@@ -510,7 +510,7 @@ static tgl_status bind_run(tgl_ctx *ctx, tgl_frame *fr, bool inner, int32_t to)
     while (s->nfirst < s->nop && s->op[s->nfirst].pc < prog->defer_start)
         s->nfirst++;
     s->slot_fixed = isfix;
-    s->be = tgl_backend_get(TGL_DEVICE_CPU);
+    s->be = prog->backend;
     /* A scan body binds anew at every run of its loop (a new epoch): making
      * its function each time would cost more than the steps it saves.
      * Under compile = 'tcc' the kernels never get the optimizing
@@ -670,7 +670,8 @@ static bool record(tgl_frame *fr, tgl_step *s, int32_t i)
         tgl_array *o0 = fr->slot[ins->outs[0]];
         int64_t shape[1] = {o0->size};
         tgl_array *acc = NULL;
-        if (tgl_array_alloc(prog->ctx, "whole step", TGL_FLOAT64, 1, shape, false, &acc)) {
+        if (tgl_array_alloc_on(prog->ctx, "whole step", prog->device, TGL_FLOAT64, 1, shape,
+                               false, &acc)) {
             tgl_ctx_clear_error(prog->ctx);
             free(idx);
             return false;

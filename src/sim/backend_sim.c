@@ -35,7 +35,7 @@
  * a bound step instruction by instruction, each through this backend.
  */
 #include "engine/backend.h"
-#include "engine/graph.h"
+#include "engine/ops/ops.h"
 #include "engine/fprog.h"
 #include "sim/backend_sim.h"
 
@@ -336,6 +336,45 @@ static tgl_status enter_arrays(char *why, size_t whylen, int nin, tgl_array *con
     return TGL_OK;
 }
 
+/* The op kernels: one pair for every op, which finds the CPU backend's
+ * kernel of the node's op and runs it on the opened arrays. */
+static tgl_status sim_run(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in, tgl_array *out)
+{
+    char why[128];
+    tgl_array *outs[1] = {out};
+    if (enter_arrays(why, sizeof why, n->nin, in, 1, outs))
+        return tgl_op_error(ctx, n, in, TGL_EINVAL, "sim: %s", why);
+    tgl_status st = cpu()->op_kernel(n->op)->run(ctx, n, in, out);
+    leave();
+    return st;
+}
+
+static tgl_status sim_run_n(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
+                            tgl_array *const *out, bool debug)
+{
+    char why[128];
+    if (enter_arrays(why, sizeof why, n->nin, in, n->nout, out))
+        return tgl_op_error(ctx, n, in, TGL_EINVAL, "sim: %s", why);
+    tgl_status st = cpu()->op_kernel(n->op)->run_n(ctx, n, in, out, debug);
+    leave();
+    return st;
+}
+
+static const tgl_op_kernel sim_single = {.run = sim_run};
+static const tgl_op_kernel sim_multi = {.run_n = sim_run_n};
+
+/* sim runs what the CPU backend runs. */
+static const tgl_op_kernel *sim_op_kernel(int op)
+{
+    const tgl_op_kernel *k = cpu()->op_kernel(op);
+    return !k ? NULL : k->run ? &sim_single : &sim_multi;
+}
+
+static bool sim_supports_op(const tgl_node *n)
+{
+    return !cpu()->supports_op || cpu()->supports_op(n);
+}
+
 /* A fused program's kernel on sim: the CPU backend's, wrapped. */
 typedef struct sim_kernel {
     tgl_kernel_ref head;   /* backend: sim; tier: the CPU kernel's, copied */
@@ -414,6 +453,8 @@ const tgl_backend tgl_backend_sim = {
     .ger = sim_ger,
     .dot = sim_dot,
     .info = sim_info,
+    .op_kernel = sim_op_kernel,
+    .supports_op = sim_supports_op,
     .prepare = sim_prepare,
     .wait = sim_wait,
     .release = sim_release,

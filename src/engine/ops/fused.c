@@ -123,11 +123,8 @@ static tgl_status constant_operand(tgl_ctx *ctx, const tgl_backend *be, const tg
                                    tgl_node *x, int depth, tgl_array **out)
 {
     *out = NULL;
-    if (x->kind == TGL_NODE_CONSTANT) {
-        tgl_array_retain(x->value);
-        *out = x->value;
-        return TGL_OK;
-    }
+    if (x->kind == TGL_NODE_CONSTANT) /* a host array: a copy on be's device */
+        return tgl_array_on_device(ctx, tgl_op_name(user->op), x->value, be->device, out);
     const tgl_opimpl *impl = x->kind == TGL_NODE_APPLY ? tgl_op_impl(x->op) : NULL;
     /* Padding chains are a few nodes long; the bound only stops a graph
      * that is not what the fuse stage makes. */
@@ -274,13 +271,19 @@ static tgl_status tgl_fused_run(tgl_ctx *ctx, const tgl_node *n, tgl_array *cons
         return tgl_ctx_set_error(ctx, TGL_ENOMEM, "fused: out of memory");
     tgl_array **tmp = all + p->nout, **ref = all + 2 * p->nout;
     tgl_status st = TGL_OK;
+    /* the device of the arrays: scratch outputs go there too */
+    int device = p->nin > 0 ? in[0]->device : TGL_DEVICE_CPU;
+    for (int k = 0; k < p->nout; k++)
+        if (out[k])
+            device = out[k]->device;
     for (int k = 0; k < p->nout && !st; k++) {
         all[k] = out[k];
         if (!all[k] && gen) {
             int64_t shape[TGL_MAX_DIMS];
             tgl_type t = output_type(p, k);
             if (!(st = tgl_fused_output_shape(ctx, n, in, k, shape)))
-                st = tgl_array_alloc(ctx, "fused", t.dtype, t.ndim, shape, false, &tmp[k]);
+                st = tgl_array_alloc_on(ctx, "fused", device, t.dtype, t.ndim, shape, false,
+                                        &tmp[k]);
             all[k] = tmp[k];
         }
     }
@@ -294,8 +297,17 @@ static tgl_status tgl_fused_run(tgl_ctx *ctx, const tgl_node *n, tgl_array *cons
                     st = tgl_array_copy(ctx, all[k], all[k]->dtype_id, &ref[k]);
                 if (!st)
                     st = tgl_fused_reference(ctx, p, in, ref);
-                for (int k = 0; k < p->nout && !st; k++)
-                    st = compare(ctx, n, in, k, all[k], ref[k]);
+                for (int k = 0; k < p->nout && !st; k++) {
+                    /* compared on the host: device arrays are copied there */
+                    tgl_array *hg = NULL, *hr = NULL;
+                    st = tgl_array_on_device(ctx, "fused", all[k], TGL_DEVICE_CPU, &hg);
+                    if (!st)
+                        st = tgl_array_on_device(ctx, "fused", ref[k], TGL_DEVICE_CPU, &hr);
+                    if (!st)
+                        st = compare(ctx, n, in, k, hg, hr);
+                    tgl_array_release(hg);
+                    tgl_array_release(hr);
+                }
                 for (int k = 0; k < p->nout; k++)
                     tgl_array_release(ref[k]);
             }
