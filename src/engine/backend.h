@@ -252,27 +252,28 @@ bool tgl_op_needs_kernel(const struct tgl_node *n);
 tgl_status tgl_backend_op_kernel(tgl_ctx *ctx, const tgl_backend *be, const struct tgl_node *n,
                                  const tgl_op_kernel **k);
 
-/* Makes prog's kernel on device's backend (prog->kernel), once per program:
- * later calls return at once.  Each successful call is a use of the
- * kernel (prog->kernel_users), which the caller gives back with
- * tgl_backend_unuse. */
+/* Makes prog's kernel on device's backend (prog->kernel[device]), once per
+ * program and device: later calls return at once.  Each successful call is
+ * a use of the kernel (prog->kernel_users[device]), which the caller gives
+ * back with tgl_backend_unuse.  The calls below take the device whose
+ * kernel they mean. */
 tgl_status tgl_backend_prepare(tgl_ctx *ctx, int device, struct tgl_fprog *prog);
 /* Gives back a use of prog's kernel; the last one releases the kernel (a
  * later prepare makes it again: from the disk cache, or libtcc). */
-void tgl_backend_unuse(struct tgl_fprog *prog);
+void tgl_backend_unuse(struct tgl_fprog *prog, int device);
 /* Which code prog runs now: 0 none (reference path), 1 quick, 2 optimized. */
-int tgl_backend_tier(const struct tgl_fprog *prog);
+int tgl_backend_tier(const struct tgl_fprog *prog, int device);
 /* Blocks until prog's background compile, if any, has finished. */
-void tgl_backend_wait(const struct tgl_fprog *prog);
-/* Frees prog's kernel (prog->kernel becomes NULL) whatever its uses (the
- * program itself is going); does not wait. */
+void tgl_backend_wait(const struct tgl_fprog *prog, int device);
+/* Frees prog's kernels (on every device) whatever their uses (the program
+ * itself is going); does not wait. */
 void tgl_backend_release(struct tgl_fprog *prog);
 /* Runs prog's kernel (tier > 0) over in[] into out[] on its backend;
  * cache (may be NULL) is a launch cache the caller keeps for this program
  * (backend.launch), freed with tgl_backend_launch_cache_free. */
-tgl_status tgl_backend_launch(tgl_ctx *ctx, const struct tgl_fprog *prog, tgl_array *const *in,
-                              tgl_array *const *out, void **cache);
+tgl_status tgl_backend_launch(tgl_ctx *ctx, const struct tgl_fprog *prog, int device,
+                              tgl_array *const *in, tgl_array *const *out, void **cache);
 /* Frees a launch cache made by launches of prog's kernel (NULL is ignored). */
-void tgl_backend_launch_cache_free(const struct tgl_fprog *prog, void *cache);
+void tgl_backend_launch_cache_free(const struct tgl_fprog *prog, int device, void *cache);
 
 #endif /* TGL_BACKEND_H */

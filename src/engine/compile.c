@@ -271,7 +271,7 @@ void tgl_program_free(tgl_program *prog)
         return;
     for (int32_t pc = 0; pc < prog->prepared_to; pc++)
         if (prog->code[pc].kind == TGL_I_OP && prog->code[pc].node->op == TGL_OP_FUSED)
-            tgl_backend_unuse(tgl_fprog_of(prog->code[pc].node));
+            tgl_backend_unuse(tgl_fprog_of(prog->code[pc].node), prog->device);
     for (int32_t pc = 0; pc < prog->ncode; pc++) {
         free(prog->code[pc].in);
         free(prog->code[pc].free_slots);

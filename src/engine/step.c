@@ -739,7 +739,7 @@ static bool kernels_final(const tgl_frame *fr, const tgl_step *s)
 {
     for (int32_t i = 0; i < s->nfirst; i++) {
         const tgl_instr *ins = &fr->prog->code[s->op[i].pc];
-        if (ins->node->op == TGL_OP_FUSED && tgl_backend_tier(tgl_fprog_of(ins->node)) != 2)
+        if (ins->node->op == TGL_OP_FUSED && tgl_backend_tier(tgl_fprog_of(ins->node), fr->prog->device) != 2)
             return false;
     }
     return true;

@@ -262,7 +262,12 @@ static tgl_status tgl_fused_run(tgl_ctx *ctx, const tgl_node *n, tgl_array *cons
                                 tgl_array *const *out, bool debug, void **cache)
 {
     const tgl_fprog *p = prog_of(ctx, n);
-    bool gen = tgl_backend_tier(p) > 0; /* the backend has kernel code */
+    /* the device of the arrays: its kernel runs, scratch outputs go there */
+    int device = p->nin > 0 ? in[0]->device : TGL_DEVICE_CPU;
+    for (int k = 0; k < p->nout; k++)
+        if (out[k])
+            device = out[k]->device;
+    bool gen = tgl_backend_tier(p, device) > 0; /* the backend has kernel code */
     /* Outputs nobody asked for still need a buffer for the kernel.  The
      * usual few outputs' lists live on the stack: no allocation per run. */
     tgl_array *stack_all[3 * 4] = {NULL};
@@ -271,11 +276,6 @@ static tgl_status tgl_fused_run(tgl_ctx *ctx, const tgl_node *n, tgl_array *cons
         return tgl_ctx_set_error(ctx, TGL_ENOMEM, "fused: out of memory");
     tgl_array **tmp = all + p->nout, **ref = all + 2 * p->nout;
     tgl_status st = TGL_OK;
-    /* the device of the arrays: scratch outputs go there too */
-    int device = p->nin > 0 ? in[0]->device : TGL_DEVICE_CPU;
-    for (int k = 0; k < p->nout; k++)
-        if (out[k])
-            device = out[k]->device;
     for (int k = 0; k < p->nout && !st; k++) {
         all[k] = out[k];
         if (!all[k] && gen) {
@@ -291,7 +291,7 @@ static tgl_status tgl_fused_run(tgl_ctx *ctx, const tgl_node *n, tgl_array *cons
         if (!gen) {
             st = tgl_fused_reference(ctx, p, in, all);
         } else {
-            st = tgl_backend_launch(ctx, p, in, all, cache);
+            st = tgl_backend_launch(ctx, p, device, in, all, cache);
             if (!st && debug) {
                 for (int k = 0; k < p->nout && !st; k++)
                     st = tgl_array_copy(ctx, all[k], all[k]->dtype_id, &ref[k]);
