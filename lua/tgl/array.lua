@@ -49,6 +49,13 @@ local function host_ptr(fname, a)
 end
 
 local out_array = core.out_array_t
+
+-- A host copy of a device array, through its backend; errors name fname.
+local function host_copy(fname, a)
+  local out = out_array()
+  check(C.tgl_array_to_device(core.ctx, a.p, 0, out), fname)
+  return core.wrap(out[0])
+end
 local dims_t = ffi.typeof('int64_t[$]', MAX_DIMS)
 local shape_buf, strides_buf, idx_buf = dims_t(), dims_t(), dims_t()
 local perm_buf = ffi.typeof('int[$]', MAX_DIMS)()
@@ -375,7 +382,7 @@ end
 -- array gives its number.
 function methods.totable(a)
   -- a device array's elements are read from a host copy
-  if a.p.device ~= 0 then return methods.totable(methods.cpu(a)) end
+  if a.p.device ~= 0 then return methods.totable(host_copy('totable', a)) end
   host_ptr('totable', a)
   local nd = a.p.ndim
   if nd == 0 then return read(a, 0) end
@@ -395,9 +402,7 @@ end
 -- a on the host: a itself for a cpu array, else a copy (API.md, "Devices").
 function methods.cpu(a)
   if a.p.device == 0 then return a end
-  local out = out_array()
-  check(C.tgl_array_to_device(core.ctx, a.p, 0, out), 'cpu')
-  return core.wrap(out[0])
+  return host_copy('cpu', a)
 end
 
 -- a on the GPU (tgl built with CUDA): a itself there, else a copy.
@@ -564,9 +569,11 @@ function M.tostring(a)
   local nd = a.p.ndim
   local footer = string.format(a.p.ndim == 0 and '[tgl.array %s %s]' or '[tgl.array %s of %s]',
                                DTYPE_NAME[a.p.dtype_id], shape_string(a))
-  -- Device memory is not read from Lua: a host copy is printed, with the place.
+  -- Device memory is not read from Lua: a host copy is printed, with the
+  -- place (the type, shape and place only when there is no copy to make).
   if a.p.device ~= 0 then
-    return M.tostring(methods.cpu(a)):sub(1, -2) .. ' on ' .. device_name(a.p.device) .. ']'
+    local ok, h = pcall(host_copy, 'tostring', a)
+    return (ok and M.tostring(h) or footer):sub(1, -2) .. ' on ' .. device_name(a.p.device) .. ']'
   end
   if a.p._size == 0 then return '[empty]\n' .. footer end
   local elide = tonumber(a.p._size) > PRINT_THRESHOLD

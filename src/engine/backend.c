@@ -275,8 +275,35 @@ tgl_status tgl_cache_info(tgl_ctx *ctx, char **text)
 {
     TGL_CHECK_CTX(ctx);
     TGL_CHECK(text, TGL_EINVAL, "tgl_cache_info: NULL argument");
-    /* The CPU backend's cache is the one on disk today. */
-    tgl_errbuf e;
-    tgl_status st = tgl_backends[TGL_DEVICE_CPU]->cache_info(&ctx->backend_opts, text, &e);
-    return st ? tgl_errbuf_take(ctx, st, &e) : TGL_OK;
+    /* Every backend with a kernel cache, in device order (the CPU's alone
+     * today: sim's kernels are the CPU backend's). */
+    char *all = NULL;
+    size_t len = 0;
+    for (int d = 0; d < TGL_NDEVICES; d++) {
+        const tgl_backend *be = tgl_backends[d];
+        if (!be || !be->cache_info)
+            continue;
+        char *t = NULL;
+        tgl_errbuf e;
+        tgl_status st = be->cache_info(&ctx->backend_opts, &t, &e);
+        if (st) {
+            free(all);
+            return tgl_errbuf_take(ctx, st, &e);
+        }
+        size_t n = strlen(t);
+        char *grown = realloc(all, len + n + 1);
+        if (!grown) {
+            free(t);
+            free(all);
+            return tgl_ctx_set_error(ctx, TGL_ENOMEM, "tgl_cache_info: out of memory");
+        }
+        all = grown;
+        memcpy(all + len, t, n + 1);
+        len += n;
+        free(t);
+    }
+    if (!all && !(all = calloc(1, 1)))
+        return tgl_ctx_set_error(ctx, TGL_ENOMEM, "tgl_cache_info: out of memory");
+    *text = all;
+    return TGL_OK;
 }
