@@ -1,5 +1,5 @@
 /*
- * test_vexp.c — the vectorised float32 exponentials (src/engine/ops/vexp.h)
+ * test_vexp.c — the vectorised float32 exponentials (src/cpu/kernels/vexp.h)
  * against libm's expf: within 2 ulp over [-80, 0] for every row length
  * around the 16-lane blocking (so the vector body and the scalar tail are
  * both checked), sums against a double reference, and the special rows:
@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <cmocka.h>
 
-#include "engine/ops/vexp.h"
+#include "cpu/kernels/vexp.h"
 
 static double ulps(float got, float want)
 {

@@ -7,15 +7,16 @@
  *
  * It is the only place that names OpenBLAS and the only caller of cgen's
  * kernel functions; the engine sees both through tgl_backend_cpu.  The
+ * ops' kernels are those of src/cpu/kernels/ (kernels.h).  The
  * kernel entries are cgen's own (src/cgen/compile.c), called directly.
  */
 #include "engine/backend.h"
-#include "engine/ops/ops.h"
 #include "cgen/cgen.h"
 
 #include "engine/pool.h"
 #include "cpu/thin.h"
 #include "cpu/backend_cpu.h"
+#include "cpu/kernels/kernels.h"
 
 #include <cblas.h>
 #include <pthread.h>
@@ -295,28 +296,8 @@ static const char *cpu_info(void)
 
 /* ---- op kernels --------------------------------------------------------------- */
 
-/* The reference kernels of the ops, in plain C over host memory, by op id;
- * made once from the catalog (ops.h), which still carries them. */
-static tgl_op_kernel cpu_kernels[TGL_NOPS];
-static pthread_once_t kernels_once = PTHREAD_ONCE_INIT;
-
-static void kernels_init(void)
-{
-    for (int op = 0; op < TGL_NOPS; op++) {
-        cpu_kernels[op].run = tgl_op_impl(op)->kernel;
-        cpu_kernels[op].run_n = tgl_op_impl(op)->kernel_n;
-    }
-}
-
-static const tgl_op_kernel *cpu_op_kernel(int op)
-{
-    if (op < 0 || op >= TGL_NOPS)
-        return NULL;
-    pthread_once(&kernels_once, kernels_init);
-    return cpu_kernels[op].run || cpu_kernels[op].run_n ? &cpu_kernels[op] : NULL;
-}
-
-/* The reference kernels take every dtype their op's infer accepts. */
+/* The kernels of src/cpu/kernels/ (table.c: by op id) take every dtype
+ * their op's infer accepts. */
 static bool cpu_supports_op(const tgl_node *n)
 {
     (void)n;
@@ -355,7 +336,7 @@ const tgl_backend tgl_backend_cpu = {
     .dot = cpu_dot,
     .set_threads = cpu_set_threads,
     .info = cpu_info,
-    .op_kernel = cpu_op_kernel,
+    .op_kernel = tgl_cpu_op_kernel,
     .supports_op = cpu_supports_op,
     .prepare = cpu_prepare,
     .wait = tgl_cgen_kernel_wait,

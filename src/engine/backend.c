@@ -61,7 +61,8 @@ tgl_status tgl_backend_check(tgl_ctx *ctx, const char *fn, const tgl_array *a,
 bool tgl_op_needs_kernel(const tgl_node *n)
 {
     const tgl_opimpl *impl = tgl_op_impl(n->op);
-    return !impl->view && !impl->prepare_inner && n->op != TGL_OP_FUSED;
+    return (impl->shape || impl->shape_k) && !impl->view && !impl->prepare_inner &&
+           n->op != TGL_OP_FUSED;
 }
 
 tgl_status tgl_backend_op_kernel(tgl_ctx *ctx, const tgl_backend *be, const tgl_node *n,

@@ -242,9 +242,9 @@ tgl_status tgl_array_load(tgl_ctx *ctx, const tgl_array *a, int64_t off, double 
 tgl_status tgl_array_scalar(tgl_ctx *ctx, const tgl_array *a, double *out);
 
 /* Whether an instruction of n's op calls a kernel: not when the op is a
- * view, has an inner program (its exec_inner runs it), or is a fused
- * program (the engine launches its generated code, or runs its nodes'
- * kernels: engine/ops/fused.c). */
+ * view, computes nothing itself (output), has an inner program (its
+ * exec_inner runs it), or is a fused program (the engine launches its
+ * generated code, or runs its nodes' kernels: engine/ops/fused.c). */
 bool tgl_op_needs_kernel(const struct tgl_node *n);
 /* *k = the kernel of n's op on be (NULL: be is no backend), checked as the
  * compiler binds it: fails naming the op and the device when be has none,

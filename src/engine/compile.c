@@ -8,7 +8,10 @@
  * jump around the instructions only one branch needs, so the branch not
  * taken is never computed; each branch is a region of the program, which
  * the memory plan (plan.c) uses to free and reuse buffers inside and
- * around branches.  Then the fused groups get their generated kernels.
+ * around branches.  Each op instruction's kernel is bound on the
+ * program's backend, once (an op the device cannot run fails here); then
+ * the fused groups get their generated kernels and ops with a body their
+ * inner programs.  tgl_program_new at the end reads as that list of steps.
  */
 #include "engine/program.h"
 #include "engine/fprog.h"
@@ -36,7 +39,8 @@ typedef struct builder {
     size_t ndone;
 } builder;
 
-static int32_t P(const builder *b, const tgl_node *n)
+/* The slot of node n: its position in the order. */
+static int32_t slot_of(const builder *b, const tgl_node *n)
 {
     return (int32_t)tgl_node_map_geti(&b->pos, n, -1);
 }
@@ -75,7 +79,7 @@ static tgl_status emit_op(builder *b, tgl_node *n)
         free(ins.in);
         return tgl_ctx_set_error(b->ctx, TGL_ENOMEM, "tgl_function_new: out of memory");
     }
-    int32_t p = P(b, n);
+    int32_t p = slot_of(b, n);
     if (n->nout == 1) {
         ins.outs[0] = p;
     } else {
@@ -84,7 +88,7 @@ static tgl_status emit_op(builder *b, tgl_node *n)
     }
     ins.out = ins.outs[0];
     for (int i = 0; i < n->nin; i++)
-        ins.in[i] = P(b, n->in[i]);
+        ins.in[i] = slot_of(b, n->in[i]);
     tgl_status st = emit(b, ins);
     if (st) {
         free(ins.in);
@@ -147,7 +151,7 @@ static tgl_status mark_subset(builder *b, tgl_node *const *roots, int nroots, tg
     *lo = b->count;
     *hi = 0;
     for (int r = 0; r < nroots; r++) {
-        int32_t q = P(b, roots[r]);
+        int32_t q = slot_of(b, roots[r]);
         if (!b->avail[q] && !b->mark[q]) {
             b->mark[q] = 1;
             stack[sp++] = roots[r];
@@ -155,12 +159,12 @@ static tgl_status mark_subset(builder *b, tgl_node *const *roots, int nroots, tg
     }
     while (sp) {
         tgl_node *n = stack[--sp];
-        size_t p = (size_t)P(b, n);
+        size_t p = (size_t)slot_of(b, n);
         *lo = p < *lo ? p : *lo;
         *hi = p > *hi ? p : *hi;
         bool lazy = n->kind == TGL_NODE_APPLY && (tgl_op_impl(n->op)->flags & TGL_OPF_LAZY);
         for (int i = 0; i < (lazy ? 1 : n->nin); i++) {
-            int32_t q = P(b, n->in[i]);
+            int32_t q = slot_of(b, n->in[i]);
             if (!b->avail[q] && !b->mark[q]) {
                 b->mark[q] = 1;
                 stack[sp++] = n->in[i];
@@ -199,7 +203,7 @@ static tgl_status emit_nodes(builder *b, int nroots, tgl_node *const *roots, boo
         if (n->kind == TGL_NODE_APPLY && (tgl_op_impl(n->op)->flags & TGL_OPF_LAZY)) {
             int32_t out = (int32_t)p, saved = 0, then_r = -1;
             int32_t jz = b->prog->ncode, j = -1;
-            st = emit_simple(b, TGL_I_JUMPZ, P(b, n->in[0]), -1);
+            st = emit_simple(b, TGL_I_JUMPZ, slot_of(b, n->in[0]), -1);
             if (!st)
                 st = open_region(b, &saved);
             if (!st) {
@@ -207,7 +211,7 @@ static tgl_status emit_nodes(builder *b, int nroots, tgl_node *const *roots, boo
                 st = emit_nodes(b, 1, &n->in[1], true, nesting + 1);
             }
             if (!st)
-                st = emit_simple(b, TGL_I_MOVE, P(b, n->in[1]), out);
+                st = emit_simple(b, TGL_I_MOVE, slot_of(b, n->in[1]), out);
             if (!st) {
                 close_region(b, saved);
                 j = b->prog->ncode;
@@ -223,7 +227,7 @@ static tgl_status emit_nodes(builder *b, int nroots, tgl_node *const *roots, boo
                 st = emit_nodes(b, 1, &n->in[2], true, nesting + 1);
             }
             if (!st)
-                st = emit_simple(b, TGL_I_MOVE, P(b, n->in[2]), out);
+                st = emit_simple(b, TGL_I_MOVE, slot_of(b, n->in[2]), out);
             if (!st) {
                 close_region(b, saved);
                 b->prog->code[j].target = b->prog->ncode;
@@ -406,19 +410,13 @@ static tgl_status slot_lists(tgl_ctx *ctx, tgl_program *prog)
     return TGL_OK;
 }
 
-tgl_status tgl_program_new(tgl_ctx *ctx, int nin, tgl_node *const *inputs, int nout,
-                           tgl_node *const *outputs, int nupd, tgl_node *const *upd_vars,
-                           tgl_node *const *upd_exprs, const tgl_compile_options *opt,
-                           tgl_program **out)
+/* The new program's header: options, name, counts (the context retained). */
+static tgl_status new_program(tgl_ctx *ctx, int nin, int nout, int nupd,
+                              const tgl_compile_options *opt, tgl_program **out)
 {
-    const char *fn_ = "tgl_function_new";
-    char buf[128], t1[96];
-    tgl_status st = check_args(ctx, nin, inputs, nout, outputs, nupd, upd_vars, upd_exprs);
-    if (st)
-        return st;
     tgl_program *prog = calloc(1, sizeof *prog);
     if (!prog)
-        return tgl_ctx_set_error(ctx, TGL_ENOMEM, "%s: out of memory", fn_);
+        return tgl_ctx_set_error(ctx, TGL_ENOMEM, "tgl_function_new: out of memory");
     tgl_ctx_retain(ctx);
     prog->ctx = ctx;
     prog->linker = opt ? opt->linker : TGL_LINKER_CVM;
@@ -430,131 +428,248 @@ tgl_status tgl_program_new(tgl_ctx *ctx, int nin, tgl_node *const *inputs, int n
     prog->nin = nin;
     prog->nout = nout;
     prog->nupd = nupd;
+    *out = prog;
+    return prog->name ? TGL_OK
+                      : tgl_ctx_set_error(ctx, TGL_ENOMEM, "tgl_function_new: out of memory");
+}
 
-    builder b = {0};
-    b.ctx = ctx;
-    b.prog = prog;
-    int nroots = nout + nupd + nin;
-    tgl_node **roots = malloc(sizeof *roots * (size_t)(nroots ? nroots : 1));
-    st = roots && prog->name ? TGL_OK : tgl_ctx_set_error(ctx, TGL_ENOMEM, "%s: out of memory", fn_);
-    if (!st) {
-        /* The computed roots go through the rewrites; inputs stay. */
-        int r = 0;
-        for (int i = 0; i < nin; i++)
-            roots[r++] = inputs[i];
-        for (int i = 0; i < nout; i++)
-            roots[r++] = outputs[i];
-        for (int k = 0; k < nupd; k++)
-            roots[r++] = upd_exprs[k];
-        int level = prog->mode == TGL_MODE_FAST_COMPILE ? TGL_OPT_STABILIZE : TGL_OPT_FAST_RUN;
-        st = tgl_optimize(ctx, level, nout + nupd, roots + nin, roots + nin);
-        if (!st)
-            st = tgl_toposort(ctx, nroots, roots, &b.order, &b.count);
-        if (!st)
-            st = tgl_index_order(ctx, b.order, b.count, &b.pos);
+/* roots = inputs, outputs, update values; the computed ones rewritten in
+ * place at the program's level, then every node they need in order, each
+ * with its position. */
+static tgl_status rewrite_and_order(builder *b, int nin, tgl_node *const *inputs, int nout,
+                                    tgl_node *const *outputs, int nupd,
+                                    tgl_node *const *upd_exprs, tgl_node **roots)
+{
+    int r = 0;
+    for (int i = 0; i < nin; i++)
+        roots[r++] = inputs[i];
+    for (int i = 0; i < nout; i++)
+        roots[r++] = outputs[i];
+    for (int k = 0; k < nupd; k++)
+        roots[r++] = upd_exprs[k];
+    int level = b->prog->mode == TGL_MODE_FAST_COMPILE ? TGL_OPT_STABILIZE : TGL_OPT_FAST_RUN;
+    tgl_status st = tgl_optimize(b->ctx, level, nout + nupd, roots + nin, roots + nin);
+    if (!st)
+        st = tgl_toposort(b->ctx, r, roots, &b->order, &b->count);
+    if (!st)
+        st = tgl_index_order(b->ctx, b->order, b->count, &b->pos);
+    return st;
+}
+
+/* The per-node tables of the builder and the program, and the program's
+ * hold on the nodes it runs (and on the updated variables). */
+static tgl_status alloc_tables(builder *b, int nin, int nout, int nupd,
+                               tgl_node *const *upd_vars)
+{
+    tgl_program *prog = b->prog;
+    size_t n1 = b->count + 1;
+    b->avail = calloc(n1, 1);
+    b->mark = calloc(n1, 1);
+    b->outs_at = malloc(sizeof *b->outs_at * n1);
+    b->stack = malloc(sizeof *b->stack * n1);
+    b->done = malloc(sizeof *b->done * n1);
+    prog->nslots = (int32_t)b->count;
+    prog->slot_node = calloc(n1, sizeof *prog->slot_node);
+    prog->slot_kind = calloc(n1, 1);
+    prog->in_slot = calloc((size_t)nin + 1, sizeof *prog->in_slot);
+    prog->out_slot = calloc((size_t)nout + 1, sizeof *prog->out_slot);
+    prog->upd_var = calloc((size_t)nupd + 1, sizeof *prog->upd_var);
+    prog->upd_slot = calloc((size_t)nupd + 1, sizeof *prog->upd_slot);
+    prog->upd_deferred = calloc((size_t)nupd + 1, sizeof *prog->upd_deferred);
+    prog->owned = calloc(n1 + (size_t)nupd, sizeof *prog->owned);
+    if (!b->avail || !b->mark || !b->outs_at || !b->stack || !b->done || !prog->slot_node ||
+        !prog->slot_kind || !prog->in_slot || !prog->out_slot || !prog->upd_var ||
+        !prog->upd_slot || !prog->upd_deferred || !prog->owned)
+        return tgl_ctx_set_error(b->ctx, TGL_ENOMEM, "tgl_function_new: out of memory");
+    for (size_t i = 0; i < b->count; i++) {
+        tgl_node_ref(b->order[i]);
+        prog->owned[prog->nowned++] = b->order[i];
     }
-    size_t n1 = b.count + 1;
-    if (!st) {
-        b.avail = calloc(n1, 1);
-        b.mark = calloc(n1, 1);
-        b.outs_at = malloc(sizeof *b.outs_at * n1);
-        b.stack = malloc(sizeof *b.stack * n1);
-        b.done = malloc(sizeof *b.done * n1);
-        prog->nslots = (int32_t)b.count;
-        prog->slot_node = calloc(n1, sizeof *prog->slot_node);
-        prog->slot_kind = calloc(n1, 1);
-        prog->in_slot = calloc((size_t)nin + 1, sizeof *prog->in_slot);
-        prog->out_slot = calloc((size_t)nout + 1, sizeof *prog->out_slot);
-        prog->upd_var = calloc((size_t)nupd + 1, sizeof *prog->upd_var);
-        prog->upd_slot = calloc((size_t)nupd + 1, sizeof *prog->upd_slot);
-        prog->upd_deferred = calloc((size_t)nupd + 1, sizeof *prog->upd_deferred);
-        prog->owned = calloc(n1 + (size_t)nupd, sizeof *prog->owned);
-        if (!b.avail || !b.mark || !b.outs_at || !b.stack || !b.done || !prog->slot_node ||
-            !prog->slot_kind || !prog->in_slot || !prog->out_slot || !prog->upd_var ||
-            !prog->upd_slot || !prog->upd_deferred || !prog->owned)
-            st = tgl_ctx_set_error(ctx, TGL_ENOMEM, "%s: out of memory", fn_);
-    }
-    /* The program keeps the nodes it runs alive. */
-    for (size_t i = 0; !st && i < b.count; i++) {
-        tgl_node_ref(b.order[i]);
-        prog->owned[prog->nowned++] = b.order[i];
-    }
-    for (int k = 0; !st && k < nupd; k++) {
+    for (int k = 0; k < nupd; k++) {
         tgl_node_ref(upd_vars[k]);
         prog->owned[prog->nowned++] = upd_vars[k];
     }
-    /* Slots: one per node; leaves are available from the start.  The
-     * outputs of multi-output nodes get their slots listed per node. */
+    return TGL_OK;
+}
+
+/* Slots: one per node; leaves are available from the start.  The outputs
+ * of multi-output nodes get their slots listed per node.  Every input
+ * node the roots need must be listed in inputs. */
+static tgl_status assign_slots(builder *b, int nin, tgl_node *const *inputs)
+{
+    const char *fn_ = "tgl_function_new";
+    tgl_program *prog = b->prog;
+    char buf[128], t1[96];
     size_t nmulti = 0;
-    for (size_t i = 0; !st && i < b.count; i++)
-        if (b.order[i]->nout > 1)
-            nmulti += (size_t)b.order[i]->nout;
-    if (!st && !(b.outslot = malloc(sizeof *b.outslot * (nmulti + 1))))
-        st = tgl_ctx_set_error(ctx, TGL_ENOMEM, "%s: out of memory", fn_);
+    for (size_t i = 0; i < b->count; i++)
+        if (b->order[i]->nout > 1)
+            nmulti += (size_t)b->order[i]->nout;
+    if (!(b->outslot = malloc(sizeof *b->outslot * (nmulti + 1))))
+        return tgl_ctx_set_error(b->ctx, TGL_ENOMEM, "%s: out of memory", fn_);
     nmulti = 0;
     tgl_node_map listed;
-    if (!st)
-        st = tgl_node_map_init(ctx, &listed);
-    else
-        memset(&listed, 0, sizeof listed);
+    tgl_status st = tgl_node_map_init(b->ctx, &listed);
+    if (st)
+        return st;
     for (int k = 0; k < nin && !st; k++)
-        st = tgl_node_map_seti(ctx, &listed, inputs[k], 1);
-    for (size_t i = 0; !st && i < b.count; i++) {
-        tgl_node *n = b.order[i];
+        st = tgl_node_map_seti(b->ctx, &listed, inputs[k], 1);
+    for (size_t i = 0; !st && i < b->count; i++) {
+        tgl_node *n = b->order[i];
         prog->slot_node[i] = n;
-        b.outs_at[i] = -1;
+        b->outs_at[i] = -1;
         if (n->nout > 1) {
-            b.outs_at[i] = (int32_t)nmulti;
+            b->outs_at[i] = (int32_t)nmulti;
             for (int k = 0; k < n->nout; k++)
-                b.outslot[nmulti + (size_t)k] = -1;
+                b->outslot[nmulti + (size_t)k] = -1;
             nmulti += (size_t)n->nout;
         }
         if (n->kind == TGL_NODE_APPLY && n->op == TGL_OP_OUTPUT)
-            b.outslot[b.outs_at[P(&b, n->in[0])] + n->p.i[0]] = (int32_t)i;
+            b->outslot[b->outs_at[slot_of(b, n->in[0])] + n->p.i[0]] = (int32_t)i;
         switch (n->kind) {
         case TGL_NODE_INPUT:
             if (!tgl_node_map_has(&listed, n))
-                st = tgl_ctx_set_error(ctx, TGL_EINVAL,
+                st = tgl_ctx_set_error(b->ctx, TGL_EINVAL,
                                        "%s: the outputs need the input %s (%s), which is not "
                                        "in the inputs list",
                                        fn_, node_label(n, buf, sizeof buf),
                                        tgl_type_str(n->type, t1, sizeof t1));
             prog->slot_kind[i] = TGL_SLOT_INPUT;
-            b.avail[i] = 1;
+            b->avail[i] = 1;
             break;
         case TGL_NODE_CONSTANT:
             prog->slot_kind[i] = TGL_SLOT_CONSTANT;
-            b.avail[i] = 1;
+            b->avail[i] = 1;
             break;
         case TGL_NODE_SHARED:
             prog->slot_kind[i] = TGL_SLOT_SHARED;
-            b.avail[i] = 1;
+            b->avail[i] = 1;
             break;
         default:
             prog->slot_kind[i] = TGL_SLOT_TEMP;
         }
     }
-    if (listed.keys)
-        tgl_node_map_free(&listed);
-    for (int i = 0; !st && i < nin; i++)
-        prog->in_slot[i] = P(&b, inputs[i]);
-    for (int i = 0; !st && i < nout; i++)
-        prog->out_slot[i] = P(&b, roots[nin + i]);
-    for (int k = 0; !st && k < nupd; k++) {
+    tgl_node_map_free(&listed);
+    return st;
+}
+
+/* The slots of the inputs, outputs and update values (roots: inputs,
+ * outputs, update values, as rewrite_and_order left them). */
+static void root_slots(builder *b, tgl_node *const *roots, tgl_node *const *upd_vars)
+{
+    tgl_program *prog = b->prog;
+    int nin = prog->nin, nout = prog->nout;
+    for (int i = 0; i < nin; i++)
+        prog->in_slot[i] = slot_of(b, roots[i]);
+    for (int i = 0; i < nout; i++)
+        prog->out_slot[i] = slot_of(b, roots[nin + i]);
+    for (int k = 0; k < prog->nupd; k++) {
         prog->upd_var[k] = upd_vars[k];
-        prog->upd_slot[k] = P(&b, roots[nin + nout + k]);
+        prog->upd_slot[k] = slot_of(b, roots[nin + nout + k]);
     }
-    if (!st) {
-        /* Region 0: the straight-line code. */
-        int32_t unused;
-        st = open_region(&b, &unused);
-        b.region = 0;
-    }
+}
+
+/* The instructions: region 0 is the straight-line code. */
+static tgl_status emit_program(builder *b, int nroots, tgl_node *const *roots)
+{
+    tgl_program *prog = b->prog;
+    int32_t unused;
+    tgl_status st = open_region(b, &unused);
+    b->region = 0;
     if (!st && nroots)
-        st = emit_nodes(&b, nroots, roots, false, 0);
+        st = emit_nodes(b, nroots, roots, false, 0);
     if (!st)
         prog->region[0].end = prog->ncode - 1;
     prog->defer_start = prog->ncode;
+    return st;
+}
+
+/* Generated kernels for the fused groups, on the program's device (at
+ * tier 0 where there is no compiler). */
+static tgl_status prepare_fused(tgl_ctx *ctx, tgl_program *prog)
+{
+    tgl_status st = TGL_OK;
+    for (int32_t pc = 0; !st && pc < prog->ncode; pc++) {
+        if (prog->code[pc].kind == TGL_I_OP && prog->code[pc].node->op == TGL_OP_FUSED)
+            st = tgl_backend_prepare(ctx, prog->device, tgl_fprog_of(prog->code[pc].node));
+        if (!st)
+            prog->prepared_to = pc + 1;
+    }
+    return st;
+}
+
+/* Inner programs of ops with a body (scan), compiled with the same
+ * options by the op's own hook (ops.h). */
+static tgl_status compile_inner(tgl_ctx *ctx, tgl_program *prog)
+{
+    tgl_status st = TGL_OK;
+    for (int32_t pc = 0; !st && pc < prog->ncode; pc++) {
+        tgl_instr *ins = &prog->code[pc];
+        if (ins->kind == TGL_I_OP && ins->impl->prepare_inner) {
+            st = ins->impl->prepare_inner(ctx, ins->node, prog, &ins->sub);
+            prog->nsub++;
+        }
+    }
+    return st;
+}
+
+/* Lookups the program keeps: node -> instruction, and the optimized
+ * outputs and update values. */
+static tgl_status index_program(tgl_ctx *ctx, tgl_program *prog, tgl_node *const *computed)
+{
+    tgl_status st = tgl_node_map_init(ctx, &prog->op_pc);
+    for (int32_t pc = 0; !st && pc < prog->ncode; pc++)
+        if (prog->code[pc].kind == TGL_I_OP)
+            st = tgl_node_map_seti(ctx, &prog->op_pc, prog->code[pc].node, pc);
+    if (st)
+        return st;
+    size_t n = (size_t)(prog->nout + prog->nupd);
+    prog->roots = malloc(sizeof *prog->roots * (n + 1));
+    if (!prog->roots)
+        return tgl_ctx_set_error(ctx, TGL_ENOMEM, "tgl_function_new: out of memory");
+    memcpy(prog->roots, computed, sizeof *prog->roots * n);
+    return TGL_OK;
+}
+
+static void builder_free(builder *b)
+{
+    free(b->order);
+    if (b->pos.keys)
+        tgl_node_map_free(&b->pos);
+    free(b->avail);
+    free(b->mark);
+    free(b->outs_at);
+    free(b->outslot);
+    free(b->stack);
+    free(b->done);
+}
+
+tgl_status tgl_program_new(tgl_ctx *ctx, int nin, tgl_node *const *inputs, int nout,
+                           tgl_node *const *outputs, int nupd, tgl_node *const *upd_vars,
+                           tgl_node *const *upd_exprs, const tgl_compile_options *opt,
+                           tgl_program **out)
+{
+    tgl_status st = check_args(ctx, nin, inputs, nout, outputs, nupd, upd_vars, upd_exprs);
+    if (st)
+        return st;
+    tgl_program *prog = NULL;
+    builder b = {0};
+    int nroots = nout + nupd + nin;
+    tgl_node **roots = malloc(sizeof *roots * (size_t)(nroots ? nroots : 1));
+    st = new_program(ctx, nin, nout, nupd, opt, &prog);
+    if (!st && !roots)
+        st = tgl_ctx_set_error(ctx, TGL_ENOMEM, "tgl_function_new: out of memory");
+    b.ctx = ctx;
+    b.prog = prog;
+    if (!st)
+        st = rewrite_and_order(&b, nin, inputs, nout, outputs, nupd, upd_exprs, roots);
+    if (!st)
+        st = alloc_tables(&b, nin, nout, nupd, upd_vars);
+    if (!st)
+        st = assign_slots(&b, nin, inputs);
+    if (!st) {
+        root_slots(&b, roots, upd_vars);
+        st = emit_program(&b, nroots, roots);
+    }
     if (!st)
         st = bind_kernels(ctx, prog);
     if (!st)
@@ -563,44 +678,14 @@ tgl_status tgl_program_new(tgl_ctx *ctx, int nin, tgl_node *const *inputs, int n
         st = tgl_plan_memory(ctx, prog, prog->mode != TGL_MODE_DEBUG);
     if (!st)
         tgl_plan_shapes(prog);
-    /* Generated kernels for the fused groups (not in FAST_COMPILE). */
-    for (int32_t pc = 0; !st && pc < prog->ncode; pc++) {
-        if (prog->code[pc].kind == TGL_I_OP && prog->code[pc].node->op == TGL_OP_FUSED)
-            st = tgl_backend_prepare(ctx, prog->device, tgl_fprog_of(prog->code[pc].node));
-        if (!st)
-            prog->prepared_to = pc + 1;
-    }
-    /* Inner programs of ops with a body (scan), compiled with the same
-     * options by the op's own hook (ops.h). */
-    for (int32_t pc = 0; !st && pc < prog->ncode; pc++) {
-        tgl_instr *ins = &prog->code[pc];
-        if (ins->kind == TGL_I_OP && ins->impl->prepare_inner) {
-            st = ins->impl->prepare_inner(ctx, ins->node, prog, &ins->sub);
-            prog->nsub++;
-        }
-    }
     if (!st)
-        st = tgl_node_map_init(ctx, &prog->op_pc);
-    for (int32_t pc = 0; !st && pc < prog->ncode; pc++)
-        if (prog->code[pc].kind == TGL_I_OP)
-            st = tgl_node_map_seti(ctx, &prog->op_pc, prog->code[pc].node, pc);
-    if (!st) {
-        prog->roots = malloc(sizeof *prog->roots * (size_t)(nout + nupd + 1));
-        if (prog->roots)
-            memcpy(prog->roots, roots + nin, sizeof *prog->roots * (size_t)(nout + nupd));
-        else
-            st = tgl_ctx_set_error(ctx, TGL_ENOMEM, "%s: out of memory", fn_);
-    }
+        st = prepare_fused(ctx, prog);
+    if (!st)
+        st = compile_inner(ctx, prog);
+    if (!st)
+        st = index_program(ctx, prog, roots + nin);
     free(roots);
-    free(b.order);
-    if (b.pos.keys)
-        tgl_node_map_free(&b.pos);
-    free(b.avail);
-    free(b.mark);
-    free(b.outs_at);
-    free(b.outslot);
-    free(b.stack);
-    free(b.done);
+    builder_free(&b);
     if (st) {
         tgl_program_free(prog);
         return st;

@@ -69,8 +69,11 @@ static inline tgl_fprog *tgl_fprog_of(const tgl_node *n)
 {
     return (tgl_fprog *)n->payload;
 }
-/* A FUSED node's kernel_n with the caller's launch cache for it (a frame
- * keeps one per instruction: backend.h's launch). */
+/* Runs a FUSED node (it has no backend op kernel: this is its run, for
+ * the CVM and the whole step): the backend's generated code when it has
+ * some, else the reference path over its nodes' op kernels; cache is the
+ * caller's launch cache for it (a frame keeps one per instruction:
+ * backend.h's launch). */
 tgl_status tgl_fused_kernel_cached(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
                                    tgl_array *const *out, bool debug, void **cache);
 /* The type of output k of a program (output 0 is the reduction's, if any). */

@@ -140,6 +140,12 @@ tgl_status tgl_apply_payload(tgl_ctx *ctx, int op, int nin, tgl_node *const *in,
                              const tgl_params *p, tgl_payload *payload, const char *source,
                              tgl_node **out);
 
+/* Fills probe (on the stack, its inputs pointing at in) as an application
+ * of op and infers its type, as tgl_apply does before hash-consing;
+ * failures name fn and the op.  (Also for eval.c's eager evaluation.) */
+tgl_status tgl_infer_probe(tgl_ctx *ctx, const char *fn, int op, int nin, tgl_node **in,
+                           const tgl_params *p, tgl_payload *payload, tgl_node *probe);
+
 /* Interns a payload: *out is an equal payload already in the context (and
  * p is destroyed), or p itself, now registered.  The caller then passes
  * *out to tgl_apply_payload; a payload no node carries is destroyed by

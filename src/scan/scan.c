@@ -1313,20 +1313,9 @@ static tgl_status scan_shape_k(tgl_ctx *ctx, const tgl_node *n, tgl_array *const
                              tgl_scan_of(n)->name);
 }
 
-static tgl_status scan_kernel_n(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
-                                tgl_array *const *out, bool debug)
-{
-    (void)in;
-    (void)out;
-    (void)debug;
-    return tgl_ctx_set_error(ctx, TGL_EINVAL,
-                             "scan '%s': a scan runs in a compiled function (tgl.compile)",
-                             tgl_scan_of(n)->name);
-}
-
 const tgl_opimpl tgl_impl_scan = {
     .family = TGL_FAM_CONTROL, .nin_min = 1, .nin_max = -1,
     .infer = scan_infer, .out_type = scan_out_type, .shape_k = scan_shape_k,
-    .kernel_n = scan_kernel_n, .grad_n = tgl_scan_grad, .rop = tgl_scan_rop,
+    .grad_n = tgl_scan_grad, .rop = tgl_scan_rop,
     .prepare_inner = scan_prepare, .exec_inner = scan_exec_hook, .stage = &tgl_scan_stage,
 };

@@ -1,7 +1,7 @@
 /*
  * control.c — control flow and structure: ifelse, the lazy conditional
  * (the CVM evaluates only the branch the condition picks: it compiles
- * ifelse to jumps; the kernel here serves eager evaluation and the
+ * ifelse to jumps; the view here serves eager evaluation and the
  * debugging linker, where both branches are already computed), and
  * output, which reads one value of a multi-output node (the CVM's
  * instruction for the multi-output node writes it; output runs nothing).

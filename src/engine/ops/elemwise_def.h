@@ -233,4 +233,25 @@ static inline bool tgl_elemwise_computes(int kind, int dtype)
     }
 }
 
+/* The dtype elementwise node n, of kind, computes in: its operands are
+ * converted to it (switch's condition stays bool:
+ * tgl_elemwise_operand_dtype).  Shared by the type rule (elemwise.c) and
+ * the backends' kernels, which call it once per run. */
+static inline int tgl_elemwise_compute_dtype(const tgl_node *n, int kind)
+{
+    if (kind == TGL_EW_CAST)
+        return n->in[0]->type.dtype;
+    if (kind == TGL_EW_LOGIC)
+        return TGL_BOOL;
+    int first = kind == TGL_EW_SELECT ? 1 : 0;
+    int dt = n->in[first]->type.dtype;
+    for (int i = first + 1; i < n->nin; i++)
+        dt = tgl_dtype_promote(dt, n->in[i]->type.dtype);
+    if (kind == TGL_EW_MATH && !tgl_dtype_is_float(dt))
+        dt = TGL_FLOAT64;
+    if (dt == TGL_BOOL && kind != TGL_EW_CMP && kind != TGL_EW_SELECT)
+        dt = TGL_INT64; /* arithmetic on bools counts */
+    return dt;
+}
+
 #endif /* TGL_ELEMWISE_DEF_H */

@@ -320,12 +320,6 @@ static tgl_status tgl_fused_run(tgl_ctx *ctx, const tgl_node *n, tgl_array *cons
     return st;
 }
 
-static tgl_status fused_kernel_n(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
-                                 tgl_array *const *out, bool debug)
-{
-    return tgl_fused_run(ctx, n, in, out, debug, NULL);
-}
-
 tgl_status tgl_fused_kernel_cached(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
                                    tgl_array *const *out, bool debug, void **cache)
 {
@@ -389,5 +383,5 @@ static int fused_inplace(const tgl_node *n)
 const tgl_opimpl tgl_impl_fused = {
     .family = TGL_FAM_FUSED, .nin_min = 0, .nin_max = -1, .inplace = fused_inplace,
     .infer = fused_infer, .out_type = fused_out_type, .shape_k = tgl_fused_output_shape,
-    .kernel_n = fused_kernel_n, .grad_n = fused_grad,
+    .grad_n = fused_grad,
 };

@@ -5,15 +5,26 @@
  * reduce.c, blas.c, shape.c, subtensor.c, nnet.c, control.c) defines one
  * implementation (tgl_opimpl) per kind of op it owns, named tgl_impl_<impl>.
  *
+ * An implementation is the op's meaning, the same on every device: types,
+ * shapes, views, pullback and pushforward.  Its kernels are not here:
+ * each backend has its own (engine/backend.h: tgl_op_kernel, the
+ * backend's op_kernel), the CPU's in src/cpu/kernels/ (one file per
+ * family, the table by op id in table.c).  The compiler binds each
+ * instruction's kernel on the program's backend, so an op a device has
+ * no kernel for fails at compile time (views, ops with an inner program
+ * and fused programs need none: fused.c launches the backend's generated
+ * code, or runs its nodes' kernels).  A kernel fills its outputs
+ * (allocated by the caller with the shapes from `shape`/`shape_k`:
+ * contiguous, C order, contents undefined) from the inputs, which may be
+ * strided views.
+ *
  * An entry gives:
  *   infer  — checks the inputs' types and parameters, sets n->type.
- *   shape  — the output shape from the input arrays (runtime).
- *   kernel — the reference kernel: fills out (allocated by the caller with
- *            the shape from `shape`: contiguous, C order, contents
- *            undefined) from the inputs, which may be strided views.  Plain
- *            C; the oracle that generated kernels are checked against.
- *   view   — instead of shape+kernel: returns a new array that may share
- *            the input's storage (dimshuffle, reshape, basic indexing).
+ *   shape  — the output shape from the input arrays (runtime); the
+ *            backend's kernel (tgl_op_kernel.run) then fills the output.
+ *   view   — instead of shape and a kernel: returns a new array that may
+ *            share the input's storage (dimshuffle, reshape, basic
+ *            indexing).
  *   grad   — the pullback: given the output gradient gout (of n's type),
  *            sets gin[i] to the gradient of input i, or NULL when input i
  *            gets none (integer inputs, indices, disconnected).
@@ -23,17 +34,16 @@
  * Multi-output ops (nouts given) produce several values: infer sets
  * n->nout and n->type (output 0's type), out_type gives every output's
  * type, and users read output k through an OUTPUT node
- * (tgl_node_output).  Instead of shape/kernel/grad they give:
- *   shape_k     — the shape of output k;
- *   kernel_n    — fills every wanted output at once (out[k] NULL: not
- *                 wanted; the others allocated with shape_k's shapes);
+ * (tgl_node_output).  Instead of shape/grad they give:
+ *   shape_k     — the shape of output k (the backend's kernel,
+ *                 tgl_op_kernel.run_n, fills every wanted output at once);
  *   grad_n      — the pullback given every output's gradient at once
  *                 (gout[k] NULL: output k gets none).
  * A payload (graph.h) carries what such an op needs beyond params: an
  * inner program, a layout.
  *
- * An op with an inner program (scan: a loop over a body) gives, instead of
- * a kernel, two hooks through which the compiler and the CVM run it
+ * An op with an inner program (scan: a loop over a body) has no kernel; it
+ * gives two hooks through which the compiler and the CVM run it
  * without naming it:
  *   prepare_inner — at compile time, once per instruction: compiles the
  *                   body into *inner (kept in the instruction, tgl_instr.sub)
@@ -211,7 +221,6 @@ typedef struct tgl_opimpl {
     unsigned flags;
     tgl_status (*infer)(tgl_ctx *ctx, tgl_node *n);
     tgl_status (*shape)(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in, int64_t *shape);
-    tgl_status (*kernel)(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in, tgl_array *out);
     tgl_status (*view)(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in, tgl_array **out);
     tgl_status (*grad)(tgl_ctx *ctx, tgl_node *n, tgl_node *gout, tgl_node **gin);
     tgl_status (*rop)(tgl_ctx *ctx, tgl_node *n, tgl_node *const *tin, tgl_node **tout);
@@ -223,8 +232,6 @@ typedef struct tgl_opimpl {
     tgl_type (*out_type)(const tgl_node *n, int k);
     tgl_status (*shape_k)(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in, int k,
                           int64_t *shape);
-    tgl_status (*kernel_n)(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
-                           tgl_array *const *out, bool debug);
     tgl_status (*grad_n)(tgl_ctx *ctx, tgl_node *n, tgl_node *const *gout, tgl_node **gin);
     /* Ops with an inner program (see above); NULL for the others. */
     tgl_status (*prepare_inner)(tgl_ctx *ctx, const tgl_node *n, const struct tgl_program *outer,

@@ -197,16 +197,6 @@ static tgl_status shape_shape(tgl_ctx *ctx, const tgl_node *n, tgl_array *const 
     return TGL_OK;
 }
 
-static tgl_status shape_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
-                               tgl_array *out)
-{
-    (void)ctx;
-    (void)n;
-    for (int k = 0; k < in[0]->ndim; k++)
-        ((int64_t *)out->data)[k * out->strides[0]] = in[0]->shape[k];
-    return TGL_OK;
-}
-
 static tgl_status no_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *g, tgl_node **gin)
 {
     (void)ctx;
@@ -218,7 +208,7 @@ static tgl_status no_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *g, tgl_node **gin
 
 const tgl_opimpl tgl_impl_shape = {
     .family = TGL_FAM_SHAPE, .nin_min = 1, .nin_max = 1,
-    .infer = shape_infer, .shape = shape_shape, .kernel = shape_kernel, .grad = no_grad,
+    .infer = shape_infer, .shape = shape_shape, .grad = no_grad,
 };
 
 /* ---- concatenate ----------------------------------------------------- */
@@ -269,27 +259,6 @@ static tgl_status concatenate_shape(tgl_ctx *ctx, const tgl_node *n, tgl_array *
     return TGL_OK;
 }
 
-static tgl_status concatenate_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
-                                     tgl_array *out)
-{
-    int64_t axis = n->p.i[0], off = 0;
-    for (int i = 0; i < n->nin; i++) {
-        int64_t shape[TGL_MAX_DIMS];
-        memcpy(shape, out->shape, sizeof shape);
-        shape[axis] = in[i]->shape[axis];
-        tgl_array *part;
-        tgl_status st = tgl_array_view(ctx, out, out->ndim, shape, out->strides,
-                                       off * out->strides[axis], &part);
-        if (!st)
-            st = tgl_array_assign(ctx, part, in[i]);
-        tgl_array_release(part);
-        if (st)
-            return st;
-        off += in[i]->shape[axis];
-    }
-    return TGL_OK;
-}
-
 /* Each input's gradient is its slice of g along the axis; the bounds are
  * running sums of the inputs' sizes, known only at run time. */
 static tgl_status concatenate_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *g, tgl_node **gin)
@@ -322,7 +291,7 @@ static tgl_status concatenate_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *g, tgl_n
 
 const tgl_opimpl tgl_impl_concatenate = {
     .family = TGL_FAM_SHAPE, .nin_min = 1, .nin_max = -1,
-    .infer = concatenate_infer, .shape = concatenate_shape, .kernel = concatenate_kernel,
+    .infer = concatenate_infer, .shape = concatenate_shape,
     .grad = concatenate_grad,
 };
 
@@ -346,40 +315,9 @@ static tgl_status fill_like_shape(tgl_ctx *ctx, const tgl_node *n, tgl_array *co
     return TGL_OK;
 }
 
-static tgl_status fill_like_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
-                                   tgl_array *out)
-{
-    (void)ctx;
-    (void)in;
-    size_t es = tgl_dtype_size(out->dtype_id);
-    unsigned char elem[8];
-    tgl_store_from_double(out->dtype_id, elem, 0, n->p.f[0]);
-    unsigned char *p = out->data; /* freshly allocated: contiguous */
-    /* Typed stores the compiler turns into vector ones (a gradient's
-     * zeros are most of what this makes: one memset). */
-    static const unsigned char zero[8];
-    if (memcmp(elem, zero, es) == 0) {
-        memset(p, 0, (size_t)out->size * es);
-    } else if (es == 4) {
-        uint32_t v;
-        memcpy(&v, elem, 4);
-        for (int64_t i = 0; i < out->size; i++)
-            ((uint32_t *)p)[i] = v;
-    } else if (es == 8) {
-        uint64_t v;
-        memcpy(&v, elem, 8);
-        for (int64_t i = 0; i < out->size; i++)
-            ((uint64_t *)p)[i] = v;
-    } else {
-        for (int64_t i = 0; i < out->size; i++)
-            memcpy(p + (size_t)i * es, elem, es);
-    }
-    return TGL_OK;
-}
-
 const tgl_opimpl tgl_impl_fill_like = {
     .family = TGL_FAM_SHAPE, .nin_min = 1, .nin_max = 1,
-    .infer = fill_like_infer, .shape = fill_like_shape, .kernel = fill_like_kernel,
+    .infer = fill_like_infer, .shape = fill_like_shape,
     .grad = no_grad,
 };
 
@@ -426,21 +364,7 @@ static tgl_status arange_shape(tgl_ctx *ctx, const tgl_node *n, tgl_array *const
     return TGL_OK;
 }
 
-static tgl_status arange_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
-                                tgl_array *out)
-{
-    (void)n;
-    double v[3];
-    tgl_status st = arange_args(ctx, in, v);
-    if (st)
-        return st;
-    double start = v[0], step = v[2];
-    for (int64_t i = 0; i < out->size; i++)
-        tgl_store_from_double(out->dtype_id, out->data, i, start + (double)i * step);
-    return TGL_OK;
-}
-
 const tgl_opimpl tgl_impl_arange = {
     .family = TGL_FAM_SHAPE, .nin_min = 3, .nin_max = 3,
-    .infer = arange_infer, .shape = arange_shape, .kernel = arange_kernel, .grad = no_grad,
+    .infer = arange_infer, .shape = arange_shape, .grad = no_grad,
 };

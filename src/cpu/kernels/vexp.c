@@ -11,7 +11,7 @@
  * the library never assumes the machine.  Sums are kept in 8 double lanes
  * (exact enough for 10^5 terms, and vectorisable without reassociating).
  */
-#include "engine/ops/vexp.h"
+#include "cpu/kernels/vexp.h"
 
 #include <math.h>
 #include <stdbool.h>

@@ -2,8 +2,8 @@
  * vexp.h — vectorised float32 exponentials for the softmax family's rows
  * (nnet.c): exp(x - m) over a contiguous row, with the row's sum.
  */
-#ifndef TGL_OPS_VEXP_H
-#define TGL_OPS_VEXP_H
+#ifndef TGL_CPU_VEXP_H
+#define TGL_CPU_VEXP_H
 
 #include <stdint.h>
 
@@ -17,4 +17,4 @@ double tgl_vexp_sum_f32(const float *x, float m, int64_t n);
 /* The largest of x[0..n), NaN when any is NaN, -inf for n == 0. */
 float tgl_vmax_f32(const float *x, int64_t n);
 
-#endif /* TGL_OPS_VEXP_H */
+#endif /* TGL_CPU_VEXP_H */

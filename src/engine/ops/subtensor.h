@@ -1,0 +1,53 @@
+/*
+ * subtensor.h — index resolution, shared by the indexing ops' meaning
+ * (subtensor.c: SUBTENSOR's view, ADV_SUBTENSOR's shape) and the
+ * backends' kernels of INC_SUBTENSOR, ADV_SUBTENSOR and ADV_INC_SUBTENSOR:
+ * both must read the same bounds and indices the same way, and report the
+ * same errors.
+ */
+#ifndef TGL_OPS_SUBTENSOR_H
+#define TGL_OPS_SUBTENSOR_H
+
+#include "engine/ops/ops.h"
+
+/* The indexed region of an array: a view's shape, strides and offset. */
+typedef struct tgl_index_region {
+    int ndim;
+    int64_t shape[TGL_MAX_DIMS];
+    int64_t strides[TGL_MAX_DIMS];
+    int64_t offset;
+} tgl_index_region;
+
+/* Resolves basic indexing node n's index against a (x, or the output
+ * holding a copy of x: same shape, its own strides); its bound inputs
+ * start at in[nfixed] (1 for SUBTENSOR, 2 for INC_SUBTENSOR).  Checks
+ * the inputs' dtypes and ndims against n's, and every bound. */
+tgl_status tgl_subtensor_resolve(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
+                                 int nfixed, const tgl_array *a, tgl_index_region *r);
+
+/* Where the index arrays go: axes first..first+k-1 of x are indexed by the
+ * k arrays in[nfixed..]; their broadcast shape has bnd axes. */
+typedef struct tgl_adv_layout {
+    int first, k, bnd;
+} tgl_adv_layout;
+
+/* Advanced indexing on arrays: the layout, the result's shape, and (left
+ * for the kernel to fill) the element offset of each position of the
+ * broadcast index shape. */
+typedef struct tgl_adv_plan {
+    tgl_adv_layout lay;
+    int rnd;                       /* result ndim                          */
+    int64_t rshape[TGL_MAX_DIMS];  /* result shape                         */
+    int64_t nb;                    /* elements of the broadcast index shape */
+    int64_t *pos;                  /* nb element offsets into the target
+                                      (NULL here; the caller frees it)     */
+} tgl_adv_plan;
+
+/* The plan of advanced indexing node n, whose index arrays start at
+ * in[nfixed]: the result shape is x's pre axes, the index arrays'
+ * broadcast shape (an axis broadcasts when missing or declared
+ * broadcastable), x's post axes. */
+tgl_status tgl_adv_subtensor_plan(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
+                                  int nfixed, tgl_adv_plan *pl);
+
+#endif /* TGL_OPS_SUBTENSOR_H */
