@@ -3,7 +3,8 @@
 -- calls: a direct read of it from the host is killed by SIGSEGV (and the
 -- same read of a cpu array is not); a function compiled with
 -- device = 'sim' gives the cpu's values (training with updates, a loop, a
--- value-dependent shape, lazy ifelse); shared variables made while
+-- value-dependent shape, lazy ifelse); eager ops on sim arrays run there;
+-- shared variables made while
 -- device = 'sim' live there and read back right; inputs and outputs move
 -- automatically; a:cpu() and a.device as API.md ("Devices") says; a bad
 -- device is a clear error.  The op, property, whole-step and scan specs
@@ -156,6 +157,21 @@ describe('the sim device', function()
       assert.is_false(ok)
       assert.matches('no backend for device cuda', err)
     end
+  end)
+
+  it('runs eager ops on sim arrays on sim, host operands copied there', function()
+    on('sim', function()
+      local v = tgl.shared(tgl.array({ 1, 2, 3 }), 'v'):get_value { borrow = true }
+      for _, r in ipairs({ v + 1, 1 + v, v + tgl.array({ 1, 1, 1 }), tgl.array({ 1, 1, 1 }) + v }) do
+        assert.are.equal('sim', r.device)
+        assert.are.same({ 2, 3, 4 }, r:totable())
+      end
+      local s = tgl.sum(v * v)
+      assert.are.equal('sim', s.device)
+      assert.are.equal(14, s:totable())
+      assert.are.same({ { 1 }, { 2 }, { 3 } }, v:reshape(3, 1):totable())
+      assert.are.same({ 1, 2, 3 }, v:astype('float64'):totable())
+    end)
   end)
 
   it('is chosen only by name: a bad device is a clear error and changes nothing', function()

@@ -262,9 +262,10 @@ static tgl_status tgl_fused_run(tgl_ctx *ctx, const tgl_node *n, tgl_array *cons
                                 tgl_array *const *out, bool debug, void **cache)
 {
     const tgl_fprog *p = prog_of(ctx, n);
-    /* the device of the arrays: its kernel runs, scratch outputs go there */
+    /* the device of the arrays (all on one: the program's): its kernel
+     * runs, scratch outputs go there */
     int device = p->nin > 0 ? in[0]->device : TGL_DEVICE_CPU;
-    for (int k = 0; k < p->nout; k++)
+    for (int k = 0; k < p->nout && p->nin == 0; k++)
         if (out[k])
             device = out[k]->device;
     bool gen = tgl_backend_tier(p, device) > 0; /* the backend has kernel code */
