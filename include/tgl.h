@@ -324,9 +324,10 @@ TGL_API tgl_status tgl_node_input(tgl_ctx *ctx, tgl_type type, const char *name,
  * the graph).  Small equal constants (same dtype, shape and bits) are the
  * same node. */
 TGL_API tgl_status tgl_node_constant(tgl_ctx *ctx, tgl_array *value, tgl_node **out);
-/* A shared variable whose value starts as value (retained, not copied).
- * Its type is value's dtype and ndim; bcast sets broadcastable axes, which
- * must have size 1. */
+/* A shared variable whose value starts as value (retained, not copied;
+ * copied when value is not on the device of the context's `device`
+ * setting, where the variable lives).  Its type is value's dtype and ndim;
+ * bcast sets broadcastable axes, which must have size 1. */
 TGL_API tgl_status tgl_node_shared(tgl_ctx *ctx, tgl_array *value, uint32_t bcast,
                                    const char *name, tgl_node **out);
 /* The current value of a shared variable (a new reference). */
@@ -334,8 +335,8 @@ TGL_API tgl_status tgl_shared_get(tgl_ctx *ctx, const tgl_node *s, tgl_array **o
 /* Sets a shared variable's value.  The type must match: same dtype and
  * ndim, size 1 on broadcastable axes.  With the current shape, value's
  * elements are copied into the variable's storage (which it keeps, so
- * arrays borrowed from it see them); with a new shape, value (retained)
- * replaces it. */
+ * arrays borrowed from it see them); with a new shape, value (retained;
+ * a copy when it is on another device than the variable) replaces it. */
 TGL_API tgl_status tgl_shared_set(tgl_ctx *ctx, tgl_node *s, tgl_array *value);
 /* op applied to in[0..nin-1] with parameters p (NULL: none).  Type-checks
  * and infers the result type; returns the existing node when an identical

@@ -181,6 +181,10 @@ static void *sim_alloc(size_t nbytes)
     memmove(maps + at + 1, maps + at, (nmaps - at) * sizeof *maps);
     maps[at] = (mapping){(uintptr_t)p, len, false};
     nmaps++;
+    /* A block made inside one of the backend's calls (a kernel's scratch
+     * on its output's device) is that call's to use: open like the rest. */
+    if (depth > 0)
+        open_at(p);
     pthread_mutex_unlock(&lock);
     return p;
 }
