@@ -136,17 +136,20 @@ TGL_API int tgl_dtype_promote(int a, int b);
 /* Arrays                                                                   */
 /* ------------------------------------------------------------------------ */
 
-/* Where an array's elements live.  The numbers are part of the ABI.  Every
- * array made through this API today is a cpu array (host memory, data is
- * an ordinary pointer); a device array's data is that device's address and
- * must not be dereferenced on the host. */
+/* Where an array's elements live.  The numbers are part of the ABI.  The
+ * array constructors make cpu arrays (host memory, data is an ordinary
+ * pointer); a device array's data is that device's address and must not
+ * be dereferenced on the host.  sim is a simulated device for testing
+ * (doc/devices.md): host memory the host cannot read outside its
+ * backend's calls, so that any direct read of device memory crashes. */
 typedef enum tgl_device {
     TGL_DEVICE_CPU = 0,
     TGL_DEVICE_CUDA,
+    TGL_DEVICE_SIM,
     TGL_NDEVICES
 } tgl_device;
 
-/* "cpu", "cuda" for a device; NULL for an invalid one. */
+/* "cpu", "cuda", "sim" for a device; NULL for an invalid one. */
 TGL_API const char *tgl_device_name(int device);
 
 typedef struct tgl_storage tgl_storage;
@@ -216,6 +219,10 @@ TGL_API tgl_status tgl_array_transpose(tgl_ctx *ctx, tgl_array *a, const int *pe
                                        tgl_array **out);
 /* A new contiguous array holding a's elements converted to dtype. */
 TGL_API tgl_status tgl_array_copy(tgl_ctx *ctx, const tgl_array *a, int dtype, tgl_array **out);
+/* a on device: a itself (a new reference) when it is there already, else
+ * a new contiguous copy there, through the devices' backends; fails when
+ * this build has no backend for device. */
+TGL_API tgl_status tgl_array_to_device(tgl_ctx *ctx, tgl_array *a, int device, tgl_array **out);
 /* Copies src's elements into dst (same shape; dtypes may differ). */
 TGL_API tgl_status tgl_array_assign(tgl_ctx *ctx, tgl_array *dst, const tgl_array *src);
 /* Reads element idx[0..ndim-1] as a double. */
@@ -354,9 +361,10 @@ TGL_API tgl_status tgl_node_input(tgl_ctx *ctx, tgl_type type, const char *name,
  * the graph).  Small equal constants (same dtype, shape and bits) are the
  * same node. */
 TGL_API tgl_status tgl_node_constant(tgl_ctx *ctx, tgl_array *value, tgl_node **out);
-/* A shared variable whose value starts as value (retained, not copied).
- * Its type is value's dtype and ndim; bcast sets broadcastable axes, which
- * must have size 1. */
+/* A shared variable whose value starts as value (retained, not copied;
+ * copied when value is not on the device of the context's `device`
+ * setting, where the variable lives).  Its type is value's dtype and ndim;
+ * bcast sets broadcastable axes, which must have size 1. */
 TGL_API tgl_status tgl_node_shared(tgl_ctx *ctx, tgl_array *value, uint32_t bcast,
                                    const char *name, tgl_node **out);
 /* The current value of a shared variable (a new reference). */
@@ -364,8 +372,8 @@ TGL_API tgl_status tgl_shared_get(tgl_ctx *ctx, const tgl_node *s, tgl_array **o
 /* Sets a shared variable's value.  The type must match: same dtype and
  * ndim, size 1 on broadcastable axes.  With the current shape, value's
  * elements are copied into the variable's storage (which it keeps, so
- * arrays borrowed from it see them); with a new shape, value (retained)
- * replaces it. */
+ * arrays borrowed from it see them); with a new shape, value (retained;
+ * a copy when it is on another device than the variable) replaces it. */
 TGL_API tgl_status tgl_shared_set(tgl_ctx *ctx, tgl_node *s, tgl_array *value);
 /* op applied to in[0..nin-1] with parameters p (NULL: none).  Type-checks
  * and infers the result type; returns the existing node when an identical
@@ -539,6 +547,8 @@ TGL_API tgl_status tgl_scan(tgl_ctx *ctx, const tgl_scan_spec *spec, const char 
  *                    to store their kernels (0 to 3600; default 5)
  *   whole_step       on | off | bound: bind straight-line programs to fixed
  *                    buffers (and generate their C, but for bound)
+ *   device           cpu | sim (| cuda when built): where functions compiled
+ *                    afterwards run and new shared variables live
  * Unknown keys and bad values fail with TGL_EINVAL. */
 TGL_API tgl_status tgl_config_set(tgl_ctx *ctx, const char *key, const char *value);
 /* The current value of a setting as text (NULL for an unknown key). */
@@ -548,7 +558,7 @@ TGL_API int tgl_config_count(void);
 TGL_API const char *tgl_config_key(int i);
 /* NULL when every TGL_* environment variable the context read when it was
  * made (TGL_FLOATX, TGL_EXCLUDE, TGL_NUM_THREADS, TGL_CC, TGL_CFLAGS,
- * TGL_CACHE_DIR, TGL_COMPILE) was valid or unset; otherwise a message with
+ * TGL_CACHE_DIR, TGL_COMPILE, TGL_DEVICE) was valid or unset; otherwise a message with
  * one line per bad variable, naming it, its value and the accepted values
  * (the setting then keeps its default).  Owned by the context. */
 TGL_API const char *tgl_config_env_error(tgl_ctx *ctx);

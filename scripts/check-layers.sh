@@ -3,14 +3,15 @@
 # checked on the source text (no build needed; CI runs it first):
 #
 #   engine   no file under src/engine includes a header of src/cgen,
-#            src/cpu, src/cuda, src/scan or src/rop, or names one of their
+#            src/cpu, src/cuda, src/sim, src/scan or src/rop, or names one of their
 #            symbols: a name with their prefix (tgl_cgen_, tgl_cpu_,
-#            tgl_cuda_, tgl_scan_, tgl_rop_), a function or object their
+#            tgl_cuda_, tgl_sim_, tgl_scan_, tgl_rop_), a function or object their
 #            headers declare, or one their .c files define for other files.
 #            Features and backends plug in through tables (the op catalog,
 #            src/backends.c); the engine never calls them by name.
-#   backend  the backends do not know each other: src/cpu includes nothing
-#            of src/cuda and names none of its symbols, and the reverse.
+#   backend  the backends do not know each other: none of src/cpu,
+#            src/cuda and src/sim includes anything of another or names
+#            one of its symbols.
 #   io       src/io knows no graph: it includes no graph header of
 #            src/engine (graph.h, program.h, fprog.h, ops/, opt/) and names
 #            no tgl_node.
@@ -30,8 +31,8 @@ root=${1:-$(cd "$(dirname "$0")/.." && pwd)}
 cd "$root"
 exec perl -e '
 use strict; use warnings;
-my %feature = map { $_ => 1 } qw(cgen cpu cuda scan rop);
-my @backends = qw(cpu cuda);
+my %feature = map { $_ => 1 } qw(cgen cpu cuda sim scan rop);
+my @backends = qw(cpu cuda sim);
 
 # The file as code: comments and string/char literals blanked, newlines
 # kept, so that line numbers stay right.

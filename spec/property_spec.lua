@@ -701,7 +701,7 @@ local function run_case(seed)
         if not same_bits(in_copy[i], a) then fail(('%s: input %d was written into'):format(where, i), f) end
       end
       for i, s in ipairs(g.shared) do
-        if not same_bits(sh_copy[i], s.var:get_value { borrow = true }) then
+        if not same_bits(sh_copy[i], s.var:get_value { borrow = true }:cpu()) then
           fail(('%s: shared variable %s changed'):format(where, s.var.name), f)
         end
       end
@@ -761,7 +761,10 @@ describe('random elementwise and reduction graphs', function()
     if stats.cases_run >= 20 then
       assert.is_true(stats.max_fused_results > 16,
         'no fused instruction had more than 16 results (at most ' .. stats.max_fused_results .. ')')
-      assert.is_true(stats.generated > 0, 'no case reached a generated whole step')
+      -- (the sim device runs no generated whole steps: doc/devices.md)
+      if tgl.config.device == 'cpu' then
+        assert.is_true(stats.generated > 0, 'no case reached a generated whole step')
+      end
     end
   end)
 end)

@@ -7,8 +7,11 @@
  * forget to call, and no mutable global state.
  */
 #include "cpu/backend_cpu.h"
+#include "sim/backend_sim.h"
 
-/* A CUDA backend goes in its slot when built. */
+/* A CUDA backend goes in its slot when built; sim (a device for tests)
+ * is in every build. */
 const tgl_backend *const tgl_backends[TGL_NDEVICES] = {
     [TGL_DEVICE_CPU] = &tgl_backend_cpu,
+    [TGL_DEVICE_SIM] = &tgl_backend_sim,
 };

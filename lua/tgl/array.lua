@@ -17,7 +17,7 @@ local methods = {}
 local hooks = {}
 M.methods, M.hooks = methods, hooks
 -- Fields an array shows through `.` besides its methods (for REPL completion).
-M.fields = { dtype = true }
+M.fields = { dtype = true, device = true }
 
 -- Dtype ids by name and names by id, from the engine (tgl_dtype, tgl.h).
 local DTYPE, DTYPE_NAME = {}, {}
@@ -61,6 +61,13 @@ local function host_ptr(fname, a)
 end
 
 local out_array = core.out_array_t
+
+-- A host copy of a device array, through its backend; errors name fname.
+local function host_copy(fname, a)
+  local out = out_array()
+  check(C.tgl_array_to_device(core.ctx, a.p, 0, out), fname)
+  return core.wrap(out[0])
+end
 local dims_t = ffi.typeof('int64_t[$]', MAX_DIMS)
 local shape_buf, strides_buf, idx_buf = dims_t(), dims_t(), dims_t()
 local perm_buf = ffi.typeof('int[$]', MAX_DIMS)()
@@ -384,6 +391,8 @@ end
 -- Nested tables of Lua values (numbers; booleans for bool arrays).  A 0-d
 -- array gives its number.
 function methods.totable(a)
+  -- a device array's elements are read from a host copy
+  if a.p.device ~= DEVICE_CPU then return methods.totable(host_copy('totable', a)) end
   host_ptr('totable', a)
   local nd = a.p.ndim
   if nd == 0 then return read(a, 0) end
@@ -398,6 +407,19 @@ function methods.totable(a)
     return t
   end
   return build(0, 0)
+end
+
+-- a on the host: a itself for a cpu array, else a copy (API.md, "Devices").
+function methods.cpu(a)
+  if a.p.device == DEVICE_CPU then return a end
+  return host_copy('cpu', a)
+end
+
+-- a on the GPU (tgl built with CUDA): a itself there, else a copy.
+function methods.cuda(a)
+  local out = out_array()
+  check(C.tgl_array_to_device(core.ctx, a.p, C.TGL_DEVICE_CUDA, out), 'cuda')
+  return core.wrap(out[0])
 end
 
 function methods.clone(a)
@@ -557,8 +579,12 @@ function M.tostring(a)
   local nd = a.p.ndim
   local footer = string.format(a.p.ndim == 0 and '[tgl.array %s %s]' or '[tgl.array %s of %s]',
                                DTYPE_NAME[a.p.dtype_id], shape_string(a))
-  -- Device memory is not read from Lua: the type, shape and place only.
-  if a.p.device ~= DEVICE_CPU then return footer:sub(1, -2) .. ' on ' .. device_name(a.p.device) .. ']' end
+  -- Device memory is not read from Lua: a host copy is printed, with the
+  -- place (the type, shape and place only when there is no copy to make).
+  if a.p.device ~= DEVICE_CPU then
+    local ok, h = pcall(host_copy, 'tostring', a)
+    return (ok and M.tostring(h) or footer):sub(1, -2) .. ' on ' .. device_name(a.p.device) .. ']'
+  end
   if a.p._size == 0 then return '[empty]\n' .. footer end
   local elide = tonumber(a.p._size) > PRINT_THRESHOLD
   local fmt = formatter(a, elide)
@@ -647,6 +673,7 @@ local mt = {
     local m = methods[k]
     if m ~= nil then return m end
     if k == 'dtype' then return DTYPE_NAME[a.p.dtype_id] end
+    if k == 'device' then return device_name(a.p.device) end
     local h = hooks.__index
     if h then return h(a, k) end
     if type(k) == 'string' then

@@ -110,10 +110,12 @@ local function call(self, ...)
           core.user_level())
   end
   local nout = self.nout
-  if nout == 1 then return core.wrap(outs[0]) end
   if nout == 0 then return end
+  -- A function on a device returns host arrays (API.md, "Devices").
+  local host = outs[0].device ~= C.TGL_DEVICE_CPU
+  if nout == 1 then return host and core.wrap(outs[0]):cpu() or core.wrap(outs[0]) end
   local r = {}
-  for i = 1, nout do r[i] = core.wrap(outs[i - 1]) end
+  for i = 1, nout do r[i] = core.wrap(outs[i - 1]); if host then r[i] = r[i]:cpu() end end
   return unpack(r, 1, nout)
 end
 
@@ -160,7 +162,7 @@ end
 function Function:output(i)
   local out = core.out_array_t()
   check(C.tgl_function_output(core.ctx, self._fn, (i or 1) - 1, out), 'output')
-  return core.wrap(out[0])
+  return core.wrap(out[0]):cpu()
 end
 
 function Function:__tostring()

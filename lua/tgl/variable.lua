@@ -61,7 +61,8 @@ local function need_shared(fname, x)
   if kind(x) ~= KIND.shared then argerror(fname, 'only shared variables have a value') end
 end
 
--- W:get_value() -> a copy; W:get_value{borrow=true} -> the array itself.
+-- W:get_value() -> a copy (on the host); W:get_value{borrow=true} -> the
+-- array itself (on the variable's device).
 local BORROW = { borrow = 'boolean' }
 function vmethods.get_value(x, opts)
   need_shared('get_value', x)
@@ -70,6 +71,7 @@ function vmethods.get_value(x, opts)
   local a = core.wrap(out[0])
   opts = core.check_options('get_value', opts, BORROW)
   if opts.borrow then return a end
+  if a.p.device ~= C.TGL_DEVICE_CPU then return a:cpu() end
   return a:clone()
 end
 

@@ -232,7 +232,7 @@ static inline void run_prog(tgl_ctx *ctx, tgl_fprog *p, const char *mode, tgl_ar
 {
     set(ctx, "compile", mode);
     assert_ok(ctx, tgl_backend_prepare(ctx, TGL_DEVICE_CPU, p));
-    tgl_kernel_fn fn = tgl_cgen_kernel_fn(p->kernel);
+    tgl_kernel_fn fn = tgl_cgen_kernel_fn(p->kernel[TGL_DEVICE_CPU]);
     if (!fn)
         fail_msg("no kernel after prepare (%s)", mode);
     int64_t space[TGL_MAX_DIMS];
@@ -256,7 +256,7 @@ static inline void run_prog(tgl_ctx *ctx, tgl_fprog *p, const char *mode, tgl_ar
             assert_ok(ctx, tgl_array_empty(ctx, p->out_type[k].dtype, p->ndim, space, &out[k]));
         }
     }
-    assert_ok(ctx, tgl_backend_launch(ctx, p, in, out, NULL));
+    assert_ok(ctx, tgl_backend_launch(ctx, p, TGL_DEVICE_CPU, in, out, NULL));
 }
 
 static inline void release_all(tgl_array **a, int n)

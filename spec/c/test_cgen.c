@@ -75,7 +75,7 @@ static void check_cases(tgl_ctx *ctx, pb *b, tgl_array **in, tgl_array **sin, ca
         for (int s = 0; s < 2; s++) {
             tgl_array *out[64] = {NULL};
             run_prog(ctx, &b->p, modes[m], s ? sin : in, out);
-            assert_int_equal(tgl_backend_tier(&b->p), m + 1);
+            assert_int_equal(tgl_backend_tier(&b->p, TGL_DEVICE_CPU), m + 1);
             for (int k = 0; k < ncase; k++) {
                 char msg[160];
                 snprintf(msg, sizeof msg, "%s %s %s->%s (%s, %s)", what,
@@ -401,7 +401,7 @@ static void empty_spaces_and_empty_reductions(void **state)
         set(CTX, "compile", "tcc");
         assert_ok(CTX, tgl_backend_prepare(CTX, TGL_DEVICE_CPU, &b.p));
         assert_ok(CTX, tgl_array_empty(CTX, TGL_FLOAT64, 1, &shape[1], &out));
-        tgl_status st = tgl_backend_launch(CTX, &b.p, &x, &out, NULL);
+        tgl_status st = tgl_backend_launch(CTX, &b.p, TGL_DEVICE_CPU, &x, &out, NULL);
         if (op == TGL_OP_SUM) {
             assert_int_equal(st, TGL_OK);
             for (int i = 0; i < 5; i++)

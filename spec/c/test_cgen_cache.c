@@ -42,10 +42,10 @@ static void tcc_and_cc_tiers_give_identical_results(void **state)
     tgl_array *in[2], *got[2][1] = {{NULL}, {NULL}};
     exact_inputs(CTX, in);
     run_prog(CTX, &b.p, "tcc", in, got[0]);
-    assert_int_equal(tgl_backend_tier(&b.p), 1);
+    assert_int_equal(tgl_backend_tier(&b.p, TGL_DEVICE_CPU), 1);
     tgl_backend_release(&b.p);
     run_prog(CTX, &b.p, "cc", in, got[1]);
-    assert_int_equal(tgl_backend_tier(&b.p), 2);
+    assert_int_equal(tgl_backend_tier(&b.p, TGL_DEVICE_CPU), 2);
     expect_match(got[1][0], got[0][0], 0, "cc vs libtcc");
     tgl_backend_release(&b.p);
     tgl_array *all[] = {in[0], in[1], got[0][0], got[1][0]};
@@ -60,19 +60,19 @@ static void tiered_mode_swaps_in_cc_code(void **state)
     tgl_array *in[2], *got[2][1] = {{NULL}, {NULL}};
     exact_inputs(CTX, in);
     run_prog(CTX, &b.p, "tiered", in, got[0]);
-    tgl_kernel_fn first = tgl_cgen_kernel_fn(b.p.kernel);
+    tgl_kernel_fn first = tgl_cgen_kernel_fn(b.p.kernel[TGL_DEVICE_CPU]);
     /* gcc takes tens of milliseconds; prepare returned in well under one */
-    assert_int_equal(tgl_backend_tier(&b.p), 1);
-    tgl_backend_wait(&b.p);
-    assert_int_equal(tgl_backend_tier(&b.p), 2);
-    assert_true(tgl_cgen_kernel_fn(b.p.kernel) != first);
+    assert_int_equal(tgl_backend_tier(&b.p, TGL_DEVICE_CPU), 1);
+    tgl_backend_wait(&b.p, TGL_DEVICE_CPU);
+    assert_int_equal(tgl_backend_tier(&b.p, TGL_DEVICE_CPU), 2);
+    assert_true(tgl_cgen_kernel_fn(b.p.kernel[TGL_DEVICE_CPU]) != first);
     run_prog(CTX, &b.p, "tiered", in, got[1]);
     expect_match(got[1][0], got[0][0], 0, "after the swap");
     tgl_backend_release(&b.p);
     /* Now cached: tiered goes straight to the cc code. */
     tgl_array_release(got[1][0]);
     run_prog(CTX, &b.p, "tiered", in, got[1]);
-    assert_int_equal(tgl_backend_tier(&b.p), 2);
+    assert_int_equal(tgl_backend_tier(&b.p, TGL_DEVICE_CPU), 2);
     tgl_backend_release(&b.p);
     tgl_array *all[] = {in[0], in[1], got[0][0], got[1][0]};
     release_all(all, 4);
@@ -119,8 +119,8 @@ static void background_compiles_share_a_bounded_set_of_workers(void **state)
     tgl_array *in[2];
     exact_inputs(CTX, in);
     for (int i = 0; i < N; i += 2) {
-        tgl_backend_wait(&bs[i].p);
-        assert_int_equal(tgl_backend_tier(&bs[i].p), 2);
+        tgl_backend_wait(&bs[i].p, TGL_DEVICE_CPU);
+        assert_int_equal(tgl_backend_tier(&bs[i].p, TGL_DEVICE_CPU), 2);
         tgl_array *got[1] = {NULL}, *ref[1] = {NULL};
         run_prog(CTX, &bs[i].p, "tiered", in, got);
         tgl_backend_release(&bs[i].p);
@@ -146,11 +146,11 @@ static void release_does_not_wait_for_the_background_compile(void **state)
     exact_prog(&b, 8);
     set(CTX, "compile", "tiered");
     assert_ok(CTX, tgl_backend_prepare(CTX, TGL_DEVICE_CPU, &b.p));
-    assert_int_equal(tgl_backend_tier(&b.p), 1);
+    assert_int_equal(tgl_backend_tier(&b.p, TGL_DEVICE_CPU), 1);
     double t0 = now_ms();
     tgl_backend_release(&b.p);
     double t = now_ms() - t0;
-    assert_null(b.p.kernel);
+    assert_null(b.p.kernel[TGL_DEVICE_CPU]);
     /* gcc needs tens of milliseconds for any kernel */
     if (t > 10)
         fail_msg("release took %.1f ms", t);
@@ -168,7 +168,7 @@ static double prepare_exact(void **state, tgl_ctx *ctx, double k)
     double t0 = now_ms();
     assert_ok(ctx, tgl_backend_prepare(ctx, TGL_DEVICE_CPU, &b.p));
     double t = now_ms() - t0;
-    assert_int_equal(tgl_backend_tier(&b.p), 2);
+    assert_int_equal(tgl_backend_tier(&b.p, TGL_DEVICE_CPU), 2);
     tgl_array *in[2], *got[1] = {NULL}, *ref[1] = {NULL};
     exact_inputs(ctx, in);
     run_prog(ctx, &b.p, "sync", in, got);
@@ -265,7 +265,7 @@ static void two_processes_compile_the_same_kernel(void **state)
         tgl_config_set(ctx, "cc", F->cc);
         tgl_config_set(ctx, "compile", "sync");
         tgl_config_set(ctx, "threads", "1");
-        if (tgl_backend_prepare(ctx, TGL_DEVICE_CPU, &b.p) != TGL_OK || tgl_backend_tier(&b.p) != 2)
+        if (tgl_backend_prepare(ctx, TGL_DEVICE_CPU, &b.p) != TGL_OK || tgl_backend_tier(&b.p, TGL_DEVICE_CPU) != 2)
             _exit(3);
         tgl_array *in[2], *out = NULL;
         int64_t n = 4;
@@ -273,7 +273,7 @@ static void two_processes_compile_the_same_kernel(void **state)
         tgl_array_full(ctx, TGL_FLOAT64, 1, &n, -5.0, &in[1]);
         tgl_array_empty(ctx, TGL_FLOAT64, 1, &n, &out);
         /* max(2 * -5 + 7 - floor(2 / 2), -5) = -4 */
-        if (tgl_backend_launch(ctx, &b.p, in, &out, NULL) != TGL_OK ||
+        if (tgl_backend_launch(ctx, &b.p, TGL_DEVICE_CPU, in, &out, NULL) != TGL_OK ||
             ((double *)out->data)[3] != -4.0)
             _exit(4);
         _exit(0);
@@ -364,13 +364,13 @@ static void missing_compiler_falls_back_with_one_warning(void **state)
     exact_prog(&b, 20);
     set(CTX, "compile", "sync");
     tgl_status st1 = tgl_backend_prepare(CTX, TGL_DEVICE_CPU, &b.p);
-    int tier1 = tgl_backend_tier(&b.p);
-    tgl_kernel_fn fn1 = tgl_cgen_kernel_fn(b.p.kernel);
+    int tier1 = tgl_backend_tier(&b.p, TGL_DEVICE_CPU);
+    tgl_kernel_fn fn1 = tgl_cgen_kernel_fn(b.p.kernel[TGL_DEVICE_CPU]);
     tgl_backend_release(&b.p);
     set(CTX, "compile", "tiered");
     tgl_status st2 = tgl_backend_prepare(CTX, TGL_DEVICE_CPU, &b.p);
-    tgl_backend_wait(&b.p);
-    int tier2 = tgl_backend_tier(&b.p);
+    tgl_backend_wait(&b.p, TGL_DEVICE_CPU);
+    int tier2 = tgl_backend_tier(&b.p, TGL_DEVICE_CPU);
     tgl_backend_release(&b.p);
     fflush(stderr);
     dup2(saved, 2);
@@ -402,10 +402,10 @@ static void compiler_failure_is_an_internal_error(void **state)
     const char *msg = tgl_ctx_error(CTX);
     assert_non_null(strstr(msg, "does not compile"));
     assert_non_null(strstr(msg, "-fno-such-flag-tgl"));
-    assert_null(tgl_cgen_kernel_fn(b.p.kernel));
+    assert_null(tgl_cgen_kernel_fn(b.p.kernel[TGL_DEVICE_CPU]));
     set(CTX, "cflags", "-O2");
     assert_ok(CTX, tgl_backend_prepare(CTX, TGL_DEVICE_CPU, &b.p));
-    assert_int_equal(tgl_backend_tier(&b.p), 2);
+    assert_int_equal(tgl_backend_tier(&b.p, TGL_DEVICE_CPU), 2);
     tgl_backend_release(&b.p);
     /* A program the renderer cannot express. */
     pb_init(&b, 1);
@@ -458,15 +458,15 @@ static void settings_and_interrupts_reach_the_backend(void **state)
     volatile int flag = 1;
     tgl_ctx_set_interrupt_flag(CTX, &flag);
     assert_true(o->interrupt == &flag);
-    assert_int_equal(tgl_backend_launch(CTX, &b.p, in, out, NULL), TGL_EINTERRUPT);
+    assert_int_equal(tgl_backend_launch(CTX, &b.p, TGL_DEVICE_CPU, in, out, NULL), TGL_EINTERRUPT);
     assert_string_equal(tgl_ctx_error(CTX), "interrupted");
     tgl_ctx_set_interrupt_flag(CTX, NULL);
-    assert_ok(CTX, tgl_backend_launch(CTX, &b.p, in, out, NULL));
+    assert_ok(CTX, tgl_backend_launch(CTX, &b.p, TGL_DEVICE_CPU, in, out, NULL));
     /* The kernel's head names the backend that made it. */
-    assert_true(b.p.kernel->backend == &tgl_backend_cpu);
-    assert_int_equal(b.p.kernel->tier, 1);
+    assert_true(b.p.kernel[TGL_DEVICE_CPU]->backend == &tgl_backend_cpu);
+    assert_int_equal(b.p.kernel[TGL_DEVICE_CPU]->tier, 1);
     tgl_backend_release(&b.p);
-    assert_int_equal(tgl_backend_tier(&b.p), 0);
+    assert_int_equal(tgl_backend_tier(&b.p, TGL_DEVICE_CPU), 0);
     tgl_array *all[] = {in[0], in[1], out[0]};
     release_all(all, 3);
 }

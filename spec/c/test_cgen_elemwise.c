@@ -96,7 +96,7 @@ static void check(tgl_ctx *ctx, pb *b, tgl_array **in, tgl_array **sin, case_ *c
         for (int s = 0; s < 2; s++) {
             tgl_array *out[64] = {NULL};
             run_prog(ctx, &b->p, modes[m], s ? sin : in, out);
-            assert_int_equal(tgl_backend_tier(&b->p), m + 1);
+            assert_int_equal(tgl_backend_tier(&b->p, TGL_DEVICE_CPU), m + 1);
             for (int k = 0; k < ncase; k++) {
                 char msg[160];
                 snprintf(msg, sizeof msg, "%s %s (%s, %s)", tgl_op_name(cs[k].op), what,

@@ -85,7 +85,11 @@ tgl_status tgl_cgen_render_step(const tgl_step_item *items, int n, const char *s
  * 'sync'/'cc': now; 'tcc': never). */
 tgl_status tgl_cgen_step_prepare(const tgl_backend_opts *o, const tgl_step_item *items, int n,
                                  tgl_kernel_ref **out, tgl_errbuf *err);
-/* backend.step_code. */
+/* The generated function of a whole step, as step_run (backend.h) calls
+ * it: 0 when done, else the nonzero status a callback returned. */
+typedef int (*tgl_step_fn)(void *const *D, void *env, tgl_step_cb cb);
+/* The code of a prepared whole step, NULL until it is ready (the CPU
+ * backend's step_run calls it). */
 tgl_step_fn tgl_cgen_step_code(const tgl_kernel_ref *k);
 
 /* Deletes every entry of the kernel cache (o->cache_dir, else

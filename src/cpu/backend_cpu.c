@@ -312,6 +312,15 @@ static tgl_status cpu_prepare(const tgl_backend_opts *o, const tgl_fprog *prog,
     return tgl_cgen_compile(o, &tgl_backend_cpu, prog, out, err);
 }
 
+/* ---- whole steps ----------------------------------------------------------------- */
+
+/* The step's generated C function, kept in the handle by src/cgen. */
+static int cpu_step_run(tgl_kernel_ref *k, void *const *D, void *env, tgl_step_cb cb)
+{
+    tgl_step_fn fn = tgl_cgen_step_code(k);
+    return fn ? fn(D, env, cb) : TGL_STEP_NOT_READY;
+}
+
 const tgl_backend tgl_backend_cpu = {
     .name = "cpu",
     .device = TGL_DEVICE_CPU,
@@ -336,7 +345,8 @@ const tgl_backend tgl_backend_cpu = {
     .launch_cache_free = tgl_cgen_launch_cache_free,
     .step_inlinable = tgl_cgen_step_inlinable,
     .step_prepare = tgl_cgen_step_prepare,
-    .step_code = tgl_cgen_step_code,
+    .step_run = cpu_step_run,
+    .step_free = tgl_cgen_kernel_release,
     .cache_clear = tgl_cgen_cache_clear,
     .cache_info = tgl_cgen_cache_info,
     .flush = tgl_cgen_flush,

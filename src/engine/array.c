@@ -605,10 +605,67 @@ static tgl_status transfer(tgl_ctx *ctx, const char *fn, tgl_array *dst, const t
     return st ? tgl_errbuf_take(ctx, st, &e) : TGL_OK;
 }
 
+static tgl_status copy_elements(tgl_ctx *ctx, const char *fn, tgl_array *dst,
+                                const tgl_array *src);
+
+/* A cpu array laid out as a (same shape, strides and offset) over a host
+ * copy of a's whole storage; a itself (retained) when it is a cpu array. */
+static tgl_status host_mirror(tgl_ctx *ctx, const char *fn, const tgl_array *a, tgl_array **out)
+{
+    if (a->device == TGL_DEVICE_CPU) {
+        tgl_array_retain((tgl_array *)a);
+        *out = (tgl_array *)a;
+        return TGL_OK;
+    }
+    const tgl_backend *be;
+    tgl_status st = tgl_backend_check(ctx, fn, a, &be);
+    if (st)
+        return st;
+    size_t es = tgl_dtype_size(a->dtype_id);
+    int64_t n = (int64_t)(a->storage->nbytes / es);
+    tgl_array *buf = NULL;
+    if ((st = tgl_array_alloc(ctx, fn, a->dtype_id, 1, &n, false, &buf)))
+        return st;
+    tgl_errbuf e;
+    if ((st = be->copy_to_host(buf->data, a->storage->base, (size_t)n * es, &e))) {
+        tgl_array_release(buf);
+        return tgl_errbuf_take(ctx, st, &e);
+    }
+    int64_t off = ((char *)a->data - (char *)a->storage->base) / (int64_t)es;
+    st = tgl_array_view(ctx, buf, a->ndim, a->shape, a->strides, off, out);
+    tgl_array_release(buf);
+    return st;
+}
+
+/* copy_elements for a device array that is not a plain copy: through host
+ * mirrors of both storages, the destination's written back whole.  Slow,
+ * and only for what has no device kernel (a strided or converting copy on
+ * a device: printing a transposed view, an output that aliases). */
+static tgl_status copy_staged(tgl_ctx *ctx, const char *fn, tgl_array *dst, const tgl_array *src)
+{
+    tgl_array *hs = NULL, *hd = NULL;
+    tgl_status st = host_mirror(ctx, fn, src, &hs);
+    if (!st)
+        st = host_mirror(ctx, fn, dst, &hd);
+    if (!st)
+        st = copy_elements(ctx, fn, hd, hs);
+    if (!st && dst->device != TGL_DEVICE_CPU) {
+        const tgl_backend *be = tgl_backend_get(dst->device);
+        tgl_errbuf e;
+        if ((st = be->copy_from_host(dst->storage->base, hd->storage->base, dst->storage->nbytes,
+                                     &e)))
+            st = tgl_errbuf_take(ctx, st, &e);
+    }
+    tgl_array_release(hs);
+    tgl_array_release(hd);
+    return st;
+}
+
 /* Copies src into dst elementwise (same shape), converting dtypes.  Equal
  * dtypes copy bytes, so int64 and NaN payloads survive exactly.  A whole
  * copy (same dtype, both contiguous) goes through the backends, on any
- * devices; the element loops run on the host, for cpu arrays. */
+ * devices; the element loops run on the host, for cpu arrays, and
+ * through host mirrors for device ones (copy_staged). */
 static tgl_status copy_elements(tgl_ctx *ctx, const char *fn, tgl_array *dst,
                                 const tgl_array *src)
 {
@@ -618,9 +675,14 @@ static tgl_status copy_elements(tgl_ctx *ctx, const char *fn, tgl_array *dst,
     size_t es = tgl_dtype_size(dt);
     if (dt == st && tgl_array_is_contiguous(dst) && tgl_array_is_contiguous(src))
         return transfer(ctx, fn, dst, src, (size_t)src->size * es);
-    tgl_status rc;
-    if ((rc = tgl_array_require_host(ctx, fn, dst)) || (rc = tgl_array_require_host(ctx, fn, src)))
-        return rc;
+    if (dst->device != TGL_DEVICE_CPU || src->device != TGL_DEVICE_CPU) {
+        const tgl_backend *be;
+        tgl_status rc;
+        if ((rc = tgl_backend_check(ctx, fn, dst, &be)) ||
+            (rc = tgl_backend_check(ctx, fn, src, &be)))
+            return rc;
+        return copy_staged(ctx, fn, dst, src);
+    }
     char *dp = dst->data;
     const char *sp = src->data;
     if (dt == st) {
@@ -657,6 +719,33 @@ tgl_status tgl_array_copy(tgl_ctx *ctx, const tgl_array *a, int dtype, tgl_array
     }
     *out = c;
     return TGL_OK;
+}
+
+tgl_status tgl_array_on_device(tgl_ctx *ctx, const char *fn, tgl_array *a, int device,
+                               tgl_array **out)
+{
+    if (a->device == device) {
+        tgl_array_retain(a);
+        *out = a;
+        return TGL_OK;
+    }
+    tgl_array *c = NULL;
+    tgl_status st = tgl_array_alloc_on(ctx, fn, device, a->dtype_id, a->ndim, a->shape, false, &c);
+    if (st)
+        return st;
+    if ((st = copy_elements(ctx, fn, c, a))) {
+        tgl_array_release(c);
+        return st;
+    }
+    *out = c;
+    return TGL_OK;
+}
+
+tgl_status tgl_array_to_device(tgl_ctx *ctx, tgl_array *a, int device, tgl_array **out)
+{
+    TGL_CHECK_CTX(ctx);
+    TGL_CHECK(a && out, TGL_EINVAL, "tgl_array_to_device: NULL argument");
+    return tgl_array_on_device(ctx, "tgl_array_to_device", a, device, out);
 }
 
 /* "2x3" for a's shape, "scalar" for 0-d. */

@@ -21,6 +21,7 @@
 static const char *const device_names[TGL_NDEVICES] = {
     [TGL_DEVICE_CPU] = "cpu",
     [TGL_DEVICE_CUDA] = "cuda",
+    [TGL_DEVICE_SIM] = "sim",
 };
 
 const char *tgl_device_name(int device)
@@ -109,6 +110,38 @@ tgl_status tgl_array_require_host(tgl_ctx *ctx, const char *fn, const tgl_array 
                              name ? name : "(invalid)");
 }
 
+tgl_status tgl_array_read_elem(tgl_ctx *ctx, const tgl_array *a, int64_t off, void *elem)
+{
+    size_t es = tgl_dtype_size(a->dtype_id);
+    const char *p = (const char *)a->data + off * (int64_t)es;
+    if (a->device == TGL_DEVICE_CPU) {
+        memcpy(elem, p, es);
+        return TGL_OK;
+    }
+    const tgl_backend *be;
+    tgl_status st = tgl_backend_check(ctx, "tgl_array_read_elem", a, &be);
+    if (st)
+        return st;
+    tgl_errbuf e;
+    if ((st = be->copy_to_host(elem, p, es, &e)))
+        return tgl_errbuf_take(ctx, st, &e);
+    return TGL_OK;
+}
+
+tgl_status tgl_array_load(tgl_ctx *ctx, const tgl_array *a, int64_t off, double *out)
+{
+    if (a->device == TGL_DEVICE_CPU) {
+        *out = tgl_load_as_double(a->dtype_id, a->data, off);
+        return TGL_OK;
+    }
+    unsigned char elem[8];
+    tgl_status st = tgl_array_read_elem(ctx, a, off, elem);
+    if (st)
+        return st;
+    *out = tgl_load_as_double(a->dtype_id, elem, 0);
+    return TGL_OK;
+}
+
 tgl_status tgl_array_scalar(tgl_ctx *ctx, const tgl_array *a, double *out)
 {
     if (a->device == TGL_DEVICE_CPU) {
@@ -144,12 +177,9 @@ tgl_status tgl_backend_prepare(tgl_ctx *ctx, int device, tgl_fprog *prog)
     TGL_CHECK(prog, TGL_EINVAL, "tgl_backend_prepare: NULL program");
     const tgl_backend *be = tgl_backend_get(device);
     TGL_CHECK(be, TGL_EINVAL, "tgl_backend_prepare: no backend for device %d", device);
-    if (prog->kernel) {
-        /* One kernel per program, however many functions use it. */
-        TGL_CHECK(prog->kernel->backend == be, TGL_EINTERNAL,
-                  "fused program %d already has a %s kernel, not a %s one", prog->id,
-                  prog->kernel->backend->name, be->name);
-        prog->kernel_users++;
+    if (prog->kernel[device]) {
+        /* One kernel per program and device, however many functions use it. */
+        prog->kernel_users[device]++;
         return TGL_OK;
     }
     tgl_errbuf e;
@@ -157,57 +187,65 @@ tgl_status tgl_backend_prepare(tgl_ctx *ctx, int device, tgl_fprog *prog)
     tgl_status st = be->prepare(&ctx->backend_opts, prog, &k, &e);
     if (st)
         return tgl_errbuf_take(ctx, st, &e);
-    prog->kernel = k;
-    prog->kernel_users = 1;
+    prog->kernel[device] = k;
+    prog->kernel_users[device] = 1;
     __atomic_add_fetch(&live_kernels, 1, __ATOMIC_RELAXED);
     return TGL_OK;
 }
 
-void tgl_backend_unuse(tgl_fprog *prog)
+/* Frees prog's kernel on device, if any. */
+static void release_on(tgl_fprog *prog, int device)
 {
-    if (prog && prog->kernel_users > 0 && --prog->kernel_users == 0)
-        tgl_backend_release(prog);
+    tgl_kernel_ref *k = prog->kernel[device];
+    if (k) {
+        prog->kernel[device] = NULL;
+        prog->kernel_users[device] = 0;
+        k->backend->release(k);
+        __atomic_sub_fetch(&live_kernels, 1, __ATOMIC_RELAXED);
+    }
 }
 
-int tgl_backend_tier(const tgl_fprog *prog)
+void tgl_backend_unuse(tgl_fprog *prog, int device)
 {
-    const tgl_kernel_ref *k = prog ? prog->kernel : NULL;
+    if (prog && prog->kernel_users[device] > 0 && --prog->kernel_users[device] == 0)
+        release_on(prog, device);
+}
+
+int tgl_backend_tier(const tgl_fprog *prog, int device)
+{
+    const tgl_kernel_ref *k = prog ? prog->kernel[device] : NULL;
     return k ? __atomic_load_n(&k->tier, __ATOMIC_ACQUIRE) : 0;
 }
 
-void tgl_backend_wait(const tgl_fprog *prog)
+void tgl_backend_wait(const tgl_fprog *prog, int device)
 {
-    tgl_kernel_ref *k = prog ? prog->kernel : NULL;
+    tgl_kernel_ref *k = prog ? prog->kernel[device] : NULL;
     if (k)
         k->backend->wait(k);
 }
 
 void tgl_backend_release(tgl_fprog *prog)
 {
-    tgl_kernel_ref *k = prog ? prog->kernel : NULL;
-    if (k) {
-        prog->kernel = NULL;
-        prog->kernel_users = 0;
-        k->backend->release(k);
-        __atomic_sub_fetch(&live_kernels, 1, __ATOMIC_RELAXED);
-    }
+    for (int d = 0; prog && d < TGL_NDEVICES; d++)
+        release_on(prog, d);
 }
 
-tgl_status tgl_backend_launch(tgl_ctx *ctx, const tgl_fprog *prog, tgl_array *const *in,
-                              tgl_array *const *out, void **cache)
+tgl_status tgl_backend_launch(tgl_ctx *ctx, const tgl_fprog *prog, int device,
+                              tgl_array *const *in, tgl_array *const *out, void **cache)
 {
     /* On every run of a fused op: the backend checks its arguments. */
-    tgl_kernel_ref *k = prog->kernel;
-    TGL_CHECK(k, TGL_EINTERNAL, "fused program %d has no kernel to launch", prog->id);
+    tgl_kernel_ref *k = prog->kernel[device];
+    TGL_CHECK(k, TGL_EINTERNAL, "fused program %d has no kernel to launch on %s", prog->id,
+              tgl_device_name(device));
     tgl_errbuf e;
     tgl_status st = k->backend->launch(&ctx->backend_opts, prog, k, in, out, cache, &e);
     return st ? tgl_errbuf_take(ctx, st, &e) : TGL_OK;
 }
 
-void tgl_backend_launch_cache_free(const tgl_fprog *prog, void *cache)
+void tgl_backend_launch_cache_free(const tgl_fprog *prog, int device, void *cache)
 {
     /* A cache exists only where the program's kernel made it. */
-    tgl_kernel_ref *k = prog ? prog->kernel : NULL;
+    tgl_kernel_ref *k = prog ? prog->kernel[device] : NULL;
     if (cache && k && k->backend->launch_cache_free)
         k->backend->launch_cache_free(cache);
 }
@@ -243,8 +281,35 @@ tgl_status tgl_cache_info(tgl_ctx *ctx, char **text)
 {
     TGL_CHECK_CTX(ctx);
     TGL_CHECK(text, TGL_EINVAL, "tgl_cache_info: NULL argument");
-    /* The CPU backend's cache is the one on disk today. */
-    tgl_errbuf e;
-    tgl_status st = tgl_backends[TGL_DEVICE_CPU]->cache_info(&ctx->backend_opts, text, &e);
-    return st ? tgl_errbuf_take(ctx, st, &e) : TGL_OK;
+    /* Every backend with a kernel cache, in device order (the CPU's alone
+     * today: sim's kernels are the CPU backend's). */
+    char *all = NULL;
+    size_t len = 0;
+    for (int d = 0; d < TGL_NDEVICES; d++) {
+        const tgl_backend *be = tgl_backends[d];
+        if (!be || !be->cache_info)
+            continue;
+        char *t = NULL;
+        tgl_errbuf e;
+        tgl_status st = be->cache_info(&ctx->backend_opts, &t, &e);
+        if (st) {
+            free(all);
+            return tgl_errbuf_take(ctx, st, &e);
+        }
+        size_t n = strlen(t);
+        char *grown = realloc(all, len + n + 1);
+        if (!grown) {
+            free(t);
+            free(all);
+            return tgl_ctx_set_error(ctx, TGL_ENOMEM, "tgl_cache_info: out of memory");
+        }
+        all = grown;
+        memcpy(all + len, t, n + 1);
+        len += n;
+        free(t);
+    }
+    if (!all && !(all = calloc(1, 1)))
+        return tgl_ctx_set_error(ctx, TGL_ENOMEM, "tgl_cache_info: out of memory");
+    *text = all;
+    return TGL_OK;
 }

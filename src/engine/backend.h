@@ -76,12 +76,13 @@ typedef struct tgl_op_kernel {
 
 /* ---- whole steps (engine/step.c) ---- */
 
-/* The generated function of a bound whole step: runs its instructions in
- * order over D, the table of data pointers the engine keeps, calling back
- * into the engine (cb) for what it does not run itself; 0 when done, else
- * the nonzero status a callback returned. */
+/* The engine's callback while a backend runs a whole step (step_run):
+ * cb(env, i) runs or prepares what the backend does not run itself
+ * (engine/step.c says which i means what); 0 on success, else a status. */
 typedef int (*tgl_step_cb)(void *env, int i);
-typedef int (*tgl_step_fn)(void *const *D, void *env, tgl_step_cb cb);
+/* What step_run returns when the step's code is not ready (yet, or ever):
+ * the engine then runs the step's instructions itself. */
+#define TGL_STEP_NOT_READY (-1)
 
 /* One instruction of a whole step, as the engine hands it to the backend. */
 typedef struct tgl_step_item {
@@ -167,20 +168,31 @@ typedef struct tgl_backend {
     /* Frees a launch cache; NULL is ignored. */
     void (*launch_cache_free)(void *cache);
 
-    /* ---- whole steps (optional: NULL where the backend makes none) ---- */
+    /* ---- whole steps (optional: all NULL where the backend runs none: the
+     * engine then runs a bound step instruction by instruction) ----
+     * The backend owns what a whole step becomes: the CPU backend a C
+     * function it generates and keeps in the handle, a CUDA backend could
+     * capture a graph.  The engine holds only the handle. */
     /* Whether prog's kernel can run inline in a whole step with the geometry
      * of launch_cache; *scratch_bytes: the accumulator buffer it then needs
      * (0: none). */
     bool (*step_inlinable)(const struct tgl_fprog *prog, const void *launch_cache,
                            size_t *scratch_bytes);
-    /* Renders the whole step of items[0..n) and compiles it with the
-     * optimizing compiler (from the kernel cache, else in the background
-     * under o->compile 'tiered'; never with libtcc): *out's tier becomes 2
-     * when its code is ready, and stays 0 when there is no compiler. */
+    /* Makes the handle of the whole step of items[0..n) (the plan): the CPU
+     * backend renders it and compiles it with the optimizing compiler (from
+     * the kernel cache, else in the background under o->compile 'tiered';
+     * never with libtcc).  The handle's tier becomes 2 when its code is
+     * ready, and stays 0 when there is none. */
     tgl_status (*step_prepare)(const tgl_backend_opts *o, const tgl_step_item *items, int n,
                                tgl_kernel_ref **out, tgl_errbuf *err);
-    /* The code of a prepared whole step, NULL until it is ready. */
-    tgl_step_fn (*step_code)(const tgl_kernel_ref *k);
+    /* Runs the prepared step k over D, the table of data pointers the
+     * engine keeps, calling back into the engine (cb, with env) for what it
+     * does not run itself: 0 when done, the nonzero status a callback
+     * returned, or TGL_STEP_NOT_READY when k has no code to run. */
+    int (*step_run)(tgl_kernel_ref *k, void *const *D, void *env, tgl_step_cb cb);
+    /* Frees k; a background compile is not waited for.  (Waiting for one
+     * is k->backend->wait, as for fused kernels.) */
+    void (*step_free)(tgl_kernel_ref *k);
 
     /* ---- the kernel cache ---- */
     /* Deletes every cached kernel of this backend. */
@@ -220,6 +232,12 @@ void tgl_backend_opts_sync(tgl_ctx *ctx);
 
 /* Fails naming fn unless a is a cpu array (for code that reads elements on the host). */
 tgl_status tgl_array_require_host(tgl_ctx *ctx, const char *fn, const tgl_array *a);
+/* Copies the bytes of the element at off (in elements from a->data) into
+ * elem, through a's backend (a plain copy for a cpu array): how engine code
+ * outside a backend's calls reads one value of an array on any device. */
+tgl_status tgl_array_read_elem(tgl_ctx *ctx, const tgl_array *a, int64_t off, void *elem);
+/* *out = the element at off as a double, read as tgl_array_read_elem does. */
+tgl_status tgl_array_load(tgl_ctx *ctx, const tgl_array *a, int64_t off, double *out);
 /* *out = a's first element as a double, read through a's backend. */
 tgl_status tgl_array_scalar(tgl_ctx *ctx, const tgl_array *a, double *out);
 
@@ -234,27 +252,28 @@ bool tgl_op_needs_kernel(const struct tgl_node *n);
 tgl_status tgl_backend_op_kernel(tgl_ctx *ctx, const tgl_backend *be, const struct tgl_node *n,
                                  const tgl_op_kernel **k);
 
-/* Makes prog's kernel on device's backend (prog->kernel), once per program:
- * later calls return at once.  Each successful call is a use of the
- * kernel (prog->kernel_users), which the caller gives back with
- * tgl_backend_unuse. */
+/* Makes prog's kernel on device's backend (prog->kernel[device]), once per
+ * program and device: later calls return at once.  Each successful call is
+ * a use of the kernel (prog->kernel_users[device]), which the caller gives
+ * back with tgl_backend_unuse.  The calls below take the device whose
+ * kernel they mean. */
 tgl_status tgl_backend_prepare(tgl_ctx *ctx, int device, struct tgl_fprog *prog);
 /* Gives back a use of prog's kernel; the last one releases the kernel (a
  * later prepare makes it again: from the disk cache, or libtcc). */
-void tgl_backend_unuse(struct tgl_fprog *prog);
+void tgl_backend_unuse(struct tgl_fprog *prog, int device);
 /* Which code prog runs now: 0 none (reference path), 1 quick, 2 optimized. */
-int tgl_backend_tier(const struct tgl_fprog *prog);
+int tgl_backend_tier(const struct tgl_fprog *prog, int device);
 /* Blocks until prog's background compile, if any, has finished. */
-void tgl_backend_wait(const struct tgl_fprog *prog);
-/* Frees prog's kernel (prog->kernel becomes NULL) whatever its uses (the
- * program itself is going); does not wait. */
+void tgl_backend_wait(const struct tgl_fprog *prog, int device);
+/* Frees prog's kernels (on every device) whatever their uses (the program
+ * itself is going); does not wait. */
 void tgl_backend_release(struct tgl_fprog *prog);
 /* Runs prog's kernel (tier > 0) over in[] into out[] on its backend;
  * cache (may be NULL) is a launch cache the caller keeps for this program
  * (backend.launch), freed with tgl_backend_launch_cache_free. */
-tgl_status tgl_backend_launch(tgl_ctx *ctx, const struct tgl_fprog *prog, tgl_array *const *in,
-                              tgl_array *const *out, void **cache);
+tgl_status tgl_backend_launch(tgl_ctx *ctx, const struct tgl_fprog *prog, int device,
+                              tgl_array *const *in, tgl_array *const *out, void **cache);
 /* Frees a launch cache made by launches of prog's kernel (NULL is ignored). */
-void tgl_backend_launch_cache_free(const struct tgl_fprog *prog, void *cache);
+void tgl_backend_launch_cache_free(const struct tgl_fprog *prog, int device, void *cache);
 
 #endif /* TGL_BACKEND_H */

@@ -64,8 +64,13 @@ tgl_status tgl_frame_new(tgl_ctx *ctx, const tgl_program *prog, tgl_frame **out)
     }
     for (int32_t s = 0; s < prog->nslots; s++)
         if (prog->slot_kind[s] == TGL_SLOT_CONSTANT) {
-            tgl_array_retain(prog->slot_node[s]->value);
-            fr->slot[s] = prog->slot_node[s]->value;
+            /* constants are host arrays: a program on a device gets copies */
+            tgl_status st = tgl_array_on_device(ctx, prog->name, prog->slot_node[s]->value,
+                                                prog->device, &fr->slot[s]);
+            if (st) {
+                tgl_frame_free(fr);
+                return st;
+            }
         }
     *out = fr;
     return TGL_OK;
@@ -95,7 +100,7 @@ void tgl_frame_free(tgl_frame *fr)
     if (fr->launch_cache)
         for (int32_t pc = 0; pc < prog->ncode; pc++)
             if (fr->launch_cache[pc])
-                tgl_backend_launch_cache_free(tgl_fprog_of(prog->code[pc].node),
+                tgl_backend_launch_cache_free(tgl_fprog_of(prog->code[pc].node), prog->device,
                                               fr->launch_cache[pc]);
     free(fr->launch_cache);
     free(fr->slot);
@@ -173,7 +178,7 @@ tgl_status tgl_function_wait_compiled(tgl_ctx *ctx, tgl_function *fn)
     const tgl_program *prog = fn->prog;
     for (int32_t pc = 0; pc < prog->ncode; pc++)
         if (prog->code[pc].kind == TGL_I_OP && prog->code[pc].node->op == TGL_OP_FUSED)
-            tgl_backend_wait(tgl_fprog_of(prog->code[pc].node));
+            tgl_backend_wait(tgl_fprog_of(prog->code[pc].node), prog->device);
     tgl_step_wait(fn->frame);
     return TGL_OK;
 }
@@ -186,9 +191,12 @@ static tgl_status check_input(tgl_ctx *ctx, const tgl_program *prog, int i, cons
     char want[96], got[96], label[128];
     if (!a)
         return tgl_ctx_set_error(ctx, TGL_EINVAL, "%s: input %d is missing", prog->name, i + 1);
-    tgl_status hst = tgl_array_require_host(ctx, prog->name, a);
-    if (hst)
-        return hst;
+    if (a->device != TGL_DEVICE_CPU && a->device != prog->device) {
+        const char *dn = tgl_device_name(a->device);
+        return tgl_ctx_set_error(ctx, TGL_EINVAL, "%s: input %d is on device %s; the function "
+                                 "runs on %s and takes cpu or %s arrays", prog->name, i + 1,
+                                 dn ? dn : "(invalid)", prog->backend->name, prog->backend->name);
+    }
     bool ok = a->dtype_id == n->type.dtype && a->ndim == n->type.ndim;
     for (int d = 0; ok && d < a->ndim; d++)
         ok = !tgl_type_bcast(n->type, d) || a->shape[d] == 1;
@@ -295,9 +303,23 @@ static tgl_status run_once(tgl_ctx *ctx, tgl_frame *fr)
     const tgl_program *prog = fr->prog;
     for (int32_t i = 0; i < prog->nshared; i++) {
         int32_t s = prog->shared_slot[i];
-        tgl_array_retain(prog->slot_node[s]->value);
+        tgl_array *v = prog->slot_node[s]->value;
+        if (v->device == prog->device) {
+            tgl_array_retain(v);
+        } else {
+            /* a variable made on another device: a copy for this run (its
+             * update is written back into the variable's own storage) */
+            tgl_status st = tgl_array_on_device(ctx, prog->name, v, prog->device, &v);
+            if (st) {
+                for (int32_t j = 0; j < i; j++) {
+                    tgl_array_release(fr->slot[prog->shared_slot[j]]);
+                    fr->slot[prog->shared_slot[j]] = NULL;
+                }
+                return st;
+            }
+        }
         tgl_array_release(fr->slot[s]);
-        fr->slot[s] = prog->slot_node[s]->value;
+        fr->slot[s] = v;
     }
     tgl_cvm_guard_shapes(fr, false);
     /* Last run's outputs go first, so their buffers can be reused (into
@@ -383,9 +405,17 @@ static tgl_status call_on(tgl_ctx *ctx, tgl_function *fn, tgl_frame *fr, tgl_arr
     }
     for (int i = 0; i < prog->nin; i++) {
         int32_t s = prog->in_slot[i];
-        tgl_array_retain(in[i]);
+        tgl_array *a = in[i];
+        if (a->device == prog->device) {
+            tgl_array_retain(a);
+        } else {
+            /* a host array, for a program on a device: copied there */
+            tgl_status st = tgl_array_on_device(ctx, prog->name, in[i], prog->device, &a);
+            if (st)
+                return st;
+        }
         tgl_array_release(fr->slot[s]);
-        fr->slot[s] = in[i];
+        fr->slot[s] = a;
     }
     fr->have_inputs = true;
     tgl_status st = run_once(ctx, fr);

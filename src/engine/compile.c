@@ -275,7 +275,7 @@ void tgl_program_free(tgl_program *prog)
         return;
     for (int32_t pc = 0; pc < prog->prepared_to; pc++)
         if (prog->code[pc].kind == TGL_I_OP && prog->code[pc].node->op == TGL_OP_FUSED)
-            tgl_backend_unuse(tgl_fprog_of(prog->code[pc].node));
+            tgl_backend_unuse(tgl_fprog_of(prog->code[pc].node), prog->device);
     for (int32_t pc = 0; pc < prog->ncode; pc++) {
         free(prog->code[pc].in);
         free(prog->code[pc].free_slots);
@@ -422,7 +422,7 @@ static tgl_status new_program(tgl_ctx *ctx, int nin, int nout, int nupd,
     prog->linker = opt ? opt->linker : TGL_LINKER_CVM;
     prog->profile = opt ? opt->profile : 0;
     prog->mode = opt ? opt->mode : TGL_MODE_FAST_RUN;
-    prog->device = TGL_DEVICE_CPU;
+    prog->device = ctx->config.device; /* the setting when it is compiled */
     prog->backend = tgl_backend_get(prog->device);
     prog->name = strdup(opt && opt->name ? opt->name : "function");
     prog->nin = nin;

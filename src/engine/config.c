@@ -2,7 +2,7 @@
  * config.c — the context's settings (struct tgl_config): defaults, the
  * environment variables that override them when a context is made
  * (TGL_EXCLUDE, TGL_NUM_THREADS, TGL_CC, TGL_CFLAGS, TGL_CACHE_DIR,
- * TGL_COMPILE, TGL_EXIT_WAIT, TGL_WHOLE_STEP; TGL_FLOATX is only checked: floatX lives in
+ * TGL_COMPILE, TGL_EXIT_WAIT, TGL_WHOLE_STEP, TGL_DEVICE; TGL_FLOATX is only checked: floatX lives in
  * Lua), the record of bad ones (tgl_config_env_error), and tgl_config_set /
  * tgl_config_get.
  */
@@ -116,6 +116,25 @@ static tgl_status config_set(tgl_ctx *ctx, const char *key, const char *value)
         c->whole_step = !strcmp(value, "on") ? 1 : !strcmp(value, "bound") ? 2 : 0;
         return TGL_OK;
     }
+    if (strcmp(key, "device") == 0) {
+        /* Only devices this build has a backend for. */
+        char names[128] = "";
+        size_t used = 0;
+        for (int d = 0; d < TGL_NDEVICES; d++) {
+            if (!tgl_backend_get(d))
+                continue;
+            if (!strcmp(value, tgl_device_name(d))) {
+                c->device = d;
+                return TGL_OK;
+            }
+            int k = snprintf(names + used, sizeof names - used, "%s%s", used ? ", " : "",
+                             tgl_device_name(d));
+            used = k < 0 || used + (size_t)k >= sizeof names ? sizeof names - 1 : used + (size_t)k;
+        }
+        return tgl_ctx_set_error(ctx, TGL_EINVAL,
+                                 "tgl_config_set: device must be one of this build's devices "
+                                 "(%s), got '%s'", names, value);
+    }
     if (strcmp(key, "compile") == 0) {
         TGL_CHECK(!strcmp(value, "tiered") || !strcmp(value, "sync") || !strcmp(value, "tcc") ||
                       !strcmp(value, "cc"),
@@ -162,6 +181,8 @@ const char *tgl_config_get(tgl_ctx *ctx, const char *key)
     }
     if (strcmp(key, "whole_step") == 0)
         return c->whole_step == 1 ? "on" : c->whole_step == 2 ? "bound" : "off";
+    if (strcmp(key, "device") == 0)
+        return tgl_device_name(c->device);
     if (strcmp(key, "compile") == 0)
         return c->compile;
     if (strcmp(key, "cc") == 0)
@@ -179,7 +200,7 @@ const char *tgl_config_get(tgl_ctx *ctx, const char *key)
  * handled above is missing here. */
 static const char *const config_keys[] = {
     "compile", "threads", "exclude", "cc", "cflags", "cache_dir", "cache_max_bytes",
-    "exit_wait", "whole_step",
+    "exit_wait", "whole_step", "device",
 };
 
 int tgl_config_count(void)
@@ -217,6 +238,7 @@ void tgl_config_defaults(tgl_ctx *ctx)
         {"TGL_COMPILE", "compile", "tiered, sync, tcc or cc"},
         {"TGL_EXIT_WAIT", "exit_wait", "seconds from 0 to 3600"},
         {"TGL_WHOLE_STEP", "whole_step", "on, off or bound"},
+        {"TGL_DEVICE", "device", "a device this build has, such as cpu or sim"},
     };
     size_t used = 0;
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {

@@ -79,10 +79,10 @@ void tgl_frame_recycle(tgl_frame *fr, tgl_array *a)
 {
     if (!a)
         return;
-    /* Only a cpu buffer nobody else sees: one owner of the descriptor and
-     * of its storage, and the storage's own layout. */
+    /* Only a buffer of the program's device nobody else sees: one owner
+     * of the descriptor and of its storage, and the storage's own layout. */
     if (a->refcount == 1 && a->storage && a->storage->refcount == 1 &&
-        a->device == TGL_DEVICE_CPU && a->data == a->storage->base && a->storage->nbytes > 0) {
+        a->device == fr->prog->device && a->data == a->storage->base && a->storage->nbytes > 0) {
         tgl_pool_class *pc = &fr->pool[size_class(a->storage->nbytes)];
         /* A class holds at most as many buffers as the program can use at
          * once (its intermediates and outputs): an op that allocates its own
@@ -137,7 +137,8 @@ static tgl_status take_buffer(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins,
     *dst = tgl_frame_take_pooled(fr, dtype, ndim, shape);
     if (*dst)
         return TGL_OK;
-    return tgl_array_alloc(ctx, tgl_op_name(ins->node->op), dtype, ndim, shape, false, dst);
+    return tgl_array_alloc_on(ctx, tgl_op_name(ins->node->op), fr->prog->device, dtype, ndim,
+                              shape, false, dst);
 }
 
 /* ---- the shape-stable fast path ------------------------------------------- */

@@ -41,6 +41,8 @@ struct tgl_config {
     int64_t cache_max_bytes;
     double exit_wait;        /* seconds exit waits for background compiles   */
     int whole_step;          /* step.c: 0 off, 1 bind and generate, 2 bind   */
+    int device;              /* a tgl_device: where tgl_program_new puts
+                                programs, tgl_node_shared variables          */
     char env_error[2048];    /* bad TGL_* variables, one line each; "" none  */
 };
 
@@ -142,6 +144,11 @@ static inline uint64_t tgl_now_ns(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
+
+/* a on device: a itself (retained) when it is there, else a new
+ * contiguous copy there (fn names the caller in messages). */
+tgl_status tgl_array_on_device(tgl_ctx *ctx, const char *fn, tgl_array *a, int device,
+                               tgl_array **out);
 
 /* Element (as double) at flat C-order position i of a contiguous buffer. */
 double tgl_load_as_double(int dtype, const void *p, int64_t i);

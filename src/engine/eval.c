@@ -12,7 +12,8 @@
 #include <string.h>
 
 /* Runs an apply node on arrays: view, or shape + the op's kernel on the
- * backend of the arrays' device (the first input's; cpu for none). */
+ * backend of the arrays' device (tgl_eval put them all on one; cpu for
+ * none). */
 static tgl_status run_node(tgl_ctx *ctx, const tgl_node *n, int nin, tgl_array *const *in,
                            tgl_array **out)
 {
@@ -59,18 +60,30 @@ tgl_status tgl_eval(tgl_ctx *ctx, int op, int nin, tgl_array *const *in, const t
         if (in[i]->ndim > nd)
             nd = in[i]->ndim;
     }
+    /* The op runs on the device of its arrays: the first input not on the
+     * cpu decides, and host inputs are copied there (1 + a for a device
+     * array a: the kernel must not get host and device memory mixed). */
+    int dev = TGL_DEVICE_CPU;
+    for (int i = 0; i < nin && dev == TGL_DEVICE_CPU; i++)
+        dev = in[i]->device;
     tgl_status st = TGL_OK;
     int made = 0;
     for (int i = 0; i < nin; i++) {
-        args[i] = in[i];
-        if (d->family == TGL_FAM_ELEMWISE && in[i]->ndim < nd) {
+        tgl_array *src = in[i];
+        if (src->device != dev &&
+            (st = tgl_array_on_device(ctx, tgl_op_name(op), in[i], dev, &src)))
+            break;
+        args[i] = src;
+        if (d->family == TGL_FAM_ELEMWISE && src->ndim < nd) {
             int64_t shape[TGL_MAX_DIMS], strides[TGL_MAX_DIMS];
-            int pad = nd - in[i]->ndim;
+            int pad = nd - src->ndim;
             for (int k = 0; k < nd; k++) {
-                shape[k] = k < pad ? 1 : in[i]->shape[k - pad];
-                strides[k] = k < pad ? 0 : in[i]->strides[k - pad];
+                shape[k] = k < pad ? 1 : src->shape[k - pad];
+                strides[k] = k < pad ? 0 : src->strides[k - pad];
             }
-            st = tgl_array_view(ctx, in[i], nd, shape, strides, 0, &args[i]);
+            st = tgl_array_view(ctx, src, nd, shape, strides, 0, &args[i]);
+            if (src != in[i])
+                tgl_array_release(src); /* the view holds its storage */
             if (st)
                 break;
         }

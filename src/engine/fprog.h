@@ -51,12 +51,14 @@ typedef struct tgl_fprog {
     tgl_node **orig;
     tgl_node **orig_in;
     tgl_node **orig_out;
-    /* The compiled kernel, or NULL (tgl_backend_prepare/release), and how
-     * many compiled programs' instructions use it: the last one to go
-     * releases it (tgl_backend_unuse), so a kernel's code lives as long as
-     * a function runs it, not as long as the graph keeps the node. */
-    struct tgl_kernel_ref *kernel;
-    int32_t kernel_users;
+    /* Per device (a program compiled for the cpu and one for another device
+     * may share the node): the compiled kernel, or NULL
+     * (tgl_backend_prepare/release), and how many compiled programs'
+     * instructions use it: the last one to go releases it
+     * (tgl_backend_unuse), so a kernel's code lives as long as a function
+     * runs it, not as long as the graph keeps the node. */
+    struct tgl_kernel_ref *kernel[TGL_NDEVICES];
+    int32_t kernel_users[TGL_NDEVICES];
 } tgl_fprog;
 
 /* Interns prog in the context (taking ownership of it and its arrays) and

@@ -420,12 +420,20 @@ tgl_status tgl_node_shared(tgl_ctx *ctx, tgl_array *value, uint32_t bcast, const
         TGL_CHECK(!((bcast >> i) & 1u) || value->shape[i] == 1, TGL_ESHAPE,
                   "tgl_node_shared: axis %d is broadcastable but has size %" PRId64, i + 1,
                   value->shape[i]);
+    /* The variable lives on the device of the setting: value itself when
+     * it is there, else a copy there. */
+    tgl_array *v = NULL;
+    tgl_status st = tgl_array_on_device(ctx, "tgl_node_shared", value, ctx->config.device, &v);
+    if (st)
+        return st;
     tgl_node probe = {0};
     probe.kind = TGL_NODE_SHARED;
     probe.op = -1;
-    probe.type = tgl_type_make(value->dtype_id, value->ndim, bcast);
-    probe.value = value;
-    return commit_node(ctx, &probe, name, NULL, false, out);
+    probe.type = tgl_type_make(v->dtype_id, v->ndim, bcast);
+    probe.value = v;
+    st = commit_node(ctx, &probe, name, NULL, false, out);
+    tgl_array_release(v); /* commit_node took its own reference */
+    return st;
 }
 
 tgl_status tgl_shared_get(tgl_ctx *ctx, const tgl_node *s, tgl_array **out)
@@ -470,9 +478,14 @@ tgl_status tgl_shared_set(tgl_ctx *ctx, tgl_node *s, tgl_array *value)
         }
         return tgl_array_assign(ctx, old, value);
     }
-    tgl_array_retain(value);
+    /* A new shape: value becomes the variable's, on the variable's device
+     * (copied there when it is elsewhere). */
+    tgl_array *v = NULL;
+    tgl_status st = tgl_array_on_device(ctx, "tgl_shared_set", value, old->device, &v);
+    if (st)
+        return st;
     tgl_array_release(old);
-    s->value = value;
+    s->value = v;
     return TGL_OK;
 }
 

@@ -64,7 +64,7 @@ static void render_program(tgl_sb *sbp, const tgl_program *fn, int indent)
                 tgl_node_payload_label(ins->node, label, sizeof label);
                 tgl_sb_printf(&sb, " = %s", label);
                 if (ins->node->op == TGL_OP_FUSED) {
-                    int tier = tgl_backend_tier(tgl_fprog_of(ins->node));
+                    int tier = tgl_backend_tier(tgl_fprog_of(ins->node), fn->device);
                     tgl_sb_printf(&sb, "[%s]", tier == 2 ? "cc" : tier == 1 ? "tcc" : "ref");
                 }
                 tgl_sb_printf(&sb, "(");

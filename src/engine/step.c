@@ -105,9 +105,13 @@ struct tgl_step {
     int64_t runs;            /* full runs of the first part so far          */
     const tgl_backend *be;
     tgl_step_item *item;     /* per op of the first part                    */
-    int32_t *dref_begin;     /* per op + 1: its range of dref               */
-    struct dref { int32_t d, slot, ndim; int64_t strides[TGL_MAX_DIMS]; } *dref;
-    int32_t ndref;
+    /* The operands of inlined kernels whose arrays are the caller's (an
+     * input, a shared value, a dynamic view): their data pointers are read
+     * into D before each run (the prep callback), while their layout is the
+     * recorded one. */
+    int32_t *caller_begin;   /* per op + 1: its range of caller             */
+    struct caller_operand { int32_t d, slot, ndim; int64_t strides[TGL_MAX_DIMS]; } *caller;
+    int32_t ncaller;
     int32_t *slot_d;         /* per slot: its D index, or -1                */
     void **D;                /* data pointers of the inlined kernels' operands */
     int32_t nD;
@@ -129,25 +133,25 @@ enum { GEN_WAIT, GEN_RECORD, GEN_MADE, GEN_NEVER };
 static void gen_free(tgl_step *s)
 {
     if (s->code)
-        s->code->backend->release(s->code);
+        s->be->step_free(s->code);
     s->code = NULL;
     for (int32_t i = 0; i < s->nscratch; i++)
         tgl_array_release(s->scratch[i]);
     free(s->scratch);
     free(s->item);
-    free(s->dref_begin);
-    free(s->dref);
+    free(s->caller_begin);
+    free(s->caller);
     free(s->slot_d);
     free(s->D);
     free(s->prof_t0);
     s->scratch = NULL;
     s->item = NULL;
-    s->dref_begin = NULL;
-    s->dref = NULL;
+    s->caller_begin = NULL;
+    s->caller = NULL;
     s->slot_d = NULL;
     s->D = NULL;
     s->prof_t0 = NULL;
-    s->nscratch = s->ndref = s->nD = 0;
+    s->nscratch = s->ncaller = s->nD = 0;
 }
 
 /* Drops the binding; keep: the fixed arrays stay in their slots as the
@@ -506,12 +510,12 @@ static tgl_status bind_run(tgl_ctx *ctx, tgl_frame *fr, bool inner, int32_t to)
     while (s->nfirst < s->nop && s->op[s->nfirst].pc < prog->defer_start)
         s->nfirst++;
     s->slot_fixed = isfix;
-    s->be = tgl_backend_get(TGL_DEVICE_CPU);
+    s->be = prog->backend;
     /* A scan body binds anew at every run of its loop (a new epoch): making
      * its function each time would cost more than the steps it saves.
      * Under compile = 'tcc' the kernels never get the optimizing
      * compiler's code the function must match. */
-    s->gen = s->be && s->be->step_prepare && ctx->config.whole_step == 1 && !inner &&
+    s->gen = s->be && s->be->step_prepare && s->be->step_run && ctx->config.whole_step == 1 && !inner &&
                      strcmp(ctx->config.compile, "tcc") != 0
                  ? GEN_WAIT
                  : GEN_NEVER;
@@ -558,7 +562,8 @@ tgl_status tgl_step_exec(tgl_ctx *ctx, tgl_frame *fr, int32_t from, int32_t to, 
  *
  * After GEN_AFTER full runs, once every fused kernel of the step runs its
  * optimizing compiler's code, one run records what the backend needs to
- * generate the whole step as one C function (backend.step_prepare): for
+ * make the whole step (backend.step_prepare: the CPU backend generates one
+ * C function, backend.step_run runs it): for
  * each op of the first part (before the deferred updates), either a fused
  * kernel to inline, with the geometry its launch cache holds now and the
  * D index of each operand, or a call back into the engine (everything
@@ -602,8 +607,8 @@ static int step_cb(void *envp, int i)
     if (i >= 0)
         return (int)run_entry(e->ctx, e->fr, s, i);
     int32_t k = -1 - i;
-    for (int32_t r = s->dref_begin[k]; r < s->dref_begin[k + 1]; r++) {
-        const struct dref *d = &s->dref[r];
+    for (int32_t r = s->caller_begin[k]; r < s->caller_begin[k + 1]; r++) {
+        const struct caller_operand *d = &s->caller[r];
         const tgl_array *a = e->fr->slot[d->slot];
         if (!a || a->ndim != d->ndim ||
             memcmp(a->strides, d->strides, sizeof(int64_t) * (size_t)d->ndim) != 0) {
@@ -633,7 +638,7 @@ static bool record(tgl_frame *fr, tgl_step *s, int32_t i)
     const tgl_instr *ins = &prog->code[pc];
     tgl_step_item *it = &s->item[i];
     *it = (tgl_step_item){.scratch = -1, .pc = pc};
-    s->dref_begin[i + 1] = s->ndref;
+    s->caller_begin[i + 1] = s->ncaller;
     size_t scratch_elem = 0;
     if (s->op[i].mode != STEP_FIXED || ins->node->op != TGL_OP_FUSED ||
         !s->be->step_inlinable(tgl_fprog_of(ins->node), fr->launch_cache[pc], &scratch_elem))
@@ -653,7 +658,7 @@ static bool record(tgl_frame *fr, tgl_step *s, int32_t i)
             idx[j] = d_index(s, sl, a->data);
         } else {
             idx[j] = d_index(s, sl, NULL);
-            struct dref *d = &s->dref[s->ndref++];
+            struct caller_operand *d = &s->caller[s->ncaller++];
             d->d = idx[j];
             d->slot = sl;
             d->ndim = a->ndim;
@@ -665,7 +670,8 @@ static bool record(tgl_frame *fr, tgl_step *s, int32_t i)
         tgl_array *o0 = fr->slot[ins->outs[0]];
         int64_t shape[1] = {o0->size};
         tgl_array *acc = NULL;
-        if (tgl_array_alloc(prog->ctx, "whole step", TGL_FLOAT64, 1, shape, false, &acc)) {
+        if (tgl_array_alloc_on(prog->ctx, "whole step", prog->device, TGL_FLOAT64, 1, shape,
+                               false, &acc)) {
             tgl_ctx_clear_error(prog->ctx);
             free(idx);
             return false;
@@ -679,7 +685,7 @@ static bool record(tgl_frame *fr, tgl_step *s, int32_t i)
     it->launch_cache = fr->launch_cache[pc];
     it->acc_size = fp->reduce_op >= 0 ? fr->slot[ins->outs[0]]->size : 0;
     it->data = idx;
-    s->dref_begin[i + 1] = s->ndref;
+    s->caller_begin[i + 1] = s->ncaller;
     return true;
 }
 
@@ -691,13 +697,13 @@ static bool record_start(tgl_frame *fr, tgl_step *s)
     for (int32_t i = 0; i < s->nfirst; i++)
         nops += (size_t)prog->code[s->op[i].pc].nin + (size_t)prog->code[s->op[i].pc].nouts;
     s->item = calloc((size_t)s->nfirst + 1, sizeof *s->item);
-    s->dref_begin = calloc((size_t)s->nfirst + 2, sizeof *s->dref_begin);
-    s->dref = malloc(sizeof *s->dref * (nops + 1));
+    s->caller_begin = calloc((size_t)s->nfirst + 2, sizeof *s->caller_begin);
+    s->caller = malloc(sizeof *s->caller * (nops + 1));
     s->slot_d = malloc(sizeof *s->slot_d * ((size_t)prog->nslots + 1));
     s->D = calloc(nops + (size_t)s->nfirst + 1, sizeof *s->D);
     s->scratch = calloc((size_t)s->nfirst + 1, sizeof *s->scratch);
     s->prof_t0 = calloc((size_t)s->nfirst + 1, sizeof *s->prof_t0);
-    if (!s->item || !s->dref_begin || !s->dref || !s->slot_d || !s->D || !s->scratch ||
+    if (!s->item || !s->caller_begin || !s->caller || !s->slot_d || !s->D || !s->scratch ||
         !s->prof_t0)
         return false;
     for (int32_t k = 0; k < prog->nslots; k++)
@@ -733,7 +739,7 @@ static bool kernels_final(const tgl_frame *fr, const tgl_step *s)
 {
     for (int32_t i = 0; i < s->nfirst; i++) {
         const tgl_instr *ins = &fr->prog->code[s->op[i].pc];
-        if (ins->node->op == TGL_OP_FUSED && tgl_backend_tier(tgl_fprog_of(ins->node)) != 2)
+        if (ins->node->op == TGL_OP_FUSED && tgl_backend_tier(tgl_fprog_of(ins->node), fr->prog->device) != 2)
             return false;
     }
     return true;
@@ -747,12 +753,10 @@ static tgl_status step_run(tgl_ctx *ctx, tgl_frame *fr, int32_t from, int32_t to
         return tgl_ctx_set_error(ctx, TGL_EINTERRUPT, "%s: interrupted", prog->name);
     bool first = from == 0 && to == prog->defer_start;
     if (first && s->gen == GEN_MADE) {
-        tgl_step_fn fn = s->be->step_code(s->code);
-        if (fn) {
-            step_env env = {ctx, fr, s};
-            int st = fn(s->D, &env, step_cb);
+        step_env env = {ctx, fr, s};
+        int st = s->be->step_run(s->code, s->D, &env, step_cb);
+        if (st != TGL_STEP_NOT_READY)
             return st > 0 ? (tgl_status)st : TGL_OK;
-        }
     }
     bool rec = false;
     if (first && s->gen == GEN_WAIT && ++s->runs > GEN_AFTER && kernels_final(fr, s)) {
@@ -828,6 +832,7 @@ int tgl_function_whole_step(const tgl_function *fn, int64_t *fixed_bytes, int *f
     if (dynamic)
         *dynamic = nd;
     if (generated)
-        *generated = s->gen == GEN_MADE && s->be->step_code(s->code) != NULL;
+        *generated = s->gen == GEN_MADE && s->code &&
+                     __atomic_load_n(&s->code->tier, __ATOMIC_ACQUIRE) > 0;
     return 1;
 }

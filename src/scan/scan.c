@@ -25,6 +25,7 @@
  * is allocated.
  */
 #include "scan/scan.h"
+#include "engine/backend.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -829,7 +830,8 @@ static tgl_status out_alloc(tgl_ctx *ctx, tgl_frame *fr, int dtype, int ndim,
                             const int64_t *shape, tgl_array **out)
 {
     *out = tgl_frame_take_pooled(fr, dtype, ndim, shape);
-    return *out ? TGL_OK : tgl_array_alloc(ctx, "scan", dtype, ndim, shape, false, out);
+    return *out ? TGL_OK
+                : tgl_array_alloc_on(ctx, "scan", fr->prog->device, dtype, ndim, shape, false, out);
 }
 
 /* A sequence whose buffer a stacked output not fed back can take over
@@ -852,7 +854,7 @@ static int seq_to_take(const tgl_frame *fr, const tgl_instr *ins, tgl_array *con
         int at = tgl_scan_in_seq(s, i);
         const tgl_array *x = in[at];
         if (taken[i] || s->seq[i].ntaps != 1 || x->dtype_id != dtype ||
-            !tgl_array_has_shape(x, ndim, shape) || x->device != TGL_DEVICE_CPU ||
+            !tgl_array_has_shape(x, ndim, shape) || x->device != fr->prog->device ||
             !(x->flags & TGL_ARRAY_CONTIGUOUS) || x->refcount != 1 || !x->storage ||
             x->storage->refcount != 2 || x->data != x->storage->base)
             continue;
@@ -894,8 +896,11 @@ static void dry_step(tgl_ctx *ctx, const tgl_scan_layout *s, tgl_array *const *i
     tgl_status st = TGL_OK;
     for (int i = 0; i < s->nseq && !st; i++) {
         const tgl_array *x = in[tgl_scan_in_seq(s, i)];
-        tgl_array *one = NULL;
-        st = tgl_array_full(ctx, x->dtype_id, x->ndim - 1, x->shape + 1, 1.0, &one);
+        tgl_array *one = NULL, *host = NULL;
+        st = tgl_array_full(ctx, x->dtype_id, x->ndim - 1, x->shape + 1, 1.0, &host);
+        if (!st) /* on the body's device */
+            st = tgl_array_on_device(ctx, "scan", host, ip->device, &one);
+        tgl_array_release(host);
         for (int a = 0; a < s->seq[i].ntaps && !st; a++)
             bind(sub, tgl_scan_inner_seq(s, i, a), one);
         tgl_array_release(one);
@@ -946,7 +951,11 @@ static tgl_status count_steps(tgl_ctx *ctx, const tgl_scan_layout *s, tgl_array 
                               int64_t *steps)
 {
     const char *nm = s->name;
-    int64_t T = (int64_t)tgl_load_as_double(TGL_INT64, in[tgl_scan_in_nsteps()]->data, 0);
+    double nsteps;
+    tgl_status st = tgl_array_scalar(ctx, in[tgl_scan_in_nsteps()], &nsteps);
+    if (st)
+        return st;
+    int64_t T = (int64_t)nsteps;
     bool given = T >= 0;
     for (int i = 0; i < s->nseq; i++) {
         const tgl_array *x = in[tgl_scan_in_seq(s, i)];
@@ -1182,7 +1191,10 @@ static tgl_status run_steps(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins, t
         rs->last_t = t;
         if (!st && s->has_until) {
             const tgl_array *c = sub->slot[ip->out_slot[nout]];
-            if (tgl_load_as_double(c->dtype_id, c->data, 0) != 0)
+            double stop;
+            if ((st = tgl_array_scalar(ctx, c, &stop)))
+                break;
+            if (stop != 0)
                 break;
         }
     }
@@ -1193,8 +1205,8 @@ static tgl_status run_steps(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins, t
  * that ran (with the initial values before them for KEEP_WITH_INIT), the
  * last entry for a kept-last output, or an empty array when no step ran
  * (its step's shape from dry_step when it could run: dry_ndim, dry_shape). */
-static tgl_status finish_output(tgl_ctx *ctx, const tgl_node *n, const run_state *rs, int k,
-                                const int *dry_ndim, int64_t (*dry_shape)[TGL_MAX_DIMS],
+static tgl_status finish_output(tgl_ctx *ctx, int device, const tgl_node *n, const run_state *rs,
+                                int k, const int *dry_ndim, int64_t (*dry_shape)[TGL_MAX_DIMS],
                                 tgl_array **res)
 {
     const tgl_scan_layout *s = rs->s;
@@ -1231,7 +1243,7 @@ static tgl_status finish_output(tgl_ctx *ctx, const tgl_node *n, const run_state
         tgl_type t = scan_out_type(n, k);
         if (dry_ndim && dry_ndim[j] + (last ? 0 : 1) == t.ndim)
             memcpy(shape + (last ? 0 : 1), dry_shape[j], sizeof *shape * (size_t)dry_ndim[j]);
-        return tgl_array_alloc(ctx, "scan", t.dtype, t.ndim, shape, true, res);
+        return tgl_array_alloc_on(ctx, "scan", device, t.dtype, t.ndim, shape, true, res);
     }
     if (last) {
         *res = Y;
@@ -1252,11 +1264,14 @@ static tgl_status scan_exec(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins, t
     const tgl_scan_layout *s = tgl_scan_of(n);
     const char *nm = s->name;
     tgl_status st;
+    /* The loop runs on the program's device: its inputs are there (call.c
+     * moved them), and its values are read through the backend. */
     for (int i = 0; i < n->nin; i++)
-        if (in[i]->device != TGL_DEVICE_CPU)
-            return tgl_ctx_set_error(ctx, TGL_EINVAL,
-                                     "scan '%s': input %d is on %s; scan runs on the cpu", nm,
-                                     i + 1, tgl_device_name(in[i]->device));
+        if (in[i]->device != fr->prog->device)
+            return tgl_ctx_set_error(ctx, TGL_EINTERNAL,
+                                     "scan '%s': input %d is on %s, the program on %s", nm,
+                                     i + 1, tgl_device_name(in[i]->device),
+                                     tgl_device_name(fr->prog->device));
     int64_t T = 0;
     if ((st = count_steps(ctx, s, in, &T)))
         return st;
@@ -1304,7 +1319,7 @@ static tgl_status scan_exec(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins, t
     /* The outputs: views of the steps that ran. */
     for (int k = 0; k < tgl_scan_nout(s) && !st; k++) {
         tgl_array *res = NULL;
-        st = finish_output(ctx, n, &rs, k, dry_ndim, dry_shape, &res);
+        st = finish_output(ctx, fr->prog->device, n, &rs, k, dry_ndim, dry_shape, &res);
         if (!st && ins->outs[k] >= 0) {
             tgl_array **dst = &fr->slot[ins->outs[k]];
             tgl_frame_recycle(fr, *dst);

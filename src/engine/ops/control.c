@@ -7,6 +7,7 @@
  * instruction for the multi-output node writes it; output runs nothing).
  */
 #include "engine/ops/ops.h"
+#include "engine/backend.h"
 
 static tgl_status ifelse_infer(tgl_ctx *ctx, tgl_node *n)
 {
@@ -21,18 +22,17 @@ static tgl_status ifelse_infer(tgl_ctx *ctx, tgl_node *n)
     return TGL_OK;
 }
 
-/* The branch the condition picks: 1 (then) or 2 (else). */
-static int chosen(const tgl_array *c)
-{
-    return tgl_load_as_double(c->dtype_id, c->data, 0) != 0 ? 1 : 2;
-}
 
 static tgl_status ifelse_view(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
                               tgl_array **out)
 {
-    (void)ctx;
     (void)n;
-    tgl_array *pick = in[chosen(in[0])];
+    /* the branch the condition picks, read through its backend */
+    double c;
+    tgl_status st = tgl_array_scalar(ctx, in[0], &c);
+    if (st)
+        return st;
+    tgl_array *pick = in[c != 0 ? 1 : 2];
     tgl_array_retain(pick);
     *out = pick;
     return TGL_OK;

@@ -123,11 +123,8 @@ static tgl_status constant_operand(tgl_ctx *ctx, const tgl_backend *be, const tg
                                    tgl_node *x, int depth, tgl_array **out)
 {
     *out = NULL;
-    if (x->kind == TGL_NODE_CONSTANT) {
-        tgl_array_retain(x->value);
-        *out = x->value;
-        return TGL_OK;
-    }
+    if (x->kind == TGL_NODE_CONSTANT) /* a host array: a copy on be's device */
+        return tgl_array_on_device(ctx, tgl_op_name(user->op), x->value, be->device, out);
     const tgl_opimpl *impl = x->kind == TGL_NODE_APPLY ? tgl_op_impl(x->op) : NULL;
     /* Padding chains are a few nodes long; the bound only stops a graph
      * that is not what the fuse stage makes. */
@@ -265,7 +262,13 @@ static tgl_status tgl_fused_run(tgl_ctx *ctx, const tgl_node *n, tgl_array *cons
                                 tgl_array *const *out, bool debug, void **cache)
 {
     const tgl_fprog *p = prog_of(ctx, n);
-    bool gen = tgl_backend_tier(p) > 0; /* the backend has kernel code */
+    /* the device of the arrays (all on one: the program's): its kernel
+     * runs, scratch outputs go there */
+    int device = p->nin > 0 ? in[0]->device : TGL_DEVICE_CPU;
+    for (int k = 0; k < p->nout && p->nin == 0; k++)
+        if (out[k])
+            device = out[k]->device;
+    bool gen = tgl_backend_tier(p, device) > 0; /* the backend has kernel code */
     /* Outputs nobody asked for still need a buffer for the kernel.  The
      * usual few outputs' lists live on the stack: no allocation per run. */
     tgl_array *stack_all[3 * 4] = {NULL};
@@ -280,7 +283,8 @@ static tgl_status tgl_fused_run(tgl_ctx *ctx, const tgl_node *n, tgl_array *cons
             int64_t shape[TGL_MAX_DIMS];
             tgl_type t = output_type(p, k);
             if (!(st = tgl_fused_output_shape(ctx, n, in, k, shape)))
-                st = tgl_array_alloc(ctx, "fused", t.dtype, t.ndim, shape, false, &tmp[k]);
+                st = tgl_array_alloc_on(ctx, "fused", device, t.dtype, t.ndim, shape, false,
+                                        &tmp[k]);
             all[k] = tmp[k];
         }
     }
@@ -288,14 +292,23 @@ static tgl_status tgl_fused_run(tgl_ctx *ctx, const tgl_node *n, tgl_array *cons
         if (!gen) {
             st = tgl_fused_reference(ctx, p, in, all);
         } else {
-            st = tgl_backend_launch(ctx, p, in, all, cache);
+            st = tgl_backend_launch(ctx, p, device, in, all, cache);
             if (!st && debug) {
                 for (int k = 0; k < p->nout && !st; k++)
                     st = tgl_array_copy(ctx, all[k], all[k]->dtype_id, &ref[k]);
                 if (!st)
                     st = tgl_fused_reference(ctx, p, in, ref);
-                for (int k = 0; k < p->nout && !st; k++)
-                    st = compare(ctx, n, in, k, all[k], ref[k]);
+                for (int k = 0; k < p->nout && !st; k++) {
+                    /* compared on the host: device arrays are copied there */
+                    tgl_array *hg = NULL, *hr = NULL;
+                    st = tgl_array_on_device(ctx, "fused", all[k], TGL_DEVICE_CPU, &hg);
+                    if (!st)
+                        st = tgl_array_on_device(ctx, "fused", ref[k], TGL_DEVICE_CPU, &hr);
+                    if (!st)
+                        st = compare(ctx, n, in, k, hg, hr);
+                    tgl_array_release(hg);
+                    tgl_array_release(hr);
+                }
                 for (int k = 0; k < p->nout; k++)
                     tgl_array_release(ref[k]);
             }

@@ -6,6 +6,7 @@
  * allows (no copy).
  */
 #include "engine/ops/ops.h"
+#include "engine/backend.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -130,7 +131,11 @@ static tgl_status reshape_view(tgl_ctx *ctx, const tgl_node *n, tgl_array *const
             return tgl_op_error(ctx, n, in, TGL_ESHAPE, "the shape has %" PRId64
                                 " entries for a %d-d result", s->size, n->p.n);
         for (int k = 0; k < n->p.n; k++) {
-            shape[k] = (int64_t)tgl_load_as_double(s->dtype_id, s->data, k * s->strides[0]);
+            double v; /* through the backend: the shape may be on a device */
+            tgl_status st = tgl_array_load(ctx, s, k * s->strides[0], &v);
+            if (st)
+                return st;
+            shape[k] = (int64_t)v;
             if (n->p.i[k] == 1 && shape[k] != 1)
                 return tgl_op_error(ctx, n, in, TGL_ESHAPE,
                                     "axis %d is broadcastable but the shape gives %" PRId64, k + 1,
@@ -331,15 +336,24 @@ static tgl_status arange_infer(tgl_ctx *ctx, tgl_node *n)
     return TGL_OK;
 }
 
-static double scalar_of(const tgl_array *a)
+/* start, stop and step, read through their backend (they may be on a
+ * device). */
+static tgl_status arange_args(tgl_ctx *ctx, tgl_array *const *in, double *v)
 {
-    return tgl_load_as_double(a->dtype_id, a->data, 0);
+    tgl_status st = TGL_OK;
+    for (int k = 0; k < 3 && !st; k++)
+        st = tgl_array_scalar(ctx, in[k], &v[k]);
+    return st;
 }
 
 static tgl_status arange_shape(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
                                int64_t *shape)
 {
-    double start = scalar_of(in[0]), stop = scalar_of(in[1]), step = scalar_of(in[2]);
+    double v[3];
+    tgl_status st = arange_args(ctx, in, v);
+    if (st)
+        return st;
+    double start = v[0], stop = v[1], step = v[2];
     if (step == 0 || !isfinite(start) || !isfinite(stop) || !isfinite(step))
         return tgl_op_error(ctx, n, in, TGL_EINVAL, "start, stop and step must be finite and "
                             "step nonzero (got %g, %g, %g)", start, stop, step);

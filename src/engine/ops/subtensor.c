@@ -32,6 +32,7 @@
  * on the CPU), which do the copying, gathering and scattering.
  */
 #include "engine/ops/subtensor.h"
+#include "engine/backend.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -205,13 +206,20 @@ static tgl_status check_inputs(tgl_ctx *ctx, const tgl_node *n, tgl_array *const
 
 /* ---- basic indexing: runtime --------------------------------------- */
 
-/* The value of bound input in[*next] (advancing *next) or the constant. */
-static int64_t bound_value(tgl_array *const *in, bool sym, int64_t constant, int *next)
+/* *v = the value of bound input in[*next] (advancing *next), read through
+ * its backend (it may be on a device), or the constant. */
+static tgl_status bound_value(tgl_ctx *ctx, tgl_array *const *in, bool sym, int64_t constant,
+                              int *next, int64_t *v)
 {
-    if (!sym)
-        return constant;
+    if (!sym) {
+        *v = constant;
+        return TGL_OK;
+    }
     const tgl_array *b = in[(*next)++]; /* an int32/int64 scalar: check_inputs */
-    return b->dtype_id == TGL_INT32 ? *(const int32_t *)b->data : *(const int64_t *)b->data;
+    union { int32_t i32; int64_t i64; } e;
+    tgl_status st = tgl_array_read_elem(ctx, b, 0, &e);
+    *v = b->dtype_id == TGL_INT32 ? e.i32 : e.i64;
+    return st;
 }
 
 /* Resolves the node's index against a (x, or the output holding a copy of
@@ -235,7 +243,9 @@ tgl_status tgl_subtensor_resolve(tgl_ctx *ctx, const tgl_node *n, tgl_array *con
             continue;
         }
         const int64_t *q = &n->p.i[4 * d];
-        int64_t f = q[0], start = bound_value(in, f & TGL_IDX_START_INPUT, q[1], &next);
+        int64_t f = q[0], start, stop, step;
+        if ((st = bound_value(ctx, in, f & TGL_IDX_START_INPUT, q[1], &next, &start)))
+            return st;
         bool lua = f & TGL_IDX_LUA;
         if (lua && (f & TGL_IDX_START_INPUT)) {
             /* 1-based: 1 is the first, -1 the last, 0 is no index. */
@@ -255,8 +265,9 @@ tgl_status tgl_subtensor_resolve(tgl_ctx *ctx, const tgl_node *n, tgl_array *con
             r->offset += i * stride;
             continue;
         }
-        int64_t stop = bound_value(in, f & TGL_IDX_STOP_INPUT, q[2], &next);
-        int64_t step = bound_value(in, f & TGL_IDX_STEP_INPUT, q[3], &next);
+        if ((st = bound_value(ctx, in, f & TGL_IDX_STOP_INPUT, q[2], &next, &stop)) ||
+            (st = bound_value(ctx, in, f & TGL_IDX_STEP_INPUT, q[3], &next, &step)))
+            return st;
         if (step == 0)
             return tgl_op_error(ctx, n, in, TGL_EINVAL, "slice step is 0 on axis %d", d + 1);
         if (lua && (f & TGL_IDX_STOP_INPUT)) {
