@@ -13,7 +13,7 @@
 #            src/cuda and src/sim includes anything of another or names
 #            one of its symbols.
 #   io       src/io knows no graph: it includes no graph header of
-#            src/engine (graph.h, program.h, fprog.h, ops/, opt/) and names
+#            src/engine (graph.h, program.h, fused_prog.h, ops/, opt/) and names
 #            no tgl_node.
 #
 # Comments and string literals are not read, so a comment may say where
@@ -106,7 +106,7 @@ for my $b (@backends) {
     scan_file($_, "backend", \@others) for files_under("src/$b");
 }
 my @io = files_under("src/io");
-scan_file($_, "io", [], { include => qr{^engine/(graph\.h|program\.h|fprog\.h|ops/|opt/)},
+scan_file($_, "io", [], { include => qr{^engine/(graph\.h|program\.h|fused_prog\.h|ops/|opt/)},
                           symbol => qr{^tgl_node} }) for @io;
 
 # The allow-list: FILE:SYMBOL (a header path for an include), then a

@@ -61,7 +61,7 @@ expect_fail "$t" "src/engine/backend.h:$n: layer rule \"engine\": names tgl_back
 # Comments and strings may name anything.
 t=$(tree comment)
 plant "$t" src/engine/cvm.c '/* tgl_scan_exec used to be called here (#include "scan/scan.h") */' >/dev/null
-plant "$t" src/engine/cvm.c 'static const char *h = "tgl_cgen_flush"; // tgl_cuda_built' >/dev/null
+plant "$t" src/engine/cvm.c 'static const char *h = "tgl_cgen_wait_all"; // tgl_cuda_built' >/dev/null
 "$check" "$t" >/dev/null || fail "a comment or a string counted as a use"
 
 # A backend includes the other.
@@ -80,8 +80,8 @@ expect_fail "$t" "src/io/idx.c:$n: layer rule \"io\": includes engine/graph.h, a
 # The allow-list: a listed violation passes (counted in the summary); an
 # entry matching nothing fails with its own line.
 t=$(tree allow)
-plant "$t" src/engine/cvm.c 'static void f(void) { tgl_cgen_flush(); }' >/dev/null
-printf '# known\nsrc/engine/cvm.c:tgl_cgen_flush   # item 4 removes it\n' >"$t/scripts/layers-allow.txt"
+plant "$t" src/engine/cvm.c 'static void f(void) { tgl_cgen_wait_all(); }' >/dev/null
+printf '# known\nsrc/engine/cvm.c:tgl_cgen_wait_all   # item 4 removes it\n' >"$t/scripts/layers-allow.txt"
 out=$("$check" "$t") || fail "an allowed violation failed: $out"
 grep -qF "(1 known, in scripts/layers-allow.txt)" <<<"$out" || fail "allowed not counted: $out"
 printf 'src/engine/call.c:tgl_scan_exec   # item 3 removed it\n' >>"$t/scripts/layers-allow.txt"

@@ -165,7 +165,7 @@ static inline double now_ms(void)
 /* ------------------------------------------------------------------------ */
 
 typedef struct pb {
-    tgl_fprog p;
+    tgl_fused_prog p;
     tgl_type in_type[8];
     tgl_finstr code[512];
     int32_t out_instr[64];
@@ -227,7 +227,7 @@ static inline void pb_reduce(pb *b, int op, uint32_t mask, int keepdims)
 
 /* Prepares p (compile mode mode), allocates its outputs for inputs in and
  * runs it. */
-static inline void run_prog(tgl_ctx *ctx, tgl_fprog *p, const char *mode, tgl_array **in,
+static inline void run_prog(tgl_ctx *ctx, tgl_fused_prog *p, const char *mode, tgl_array **in,
                      tgl_array **out)
 {
     set(ctx, "compile", mode);

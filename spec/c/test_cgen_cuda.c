@@ -31,7 +31,7 @@
 /* ---- programs by hand ---------------------------------------------------- */
 
 typedef struct prog {
-    tgl_fprog p;
+    tgl_fused_prog p;
     tgl_type in_type[4];
     tgl_finstr code[32];
     int32_t out_instr[2];
@@ -91,7 +91,7 @@ static prog progs[MAXP];
 /* Renders progs[0..n) as one source; fails the test on an error. */
 static char *render(int n)
 {
-    const tgl_fprog *ps[MAXP];
+    const tgl_fused_prog *ps[MAXP];
     const char *syms[MAXP];
     for (int i = 0; i < n; i++) {
         progs[i].p.id = i;
@@ -209,7 +209,7 @@ static void reductions_and_bad_programs_are_refused(void **state)
     b->p.reduce_op = TGL_OP_SUM;
     b->p.reduce_mask = 1;
     b->p.reduce_type = (tgl_type){TGL_FLOAT32, 1, 0};
-    const tgl_fprog *ps[1] = {&b->p};
+    const tgl_fused_prog *ps[1] = {&b->p};
     const char *syms[1] = {b->symbol};
     tgl_errbuf err = {{0}};
     char *src = NULL;

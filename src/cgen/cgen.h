@@ -1,7 +1,7 @@
 /*
  * cgen.h — internal header of the code generator's CPU side (src/cgen),
  * the kernel half of the CPU backend (src/cpu/backend_cpu.c): turning a
- * fused program (engine/fprog.h) into C for the host compilers, compiling
+ * fused program (engine/fused_prog.h) into C for the host compilers, compiling
  * it (libtcc in memory at once, the system compiler in the background,
  * swapped in when ready), caching compiled kernels on disk, and launching
  * them over arrays on the engine's worker threads.  The statements inside
@@ -16,13 +16,13 @@
 #define TGL_CGEN_H
 
 #include "engine/backend.h"
-#include "engine/fprog.h"
+#include "engine/fused_prog.h"
 #include "cgen/tgl_kernel.h"
 #include "cpu/backend_cpu.h"
 
 /* The C source of prog's kernel (with tgl_kernel.h embedded), defining
  * `void <symbol>(const tgl_kargs *)`; *source is malloc'd. */
-tgl_status tgl_cgen_render(const tgl_fprog *prog, const char *symbol, char **source,
+tgl_status tgl_cgen_render(const tgl_fused_prog *prog, const char *symbol, char **source,
                            tgl_errbuf *err);
 
 /* Makes prog's kernel as o->compile says, into *out (its head naming be,
@@ -39,7 +39,7 @@ tgl_status tgl_cgen_render(const tgl_fprog *prog, const char *symbol, char **sou
  * temporary directory, else the current code, with one warning); a kernel
  * whose source the compiler rejects is TGL_EINTERNAL. */
 tgl_status tgl_cgen_compile(const tgl_backend_opts *o, const tgl_backend *be,
-                            const tgl_fprog *prog, tgl_kernel_ref **out, tgl_errbuf *err);
+                            const tgl_fused_prog *prog, tgl_kernel_ref **out, tgl_errbuf *err);
 
 /* The code k runs now, or NULL (the reference path).  k may be NULL.
  * Which code that is: k->tier, 0 none, 1 libtcc, 2 system compiler. */
@@ -58,11 +58,11 @@ void tgl_cgen_kernel_release(tgl_kernel_ref *k);
  * (may be NULL) is the caller's launch cache: *cache NULL or a plan from
  * an earlier launch of prog, reused when the operands' shapes and strides
  * match it, else replaced (freed with tgl_cgen_launch_cache_free). */
-tgl_status tgl_cgen_launch(const tgl_backend_opts *o, const tgl_fprog *prog, tgl_kernel_fn fn,
+tgl_status tgl_cgen_launch(const tgl_backend_opts *o, const tgl_fused_prog *prog, tgl_kernel_fn fn,
                            tgl_array *const *in, tgl_array *const *out, void **cache,
                            tgl_errbuf *err);
 /* tgl_cgen_launch with k's current code (TGL_EINTERNAL when it has none). */
-tgl_status tgl_cgen_kernel_launch(const tgl_backend_opts *o, const tgl_fprog *prog,
+tgl_status tgl_cgen_kernel_launch(const tgl_backend_opts *o, const tgl_fused_prog *prog,
                                   tgl_kernel_ref *k, tgl_array *const *in,
                                   tgl_array *const *out, void **cache, tgl_errbuf *err);
 /* Frees a launch cache (NULL is ignored). */
@@ -73,7 +73,7 @@ void tgl_cgen_launch_cache_free(void *cache);
 /* backend.step_inlinable: prog's kernel runs inline with the geometry of
  * its launch cache when that runs as one task; a float32 sum or product
  * then needs a double accumulator (*scratch_elem = 8 bytes per element). */
-bool tgl_cgen_step_inlinable(const tgl_fprog *prog, const void *launch_cache,
+bool tgl_cgen_step_inlinable(const tgl_fused_prog *prog, const void *launch_cache,
                              size_t *scratch_elem);
 /* The C source of the whole step (render.c): the inlined kernels (those
  * calling libm kept noipa, so they compile as the kernels the CVM runs),
@@ -97,7 +97,7 @@ tgl_step_fn tgl_cgen_step_code(const tgl_kernel_ref *k);
 tgl_status tgl_cgen_cache_clear(const tgl_backend_opts *o, tgl_errbuf *err);
 /* Waits (bounded) for the pending background compiles, then abandons the
  * rest; no background compile starts afterwards (compile.c, "At exit"). */
-void tgl_cgen_flush(void);
+void tgl_cgen_wait_all(void);
 /* The cache as text (malloc'd): directory, entries, bytes, max_bytes. */
 tgl_status tgl_cgen_cache_info(const tgl_backend_opts *o, char **text, tgl_errbuf *err);
 

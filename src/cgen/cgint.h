@@ -38,7 +38,7 @@ extern const char tgl_cgen_kernel_header[];
  * else the reduced output's dtype.  The kernel's out[0] has this dtype;
  * the launcher hands it a scratch buffer when it differs from the
  * output's.  -1 when prog has no reduction. */
-static inline int tgl_cgen_acc_dtype(const tgl_fprog *p)
+static inline int tgl_cgen_acc_dtype(const tgl_fused_prog *p)
 {
     if (p->reduce_op < 0)
         return -1;
@@ -52,7 +52,7 @@ static inline int tgl_cgen_acc_dtype(const tgl_fprog *p)
  * static type broadcasts the space's last axis.  The kernel takes its unit
  * path only when every stride agrees (else the strided path); the launcher
  * makes a lone size-1 axis agree. */
-static inline int tgl_cgen_invariant(const tgl_fprog *p, int i)
+static inline int tgl_cgen_invariant(const tgl_fused_prog *p, int i)
 {
     return p->ndim > 0 && tgl_type_bcast(p->in_type[i], p->ndim - 1);
 }
@@ -60,7 +60,7 @@ static inline int tgl_cgen_invariant(const tgl_fprog *p, int i)
 /* ---- render.c, for compile.c --------------------------------------------- */
 
 /* A 64-bit digest of what prog computes (names the kernel's symbol). */
-uint64_t tgl_cgen_digest(const tgl_fprog *prog);
+uint64_t tgl_cgen_digest(const tgl_fused_prog *prog);
 
 /* ---- launch.c ------------------------------------------------------------ */
 

@@ -50,7 +50,7 @@
  * empty mask.
  *
  * At exit.  Background compiles are listed in G.pending from the moment
- * they are queued until their worker is done with them; tgl_cgen_flush
+ * they are queued until their worker is done with them; tgl_cgen_wait_all
  * (tgl_compile_wait_all, which the host calls before closing the Lua state,
  * and an atexit handler that the first one registers) waits for them up
  * to config.exit_wait seconds, so that a short script still stores its
@@ -138,7 +138,7 @@ static struct {
     int npending;
     double exit_wait;      /* the setting of the latest one queued         */
     bool exiting;          /* past the deadline: abandon them all          */
-    bool registered;       /* tgl_cgen_flush is registered with atexit      */
+    bool registered;       /* tgl_cgen_wait_all is registered with atexit      */
 } G = {.tcc_lock = PTHREAD_MUTEX_INITIALIZER, .lock = PTHREAD_MUTEX_INITIALIZER,
        .spawn_cv = PTHREAD_COND_INITIALIZER, .idle = PTHREAD_COND_INITIALIZER};
 
@@ -959,7 +959,7 @@ static void signal_compilers(int sig)
 
 /* Registered with atexit by the first background compile; also called
  * by tgl_compile_wait_all, before the program releases its functions. */
-void tgl_cgen_flush(void)
+void tgl_cgen_wait_all(void)
 {
     pthread_mutex_lock(&G.lock);
     struct timespec deadline = after(G.exit_wait);
@@ -991,7 +991,7 @@ static bool job_queue(job *j)
     bool ok = !G.exiting;
     if (ok) {
         if (!G.registered)
-            G.registered = atexit(tgl_cgen_flush) == 0;
+            G.registered = atexit(tgl_cgen_wait_all) == 0;
         if (!G.max_workers)
             G.max_workers = worker_bound();
         j->prev = NULL;
@@ -1059,7 +1059,7 @@ static void job_free(job *j)
     }
 }
 
-static tgl_status internal(tgl_errbuf *e, const tgl_fprog *prog, const char *how, const char *msg)
+static tgl_status internal(tgl_errbuf *e, const tgl_fused_prog *prog, const char *how, const char *msg)
 {
     return tgl_errbuf_set(e, TGL_EINTERNAL,
                           "cgen: the kernel of fused program %d does not compile with %s "
@@ -1083,7 +1083,7 @@ static bool start_background(job *j, kernel *k, bool tcc_tier)
 }
 
 /* Compiles source in the mode asked for into k; see the file comment. */
-static tgl_status compile(const tgl_backend_opts *o, const tgl_backend *be, const tgl_fprog *prog,
+static tgl_status compile(const tgl_backend_opts *o, const tgl_backend *be, const tgl_fused_prog *prog,
                           const char *source, const char *symbol, kernel *k, tgl_errbuf *e)
 {
     const char *mode = o->compile;
@@ -1133,7 +1133,7 @@ static tgl_status compile(const tgl_backend_opts *o, const tgl_backend *be, cons
 }
 
 tgl_status tgl_cgen_compile(const tgl_backend_opts *o, const tgl_backend *be,
-                            const tgl_fprog *prog, tgl_kernel_ref **out, tgl_errbuf *err)
+                            const tgl_fused_prog *prog, tgl_kernel_ref **out, tgl_errbuf *err)
 {
     if (!o || !be || !prog || !out)
         return tgl_errbuf_set(err, TGL_EINVAL, "tgl_cgen_compile: NULL argument");
@@ -1223,7 +1223,7 @@ tgl_kernel_fn tgl_cgen_kernel_fn(const tgl_kernel_ref *ref)
     return k ? __atomic_load_n(&k->fn, __ATOMIC_ACQUIRE) : NULL;
 }
 
-tgl_status tgl_cgen_kernel_launch(const tgl_backend_opts *o, const tgl_fprog *prog,
+tgl_status tgl_cgen_kernel_launch(const tgl_backend_opts *o, const tgl_fused_prog *prog,
                                   tgl_kernel_ref *ref, tgl_array *const *in,
                                   tgl_array *const *out, void **cache, tgl_errbuf *err)
 {

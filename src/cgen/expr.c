@@ -232,7 +232,7 @@ static void text(tgl_cgen_expr *r, tgl_sb *b, const char *s, int i, int cdt, cha
 
 void tgl_cgen_instr(tgl_cgen_expr *r, tgl_sb *b, int i, const char *const *load)
 {
-    const tgl_fprog *p = r->p;
+    const tgl_fused_prog *p = r->p;
     const tgl_finstr *in = &p->code[i];
     int op = in->op, dt = in->dtype;
     if (dt < 0 || dt >= TGL_NDTYPES) {

@@ -1,7 +1,7 @@
 /*
  * expr.h — the device-neutral renderer of fused instructions (expr.c):
  * the scalar statement `T v<i> = ...;` of one instruction of a fused
- * program (engine/fprog.h), from the op's entry in TGL_ELEMWISE_OPS
+ * program (engine/fused_prog.h), from the op's entry in TGL_ELEMWISE_OPS
  * (engine/ops/elemwise_def.h), and the helper definitions those
  * statements need, in a dialect the caller describes.
  *
@@ -20,7 +20,7 @@
 #define TGL_CGEN_EXPR_H
 
 #include "engine/backend.h"
-#include "engine/fprog.h"
+#include "engine/fused_prog.h"
 #include "engine/strbuf.h"
 
 #include <stdint.h>
@@ -75,7 +75,7 @@ typedef struct tgl_cgen_dialect {
 typedef struct tgl_cgen_expr {
     const tgl_cgen_dialect *d;
     tgl_errbuf *err;
-    const tgl_fprog *p;
+    const tgl_fused_prog *p;
     uint32_t used[2];
     unsigned helpers;
     uint32_t ew_helpers;

@@ -163,7 +163,7 @@ static bool c_contiguous(const tgl_array *a)
     do { if (!(cond)) return tgl_errbuf_set(err, (st), __VA_ARGS__); } while (0)
 
 /* Checks the arrays against the program and computes the space's shape. */
-static tgl_status check(const tgl_fprog *p, tgl_array *const *in, tgl_array *const *out,
+static tgl_status check(const tgl_fused_prog *p, tgl_array *const *in, tgl_array *const *out,
                         int64_t *space, tgl_errbuf *err)
 {
     int nd = p->ndim;
@@ -205,7 +205,7 @@ static tgl_status check(const tgl_fprog *p, tgl_array *const *in, tgl_array *con
  * space, size-1 axes dropped, mergeable neighbours merged.  out[0] of a
  * reduction is described by the accumulator layout (C order over the kept
  * axes), its data set later.  Returns the kernel's ndim. */
-static int geometry(const tgl_fprog *p, tgl_array *const *in, tgl_array *const *out,
+static int geometry(const tgl_fused_prog *p, tgl_array *const *in, tgl_array *const *out,
                     const int64_t *space, tgl_kbuf *kb, int64_t *shape)
 {
     int nop = p->nin + p->nout, nd = 0;
@@ -279,7 +279,7 @@ static tgl_kbuf *plan_kb(lplan *p) { return (tgl_kbuf *)(p + 1); }
 static int64_t *plan_key(lplan *p) { return (int64_t *)(plan_kb(p) + p->nop); }
 
 /* The key of the operands: per operand ndim, then sizes, then strides. */
-static size_t key_len(const tgl_fprog *prog, tgl_array *const *in, tgl_array *const *out)
+static size_t key_len(const tgl_fused_prog *prog, tgl_array *const *in, tgl_array *const *out)
 {
     size_t n = 0;
     for (int j = 0; j < prog->nin + prog->nout; j++) {
@@ -289,7 +289,7 @@ static size_t key_len(const tgl_fprog *prog, tgl_array *const *in, tgl_array *co
     return n;
 }
 
-static bool key_same(const int64_t *key, const tgl_fprog *prog, tgl_array *const *in,
+static bool key_same(const int64_t *key, const tgl_fused_prog *prog, tgl_array *const *in,
                      tgl_array *const *out)
 {
     for (int j = 0; j < prog->nin + prog->nout; j++) {
@@ -304,7 +304,7 @@ static bool key_same(const int64_t *key, const tgl_fprog *prog, tgl_array *const
     return true;
 }
 
-static void key_put(int64_t *key, const tgl_fprog *prog, tgl_array *const *in,
+static void key_put(int64_t *key, const tgl_fused_prog *prog, tgl_array *const *in,
                     tgl_array *const *out)
 {
     for (int j = 0; j < prog->nin + prog->nout; j++) {
@@ -317,7 +317,7 @@ static void key_put(int64_t *key, const tgl_fprog *prog, tgl_array *const *in,
 }
 
 /* Computes the plan for these operands into p (kb: p's nop buffers). */
-static tgl_status make_plan(const tgl_backend_opts *o, const tgl_fprog *prog,
+static tgl_status make_plan(const tgl_backend_opts *o, const tgl_fused_prog *prog,
                             tgl_array *const *in, tgl_array *const *out, lplan *p, tgl_kbuf *kb,
                             tgl_errbuf *err)
 {
@@ -386,7 +386,7 @@ bool tgl_cgen_plan_single(const void *cache, tgl_kargs *base, const tgl_kbuf **k
     return true;
 }
 
-tgl_status tgl_cgen_launch(const tgl_backend_opts *o, const tgl_fprog *prog, tgl_kernel_fn fn,
+tgl_status tgl_cgen_launch(const tgl_backend_opts *o, const tgl_fused_prog *prog, tgl_kernel_fn fn,
                            tgl_array *const *in, tgl_array *const *out, void **cache,
                            tgl_errbuf *err)
 {

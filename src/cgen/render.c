@@ -1,5 +1,5 @@
 /*
- * render.c — a fused program (engine/fprog.h) rendered as C source for the
+ * render.c — a fused program (engine/fused_prog.h) rendered as C source for the
  * host compilers (libtcc, cc): the CPU backend's kernels, and its whole
  * steps.
  *
@@ -163,14 +163,14 @@ static void identity(render *r, tgl_sb *b, int op, int adt)
 /* ---- row functions and the kernel ------------------------------------------ */
 
 /* The dtype output k's pointer has in the kernel. */
-static int out_dtype(const tgl_fprog *p, int k)
+static int out_dtype(const tgl_fused_prog *p, int k)
 {
     return k == 0 && p->reduce_op >= 0 ? tgl_cgen_acc_dtype(p) : p->out_type[k].dtype;
 }
 
 static void params(render *r, tgl_sb *b, int mode, bool racc)
 {
-    const tgl_fprog *p = r->x.p;
+    const tgl_fused_prog *p = r->x.p;
     tgl_sb_printf(b, "int64_t c0, int64_t c1");
     for (int j = 0; j < p->nin; j++) {
         const char *T = CT(p->in_type[j].dtype);
@@ -195,7 +195,7 @@ static void params(render *r, tgl_sb *b, int mode, bool racc)
 /* The loop body for column k: every instruction, then the stores. */
 static void body(render *r, tgl_sb *b, int mode, bool racc)
 {
-    const tgl_fprog *p = r->x.p;
+    const tgl_fused_prog *p = r->x.p;
     char (*text)[48] = calloc((size_t)p->nin + 1, sizeof *text);
     const char **load = calloc((size_t)p->nin + 1, sizeof *load);
     if (!text || !load) {
@@ -257,7 +257,7 @@ static void body(render *r, tgl_sb *b, int mode, bool racc)
 /* tgl_row_r: the row folded into LANES accumulators through a buffer. */
 static void row_reduce(render *r, tgl_sb *b)
 {
-    const tgl_fprog *p = r->x.p;
+    const tgl_fused_prog *p = r->x.p;
     int op = p->reduce_op, adt = tgl_cgen_acc_dtype(p);
     const char *A = CT(adt);
     tgl_sb_printf(b, "static void %s_row_r(", r->pfx);
@@ -303,7 +303,7 @@ static void row(render *r, tgl_sb *b, const char *name, int mode)
 /* Arguments of a row call from the kernel's loop. */
 static void call_args(render *r, tgl_sb *b, int mode)
 {
-    const tgl_fprog *p = r->x.p;
+    const tgl_fused_prog *p = r->x.p;
     tgl_sb_printf(b, "c0, c1");
     for (int j = 0; j < p->nin; j++) {
         const char *T = CT(p->in_type[j].dtype);
@@ -324,7 +324,7 @@ static void call_args(render *r, tgl_sb *b, int mode)
 
 static void kernel(render *r, tgl_sb *b, const char *decl, const char *symbol)
 {
-    const tgl_fprog *p = r->x.p;
+    const tgl_fused_prog *p = r->x.p;
     bool red = p->reduce_op >= 0;
     int nop = p->nin + p->nout;
     tgl_sb_printf(b, "%svoid %s(const tgl_kargs *A)\n{\n", decl, symbol);
@@ -379,7 +379,7 @@ static void kernel(render *r, tgl_sb *b, const char *decl, const char *symbol)
  * kernel, `<decl>void <symbol>(const tgl_kargs *A)`, into fns, recording
  * in r what the prelude needs; several programs may share one r (one
  * source, one prelude).  r->x.st holds the first error. */
-static void render_kernel(render *r, tgl_sb *fns, const tgl_fprog *prog, const char *pfx,
+static void render_kernel(render *r, tgl_sb *fns, const tgl_fused_prog *prog, const char *pfx,
                           const char *decl, const char *symbol)
 {
     r->x.p = prog;
@@ -391,7 +391,7 @@ static void render_kernel(render *r, tgl_sb *fns, const tgl_fprog *prog, const c
     kernel(r, fns, decl, symbol);
 }
 
-tgl_status tgl_cgen_render(const tgl_fprog *prog, const char *symbol, char **source,
+tgl_status tgl_cgen_render(const tgl_fused_prog *prog, const char *symbol, char **source,
                            tgl_errbuf *err)
 {
     if (!prog || !symbol || !source)
@@ -429,7 +429,7 @@ tgl_status tgl_cgen_render(const tgl_fprog *prog, const char *symbol, char **sou
 #define MIX(h, v) \
     do { int64_t v_ = (int64_t)(v); (h) = tgl_hash_bytes((h), &v_, sizeof v_); } while (0)
 
-uint64_t tgl_cgen_digest(const tgl_fprog *p)
+uint64_t tgl_cgen_digest(const tgl_fused_prog *p)
 {
     uint64_t h = TGL_HASH_FNV_BASIS;
     MIX(h, p->ndim);
@@ -460,7 +460,7 @@ uint64_t tgl_cgen_digest(const tgl_fprog *p)
 
 /* ---- whole steps --------------------------------------------------------------- */
 
-bool tgl_cgen_step_inlinable(const tgl_fprog *prog, const void *launch_cache,
+bool tgl_cgen_step_inlinable(const tgl_fused_prog *prog, const void *launch_cache,
                              size_t *scratch_elem)
 {
     tgl_kargs base;
@@ -485,7 +485,7 @@ bool tgl_cgen_step_inlinable(const tgl_fprog *prog, const void *launch_cache,
  * does (launch.c), the kernel, the conversion of a double accumulator. */
 static void step_kernel(render *r, tgl_sb *b, const tgl_step_item *it)
 {
-    const tgl_fprog *p = it->prog;
+    const tgl_fused_prog *p = it->prog;
     tgl_kargs a;
     const tgl_kbuf *kb;
     if (!tgl_cgen_plan_single(it->launch_cache, &a, &kb)) {

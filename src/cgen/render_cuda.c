@@ -61,7 +61,7 @@ static const char head[] =
 
 /* Whether the program broadcasts input j on every axis: one element, at
  * offset 0 on the flat path. */
-static bool scalar_input(const tgl_fprog *p, int j)
+static bool scalar_input(const tgl_fused_prog *p, int j)
 {
     for (int d = 0; d < p->ndim; d++)
         if (!tgl_type_bcast(p->in_type[j], d))
@@ -74,7 +74,7 @@ static bool scalar_input(const tgl_fprog *p, int j)
  * else). */
 static void body(tgl_cgen_expr *x, tgl_sb *b, char (*at)[16], const char *indent)
 {
-    const tgl_fprog *p = x->p;
+    const tgl_fused_prog *p = x->p;
     char (*text)[48] = calloc((size_t)p->nin + 1, sizeof *text);
     const char **load = calloc((size_t)p->nin + 1, sizeof *load);
     if (!text || !load) {
@@ -111,7 +111,7 @@ static void body(tgl_cgen_expr *x, tgl_sb *b, char (*at)[16], const char *indent
 
 static void kernel(tgl_cgen_expr *x, tgl_sb *b, const char *symbol)
 {
-    const tgl_fprog *p = x->p;
+    const tgl_fused_prog *p = x->p;
     int nop = p->nin + p->nout;
     char (*at)[16] = calloc((size_t)nop, sizeof *at);
     if (!at) {
@@ -168,7 +168,7 @@ static void kernel(tgl_cgen_expr *x, tgl_sb *b, const char *symbol)
     free(at);
 }
 
-tgl_status tgl_cgen_render_cuda(const tgl_fprog *const *progs, const char *const *symbols, int n,
+tgl_status tgl_cgen_render_cuda(const tgl_fused_prog *const *progs, const char *const *symbols, int n,
                                 char **source, tgl_errbuf *err)
 {
     if (!progs || !symbols || !source || n < 1)
@@ -176,7 +176,7 @@ tgl_status tgl_cgen_render_cuda(const tgl_fprog *const *progs, const char *const
     tgl_cgen_expr x = {.d = &cuda, .err = err};
     tgl_sb fns = {0}, out = {0};
     for (int i = 0; i < n && !x.st; i++) {
-        const tgl_fprog *p = progs[i];
+        const tgl_fused_prog *p = progs[i];
         if (!p || !symbols[i]) {
             tgl_sb_free(&fns);
             return tgl_errbuf_set(err, TGL_EINVAL, "tgl_cgen_render_cuda: NULL program %d", i);

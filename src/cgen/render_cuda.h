@@ -1,5 +1,5 @@
 /*
- * render_cuda.h — fused programs (engine/fprog.h) rendered as CUDA C++
+ * render_cuda.h — fused programs (engine/fused_prog.h) rendered as CUDA C++
  * (render_cuda.c): the source a CUDA backend compiles with NVRTC (or nvcc)
  * and launches.  Elementwise programs only: a program with a fused
  * reduction is refused.  The statements are the device-neutral renderer's
@@ -24,7 +24,7 @@
 #define TGL_CGEN_RENDER_CUDA_H
 
 #include "engine/backend.h"
-#include "engine/fprog.h"
+#include "engine/fused_prog.h"
 
 #include <stdint.h>
 
@@ -48,7 +48,7 @@ typedef struct tgl_cuda_operand {
  * TGL_EINVAL for a program the renderer does not take (a reduction, too
  * many operands for a launch's parameters), naming the program;
  * TGL_EINTERNAL for a malformed one. */
-tgl_status tgl_cgen_render_cuda(const tgl_fprog *const *progs, const char *const *symbols, int n,
+tgl_status tgl_cgen_render_cuda(const tgl_fused_prog *const *progs, const char *const *symbols, int n,
                                 char **source, tgl_errbuf *err);
 
 #endif /* TGL_CGEN_RENDER_CUDA_H */

@@ -306,7 +306,7 @@ static bool cpu_supports_op(const tgl_node *n)
 
 /* ---- fused kernels ------------------------------------------------------------- */
 
-static tgl_status cpu_prepare(const tgl_backend_opts *o, const tgl_fprog *prog,
+static tgl_status cpu_prepare(const tgl_backend_opts *o, const tgl_fused_prog *prog,
                               tgl_kernel_ref **out, tgl_errbuf *err)
 {
     return tgl_cgen_compile(o, &tgl_backend_cpu, prog, out, err);
@@ -349,5 +349,5 @@ const tgl_backend tgl_backend_cpu = {
     .step_free = tgl_cgen_kernel_release,
     .cache_clear = tgl_cgen_cache_clear,
     .cache_info = tgl_cgen_cache_info,
-    .flush = tgl_cgen_flush,
+    .wait_compiles = tgl_cgen_wait_all,
 };

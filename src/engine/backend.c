@@ -10,7 +10,7 @@
  * its tier, waiting for it or releasing it needs no device.
  */
 #include "engine/backend.h"
-#include "engine/fprog.h"
+#include "engine/fused_prog.h"
 #include "engine/ops/ops.h"
 
 #include <stdarg.h>
@@ -171,7 +171,7 @@ int64_t tgl_kernels_live(void)
     return __atomic_load_n(&live_kernels, __ATOMIC_RELAXED);
 }
 
-tgl_status tgl_backend_prepare(tgl_ctx *ctx, int device, tgl_fprog *prog)
+tgl_status tgl_backend_prepare(tgl_ctx *ctx, int device, tgl_fused_prog *prog)
 {
     TGL_CHECK_CTX(ctx);
     TGL_CHECK(prog, TGL_EINVAL, "tgl_backend_prepare: NULL program");
@@ -194,7 +194,7 @@ tgl_status tgl_backend_prepare(tgl_ctx *ctx, int device, tgl_fprog *prog)
 }
 
 /* Frees prog's kernel on device, if any. */
-static void release_on(tgl_fprog *prog, int device)
+static void release_on(tgl_fused_prog *prog, int device)
 {
     tgl_kernel_ref *k = prog->kernel[device];
     if (k) {
@@ -205,32 +205,32 @@ static void release_on(tgl_fprog *prog, int device)
     }
 }
 
-void tgl_backend_unuse(tgl_fprog *prog, int device)
+void tgl_backend_unuse(tgl_fused_prog *prog, int device)
 {
     if (prog && prog->kernel_users[device] > 0 && --prog->kernel_users[device] == 0)
         release_on(prog, device);
 }
 
-int tgl_backend_tier(const tgl_fprog *prog, int device)
+int tgl_backend_tier(const tgl_fused_prog *prog, int device)
 {
     const tgl_kernel_ref *k = prog ? prog->kernel[device] : NULL;
     return k ? __atomic_load_n(&k->tier, __ATOMIC_ACQUIRE) : 0;
 }
 
-void tgl_backend_wait(const tgl_fprog *prog, int device)
+void tgl_backend_wait(const tgl_fused_prog *prog, int device)
 {
     tgl_kernel_ref *k = prog ? prog->kernel[device] : NULL;
     if (k)
         k->backend->wait(k);
 }
 
-void tgl_backend_release(tgl_fprog *prog)
+void tgl_backend_release(tgl_fused_prog *prog)
 {
     for (int d = 0; prog && d < TGL_NDEVICES; d++)
         release_on(prog, d);
 }
 
-tgl_status tgl_backend_launch(tgl_ctx *ctx, const tgl_fprog *prog, int device,
+tgl_status tgl_backend_launch(tgl_ctx *ctx, const tgl_fused_prog *prog, int device,
                               tgl_array *const *in, tgl_array *const *out, void **cache)
 {
     /* On every run of a fused op: the backend checks its arguments. */
@@ -242,7 +242,7 @@ tgl_status tgl_backend_launch(tgl_ctx *ctx, const tgl_fprog *prog, int device,
     return st ? tgl_errbuf_take(ctx, st, &e) : TGL_OK;
 }
 
-void tgl_backend_launch_cache_free(const tgl_fprog *prog, int device, void *cache)
+void tgl_backend_launch_cache_free(const tgl_fused_prog *prog, int device, void *cache)
 {
     /* A cache exists only where the program's kernel made it. */
     tgl_kernel_ref *k = prog ? prog->kernel[device] : NULL;
@@ -255,8 +255,8 @@ void tgl_backend_launch_cache_free(const tgl_fprog *prog, int device, void *cach
 void tgl_compile_wait_all(void)
 {
     for (int d = 0; d < TGL_NDEVICES; d++)
-        if (tgl_backends[d] && tgl_backends[d]->flush)
-            tgl_backends[d]->flush();
+        if (tgl_backends[d] && tgl_backends[d]->wait_compiles)
+            tgl_backends[d]->wait_compiles();
 }
 
 void tgl_cache_flush(void)

@@ -42,7 +42,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-struct tgl_fprog; /* engine/fprog.h */
+struct tgl_fused_prog; /* engine/fused_prog.h */
 struct tgl_node;  /* engine/graph.h */
 
 /* A backend's error message; the engine copies it into the context. */
@@ -86,7 +86,7 @@ typedef int (*tgl_step_cb)(void *env, int i);
 
 /* One instruction of a whole step, as the engine hands it to the backend. */
 typedef struct tgl_step_item {
-    const struct tgl_fprog *prog; /* a fused kernel to run inline, or NULL:
+    const struct tgl_fused_prog *prog; /* a fused kernel to run inline, or NULL:
                                      the function calls cb(env, i)          */
     const void *launch_cache;     /* the instruction's launch cache (its
                                      geometry: backend.launch)              */
@@ -149,10 +149,10 @@ typedef struct tgl_backend {
     /* Whether the kernel of n's op runs n, with n's input and output dtypes. */
     bool (*supports_op)(const struct tgl_node *n);
 
-    /* ---- fused kernels (engine/fprog.h) ---- */
+    /* ---- fused kernels (engine/fused_prog.h) ---- */
     /* Makes prog's kernel as o->compile says (its head names this backend and
      * its tier); with no working compiler it succeeds at tier 0. */
-    tgl_status (*prepare)(const tgl_backend_opts *o, const struct tgl_fprog *prog,
+    tgl_status (*prepare)(const tgl_backend_opts *o, const struct tgl_fused_prog *prog,
                           tgl_kernel_ref **out, tgl_errbuf *err);
     /* Blocks until k's background compile, if any, has finished. */
     void (*wait)(tgl_kernel_ref *k);
@@ -162,7 +162,7 @@ typedef struct tgl_backend {
      * cache (may be NULL): the caller's launch cache for this program, *cache
      * NULL at first; the backend keeps what it decided from the operands'
      * layout there and reuses it while the layout is the same. */
-    tgl_status (*launch)(const tgl_backend_opts *o, const struct tgl_fprog *prog,
+    tgl_status (*launch)(const tgl_backend_opts *o, const struct tgl_fused_prog *prog,
                          tgl_kernel_ref *k, tgl_array *const *in, tgl_array *const *out,
                          void **cache, tgl_errbuf *err);
     /* Frees a launch cache; NULL is ignored. */
@@ -176,7 +176,7 @@ typedef struct tgl_backend {
     /* Whether prog's kernel can run inline in a whole step with the geometry
      * of launch_cache; *scratch_bytes: the accumulator buffer it then needs
      * (0: none). */
-    bool (*step_inlinable)(const struct tgl_fprog *prog, const void *launch_cache,
+    bool (*step_inlinable)(const struct tgl_fused_prog *prog, const void *launch_cache,
                            size_t *scratch_bytes);
     /* Makes the handle of the whole step of items[0..n) (the plan): the CPU
      * backend renders it and compiles it with the optimizing compiler (from
@@ -201,7 +201,7 @@ typedef struct tgl_backend {
     tgl_status (*cache_info)(const tgl_backend_opts *o, char **text, tgl_errbuf *err);
     /* Waits (bounded) for the backend's background compiles (tgl_compile_wait_all,
      * and at exit); NULL where it compiles nothing in the background. */
-    void (*flush)(void);
+    void (*wait_compiles)(void);
 } tgl_backend;
 
 /* ---- the engine's side ------------------------------------------------- */
@@ -257,23 +257,23 @@ tgl_status tgl_backend_op_kernel(tgl_ctx *ctx, const tgl_backend *be, const stru
  * a use of the kernel (prog->kernel_users[device]), which the caller gives
  * back with tgl_backend_unuse.  The calls below take the device whose
  * kernel they mean. */
-tgl_status tgl_backend_prepare(tgl_ctx *ctx, int device, struct tgl_fprog *prog);
+tgl_status tgl_backend_prepare(tgl_ctx *ctx, int device, struct tgl_fused_prog *prog);
 /* Gives back a use of prog's kernel; the last one releases the kernel (a
  * later prepare makes it again: from the disk cache, or libtcc). */
-void tgl_backend_unuse(struct tgl_fprog *prog, int device);
+void tgl_backend_unuse(struct tgl_fused_prog *prog, int device);
 /* Which code prog runs now: 0 none (reference path), 1 quick, 2 optimized. */
-int tgl_backend_tier(const struct tgl_fprog *prog, int device);
+int tgl_backend_tier(const struct tgl_fused_prog *prog, int device);
 /* Blocks until prog's background compile, if any, has finished. */
-void tgl_backend_wait(const struct tgl_fprog *prog, int device);
+void tgl_backend_wait(const struct tgl_fused_prog *prog, int device);
 /* Frees prog's kernels (on every device) whatever their uses (the program
  * itself is going); does not wait. */
-void tgl_backend_release(struct tgl_fprog *prog);
+void tgl_backend_release(struct tgl_fused_prog *prog);
 /* Runs prog's kernel (tier > 0) over in[] into out[] on its backend;
  * cache (may be NULL) is a launch cache the caller keeps for this program
  * (backend.launch), freed with tgl_backend_launch_cache_free. */
-tgl_status tgl_backend_launch(tgl_ctx *ctx, const struct tgl_fprog *prog, int device,
+tgl_status tgl_backend_launch(tgl_ctx *ctx, const struct tgl_fused_prog *prog, int device,
                               tgl_array *const *in, tgl_array *const *out, void **cache);
 /* Frees a launch cache made by launches of prog's kernel (NULL is ignored). */
-void tgl_backend_launch_cache_free(const struct tgl_fprog *prog, int device, void *cache);
+void tgl_backend_launch_cache_free(const struct tgl_fused_prog *prog, int device, void *cache);
 
 #endif /* TGL_BACKEND_H */

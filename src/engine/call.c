@@ -15,7 +15,7 @@
  * function's state, and vice versa.
  */
 #include "engine/program.h"
-#include "engine/fprog.h"
+#include "engine/fused_prog.h"
 #include "engine/backend.h"
 
 #include <stdio.h>
@@ -100,7 +100,7 @@ void tgl_frame_free(tgl_frame *fr)
     if (fr->launch_cache)
         for (int32_t pc = 0; pc < prog->ncode; pc++)
             if (fr->launch_cache[pc])
-                tgl_backend_launch_cache_free(tgl_fprog_of(prog->code[pc].node), prog->device,
+                tgl_backend_launch_cache_free(tgl_fused_prog_of(prog->code[pc].node), prog->device,
                                               fr->launch_cache[pc]);
     free(fr->launch_cache);
     free(fr->slot);
@@ -178,7 +178,7 @@ tgl_status tgl_function_wait_compiled(tgl_ctx *ctx, tgl_function *fn)
     const tgl_program *prog = fn->prog;
     for (int32_t pc = 0; pc < prog->ncode; pc++)
         if (prog->code[pc].kind == TGL_I_OP && prog->code[pc].node->op == TGL_OP_FUSED)
-            tgl_backend_wait(tgl_fprog_of(prog->code[pc].node), prog->device);
+            tgl_backend_wait(tgl_fused_prog_of(prog->code[pc].node), prog->device);
     tgl_step_wait(fn->frame);
     return TGL_OK;
 }

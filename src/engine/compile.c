@@ -14,7 +14,7 @@
  * inner programs.  tgl_program_new at the end reads as that list of steps.
  */
 #include "engine/program.h"
-#include "engine/fprog.h"
+#include "engine/fused_prog.h"
 #include "engine/backend.h"
 
 #include <stdio.h>
@@ -260,7 +260,7 @@ static tgl_status bind_kernels(tgl_ctx *ctx, tgl_program *prog)
         if (tgl_op_needs_kernel(ins->node)) {
             st = tgl_backend_op_kernel(ctx, prog->backend, ins->node, &ins->kern);
         } else if (ins->node->op == TGL_OP_FUSED) {
-            const tgl_fprog *p = tgl_fprog_of(ins->node);
+            const tgl_fused_prog *p = tgl_fused_prog_of(ins->node);
             const tgl_op_kernel *k;
             for (int32_t j = 0; j < p->norig && !st; j++)
                 st = tgl_backend_op_kernel(ctx, prog->backend, p->orig[j], &k);
@@ -275,7 +275,7 @@ void tgl_program_free(tgl_program *prog)
         return;
     for (int32_t pc = 0; pc < prog->prepared_to; pc++)
         if (prog->code[pc].kind == TGL_I_OP && prog->code[pc].node->op == TGL_OP_FUSED)
-            tgl_backend_unuse(tgl_fprog_of(prog->code[pc].node), prog->device);
+            tgl_backend_unuse(tgl_fused_prog_of(prog->code[pc].node), prog->device);
     for (int32_t pc = 0; pc < prog->ncode; pc++) {
         free(prog->code[pc].in);
         free(prog->code[pc].free_slots);
@@ -590,7 +590,7 @@ static tgl_status prepare_fused(tgl_ctx *ctx, tgl_program *prog)
     tgl_status st = TGL_OK;
     for (int32_t pc = 0; !st && pc < prog->ncode; pc++) {
         if (prog->code[pc].kind == TGL_I_OP && prog->code[pc].node->op == TGL_OP_FUSED)
-            st = tgl_backend_prepare(ctx, prog->device, tgl_fprog_of(prog->code[pc].node));
+            st = tgl_backend_prepare(ctx, prog->device, tgl_fused_prog_of(prog->code[pc].node));
         if (!st)
             prog->prepared_to = pc + 1;
     }

@@ -5,7 +5,7 @@
  * keeps no other mutable global state except the live-memory counter.
  */
 #include "engine/backend.h"
-#include "engine/fprog.h"
+#include "engine/fused_prog.h"
 #include "engine/graph.h"
 #include "engine/pool.h"
 

@@ -16,7 +16,7 @@
  */
 #include "engine/program.h"
 #include "engine/backend.h"
-#include "engine/fprog.h"
+#include "engine/fused_prog.h"
 
 #include <inttypes.h>
 #include <stdlib.h>

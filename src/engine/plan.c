@@ -35,7 +35,7 @@
  * kernels on the inputs afterwards.
  */
 #include "engine/program.h"
-#include "engine/fprog.h"
+#include "engine/fused_prog.h"
 
 #include <stdlib.h>
 #include <string.h>

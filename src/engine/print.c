@@ -3,7 +3,7 @@
  * per line (what tgl.debugprint(f) shows), and the per-op profile.
  */
 #include "engine/program.h"
-#include "engine/fprog.h"
+#include "engine/fused_prog.h"
 #include "engine/strbuf.h"
 #include "engine/backend.h"
 
@@ -64,7 +64,7 @@ static void render_program(tgl_sb *sbp, const tgl_program *fn, int indent)
                 tgl_node_payload_label(ins->node, label, sizeof label);
                 tgl_sb_printf(&sb, " = %s", label);
                 if (ins->node->op == TGL_OP_FUSED) {
-                    int tier = tgl_backend_tier(tgl_fprog_of(ins->node), fn->device);
+                    int tier = tgl_backend_tier(tgl_fused_prog_of(ins->node), fn->device);
                     tgl_sb_printf(&sb, "[%s]", tier == 2 ? "cc" : tier == 1 ? "tcc" : "ref");
                 }
                 tgl_sb_printf(&sb, "(");

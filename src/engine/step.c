@@ -42,7 +42,7 @@
  */
 #include "engine/program.h"
 #include "engine/backend.h"
-#include "engine/fprog.h"
+#include "engine/fused_prog.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -641,12 +641,12 @@ static bool record(tgl_frame *fr, tgl_step *s, int32_t i)
     s->caller_begin[i + 1] = s->ncaller;
     size_t scratch_elem = 0;
     if (s->op[i].mode != STEP_FIXED || ins->node->op != TGL_OP_FUSED ||
-        !s->be->step_inlinable(tgl_fprog_of(ins->node), fr->launch_cache[pc], &scratch_elem))
+        !s->be->step_inlinable(tgl_fused_prog_of(ins->node), fr->launch_cache[pc], &scratch_elem))
         return true;
     for (int k = 0; k < ins->nouts; k++)
         if (ins->outs[k] < 0)
             return true; /* an output nobody reads: the launcher's scratch */
-    const tgl_fprog *fp = tgl_fprog_of(ins->node);
+    const tgl_fused_prog *fp = tgl_fused_prog_of(ins->node);
     int nop = fp->nin + fp->nout;
     int32_t *idx = malloc(sizeof *idx * (size_t)nop);
     if (!idx)
@@ -739,7 +739,7 @@ static bool kernels_final(const tgl_frame *fr, const tgl_step *s)
 {
     for (int32_t i = 0; i < s->nfirst; i++) {
         const tgl_instr *ins = &fr->prog->code[s->op[i].pc];
-        if (ins->node->op == TGL_OP_FUSED && tgl_backend_tier(tgl_fprog_of(ins->node), fr->prog->device) != 2)
+        if (ins->node->op == TGL_OP_FUSED && tgl_backend_tier(tgl_fused_prog_of(ins->node), fr->prog->device) != 2)
             return false;
     }
     return true;

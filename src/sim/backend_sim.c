@@ -36,7 +36,7 @@
  */
 #include "engine/backend.h"
 #include "engine/ops/ops.h"
-#include "engine/fprog.h"
+#include "engine/fused_prog.h"
 #include "sim/backend_sim.h"
 
 #include <pthread.h>
@@ -391,7 +391,7 @@ static void sync_tier(sim_kernel *k)
                      __ATOMIC_RELEASE);
 }
 
-static tgl_status sim_prepare(const tgl_backend_opts *o, const tgl_fprog *prog,
+static tgl_status sim_prepare(const tgl_backend_opts *o, const tgl_fused_prog *prog,
                               tgl_kernel_ref **out, tgl_errbuf *err)
 {
     sim_kernel *k = calloc(1, sizeof *k);
@@ -424,7 +424,7 @@ static void sim_release(tgl_kernel_ref *ref)
     free(k);
 }
 
-static tgl_status sim_launch(const tgl_backend_opts *o, const tgl_fprog *prog,
+static tgl_status sim_launch(const tgl_backend_opts *o, const tgl_fused_prog *prog,
                              tgl_kernel_ref *ref, tgl_array *const *in, tgl_array *const *out,
                              void **cache, tgl_errbuf *err)
 {

@@ -1,6 +1,6 @@
 /*
  * fused.c — the fused op: a multi-output node whose payload is a fused
- * program (engine/fprog.h), applied to the node's inputs.  The fuse stage
+ * program (engine/fused_prog.h), applied to the node's inputs.  The fuse stage
  * builds these; the CVM runs one as one instruction that fills every
  * output in one pass (other nodes read its outputs through OUTPUT nodes).
  *
@@ -9,7 +9,7 @@
  * their reference kernels — the oracle DEBUG mode compares against.
  */
 #include "engine/ops/ops.h"
-#include "engine/fprog.h"
+#include "engine/fused_prog.h"
 #include "engine/backend.h"
 
 #include <inttypes.h>
@@ -22,15 +22,15 @@ static tgl_status tgl_fused_run(tgl_ctx *ctx, const tgl_node *n, tgl_array *cons
 static tgl_status tgl_fused_output_shape(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
                                          int k, int64_t *shape);
 
-#define prog_of(ctx, n) ((void)(ctx), (const tgl_fprog *)tgl_fprog_of(n))
-#define output_type tgl_fprog_out_type
+#define prog_of(ctx, n) ((void)(ctx), (const tgl_fused_prog *)tgl_fused_prog_of(n))
+#define output_type tgl_fused_prog_out_type
 
 static tgl_status fused_infer(tgl_ctx *ctx, tgl_node *n)
 {
     TGL_CHECK(n->p.n == 0, TGL_EINVAL, "takes no parameters");
     TGL_CHECK(n->payload && n->payload->vt->kind && strcmp(n->payload->vt->kind, "fused") == 0,
               TGL_EINVAL, "needs a fused program as its payload");
-    const tgl_fprog *p = tgl_fprog_of(n);
+    const tgl_fused_prog *p = tgl_fused_prog_of(n);
     TGL_CHECK(n->nin == p->nin, TGL_EINVAL, "program %d takes %d inputs, got %d", p->id, p->nin,
               n->nin);
     TGL_CHECK(p->nout >= 1 && p->nout < INT16_MAX, TGL_EINVAL, "program %d has %d outputs",
@@ -47,11 +47,11 @@ static tgl_status fused_infer(tgl_ctx *ctx, tgl_node *n)
 
 static tgl_type fused_out_type(const tgl_node *n, int k)
 {
-    return output_type(tgl_fprog_of(n), k);
+    return output_type(tgl_fused_prog_of(n), k);
 }
 
 /* The shape of the elementwise space: non-broadcast axes agree. */
-static tgl_status space_shape(tgl_ctx *ctx, const tgl_node *n, const tgl_fprog *p,
+static tgl_status space_shape(tgl_ctx *ctx, const tgl_node *n, const tgl_fused_prog *p,
                               tgl_array *const *in, int64_t *shape)
 {
     for (int d = 0; d < p->ndim; d++) {
@@ -78,13 +78,13 @@ static tgl_status space_shape(tgl_ctx *ctx, const tgl_node *n, const tgl_fprog *
     return TGL_OK;
 }
 
-static tgl_status tgl_fused_reference(tgl_ctx *ctx, const tgl_fprog *p, tgl_array *const *in,
+static tgl_status tgl_fused_reference(tgl_ctx *ctx, const tgl_fused_prog *p, tgl_array *const *in,
                                       tgl_array *const *out);
 
 static tgl_status tgl_fused_output_shape(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
                                          int k, int64_t *shape)
 {
-    const tgl_fprog *p = prog_of(ctx, n);
+    const tgl_fused_prog *p = prog_of(ctx, n);
     int64_t space[TGL_MAX_DIMS];
     tgl_status st = space_shape(ctx, n, p, in, space);
     if (st) {
@@ -159,7 +159,7 @@ static tgl_status constant_operand(tgl_ctx *ctx, const tgl_backend *be, const tg
  * time, on the inputs; out[k] (non-NULL ones) receive the outputs.  The
  * kernels are those of the backend of the arrays' device (the outputs',
  * else the inputs'), which the compiler checked has them all. */
-static tgl_status tgl_fused_reference(tgl_ctx *ctx, const tgl_fprog *p, tgl_array *const *in,
+static tgl_status tgl_fused_reference(tgl_ctx *ctx, const tgl_fused_prog *p, tgl_array *const *in,
                                tgl_array *const *out)
 {
     int device = p->nin > 0 ? in[0]->device : TGL_DEVICE_CPU;
@@ -228,7 +228,7 @@ static tgl_status compare(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
     /* The tolerance of the least precise float the program computes in: a
      * float64 output computed through a float32 sin differs from the
      * reference by float32 rounding (libm vs vectorized libm). */
-    const tgl_fprog *p = tgl_fprog_of(n);
+    const tgl_fused_prog *p = tgl_fused_prog_of(n);
     bool single = got->dtype_id == TGL_FLOAT32;
     for (int i = 0; i < p->ninstr && !single; i++)
         single = p->code[i].dtype == TGL_FLOAT32;
@@ -261,7 +261,7 @@ static tgl_status compare(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
 static tgl_status tgl_fused_run(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
                                 tgl_array *const *out, bool debug, void **cache)
 {
-    const tgl_fprog *p = prog_of(ctx, n);
+    const tgl_fused_prog *p = prog_of(ctx, n);
     /* the device of the arrays (all on one: the program's): its kernel
      * runs, scratch outputs go there */
     int device = p->nin > 0 ? in[0]->device : TGL_DEVICE_CPU;
@@ -332,7 +332,7 @@ tgl_status tgl_fused_kernel_cached(tgl_ctx *ctx, const tgl_node *n, tgl_array *c
  * for the fused node's (so an optimized graph can be differentiated). */
 static tgl_status fused_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *const *gout, tgl_node **gin)
 {
-    const tgl_fprog *p = tgl_fprog_of(n);
+    const tgl_fused_prog *p = tgl_fused_prog_of(n);
     int nk = 0, nw = 0;
     tgl_node **buf = calloc((size_t)(2 * p->nout + 3 * p->nin + 1), sizeof *buf);
     if (!buf)
@@ -373,7 +373,7 @@ static tgl_status fused_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *const *gout, t
 static int fused_inplace(const tgl_node *n)
 {
     /* A reduction's output is smaller than its inputs: never. */
-    if (tgl_fprog_of(n)->reduce_op >= 0 || n->type.ndim == 0)
+    if (tgl_fused_prog_of(n)->reduce_op >= 0 || n->type.ndim == 0)
         return -1;
     for (int i = 0; i < n->nin; i++)
         if (tgl_type_eq(n->in[i]->type, n->type) && n->in[i]->type.ndim > 0)

@@ -26,7 +26,7 @@
  * becomes several groups.
  */
 #include "engine/opt/opt.h"
-#include "engine/fprog.h"
+#include "engine/fused_prog.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -204,7 +204,7 @@ static void grow(fuse_pass *f, int g, tgl_node **members, int *nmem, int cap)
 /* ---- program construction --------------------------------------------- */
 
 typedef struct prog_builder {
-    tgl_fprog *p;
+    tgl_fused_prog *p;
     int cap;
     tgl_node **value_node;  /* instruction -> node it computes (or NULL)   */
 } prog_builder;
@@ -285,11 +285,11 @@ static int32_t operand(prog_builder *b, fuse_pass *f, int g, tgl_node *x, int dt
  * in/outs receive this group's input and output nodes (malloc'd): an
  * equal program interned earlier keeps the nodes of the graph it was
  * built from. */
-static tgl_status build_prog(fuse_pass *f, int g, tgl_node **members, int nmem, tgl_fprog **out,
+static tgl_status build_prog(fuse_pass *f, int g, tgl_node **members, int nmem, tgl_fused_prog **out,
                              tgl_node ***in, tgl_node ***outs)
 {
     tgl_ctx *ctx = f->ctx;
-    tgl_fprog *p = calloc(1, sizeof *p);
+    tgl_fused_prog *p = calloc(1, sizeof *p);
     prog_builder b = {p, 0, NULL};
     if (!p)
         return tgl_ctx_set_error(ctx, TGL_ENOMEM, "fusion: out of memory");
@@ -369,7 +369,7 @@ static tgl_status build_prog(fuse_pass *f, int g, tgl_node **members, int nmem, 
         free(p);
         return tgl_ctx_set_error(ctx, TGL_ENOMEM, "fusion: out of memory");
     }
-    return tgl_fprog_intern(ctx, p, out);
+    return tgl_fused_prog_intern(ctx, p, out);
 }
 
 /* ---- rebuilding the graph ---------------------------------------------- */
@@ -379,7 +379,7 @@ static tgl_status build_prog(fuse_pass *f, int g, tgl_node **members, int nmem, 
 static tgl_status build_group(fuse_pass *f, int g, tgl_node **members, int nmem)
 {
     tgl_ctx *ctx = f->ctx;
-    tgl_fprog *p;
+    tgl_fused_prog *p;
     tgl_node **gin = NULL, **gout = NULL;
     tgl_status st = build_prog(f, g, members, nmem, &p, &gin, &gout);
     if (st)

@@ -1,5 +1,5 @@
 /*
- * fprog.h — fused programs: what a group of elementwise ops (optionally
+ * fused_prog.h — fused programs: what a group of elementwise ops (optionally
  * feeding one reduction) computes, as a small scalar instruction list.
  * The fusion pass (opt/fuse.c) builds them, interns them in the context
  * as the payload of a FUSED node (graph.h), a backend (engine/backend.h;
@@ -29,7 +29,7 @@ typedef struct tgl_finstr {
 
 struct tgl_kernel_ref; /* engine/backend.h: a backend's compiled kernel */
 
-typedef struct tgl_fprog {
+typedef struct tgl_fused_prog {
     tgl_payload base;          /* first: a FUSED node's payload is a program */
     int32_t id;                /* = base.id, for printouts                   */
     int32_t ndim;              /* axes of the elementwise space             */
@@ -59,15 +59,15 @@ typedef struct tgl_fprog {
      * runs it, not as long as the graph keeps the node. */
     struct tgl_kernel_ref *kernel[TGL_NDEVICES];
     int32_t kernel_users[TGL_NDEVICES];
-} tgl_fprog;
+} tgl_fused_prog;
 
 /* Interns prog in the context (taking ownership of it and its arrays) and
  * returns the interned program: an equal one already there, or prog. */
-tgl_status tgl_fprog_intern(tgl_ctx *ctx, tgl_fprog *prog, tgl_fprog **out);
+tgl_status tgl_fused_prog_intern(tgl_ctx *ctx, tgl_fused_prog *prog, tgl_fused_prog **out);
 /* The program of a FUSED node. */
-static inline tgl_fprog *tgl_fprog_of(const tgl_node *n)
+static inline tgl_fused_prog *tgl_fused_prog_of(const tgl_node *n)
 {
-    return (tgl_fprog *)n->payload;
+    return (tgl_fused_prog *)n->payload;
 }
 /* Runs a FUSED node (it has no backend op kernel: this is its run, for
  * the CVM and the whole step): the backend's generated code when it has
@@ -77,7 +77,7 @@ static inline tgl_fprog *tgl_fprog_of(const tgl_node *n)
 tgl_status tgl_fused_kernel_cached(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
                                    tgl_array *const *out, bool debug, void **cache);
 /* The type of output k of a program (output 0 is the reduction's, if any). */
-static inline tgl_type tgl_fprog_out_type(const tgl_fprog *p, int k)
+static inline tgl_type tgl_fused_prog_out_type(const tgl_fused_prog *p, int k)
 {
     return k == 0 && p->reduce_op >= 0 ? p->reduce_type : p->out_type[k];
 }

@@ -1,12 +1,12 @@
 /*
- * fprog.c — fused programs as node payloads.  Programs are interned by
+ * fused_prog.c — fused programs as node payloads.  Programs are interned by
  * content (graph.c's payload table), so two fused groups that compute
  * the same thing share one program (and one compiled kernel), and a FUSED
  * node's identity is its program plus its inputs.  A program lives while
  * a node carries it; it keeps the nodes it was built from alive (the
  * reference path runs them).
  */
-#include "engine/fprog.h"
+#include "engine/fused_prog.h"
 #include "engine/hash.h"
 #include "engine/backend.h"
 
@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static uint64_t prog_hash(const tgl_fprog *p)
+static uint64_t prog_hash(const tgl_fused_prog *p)
 {
     uint64_t h = tgl_hash_mix(0xf00dull, (uint64_t)p->ndim);
     h = tgl_hash_mix(h, (uint64_t)p->nin);
@@ -35,7 +35,7 @@ static uint64_t prog_hash(const tgl_fprog *p)
     return tgl_hash_mix(h, (uint64_t)p->reduce_keepdims);
 }
 
-static bool same_prog(const tgl_fprog *a, const tgl_fprog *b)
+static bool same_prog(const tgl_fused_prog *a, const tgl_fused_prog *b)
 {
     if (a->base.hash != b->base.hash || a->ndim != b->ndim || a->nin != b->nin || a->ninstr != b->ninstr ||
         a->nout != b->nout || a->reduce_op != b->reduce_op || a->reduce_mask != b->reduce_mask ||
@@ -56,7 +56,7 @@ static bool same_prog(const tgl_fprog *a, const tgl_fprog *b)
     return true;
 }
 
-static void free_prog(tgl_fprog *p)
+static void free_prog(tgl_fused_prog *p)
 {
     /* (a program that fails to build is freed before it is a payload) */
     if (!p)
@@ -74,17 +74,17 @@ static void free_prog(tgl_fprog *p)
 
 static bool payload_equal(const tgl_payload *a, const tgl_payload *b)
 {
-    return same_prog((const tgl_fprog *)a, (const tgl_fprog *)b);
+    return same_prog((const tgl_fused_prog *)a, (const tgl_fused_prog *)b);
 }
 
 static void payload_destroy(tgl_payload *p)
 {
-    free_prog((tgl_fprog *)p);
+    free_prog((tgl_fused_prog *)p);
 }
 
 static void payload_nodes(const tgl_payload *pl, void (*visit)(tgl_node *, void *), void *arg)
 {
-    const tgl_fprog *p = (const tgl_fprog *)pl;
+    const tgl_fused_prog *p = (const tgl_fused_prog *)pl;
     for (int i = 0; i < p->norig; i++)
         visit(p->orig[i], arg);
     for (int i = 0; i < p->nin; i++)
@@ -95,7 +95,7 @@ static void payload_nodes(const tgl_payload *pl, void (*visit)(tgl_node *, void 
 
 static void payload_describe(const tgl_payload *pl, char *buf, size_t size)
 {
-    const tgl_fprog *p = (const tgl_fprog *)pl;
+    const tgl_fused_prog *p = (const tgl_fused_prog *)pl;
     int k = snprintf(buf, size, "fused#%d{", p->id);
     for (int j = 0; j < p->norig && k > 0 && (size_t)k < size; j++)
         k += snprintf(buf + k, size - (size_t)k, "%s%s", j ? " " : "", tgl_op_name(p->orig[j]->op));
@@ -111,7 +111,7 @@ static const tgl_payload_vt fprog_vt = {
     .describe = payload_describe,
 };
 
-tgl_status tgl_fprog_intern(tgl_ctx *ctx, tgl_fprog *prog, tgl_fprog **out)
+tgl_status tgl_fused_prog_intern(tgl_ctx *ctx, tgl_fused_prog *prog, tgl_fused_prog **out)
 {
     prog->base.vt = &fprog_vt;
     prog->base.hash = prog_hash(prog);
@@ -119,7 +119,7 @@ tgl_status tgl_fprog_intern(tgl_ctx *ctx, tgl_fprog *prog, tgl_fprog **out)
     tgl_status st = tgl_payload_intern(ctx, &prog->base, &pl);
     if (st)
         return st;
-    *out = (tgl_fprog *)pl;
+    *out = (tgl_fused_prog *)pl;
     (*out)->id = (int32_t)pl->id;
     return TGL_OK;
 }
