@@ -7,6 +7,7 @@
  * row's precision, sums in double.
  */
 #include "cpu/kernels/kernels.h"
+#include "cpu/kernels/odometer.h"
 #include "cpu/kernels/vexp.h"
 
 #include <inttypes.h>
@@ -17,14 +18,9 @@
 
 /* ---- softmax, log_softmax -------------------------------------------- */
 
-/* An odometer over every axis but one, tracking offsets in x and out. */
-typedef struct rows_iter {
-    int n;
-    int64_t shape[TGL_MAX_DIMS], s0[TGL_MAX_DIMS], s1[TGL_MAX_DIMS], idx[TGL_MAX_DIMS];
-    int64_t off0, off1;
-} rows_iter;
-
-static void rows_init(rows_iter *it, const tgl_array *x, const tgl_array *out, int skip)
+/* An odometer (odometer.h) over every axis of x but skip (-1: none), with
+ * x's and out's offsets. */
+static void rows_init(tgl_odometer *it, const tgl_array *x, const tgl_array *out, int skip)
 {
     memset(it, 0, sizeof *it);
     for (int d = 0; d < x->ndim; d++) {
@@ -36,20 +32,6 @@ static void rows_init(rows_iter *it, const tgl_array *x, const tgl_array *out, i
         it->n++;
     }
 }
-
-static void rows_next(rows_iter *it)
-{
-    for (int d = it->n - 1; d >= 0; d--) {
-        it->off0 += it->s0[d];
-        it->off1 += it->s1[d];
-        if (++it->idx[d] < it->shape[d])
-            return;
-        it->off0 -= it->s0[d] * it->shape[d];
-        it->off1 -= it->s1[d] * it->shape[d];
-        it->idx[d] = 0;
-    }
-}
-
 
 /* One row of len elements (x at stride xs, out at stride os; out may be
  * x).  Exponentials in the row's own precision (expf for float32: within
@@ -117,11 +99,11 @@ static tgl_status softmax_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *con
     if (out->size == 0)
         return TGL_OK;
     bool logsm = n->op == TGL_OP_LOG_SOFTMAX;
-    rows_iter it;
+    tgl_odometer it;
     rows_init(&it, x, out, axis);
     int64_t rows = out->size / len, xs = x->strides[axis], os = out->strides[axis];
     tgl_status st = TGL_OK;
-    for (int64_t r = 0; r < rows; r++, rows_next(&it)) {
+    for (int64_t r = 0; r < rows; r++, tgl_odometer_next(&it)) {
         if ((r & 1023) == 0 && tgl_ctx_interrupted(ctx)) {
             st = tgl_op_error(ctx, n, in, TGL_EINTERRUPT, "interrupted");
             break;
@@ -169,10 +151,10 @@ static tgl_status one_hot_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *con
     }
     /* The odometer walks the label axes of y and of out (out's last axis,
      * the classes, is skipped). */
-    rows_iter it;
+    tgl_odometer it;
     rows_init(&it, y, out, -1);
     int64_t cs = out->strides[y->ndim];
-    for (int64_t i = 0; i < y->size; i++, rows_next(&it)) {
+    for (int64_t i = 0; i < y->size; i++, tgl_odometer_next(&it)) {
         if ((i & 65535) == 0 && tgl_ctx_interrupted(ctx))
             return tgl_op_error(ctx, n, in, TGL_EINTERRUPT, "interrupted");
         int64_t v = load_label(y->dtype_id, y->data, it.off0);

@@ -11,6 +11,7 @@
  * the column sums of a bias gradient); both read memory sequentially.
  */
 #include "cpu/kernels/kernels.h"
+#include "cpu/kernels/odometer.h"
 #include "engine/ops/reduce.h"
 
 #include <inttypes.h>
@@ -22,27 +23,6 @@
 #define CHUNK ((int64_t)1 << 16)
 
 /* ---- iteration helpers ---------------------------------------------- */
-
-/* An odometer over the outer axes of a loop nest, tracking the element
- * offsets of two arrays (s0: the input, s1: the output or accumulator). */
-typedef struct odometer {
-    int n;
-    int64_t shape[TGL_MAX_DIMS], s0[TGL_MAX_DIMS], s1[TGL_MAX_DIMS], idx[TGL_MAX_DIMS];
-    int64_t off0, off1;
-} odometer;
-
-static void odo_next(odometer *o)
-{
-    for (int d = o->n - 1; d >= 0; d--) {
-        o->off0 += o->s0[d];
-        o->off1 += o->s1[d];
-        if (++o->idx[d] < o->shape[d])
-            return;
-        o->off0 -= o->s0[d] * o->shape[d];
-        o->off1 -= o->s1[d] * o->shape[d];
-        o->idx[d] = 0;
-    }
-}
 
 static int64_t abs64(int64_t v)
 {
@@ -255,7 +235,7 @@ static tgl_status fold_all(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in
     }
     int64_t len = na ? sh[na - 1] : 1;
     int64_t ixs = na ? xs[na - 1] : 0, ias = na ? as[na - 1] : 0;
-    odometer o = {.n = na ? na - 1 : 0};
+    tgl_odometer o = {.n = na ? na - 1 : 0};
     int64_t rows = 1;
     for (int i = 0; i < o.n; i++) {
         o.shape[i] = sh[i];
@@ -264,7 +244,7 @@ static tgl_status fold_all(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in
         rows *= sh[i];
     }
     int64_t es = (int64_t)tgl_dtype_size(x->dtype_id), work = 0;
-    for (int64_t r = 0; r < rows; r++, odo_next(&o)) {
+    for (int64_t r = 0; r < rows; r++, tgl_odometer_next(&o)) {
         /* Long rows go in chunks so an interrupt is seen within ~CHUNK
          * elements. */
         for (int64_t k0 = 0; k0 < len; k0 += CHUNK) {
@@ -370,7 +350,7 @@ static tgl_status argmax_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *cons
                             axis + 1);
     /* One scan along the axis per output element; the odometer walks the
      * other axes of x and the matching axes of out. */
-    odometer o = {0};
+    tgl_odometer o = {0};
     for (int d = 0, od = 0; d < x->ndim; d++) {
         if (d == axis) {
             od += tgl_reduce_keepdims(n);
@@ -384,7 +364,7 @@ static tgl_status argmax_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *cons
     size_t es = tgl_dtype_size(x->dtype_id);
     int64_t s = x->strides[axis];
     bool want_max = n->op == TGL_OP_ARGMAX;
-    for (int64_t r = 0; r < out->size; r++, odo_next(&o)) {
+    for (int64_t r = 0; r < out->size; r++, tgl_odometer_next(&o)) {
         if ((r & 1023) == 0 && tgl_ctx_interrupted(ctx))
             return tgl_op_error(ctx, n, in, TGL_EINTERRUPT, "interrupted");
         int64_t pos = arg_scan(x->dtype_id, want_max, len,
