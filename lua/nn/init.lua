@@ -1,0 +1,397 @@
+-- nn — Torch7's nn on tgl's compiler: `local nn = require 'nn'`.
+--
+-- A module keeps Torch7's fields and calls (output, gradInput, forward,
+-- backward(input, gradOutput, scale), parameters, getParameters, ...), but
+-- computes nothing itself: each module builds its part of a symbolic graph
+-- (module:graph(x) returns the symbolic output), and forward/backward on
+-- arrays compile the whole model's graph once per input shape and dtype,
+-- keep the compiled function on the module and reuse it.  Parameters are
+-- tgl shared variables that borrow the module's own arrays (weight, bias,
+-- gradWeight, gradBias), so what the user reads and writes in those fields
+-- is what the compiled functions read and update.  doc/nn.md says what is
+-- covered.
+--
+-- This file: the class helper, nn.Module (the compile cache) and
+-- nn.Criterion.  The layers are in nn/layers.lua, the containers in
+-- nn/containers.lua, the criterions in nn/criterions.lua.
+local tgl = require 'tgl'
+
+local nn = {}
+
+-- Compiled functions built so far by nn (forward, backward and criterion
+-- functions together): the specs read it to see that a second call with
+-- the same shape reuses the function.
+nn.compiled_count = 0
+
+-- nn.class('Linear', nn.Module) -> the class table, callable as a
+-- constructor (nn.Linear(2, 3) calls __init).  Methods are inherited
+-- through __index; Torch7's __tostring__ method gives print's text.
+function nn.class(name, parent)
+  local cls = {}
+  cls.__index = cls
+  cls.__typename = 'nn.' .. name
+  cls.__tostring = function(self) return self:__tostring__() end
+  setmetatable(cls, {
+    __index = parent,
+    __call = function(c, ...)
+      local o = setmetatable({}, c)
+      o:__init(...)
+      return o
+    end,
+  })
+  nn[name] = cls
+  return cls
+end
+
+-- The class name of a module or criterion ('nn.Linear'), as torch.type.
+function nn.type(obj)
+  local mt = getmetatable(obj)
+  return mt and mt.__typename or type(obj)
+end
+
+local function shape_key(a)
+  return a.dtype .. '(' .. table.concat(a:shape(), 'x') .. ')'
+end
+
+local function check_array(fname, what, a)
+  if not tgl.is_array(a) then
+    error(('%s: %s must be an array, got %s'):format(fname, what, type(a)), 3)
+  end
+end
+
+-- ---------------------------------------------------------------------------
+-- nn.Module
+
+local Module = nn.class('Module')
+
+function Module:__init()
+  self._dtype = tgl.config.floatX
+  self.output = tgl.zeros(0, { dtype = self._dtype })
+  self.gradInput = tgl.zeros(0, { dtype = self._dtype })
+  self.train = true
+end
+
+function Module:__tostring__() return nn.type(self) end
+
+-- The symbolic output for the symbolic input x.  Every module defines it.
+function Module:graph()
+  error(nn.type(self) .. ':graph is not defined (every module must build its graph)', 2)
+end
+
+-- Parameter fields of this module (not of its children), as pairs
+-- {value field, gradient field}, for those present.
+function Module:_paramFields()
+  local out = {}
+  if self.weight then out[#out + 1] = { 'weight', 'gradWeight' } end
+  if self.bias then out[#out + 1] = { 'bias', 'gradBias' } end
+  return out
+end
+
+-- The shared variable that borrows self[field].  Made again when the
+-- field holds another array than the one borrowed (after type(),
+-- getParameters or a user's assignment).  Parameters live in host memory,
+-- as Torch7's do: they are made with the cpu device, and a function
+-- compiled for another device copies them in for each call and writes
+-- its updates back (doc/devices.md), so the fields stay the truth.
+function Module:_var(field)
+  local a = self[field]
+  if not tgl.is_array(a) then
+    error(('%s: field %s must be an array, got %s'):format(nn.type(self), field, type(a)), 3)
+  end
+  self._vars = self._vars or {}
+  local s = self._vars[field]
+  if s and rawequal(s.arr, a) then return s.var end
+  local dev = tgl.config.device
+  tgl.config.device = 'cpu'
+  local ok, v = pcall(tgl.shared, a, nn.type(self) .. '.' .. field, { borrow = true })
+  tgl.config.device = dev
+  if not ok then error(v, 0) end
+  self._vars[field] = { arr = a, var = v }
+  return v
+end
+
+-- Every module in depth-first order, this one first (Torch7's listModules).
+function Module:listModules()
+  local out = { self }
+  for _, m in ipairs(self.modules or {}) do
+    for _, c in ipairs(m:listModules()) do out[#out + 1] = c end
+  end
+  return out
+end
+
+-- {weights}, {gradients} over the whole tree, in listModules order; nothing
+-- when there are no parameters (as Torch7).
+function Module:parameters()
+  local w, g = {}, {}
+  for _, m in ipairs(self:listModules()) do
+    for _, f in ipairs(m:_paramFields()) do
+      w[#w + 1] = m[f[1]]
+      g[#g + 1] = m[f[2]]
+    end
+  end
+  if #w == 0 then return nil end
+  return w, g
+end
+
+-- (module, value field, gradient field) of every parameter.
+function Module:_paramSlots()
+  local out = {}
+  for _, m in ipairs(self:listModules()) do
+    for _, f in ipairs(m:_paramFields()) do out[#out + 1] = { m, f[1], f[2] } end
+  end
+  return out
+end
+
+-- Flat parameters and gradients: the weights and gradients are copied into
+-- one flat array each and the modules' fields become views into them (as
+-- Torch7's getParameters does), so writing the flat array changes the
+-- modules, updateParameters changes the flat array, and the compiled
+-- functions (rebuilt on the new arrays at their next call) see both.
+function Module:getParameters()
+  local slots = self:_paramSlots()
+  local n = 0
+  for _, s in ipairs(slots) do n = n + s[1][s[2]]:nelement() end
+  local dtype = #slots > 0 and slots[1][1][slots[1][2]].dtype or self._dtype
+  local flat = tgl.zeros(n, { dtype = dtype })
+  local gflat = tgl.zeros(n, { dtype = dtype })
+  local off = 0
+  for _, s in ipairs(slots) do
+    local m, wf, gf = s[1], s[2], s[3]
+    local w, g = m[wf], m[gf]
+    if w.dtype ~= dtype then
+      error(('getParameters: %s.%s is %s, the others %s (convert the model with :type first)')
+            :format(nn.type(m), wf, w.dtype, dtype), 2)
+    end
+    local k = w:nelement()
+    if k > 0 then
+      local wv = flat[{ { off + 1, off + k } }]:reshape(w:shape())
+      local gv = gflat[{ { off + 1, off + k } }]:reshape(g:shape())
+      wv:copy(w)
+      gv:copy(g)
+      m[wf], m[gf] = wv, gv
+    end
+    off = off + k
+  end
+  return flat, gflat
+end
+
+function Module:zeroGradParameters()
+  local _, g = self:parameters()
+  for _, a in ipairs(g or {}) do a:fill(0) end
+end
+
+-- weight <- weight - lr * gradWeight, in place (views stay views).
+function Module:updateParameters(lr)
+  local w, g = self:parameters()
+  for i, a in ipairs(w or {}) do a:copy(a - g[i] * lr) end
+end
+
+function Module:training()
+  for _, m in ipairs(self:listModules()) do m.train = true end
+  return self
+end
+
+function Module:evaluate()
+  for _, m in ipairs(self:listModules()) do m.train = false end
+  return self
+end
+
+function Module:get(i) return self.modules and self.modules[i] end
+function Module:size() return self.modules and #self.modules or 0 end
+
+-- Converts every array field to dtype ('torch.FloatTensor' and
+-- 'torch.DoubleTensor' are accepted as Torch7 names them).  The compiled
+-- functions are dropped.
+local TORCH_TYPES = { ['torch.FloatTensor'] = 'float32', ['torch.DoubleTensor'] = 'float64' }
+function Module:type(dtype)
+  if dtype == nil then return TORCH_TYPES[self._dtype] or self._dtype end
+  dtype = TORCH_TYPES[dtype] or dtype
+  if dtype == 'float' then dtype = 'float32' elseif dtype == 'double' then dtype = 'float64' end
+  if dtype ~= 'float32' and dtype ~= 'float64' then
+    error(("%s:type: expected 'float32', 'float64' or a Torch7 tensor type, got %s")
+          :format(nn.type(self), tostring(dtype)), 2)
+  end
+  for _, m in ipairs(self:listModules()) do
+    for k, v in pairs(m) do
+      if tgl.is_array(v) and v.dtype ~= dtype and (v.dtype == 'float32' or v.dtype == 'float64') then
+        m[k] = v:astype(dtype)
+      end
+    end
+    m._dtype = dtype
+    m._compiled = nil
+  end
+  return self
+end
+function Module:float() return self:type('float32') end
+function Module:double() return self:type('float64') end
+
+-- ---------------------------------------------------------------------------
+-- the compile cache
+
+-- Records the symbolic output of each module inside a container while a
+-- model's graph is built (containers call nn._record), so forward can
+-- fill every module's output field as Torch7 does.
+local recording = nil
+function nn._record(m, y)
+  if recording then recording[#recording + 1] = { m, y } end
+end
+
+-- True when every parameter a cached function was built on is still the
+-- array the module holds.
+local function still_valid(c)
+  for _, p in ipairs(c.params) do
+    if not rawequal(p[1][p[2]], p[3]) then return false end
+  end
+  return true
+end
+
+-- kind: 'forward', 'backward' (gradInput and accumulation), 'gradInput'
+-- or 'acc' (accumulation only).
+function Module:_function(kind, input, gradOutput)
+  local key = kind .. ':' .. shape_key(input) .. (gradOutput and ':' .. shape_key(gradOutput) or '')
+  self._compiled = self._compiled or {}
+  local c = self._compiled[key]
+  if c and still_valid(c) then return c end
+  local x = tgl.tensor { dtype = input.dtype, ndim = input:dim(), name = 'input' }
+  recording = kind == 'forward' and {} or nil
+  local ok, y = pcall(self.graph, self, x)
+  local rec = recording
+  recording = nil
+  if not ok then error(y, 0) end
+  local slots = self:_paramSlots()
+  local params = {}
+  for _, s in ipairs(slots) do params[#params + 1] = { s[1], s[2], s[1][s[2]] } end
+  c = { params = params }
+  local name = nn.type(self):gsub('^nn%.', 'nn_') .. '_' .. kind
+  if kind == 'forward' then
+    local outs, mods = { y }, {}
+    for _, r in ipairs(rec) do
+      if r[2] ~= y then outs[#outs + 1] = r[2]; mods[#mods + 1] = r[1] end
+    end
+    c.f = tgl.compile { inputs = { x }, outputs = outs, name = name }
+    c.mods = mods
+  else
+    local g = tgl.tensor { dtype = gradOutput.dtype, ndim = gradOutput:dim(), name = 'gradOutput' }
+    local scale = tgl.tensor { dtype = input.dtype, ndim = 0, name = 'scale' }
+    local wrt, vars, gvars = { x }, {}, {}
+    if kind ~= 'gradInput' then
+      for _, s in ipairs(slots) do
+        vars[#vars + 1] = s[1]:_var(s[2])
+        gvars[#gvars + 1] = s[1]:_var(s[3])
+        wrt[#wrt + 1] = vars[#vars]
+      end
+    end
+    local grads = tgl.grad(tgl.sum(y * g), wrt, { disconnected = 'ignore' })
+    local updates = {}
+    for i = 1, #vars do updates[i] = { gvars[i], gvars[i] + scale * grads[i + 1] } end
+    if kind ~= 'gradInput' then
+      for _, s in ipairs(slots) do params[#params + 1] = { s[1], s[3], s[1][s[3]] } end
+    end
+    c.f = tgl.compile { inputs = { x, g, scale }, outputs = kind ~= 'acc' and { grads[1] } or {},
+                        updates = updates, name = name }
+  end
+  nn.compiled_count = nn.compiled_count + 1
+  self._compiled[key] = c
+  return c
+end
+
+function Module:updateOutput(input)
+  check_array(nn.type(self) .. ':forward', 'the input', input)
+  local c = self:_function('forward', input)
+  local outs = { c.f(input) }
+  self.output = outs[1]
+  for i, m in ipairs(c.mods) do m.output = outs[i + 1] end
+  return self.output
+end
+
+function Module:forward(input) return self:updateOutput(input) end
+
+function Module:updateGradInput(input, gradOutput)
+  check_array(nn.type(self) .. ':updateGradInput', 'the input', input)
+  check_array(nn.type(self) .. ':updateGradInput', 'gradOutput', gradOutput)
+  self.gradInput = self:_function('gradInput', input, gradOutput).f(input, gradOutput, 1)
+  return self.gradInput
+end
+
+function Module:accGradParameters(input, gradOutput, scale)
+  check_array(nn.type(self) .. ':accGradParameters', 'the input', input)
+  check_array(nn.type(self) .. ':accGradParameters', 'gradOutput', gradOutput)
+  if not self:parameters() then return end
+  self:_function('acc', input, gradOutput).f(input, gradOutput, scale or 1)
+end
+
+-- gradInput, and scale * the parameter gradients added to gradWeight and
+-- gradBias, in one compiled function.
+function Module:backward(input, gradOutput, scale)
+  check_array(nn.type(self) .. ':backward', 'the input', input)
+  check_array(nn.type(self) .. ':backward', 'gradOutput', gradOutput)
+  self.gradInput = self:_function('backward', input, gradOutput).f(input, gradOutput, scale or 1)
+  return self.gradInput
+end
+
+-- ---------------------------------------------------------------------------
+-- nn.Criterion: forward(input, target) -> the loss (a number),
+-- backward(input, target) -> gradInput.  graph(input, target) is the
+-- symbolic loss; _target(input, target) checks and converts the target.
+
+local Criterion = nn.class('Criterion')
+
+function Criterion:__init()
+  self._dtype = tgl.config.floatX
+  self.output = 0
+  self.gradInput = tgl.zeros(0, { dtype = self._dtype })
+  self.sizeAverage = true
+end
+
+function Criterion:__tostring__() return nn.type(self) end
+
+function Criterion:_target(input, target)
+  check_array(nn.type(self) .. ':forward', 'the target', target)
+  return target
+end
+
+function Criterion:_function(kind, input, target)
+  local key = kind .. ':' .. shape_key(input) .. ':' .. shape_key(target) .. ':'
+              .. tostring(self.sizeAverage)
+  self._compiled = self._compiled or {}
+  local c = self._compiled[key]
+  if c then return c end
+  local x = tgl.tensor { dtype = input.dtype, ndim = input:dim(), name = 'input' }
+  local t = tgl.tensor { dtype = target.dtype, ndim = target:dim(), name = 'target' }
+  local loss = self:graph(x, t)
+  local out = kind == 'forward' and loss or tgl.grad(loss, x)
+  c = tgl.compile { inputs = { x, t }, outputs = out, name = nn.type(self):gsub('^nn%.', 'nn_') .. '_' .. kind }
+  nn.compiled_count = nn.compiled_count + 1
+  self._compiled[key] = c
+  return c
+end
+
+function Criterion:updateOutput(input, target)
+  check_array(nn.type(self) .. ':forward', 'the input', input)
+  target = self:_target(input, target)
+  self.output = self:_function('forward', input, target)(input, target):get()
+  return self.output
+end
+function Criterion:forward(input, target) return self:updateOutput(input, target) end
+
+function Criterion:updateGradInput(input, target)
+  check_array(nn.type(self) .. ':backward', 'the input', input)
+  target = self:_target(input, target)
+  self.gradInput = self:_function('backward', input, target)(input, target)
+  return self.gradInput
+end
+function Criterion:backward(input, target) return self:updateGradInput(input, target) end
+
+Criterion.type = function(self, dtype)
+  self._dtype = TORCH_TYPES[dtype] or dtype
+  self._compiled = nil
+  return self
+end
+function Criterion:float() return self:type('float32') end
+function Criterion:double() return self:type('float64') end
+
+require('nn.containers')(nn)
+require('nn.layers')(nn)
+require('nn.criterions')(nn)
+
+return nn
