@@ -204,7 +204,10 @@ function Module:size() return self.modules and #self.modules or 0 end
 -- functions are dropped.
 local TORCH_TYPES = { ['torch.FloatTensor'] = 'float32', ['torch.DoubleTensor'] = 'float64' }
 function Module:type(dtype)
-  if dtype == nil then return TORCH_TYPES[self._dtype] or self._dtype end
+  if dtype == nil then
+    for name, d in pairs(TORCH_TYPES) do if d == self._dtype then return name end end
+    return self._dtype
+  end
   dtype = TORCH_TYPES[dtype] or dtype
   if dtype == 'float' then dtype = 'float32' elseif dtype == 'double' then dtype = 'float64' end
   if dtype ~= 'float32' and dtype ~= 'float64' then
@@ -236,6 +239,20 @@ function nn._record(m, y)
   if recording then recording[#recording + 1] = { m, y } end
 end
 
+-- While forward or backward builds a model's graph for a concrete input,
+-- the symbolic input and that array: nn.shape_of(v) evaluates the shape
+-- of an inner variable v once, at build time, for the modules whose
+-- graph depends on it as Torch7's does (Reshape's batch rule counts the
+-- input's elements).  Outside such a build (a user's model:graph(x)) it
+-- returns nil and the module falls back on the number of dimensions.
+local building = nil
+function nn.shape_of(v)
+  if not building then return nil end
+  local f = tgl.compile { inputs = { building.x }, outputs = v:shape(), mode = 'FAST_COMPILE',
+                          name = 'nn_shape' }
+  return f(building.input):totable()
+end
+
 -- True when every parameter a cached function was built on is still the
 -- array the module holds.
 local function still_valid(c)
@@ -254,9 +271,10 @@ function Module:_function(kind, input, gradOutput)
   if c and still_valid(c) then return c end
   local x = tgl.tensor { dtype = input.dtype, ndim = input:dim(), name = 'input' }
   recording = kind == 'forward' and {} or nil
+  building = { x = x, input = input }
   local ok, y = pcall(self.graph, self, x)
   local rec = recording
-  recording = nil
+  recording, building = nil, nil
   if not ok then error(y, 0) end
   local slots = self:_paramSlots()
   local params = {}
@@ -264,9 +282,12 @@ function Module:_function(kind, input, gradOutput)
   c = { params = params }
   local name = nn.type(self):gsub('^nn%.', 'nn_') .. '_' .. kind
   if kind == 'forward' then
+    -- mods[i] = {module, k}: the module's output is output k (the
+    -- model's own output is not returned twice)
     local outs, mods = { y }, {}
     for _, r in ipairs(rec) do
-      if r[2] ~= y then outs[#outs + 1] = r[2]; mods[#mods + 1] = r[1] end
+      if r[2] == y then mods[#mods + 1] = { r[1], 1 }
+      else outs[#outs + 1] = r[2]; mods[#mods + 1] = { r[1], #outs } end
     end
     c.f = tgl.compile { inputs = { x }, outputs = outs, name = name }
     c.mods = mods
@@ -300,7 +321,7 @@ function Module:updateOutput(input)
   local c = self:_function('forward', input)
   local outs = { c.f(input) }
   self.output = outs[1]
-  for i, m in ipairs(c.mods) do m.output = outs[i + 1] end
+  for _, m in ipairs(c.mods) do m[1].output = outs[m[2]] end
   return self.output
 end
 

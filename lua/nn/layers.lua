@@ -83,12 +83,24 @@ return function(nn)
     return s, last
   end
 
-  -- Reshape's and View's batch rule: the input is a batch when it has
-  -- more dimensions than the module's sizes (or numInputDims) account
-  -- for; batchMode = true/false says it explicitly.
+  -- Reshape's and View's batch rule, Torch7's: the input is a batch
+  -- (its first axis kept) when its number of elements is not the
+  -- product of the sizes; batchMode = true/false says it explicitly.
+  -- In a graph built outside forward/backward (no concrete shape), the
+  -- input is a batch when it has more dimensions than the sizes.
   local function reshape_graph(self, x, nd)
     local batch = self.batchMode
-    if batch == nil then batch = x.ndim > nd end
+    if batch == nil then
+      local shape = nn.shape_of(x)
+      if shape then
+        local n, want = 1, 1
+        for _, v in ipairs(shape) do n = n * v end
+        for _, v in ipairs(self.size) do want = want * v end
+        batch = n ~= want
+      else
+        batch = x.ndim > nd
+      end
+    end
     -- a batch's size comes from the input: -1 is inferred
     local s = batch and { -1 } or {}
     for _, v in ipairs(self.size) do s[#s + 1] = v end
@@ -120,8 +132,7 @@ return function(nn)
   end
   function View:graph(x)
     if self.numInputDims then
-      self.batchMode = x.ndim > self.numInputDims
-      if self.batchMode then
+      if x.ndim > self.numInputDims then
         local s = { -1 }
         local infer = false
         for _, v in ipairs(self.size) do infer = infer or v == -1 end
