@@ -78,6 +78,10 @@ describe('nn', function()
     assert.same({ 3, 4 }, nn.View(4):setNumInputDims(1):forward(x):shape())
     assert.same({ 3, 2, 2 }, nn.View(2, 2):setNumInputDims(1):forward(x):shape())
     assert.equals(x:get(2, 3), nn.View(-1):forward(x):get(7))
+    -- a module without parameters: backward is gradInput alone
+    local g = tgl.randn(3, 4)
+    assert.is_true(maxdiff(nn.Tanh():backward(x, g), g * (1 - tgl.sqr(tgl.tanh(x)))) < 1e-15)
+    assert.is_true(maxdiff(nn.Reshape(2, 2):backward(x, g:reshape(3, 2, 2)), g) == 0)
   end)
 
   it("forward fills every module's output; the model's output is the last one", function()
