@@ -336,14 +336,45 @@ describe('nn', function()
     assert.is_true(m.modules[5].train)
   end)
 
-  it('a module that cannot take the input says which module and why', function()
+  it('a module that cannot take the input says which module and why, at the line of the call', function()
     local m = nn.Sequential():add(nn.Linear(3, 2)):add(nn.Linear(2, 2))
-    local ok, err = pcall(m.forward, m, tgl.randn(2, 2, 2))
+    local ok, err = pcall(function() return m:forward(tgl.randn(2, 2, 2)) end)
     assert.is_false(ok)
+    assert.matches('^[^ ]*nn_spec%.lua:%d+: nn%.Sequential: module %(1%)', err)
     assert.matches('nn.Sequential: module (1) nn.Linear(3 -> 2): nn.Linear(3 -> 2): expected a vector '
                    .. 'or a matrix (batch x 3), got a 3-d input', err, 1, true)
     ok, err = pcall(m.forward, m, 'x')
     assert.is_false(ok)
     assert.matches('nn.Sequential:forward: the input must be an array, got string', err, 1, true)
+    -- a size mismatch found when the compiled function runs: the module's path
+    local bad = nn.Sequential():add(nn.Linear(3, 2)):add(nn.Tanh())
+                  :add(nn.Sequential():add(nn.Linear(4, 2)))
+    local w = bad.modules[1].weight:clone()
+    ok, err = pcall(function() return bad:forward(tgl.randn(2, 3)) end)
+    assert.is_false(ok)
+    assert.matches('^[^ ]*nn_spec%.lua:%d+: nn%.Sequential:forward: modules%[3%]%.modules%[1%] '
+                   .. 'nn%.Linear%(4 %-> 2%) fails on this input %(float64%(2x3%)%): ', err)
+    assert.matches('inner sizes 2 and 4 differ', err, 1, true)
+    ok = pcall(function() return bad:backward(tgl.randn(2, 3), tgl.randn(2, 2)) end)
+    assert.is_false(ok)
+    assert.is_true(maxdiff(bad.modules[1].weight, w) == 0)
+    assert.equals(0, tgl.sum(tgl.abs(bad.modules[1].gradWeight)):get())
+    ok, err = pcall(function() return nn.Linear(0, 3) end)
+    assert.matches('^[^ ]*nn_spec%.lua:%d+: nn%.Linear: expected nn%.Linear%(inputSize, outputSize%)', err)
+  end)
+
+  it("backward sets the gradInput of every module inside, as Torch7's does", function()
+    local m = nn.Sequential():add(nn.Linear(3, 2)):add(nn.Tanh()):add(nn.Linear(2, 2))
+    local x, g = tgl.randn(4, 3), tgl.randn(4, 2)
+    m:forward(x)
+    local gi = m:backward(x, g)
+    local l1, l3 = m.modules[1], m.modules[3]
+    local h = x:dot(l1.weight:T()) + l1.bias
+    local g3 = g:dot(l3.weight)                        -- at Linear 3's input
+    local g2 = g3 * (1 - tgl.sqr(tgl.tanh(h)))         -- at Tanh's input
+    assert.is_true(maxdiff(m.modules[3].gradInput, g3) < 1e-12)
+    assert.is_true(maxdiff(m.modules[2].gradInput, g2) < 1e-12)
+    assert.is_true(maxdiff(m.modules[1].gradInput, g2:dot(l1.weight)) < 1e-12)
+    assert.is_true(maxdiff(gi, g2:dot(l1.weight)) < 1e-12)
   end)
 end)

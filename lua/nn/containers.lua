@@ -11,7 +11,7 @@ return function(nn)
 
   function Container:add(m)
     if type(m) ~= 'table' or type(m.graph) ~= 'function' then
-      error(('%s:add: expected a module, got %s'):format(nn.type(self), nn.type(m)), 2)
+      nn._raise(('%s:add: expected a module, got %s'):format(nn.type(self), nn.type(m)))
     end
     self.modules[#self.modules + 1] = m
     self._compiled = nil
@@ -23,11 +23,17 @@ return function(nn)
   function Sequential:graph(x)
     local cur = x
     for i, m in ipairs(self.modules) do
+      nn._enter(i)
       local ok, y = pcall(m.graph, m, cur)
       if not ok then
-        error(('%s: module (%d) %s: %s'):format(nn.type(self), i, tostring(m), tostring(y)), 0)
+        nn._leave()
+        -- the innermost container names the module; outer ones pass it on
+        if type(y) == 'string' and y:find('^nn%.[%w_]+: module %(') then error(y, 0) end
+        error(('%s: module (%d) %s: %s'):format(nn.type(self), i, tostring(m):gsub('\n.*', ''),
+                                                tostring(y):gsub('^[^\n:]*%.lua:%d+: ', '')), 0)
       end
-      nn._record(m, y)
+      nn._record(m, y, cur)
+      nn._leave()
       cur = y
     end
     return cur

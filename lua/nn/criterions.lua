@@ -13,26 +13,26 @@ return function(nn)
   local function class_target(self, input, target)
     local fname = nn.type(self) .. ':forward'
     if input:dim() ~= 1 and input:dim() ~= 2 then
-      error(('%s: expected a vector or a matrix (batch x classes) input, got %d-d')
-            :format(fname, input:dim()), 4)
+      nn._raise(('%s: expected a vector or a matrix (batch x classes) input, got %d-d')
+            :format(fname, input:dim()))
     end
     local n = input:dim() == 2 and input:size(1) or 1
     local C = input:size(-1)
     if type(target) == 'number' then target = tgl.array({ target }, 'int64') end
     if not tgl.is_array(target) then
-      error(('%s: the target must be an array of labels or a number, got %s'):format(fname, type(target)), 4)
+      nn._raise(('%s: the target must be an array of labels or a number, got %s'):format(fname, type(target)))
     end
     if target:nelement() ~= n or target:dim() > 1 then
-      error(('%s: %d labels for %d examples (the target must be a vector with one label per row)')
-            :format(fname, target:nelement(), n), 4)
+      nn._raise(('%s: %d labels for %d examples (the target must be a vector with one label per row)')
+            :format(fname, target:nelement(), n))
     end
     target = target:reshape(n)
     local t = target.dtype == 'int64' and target or target:astype('int64')
     for i = 1, n do
       local l = target:get(i)
       if not is_int(l) or l < 1 or l > C then
-        error(('%s: label %s at position %d is not in 1..%d (labels count from 1, as in Torch7)')
-              :format(fname, tostring(l), i, C), 4)
+        nn._raise(('%s: label %s at position %d is not in 1..%d (labels count from 1, as in Torch7)')
+              :format(fname, tostring(l), i, C))
       end
     end
     return t
@@ -57,7 +57,7 @@ return function(nn)
   function ClassNLL:__init(weights, sizeAverage)
     nn.Criterion.__init(self)
     if weights ~= nil then
-      error(nn.type(self) .. ': class weights are not supported yet (doc/nn.md)', 3)
+      nn._raise(nn.type(self) .. ': class weights are not supported yet (doc/nn.md)')
     end
     if sizeAverage ~= nil then self.sizeAverage = sizeAverage end
   end
@@ -72,7 +72,7 @@ return function(nn)
   function CE:__init(weights)
     nn.Criterion.__init(self)
     if weights ~= nil then
-      error(nn.type(self) .. ': class weights are not supported yet (doc/nn.md)', 3)
+      nn._raise(nn.type(self) .. ': class weights are not supported yet (doc/nn.md)')
     end
   end
   CE._target = ClassNLL._target
@@ -88,11 +88,11 @@ return function(nn)
   function MSE:_target(input, target)
     local fname = nn.type(self) .. ':forward'
     if not tgl.is_array(target) then
-      error(('%s: the target must be an array, got %s'):format(fname, type(target)), 4)
+      nn._raise(('%s: the target must be an array, got %s'):format(fname, type(target)))
     end
     if target:nelement() ~= input:nelement() then
-      error(('%s: the target has %d elements, the input %d'):format(fname, target:nelement(),
-                                                                     input:nelement()), 4)
+      nn._raise(('%s: the target has %d elements, the input %d'):format(fname, target:nelement(),
+                                                                     input:nelement()))
     end
     self._nelement = input:nelement()
     if target.dtype ~= input.dtype then target = target:astype(input.dtype) end

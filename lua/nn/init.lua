@@ -53,11 +53,6 @@ local function shape_key(a)
   return a.dtype .. '(' .. table.concat(a:shape(), 'x') .. ')'
 end
 
-local function check_array(fname, what, a)
-  if not tgl.is_array(a) then
-    error(('%s: %s must be an array, got %s'):format(fname, what, type(a)), 3)
-  end
-end
 
 -- ---------------------------------------------------------------------------
 -- nn.Module
@@ -75,7 +70,7 @@ function Module:__tostring__() return nn.type(self) end
 
 -- The symbolic output for the symbolic input x.  Every module defines it.
 function Module:graph()
-  error(nn.type(self) .. ':graph is not defined (every module must build its graph)', 2)
+  nn._raise(nn.type(self) .. ':graph is not defined (every module must build its graph)')
 end
 
 -- Parameter fields of this module (not of its children), as pairs
@@ -96,7 +91,7 @@ end
 function Module:_var(field)
   local a = self[field]
   if not tgl.is_array(a) then
-    error(('%s: field %s must be an array, got %s'):format(nn.type(self), field, type(a)), 3)
+    nn._raise(('%s: field %s must be an array, got %s'):format(nn.type(self), field, type(a)))
   end
   self._vars = self._vars or {}
   local s = self._vars[field]
@@ -159,8 +154,8 @@ function Module:getParameters()
     local m, wf, gf = s[1], s[2], s[3]
     local w, g = m[wf], m[gf]
     if w.dtype ~= dtype then
-      error(('getParameters: %s.%s is %s, the others %s (convert the model with :type first)')
-            :format(nn.type(m), wf, w.dtype, dtype), 2)
+      nn._raise(('getParameters: %s.%s is %s, the others %s (convert the model with :type first)')
+            :format(nn.type(m), wf, w.dtype, dtype))
     end
     local k = w:nelement()
     if k > 0 then
@@ -211,8 +206,8 @@ function Module:type(dtype)
   dtype = TORCH_TYPES[dtype] or dtype
   if dtype == 'float' then dtype = 'float32' elseif dtype == 'double' then dtype = 'float64' end
   if dtype ~= 'float32' and dtype ~= 'float64' then
-    error(("%s:type: expected 'float32', 'float64' or a Torch7 tensor type, got %s")
-          :format(nn.type(self), tostring(dtype)), 2)
+    nn._raise(("%s:type: expected 'float32', 'float64' or a Torch7 tensor type, got %s")
+          :format(nn.type(self), tostring(dtype)))
   end
   for _, m in ipairs(self:listModules()) do
     for k, v in pairs(m) do
@@ -231,13 +226,39 @@ function Module:double() return self:type('float64') end
 -- ---------------------------------------------------------------------------
 -- the compile cache
 
--- Records the symbolic output of each module inside a container while a
--- model's graph is built (containers call nn._record), so forward can
--- fill every module's output field as Torch7 does.
-local recording = nil
-function nn._record(m, y)
-  if recording then recording[#recording + 1] = { m, y } end
+-- Where the user called nn from: the first stack level outside lua/nn/
+-- ("script.lua:12: "), so errors point at the user's line as tgl's do.
+local function where()
+  for level = 3, 40 do
+    local info = debug.getinfo(level, 'Sl')
+    if not info then break end
+    if info.currentline > 0 and not info.source:find('[/\\]nn[/\\][%w_]+%.lua$') then
+      return info.short_src .. ':' .. info.currentline .. ': '
+    end
+  end
+  return ''
 end
+
+-- Raises msg at the user's line, without the location an inner error()
+-- put in front of it.
+function nn._raise(msg)
+  msg = tostring(msg):gsub('^[^\n:]*%.lua:%d+: ', '')
+  error(where() .. msg, 0)
+end
+local raise = nn._raise
+
+-- Records each module inside a container while a model's graph is built
+-- (containers call nn._record with the module's symbolic input and
+-- output and its path, e.g. 'modules[2].modules[1]'), so forward can
+-- fill every module's output field and backward every gradInput, as
+-- Torch7 does, and a failure can name the module.
+local recording = nil
+local path = {}
+function nn._record(m, y, x)
+  if recording then recording[#recording + 1] = { m, y, x, table.concat(path, '.') } end
+end
+function nn._enter(i) path[#path + 1] = 'modules[' .. i .. ']' end
+function nn._leave() path[#path] = nil end
 
 -- While forward or backward builds a model's graph for a concrete input,
 -- the symbolic input and that array: nn.shape_of(v) evaluates the shape
@@ -262,6 +283,11 @@ local function still_valid(c)
   return true
 end
 
+-- Index of variable v in list (rawequal), or nil.
+local function find(list, v)
+  for i, w in ipairs(list) do if rawequal(w, v) then return i end end
+end
+
 -- kind: 'forward', 'backward' (gradInput and accumulation), 'gradInput'
 -- or 'acc' (accumulation only).
 function Module:_function(kind, input, gradOutput)
@@ -270,24 +296,25 @@ function Module:_function(kind, input, gradOutput)
   local c = self._compiled[key]
   if c and still_valid(c) then return c end
   local x = tgl.tensor { dtype = input.dtype, ndim = input:dim(), name = 'input' }
-  recording = kind == 'forward' and {} or nil
+  recording, path = {}, {}
   building = { x = x, input = input }
   local ok, y = pcall(self.graph, self, x)
   local rec = recording
-  recording, building = nil, nil
-  if not ok then error(y, 0) end
+  recording, building, path = nil, nil, {}
+  if not ok then raise(y) end
   local slots = self:_paramSlots()
   local params = {}
   for _, s in ipairs(slots) do params[#params + 1] = { s[1], s[2], s[1][s[2]] } end
-  c = { params = params }
+  c = { params = params, rec = rec, x = x }
   local name = nn.type(self):gsub('^nn%.', 'nn_') .. '_' .. kind
   if kind == 'forward' then
-    -- mods[i] = {module, k}: the module's output is output k (the
-    -- model's own output is not returned twice)
+    -- mods[i] = {module, k}: the module's output is output k (an output
+    -- is not returned twice)
     local outs, mods = { y }, {}
     for _, r in ipairs(rec) do
-      if r[2] == y then mods[#mods + 1] = { r[1], 1 }
-      else outs[#outs + 1] = r[2]; mods[#mods + 1] = { r[1], #outs } end
+      local k = find(outs, r[2])
+      if not k then outs[#outs + 1] = r[2]; k = #outs end
+      mods[#mods + 1] = { r[1], k }
     end
     c.f = tgl.compile { inputs = { x }, outputs = outs, name = name }
     c.mods = mods
@@ -295,6 +322,16 @@ function Module:_function(kind, input, gradOutput)
     local g = tgl.tensor { dtype = gradOutput.dtype, ndim = gradOutput:dim(), name = 'gradOutput' }
     local scale = tgl.tensor { dtype = input.dtype, ndim = 0, name = 'scale' }
     local wrt, vars, gvars = { x }, {}, {}
+    -- the gradInput of each module inside: the gradient at its input
+    local mods = {}
+    if kind ~= 'acc' then
+      for _, r in ipairs(rec) do
+        local k = find(wrt, r[3])
+        if not k then wrt[#wrt + 1] = r[3]; k = #wrt end
+        mods[#mods + 1] = { r[1], k }
+      end
+    end
+    local nout = #wrt
     if kind ~= 'gradInput' then
       for _, s in ipairs(slots) do
         vars[#vars + 1] = s[1]:_var(s[2])
@@ -304,22 +341,53 @@ function Module:_function(kind, input, gradOutput)
     end
     local grads = tgl.grad(tgl.sum(y * g), wrt, { disconnected = 'ignore' })
     local updates = {}
-    for i = 1, #vars do updates[i] = { gvars[i], gvars[i] + scale * grads[i + 1] } end
+    for i = 1, #vars do updates[i] = { gvars[i], gvars[i] + scale * grads[nout + i] } end
     if kind ~= 'gradInput' then
       for _, s in ipairs(slots) do params[#params + 1] = { s[1], s[3], s[1][s[3]] } end
     end
-    c.f = tgl.compile { inputs = { x, g, scale }, outputs = kind ~= 'acc' and { grads[1] } or {},
-                        updates = updates, name = name }
+    local outs = {}
+    if kind ~= 'acc' then for i = 1, nout do outs[i] = grads[i] end end
+    c.f = tgl.compile { inputs = { x, g, scale }, outputs = outs, updates = updates, name = name }
+    c.mods = mods
   end
   nn.compiled_count = nn.compiled_count + 1
   self._compiled[key] = c
   return c
 end
 
+-- A compiled call that failed: finds the first module inside whose
+-- output cannot be computed for this input (each one's output shape,
+-- evaluated in order) and names it, with its path, in the error.
+function Module:_failed(c, what, input, err)
+  for _, r in ipairs(c.rec) do
+    local ok = pcall(function()
+      tgl.compile { inputs = { c.x }, outputs = r[2]:shape(), mode = 'FAST_COMPILE', name = 'nn_shape' }(input)
+    end)
+    if not ok then
+      local msg = tostring(err):gsub('^[^\n:]*%.lua:%d+: ', ''):gsub('^tgl%.nn_[%w_]+: ', '')
+      raise(('%s:%s: %s %s fails on this input (%s): %s'):format(nn.type(self), what, r[4],
+                                                               tostring(r[1]):gsub('\n.*', ''),
+                                                               shape_key(input), msg))
+    end
+  end
+  raise(err)
+end
+
+-- Runs c.f; on failure names the module (Module:_failed).
+local function run(self, what, c, input, ...)
+  local res = { pcall(c.f, input, ...) }
+  if not res[1] then self:_failed(c, what, input, res[2]) end
+  return unpack(res, 2)
+end
+
+local function check_array(fname, what, a)
+  if not tgl.is_array(a) then raise(('%s: %s must be an array, got %s'):format(fname, what, type(a))) end
+end
+
 function Module:updateOutput(input)
   check_array(nn.type(self) .. ':forward', 'the input', input)
   local c = self:_function('forward', input)
-  local outs = { c.f(input) }
+  local outs = { run(self, 'forward', c, input) }
   self.output = outs[1]
   for _, m in ipairs(c.mods) do m[1].output = outs[m[2]] end
   return self.output
@@ -327,27 +395,34 @@ end
 
 function Module:forward(input) return self:updateOutput(input) end
 
+local function grad_inputs(self, c, outs)
+  self.gradInput = outs[1]
+  for _, m in ipairs(c.mods) do m[1].gradInput = outs[m[2]] end
+  return self.gradInput
+end
+
 function Module:updateGradInput(input, gradOutput)
   check_array(nn.type(self) .. ':updateGradInput', 'the input', input)
   check_array(nn.type(self) .. ':updateGradInput', 'gradOutput', gradOutput)
-  self.gradInput = self:_function('gradInput', input, gradOutput).f(input, gradOutput, 1)
-  return self.gradInput
+  local c = self:_function('gradInput', input, gradOutput)
+  return grad_inputs(self, c, { run(self, 'updateGradInput', c, input, gradOutput, 1) })
 end
 
 function Module:accGradParameters(input, gradOutput, scale)
   check_array(nn.type(self) .. ':accGradParameters', 'the input', input)
   check_array(nn.type(self) .. ':accGradParameters', 'gradOutput', gradOutput)
   if not self:parameters() then return end
-  self:_function('acc', input, gradOutput).f(input, gradOutput, scale or 1)
+  local c = self:_function('acc', input, gradOutput)
+  run(self, 'accGradParameters', c, input, gradOutput, scale or 1)
 end
 
--- gradInput, and scale * the parameter gradients added to gradWeight and
--- gradBias, in one compiled function.
+-- gradInput (also of every module inside), and scale * the parameter
+-- gradients added to gradWeight and gradBias, in one compiled function.
 function Module:backward(input, gradOutput, scale)
   check_array(nn.type(self) .. ':backward', 'the input', input)
   check_array(nn.type(self) .. ':backward', 'gradOutput', gradOutput)
-  self.gradInput = self:_function('backward', input, gradOutput).f(input, gradOutput, scale or 1)
-  return self.gradInput
+  local c = self:_function('backward', input, gradOutput)
+  return grad_inputs(self, c, { run(self, 'backward', c, input, gradOutput, scale or 1) })
 end
 
 -- ---------------------------------------------------------------------------

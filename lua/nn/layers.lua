@@ -14,8 +14,8 @@ return function(nn)
   function Linear:__init(inputSize, outputSize, bias)
     nn.Module.__init(self)
     if not is_int(inputSize) or inputSize < 1 or not is_int(outputSize) or outputSize < 1 then
-      error(('nn.Linear: expected nn.Linear(inputSize, outputSize) with positive integers, got %s, %s')
-            :format(tostring(inputSize), tostring(outputSize)), 3)
+      nn._raise(('nn.Linear: expected nn.Linear(inputSize, outputSize) with positive integers, got %s, %s')
+            :format(tostring(inputSize), tostring(outputSize)))
     end
     self.weight = tgl.zeros(outputSize, inputSize, { dtype = self._dtype })
     self.gradWeight = tgl.zeros(outputSize, inputSize, { dtype = self._dtype })
@@ -73,11 +73,11 @@ return function(nn)
     local s = type(first) == 'table' and first or { ... }
     local last = s[#s]
     if type(last) == 'boolean' then s = { unpack(s, 1, #s - 1) } else last = nil end
-    if #s == 0 then error(fname .. ': expected at least one size', 4) end
+    if #s == 0 then nn._raise(fname .. ': expected at least one size') end
     for i, v in ipairs(s) do
       if not is_int(v) or (v < 1 and not (allow_infer and v == -1)) then
-        error(('%s: size %d must be a positive integer%s, got %s')
-              :format(fname, i, allow_infer and ' or -1' or '', tostring(v)), 4)
+        nn._raise(('%s: size %d must be a positive integer%s, got %s')
+              :format(fname, i, allow_infer and ' or -1' or '', tostring(v)))
       end
     end
     return s, last
