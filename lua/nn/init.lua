@@ -170,15 +170,22 @@ function Module:getParameters()
   return flat, gflat
 end
 
+-- Every gradient array set to 0, and weight <- weight - lr * gradWeight in
+-- place (views stay views): compiled functions with updates (built on
+-- first use and cached like forward's), whose generated kernels run in
+-- the arrays' own storage; an eager expression per parameter costs
+-- several times more for a large layer.
 function Module:zeroGradParameters()
-  local _, g = self:parameters()
-  for _, a in ipairs(g or {}) do a:fill(0) end
+  if not self:parameters() then return end
+  self:_paramFunction('zero').f()
 end
 
--- weight <- weight - lr * gradWeight, in place (views stay views).
 function Module:updateParameters(lr)
-  local w, g = self:parameters()
-  for i, a in ipairs(w or {}) do a:copy(a - g[i] * lr) end
+  if type(lr) ~= 'number' then
+    nn._raise(('%s:updateParameters: the learning rate must be a number, got %s'):format(nn.type(self), type(lr)))
+  end
+  if not self:parameters() then return end
+  self:_paramFunction('update').f(lr)
 end
 
 function Module:training()
@@ -352,6 +359,34 @@ function Module:_function(kind, input, gradOutput)
   end
   nn.compiled_count = nn.compiled_count + 1
   self._compiled[key] = c
+  return c
+end
+
+-- kind 'zero' (no inputs) or 'update' (input: the learning rate).
+function Module:_paramFunction(kind)
+  self._compiled = self._compiled or {}
+  local c = self._compiled[kind]
+  if c and still_valid(c) then return c end
+  local slots = self:_paramSlots()
+  local params, updates = {}, {}
+  local lr = tgl.tensor { dtype = slots[1][1][slots[1][2]].dtype, ndim = 0, name = 'lr' }
+  for _, s in ipairs(slots) do
+    local m, wf, gf = s[1], s[2], s[3]
+    params[#params + 1] = { m, wf, m[wf] }
+    params[#params + 1] = { m, gf, m[gf] }
+    local w, g = m:_var(wf), m:_var(gf)
+    if kind == 'zero' then
+      -- exactly 0 even where the gradient is NaN or infinite (g * 0 is not)
+      updates[#updates + 1] = { g, tgl.switch(tgl.eq(g, g), 0.0, 0.0):astype(g.dtype) }
+    else
+      updates[#updates + 1] = { w, w - lr * g }
+    end
+  end
+  local name = nn.type(self):gsub('^nn%.', 'nn_') .. '_' .. kind
+  c = { params = params,
+        f = tgl.compile { inputs = kind == 'update' and { lr } or {}, updates = updates, name = name } }
+  nn.compiled_count = nn.compiled_count + 1
+  self._compiled[kind] = c
   return c
 end
 
