@@ -167,6 +167,9 @@ function Module:getParameters()
     end
     off = off + k
   end
+  -- the compiled functions borrow the old arrays: drop them now rather
+  -- than when each is next asked for
+  for _, m in ipairs(self:listModules()) do m._compiled = nil end
   return flat, gflat
 end
 
