@@ -271,13 +271,13 @@ function nn._enter(i) path[#path + 1] = 'modules[' .. i .. ']' end
 function nn._leave() path[#path] = nil end
 
 -- While forward or backward builds a model's graph for a concrete input,
--- the symbolic input and that array: nn.shape_of(v) evaluates the shape
+-- the symbolic input and that array: nn._shape_of(v) evaluates the shape
 -- of an inner variable v once, at build time, for the modules whose
 -- graph depends on it as Torch7's does (Reshape's batch rule counts the
 -- input's elements).  Outside such a build (a user's model:graph(x)) it
 -- returns nil and the module falls back on the number of dimensions.
 local building = nil
-function nn.shape_of(v)
+function nn._shape_of(v)
   if not building then return nil end
   local f = tgl.compile { inputs = { building.x }, outputs = v:shape(), mode = 'FAST_COMPILE',
                           name = 'nn_shape' }

@@ -91,7 +91,7 @@ return function(nn)
   local function reshape_graph(self, x, nd)
     local batch = self.batchMode
     if batch == nil then
-      local shape = nn.shape_of(x)
+      local shape = nn._shape_of(x)
       if shape then
         local n, want = 1, 1
         for _, v in ipairs(shape) do n = n * v end
