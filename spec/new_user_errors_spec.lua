@@ -13,7 +13,7 @@
 --   * f:fn{...} (a colon) and the REPL completing f:fn;
 --   * examples/rnnlm.lua's usage errors: one line, exit status 1, no
 --     traceback; a binary corpus refused; a clamped -class noted;
---   * require 'nn' / 'torch' / 'optim' before those modules exist.
+--   * require 'torch' / 'optim' before those modules exist.
 tgl = tgl or require 'tgl'
 local tgl = tgl
 local S = dofile('spec/support.lua')
@@ -341,9 +341,9 @@ describe('the other examples share the command line of examples/lib/cli.lua', fu
   end
 end)
 
-describe("require 'nn', 'torch' and 'optim' before they exist", function()
+describe("require 'torch' and 'optim' before they exist", function()
   it('say in one line that the module is planned and where that is documented', function()
-    for _, name in ipairs({ 'nn', 'torch', 'optim' }) do
+    for _, name in ipairs({ 'torch', 'optim' }) do
       package.loaded[name] = nil
       local line = next_line()
       local ok, err = pcall(function() local m = require(name); return m end)
@@ -362,24 +362,24 @@ describe("require 'nn', 'torch' and 'optim' before they exist", function()
   end)
 
   it("a module of that name on the user's own package.path loads as usual", function()
-    local dir = S.tmpdir('new_user_errors_nn')
-    local f = assert(io.open(dir .. '/nn.lua', 'w'))
+    local dir = S.tmpdir('new_user_errors_torch')
+    local f = assert(io.open(dir .. '/torch.lua', 'w'))
     f:write("return { mine = 'yes' }\n")
     f:close()
     local saved = package.path
     package.path = saved .. ';' .. dir .. '/?.lua'
-    package.loaded.nn = nil
-    local ok, nn = pcall(require, 'nn')
+    package.loaded.torch = nil
+    local ok, torch = pcall(require, 'torch')
     package.path = saved
-    package.loaded.nn = nil
-    assert.is_true(ok, tostring(nn))
-    assert.equals('yes', nn.mine)
+    package.loaded.torch = nil
+    assert.is_true(ok, tostring(torch))
+    assert.equals('yes', torch.mine)
   end)
 
   it('in a script run by the host: the message and status 1, no search-path list', function()
-    local out, err, code = S.run_process("require 'nn'\n")
+    local out, err, code = S.run_process("require 'torch'\n")
     assert.equals(1, code)
-    assert.matches("module 'nn' is not available yet", err, 1, true)
+    assert.matches("module 'torch' is not available yet", err, 1, true)
     assert.is_nil(err:find('no file', 1, true), err)
     assert.equals('', out)
   end)

@@ -122,14 +122,14 @@ tgl.cuda = {
 }
 
 -- Modules the project plans but does not have yet (doc/api.md "Not yet
--- available"): require 'nn' says so in one
+-- available"): require 'torch' says so in one
 -- line instead of Lua's list of every path it searched.  The loader is the
 -- last of package.loaders, so it answers only when nothing else found the
--- name: a user's own nn on package.path loads as usual, and the day
--- lua/nn/init.lua (lua/torch/, lua/optim/) exists, tgl's directory (first
--- on package.path) finds it and this loader is never asked.
+-- name: a user's own torch on package.path loads as usual, and the day
+-- lua/torch/init.lua (lua/optim/) exists, tgl's directory (first on
+-- package.path) finds it and this loader is never asked, as it is not for
+-- lua/nn/ today.
 local PLANNED = {
-  nn = "Torch7-style nn (modules, criterions, nn.Trainer, nn.compile) on tgl's compiler",
   torch = "Torch7's tensor names (torch.Tensor, torch.CmdLine, ...) over tgl arrays",
   optim = "Torch7's optim (optim.sgd(feval, params, state), adam, ...) over tgl arrays",
 }
