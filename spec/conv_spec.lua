@@ -151,6 +151,13 @@ describe('tgl.conv2d', function()
     -- one group: both output channels sum both input channels
     local w1 = tgl.array({ 1, 1, 1, -1 }, 'float64'):reshape { 2, 2, 1, 1 }
     assert.same({ 11, 22, 33, 44, -9, -18, -27, -36 }, flat(tgl.conv2d(x2, w1)))
+    -- float32 with float64 computes in float64; integers become floatX
+    local y64 = tgl.conv2d(x:astype('float32'), w)
+    assert.equal('float64', y64.dtype)
+    assert.same({ -4, -4, -4, -4 }, flat(y64))
+    local yi = tgl.conv2d(x:astype('int32'), w:astype('int64'))
+    assert.equal(tgl.config.floatX, yi.dtype)
+    assert.same({ -4, -4, -4, -4 }, flat(yi))
   end)
 
   it('matches the plain loop on fixed configurations, float64 and float32, eager and compiled', function()
