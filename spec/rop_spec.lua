@@ -507,6 +507,20 @@ case('rop_direction', 'tanh(rop_direction(x, y) * y)', ins(n_(M), n_(M)),
 case('rop_direction', 'a broadcast row for a matrix', ins(n_(ROW), n_(M)),
      function(x, y) return tgl.tanh(raw('rop_direction', { x, y }, { i = { 2, 1 } }) * y) end)
 
+-- conv2d and its pullback ops (bilinear; input 3 of the pullback ops is
+-- read for its shape only, so Rop and the gradient are taken wrt 1 and 2)
+local CONV_P = { i = { 2, 1, 1, 0, 1, 2, 2 } } -- stride {2,1}, padding {1,0}, dilation {1,2}, groups 2
+case('conv2d', '(2,4,5,6) * (4,2,3,2), stride 2x1, padding 1x0, dilation 1x2, 2 groups',
+     ins(n_({ 2, 4, 5, 6 }), n_({ 4, 2, 3, 2 })), function(x, w) return raw('conv2d', { x, w }, CONV_P) end)
+case('conv2d', 'tgl.conv2d (2,3,4,4) * (2,3,3,3), padding 1', ins(n_({ 2, 3, 4, 4 }), n_({ 2, 3, 3, 3 })),
+     function(x, w) return tgl.conv2d(x, w, { padding = 1 }) end)
+case('conv2d_grad_input', 'g (2,4,3,4), w (4,2,3,2), x (2,4,5,6)',
+     ins(n_({ 2, 4, 3, 4 }), n_({ 4, 2, 3, 2 }), n_({ 2, 4, 5, 6 })),
+     function(g, w, x) return raw('conv2d_grad_input', { g, w, x }, CONV_P) end, { wrt = { 1, 2 } })
+case('conv2d_grad_weight', 'x (2,4,5,6), g (2,4,3,4), w (4,2,3,2)',
+     ins(n_({ 2, 4, 5, 6 }), n_({ 2, 4, 3, 4 }), n_({ 4, 2, 3, 2 })),
+     function(x, g, w) return raw('conv2d_grad_weight', { x, g, w }, CONV_P) end, { wrt = { 1, 2 } })
+
 -- Internal ops: not built from Lua; how each is covered.
 local INTERNAL = {
   output = 'multi-output nodes: covered by the scan tests (scan results are outputs)',

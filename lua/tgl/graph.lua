@@ -56,6 +56,8 @@ M.INTERNAL_OPS = {
   softmax_crossentropy_dx = "softmax_crossentropy's pullback",
   class_xent = 'tgl.lm.class_xent (lua/tgl/lm.lua)',
   class_xent_delta = "class_xent's pullback",
+  conv2d_grad_input = "conv2d's pullback to its input",
+  conv2d_grad_weight = "conv2d's pullback to its weight",
   arange = 'tgl.arange (init.lua: arrays, or a variable when a bound is one)',
   scan = 'tgl.scan (lua/tgl/scan.lua)',
   output = 'the values of multi-output nodes',
@@ -696,6 +698,45 @@ function M.one_hot(y, n, dtype)
   y = tensorize('one_hot', y)
   if not is_int(n) or n < 1 then argerror('one_hot', 'n must be a positive integer, got %s', tostring(n)) end
   return apply('one_hot', 'one_hot', { y }, 1, { i = { n, core.dtype_id(dtype or floatX(), 'one_hot') } })
+end
+
+-- tgl.conv2d(x, w [, {stride=, padding=, dilation=, groups=}]): x (N, C, H,
+-- W) cross-correlated with w (O, C/groups, kH, kW); each of stride,
+-- padding, dilation a number or an {h, w} pair.  engine/ops/conv.c.
+local CONV_OPTS = { stride = 'number|table', padding = 'number|table',
+                    dilation = 'number|table', groups = 'number' }
+local function conv_pair(fname, name, v, default, least)
+  if v == nil then v = default end
+  local h, w
+  if type(v) == 'number' then h, w = v, v
+  else h, w = v[1] or v.h, v[2] or v.w end
+  if not (is_int(h) and is_int(w) and h >= least and w >= least) then
+    argerror(fname, '%s must be an integer >= %d or a pair {h, w} of them, got %s', name, least,
+             type(v) == 'table' and ('{' .. tostring(h) .. ', ' .. tostring(w) .. '}') or tostring(v))
+  end
+  return h, w
+end
+function M.conv2d(x, w, opts)
+  opts = core.check_options('conv2d', opts, CONV_OPTS)
+  x = floaty('conv2d', tensorize('conv2d', x))
+  w = floaty('conv2d', tensorize('conv2d', w))
+  if nd_of(x) ~= 4 or nd_of(w) ~= 4 then
+    argerror('conv2d', 'takes a 4-d input (N, C, H, W) and a 4-d weight (O, C/groups, kH, kW), '
+             .. 'got %d-d and %d-d', nd_of(x), nd_of(w))
+  end
+  -- Mixed float dtypes compute in float64, as arithmetic promotes.
+  if dt_of(x) ~= dt_of(w) then
+    if dt_of(x) ~= DTYPE.float64 then x = M.cast(x, 'float64') end
+    if dt_of(w) ~= DTYPE.float64 then w = M.cast(w, 'float64') end
+  end
+  local sh, sw = conv_pair('conv2d', 'stride', opts.stride, 1, 1)
+  local ph, pw = conv_pair('conv2d', 'padding', opts.padding, 0, 0)
+  local dh, dw = conv_pair('conv2d', 'dilation', opts.dilation, 1, 1)
+  local groups = opts.groups or 1
+  if not is_int(groups) or groups < 1 then
+    argerror('conv2d', 'groups must be a positive integer, got %s', tostring(groups))
+  end
+  return apply('conv2d', 'conv2d', { x, w }, 2, { i = { sh, sw, ph, pw, dh, dw, groups } })
 end
 
 -- Cross-entropy of probabilities p (rows) against integer labels

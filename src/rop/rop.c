@@ -16,7 +16,8 @@
  *                 itself applied to the tangents of the inputs `in` names
  *                 (zeros where such an input has none), its other inputs
  *                 (indices, shapes, a condition) unchanged;
- *   BILINEAR      dot, batched_dot: the product rule f(ta, b) + f(a, tb);
+ *   BILINEAR      dot, batched_dot, conv2d and its pullback ops: the product
+ *                 rule f(ta, b) + f(a, tb), inputs 2.. (shapes) unchanged;
  *   FORMULA       a closed form kept here: gemm, gemv, ger (the product
  *                 rule with their scalars and accumulator), log_softmax
  *                 (t - sum(softmax(x) t) along the axis);
@@ -142,8 +143,20 @@ static tgl_node *push_bilinear(tgl_ctx *ctx, tgl_node *n, tgl_node *const *tin)
 {
     tgl_node *a = n->in[0], *b = n->in[1];
     tgl_node *ta = tin[0] ? fit(ctx, tin[0], a) : NULL, *tb = tin[1] ? fit(ctx, tin[1], b) : NULL;
-    return add_opt(ctx, ta ? tgl_mk(ctx, n->op, 2, (tgl_node *[]){ta, b}, &n->p) : NULL,
-                   tb ? tgl_mk(ctx, n->op, 2, (tgl_node *[]){a, tb}, &n->p) : NULL);
+    /* Inputs past the two factors (the shape operand of conv2d's pullback
+     * ops) are passed unchanged; a bilinear op has few of them. */
+    tgl_node *ia[4], *ib[4];
+    if (n->nin > 4) {
+        tgl_ctx_set_error(ctx, TGL_EINTERNAL, "Rop: bilinear %s has %d inputs (at most 4)",
+                          tgl_op_name(n->op), n->nin);
+        return NULL;
+    }
+    for (int i = 0; i < n->nin; i++)
+        ia[i] = ib[i] = n->in[i];
+    ia[0] = ta;
+    ib[1] = tb;
+    return add_opt(ctx, ta ? tgl_mk(ctx, n->op, n->nin, ia, &n->p) : NULL,
+                   tb ? tgl_mk(ctx, n->op, n->nin, ib, &n->p) : NULL);
 }
 
 /* log_softmax: t - sum(softmax(x) t) along the axis. */

@@ -237,6 +237,12 @@ typedef enum tgl_push_kind {
       "y[t] = -log P(cls[t] | h[t]) - log P(tgt[t] | cls[t], h[t]), class-factored")                \
     _(CLASS_XENT_DELTA, "class_xent_delta", class_xent_delta, SHAPES, PULLBACK,                     \
       "y = class_xent's pullback pieces: class deltas (p.i[0] 0); h's word part, word rows (1)")    \
+    _(CONV2D, "conv2d", conv2d, SHAPES, BILINEAR,                                                   \
+      "y = x (N,C,H,W) cross-correlated with w (O,C/groups,kH,kW); p.i: stride, padding, dilation, groups") \
+    _(CONV2D_GRAD_INPUT, "conv2d_grad_input", conv2d_grad_input, SHAPES, BILINEAR,                  \
+      "y = conv2d's pullback to x: g transposed-convolved by w, shaped like x (input 2)")            \
+    _(CONV2D_GRAD_WEIGHT, "conv2d_grad_weight", conv2d_grad_weight, SHAPES, BILINEAR,               \
+      "y = conv2d's pullback to w: x correlated with g, shaped like w (input 2)")                   \
     /* control */                                                                                   \
     _(IFELSE, "ifelse", ifelse, RUN, LINEAR(ALL_BUT0), "y = c ? a : b, computing only the branch taken") \
     /* loops (src/scan): the layout and the body are the payload */                                 \
