@@ -31,6 +31,8 @@ extern const tgl_op_kernel tgl_cpu_kernel_inc_subtensor, tgl_cpu_kernel_adv_subt
 extern const tgl_op_kernel tgl_cpu_kernel_softmax, tgl_cpu_kernel_log_softmax,
     tgl_cpu_kernel_one_hot, tgl_cpu_kernel_softmax_xent, tgl_cpu_kernel_softmax_xent_dx,
     tgl_cpu_kernel_class_xent, tgl_cpu_kernel_class_xent_delta;
+/* pool.c */
+extern const tgl_op_kernel tgl_cpu_kernel_pool2d, tgl_cpu_kernel_pool2d_grad;
 
 /* The kernel of op on the CPU, or NULL (views, inner programs, fused
  * programs): the CPU backend's op_kernel. */

@@ -33,6 +33,8 @@
 #define CPU_KERNEL_softmax_xent_dx &tgl_cpu_kernel_softmax_xent_dx
 #define CPU_KERNEL_class_xent &tgl_cpu_kernel_class_xent
 #define CPU_KERNEL_class_xent_delta &tgl_cpu_kernel_class_xent_delta
+#define CPU_KERNEL_pool2d &tgl_cpu_kernel_pool2d
+#define CPU_KERNEL_pool2d_grad &tgl_cpu_kernel_pool2d_grad
 #define CPU_KERNEL_ifelse NULL        /* a view (compiled to jumps) */
 #define CPU_KERNEL_scan NULL          /* an inner program (exec_inner) */
 #define CPU_KERNEL_output NULL        /* runs nothing: its node's instruction writes it */

@@ -237,6 +237,15 @@ typedef enum tgl_push_kind {
       "y[t] = -log P(cls[t] | h[t]) - log P(tgt[t] | cls[t], h[t]), class-factored")                \
     _(CLASS_XENT_DELTA, "class_xent_delta", class_xent_delta, SHAPES, PULLBACK,                     \
       "y = class_xent's pullback pieces: class deltas (p.i[0] 0); h's word part, word rows (1)")    \
+    /* pooling (pool.c): p.i = {kH, kW, dH, dW, padH, padW}, p.flags TGL_POOL_* */                  \
+    _(MAX_POOL2D, "max_pool2d", pool2d, SHAPES, PULLBACK, "y = max over each kH x kW window of x (NCHW or CHW)") \
+    _(AVG_POOL2D, "avg_pool2d", pool2d, SHAPES, LINEAR(IN0), "y = mean over each kH x kW window of x (NCHW or CHW)") \
+    _(MAX_POOL2D_GRAD, "max_pool2d_grad", pool2d_grad, SHAPES, LINEAR(ALL_BUT0),                    \
+      "dx = g(x, gout) routed to each window's argmax of x: max_pool2d's pullback")                 \
+    _(AVG_POOL2D_GRAD, "avg_pool2d_grad", pool2d_grad, SHAPES, LINEAR(ALL_BUT0),                    \
+      "dx = gout / count spread over each window (x read for its shape): avg_pool2d's pullback")    \
+    _(MAX_POOL2D_GATHER, "max_pool2d_gather", pool2d_grad, SHAPES, LINEAR(ALL_BUT0),                \
+      "y = h (x's shape) at each window's argmax of x: max_pool2d's tangent")                       \
     /* control */                                                                                   \
     _(IFELSE, "ifelse", ifelse, RUN, LINEAR(ALL_BUT0), "y = c ? a : b, computing only the branch taken") \
     /* loops (src/scan): the layout and the body are the payload */                                 \

@@ -1,0 +1,218 @@
+/*
+ * pool.c — the CPU kernels of the pooling ops (engine/ops/pool.c, which
+ * states what each computes): max_pool2d and avg_pool2d, and their
+ * pullbacks' max_pool2d_grad, avg_pool2d_grad and max_pool2d_gather.
+ * One (N, C) plane at a time, over strided inputs (a transposed or sliced
+ * x needs no copy); float32 and float64, sums in the array's precision as
+ * Torch7's. The argmax is searched again by each op that needs it rather
+ * than stored: max pool's backward is then one pass over the windows, and
+ * no op carries a hidden index output.
+ */
+#include "cpu/kernels/kernels.h"
+
+#include <math.h>
+#include <string.h>
+
+/* One pooling problem: the planes and their layout, the window geometry. */
+typedef struct pool_geom {
+    int64_t planes, C;          /* N * C (C for a 3-d input), and C        */
+    int64_t H, W, Ho, Wo;
+    int64_t kH, kW, dH, dW, pH, pW;
+    bool exclude_pad;
+} pool_geom;
+
+/* Strides of one array as (n, c, h, w); n's is 0 for a 3-d array. */
+typedef struct pool_strides {
+    int64_t n, c, h, w;
+} pool_strides;
+
+static pool_strides strides_of(const tgl_array *a)
+{
+    int nd = a->ndim;
+    pool_strides s = {nd == 4 ? a->strides[0] : 0, a->strides[nd - 3], a->strides[nd - 2],
+                      a->strides[nd - 1]};
+    return s;
+}
+
+static int64_t plane_off(const pool_geom *g, const pool_strides *s, int64_t q)
+{
+    return (q / g->C) * s->n + (q % g->C) * s->c;
+}
+
+static pool_geom geom_of(const tgl_node *n, const tgl_array *x, const tgl_array *pooled)
+{
+    int nd = x->ndim;
+    pool_geom g;
+    g.C = x->shape[nd - 3];
+    g.planes = g.C * (nd == 4 ? x->shape[0] : 1);
+    g.H = x->shape[nd - 2];
+    g.W = x->shape[nd - 1];
+    g.Ho = pooled->shape[nd - 2];
+    g.Wo = pooled->shape[nd - 1];
+    g.kH = n->p.i[0], g.kW = n->p.i[1], g.dH = n->p.i[2], g.dW = n->p.i[3];
+    g.pH = n->p.i[4], g.pW = n->p.i[5];
+    g.exclude_pad = (n->p.flags & TGL_POOL_EXCLUDE_PAD) != 0;
+    return g;
+}
+
+/* Window (i, j)'s rows [*h0, *h1) and columns [*w0, *w1) inside the input,
+ * and its divisor for avg pool: the window clipped to the padded input
+ * (Torch7's count_include_pad) or to the input. */
+static int64_t window(const pool_geom *g, int64_t i, int64_t j, int64_t *h0, int64_t *h1,
+                      int64_t *w0, int64_t *w1)
+{
+    int64_t hs = i * g->dH - g->pH, ws = j * g->dW - g->pW;
+    int64_t he = hs + g->kH, we = ws + g->kW;
+    if (he > g->H + g->pH)
+        he = g->H + g->pH;
+    if (we > g->W + g->pW)
+        we = g->W + g->pW;
+    int64_t count = (he - hs) * (we - ws);
+    *h0 = hs < 0 ? 0 : hs;
+    *w0 = ws < 0 ? 0 : ws;
+    *h1 = he > g->H ? g->H : he;
+    *w1 = we > g->W ? g->W : we;
+    if (g->exclude_pad)
+        count = (*h1 - *h0) * (*w1 - *w0);
+    return count;
+}
+
+/* Window (i, j)'s maximum as a position h * W + w in x's plane (a
+ * position, not an offset: x's strides may be 0 or negative): the first in
+ * row-major order among equals (Torch7's tie rule), a NaN over any number. */
+#define ARGMAX(T)                                                                        \
+    static int64_t argmax_##T(const pool_geom *g, const T *xp, const pool_strides *xs,   \
+                              int64_t i, int64_t j)                                      \
+    {                                                                                    \
+        int64_t h0, h1, w0, w1;                                                          \
+        window(g, i, j, &h0, &h1, &w0, &w1);                                             \
+        int64_t best = h0 * g->W + w0;                                                   \
+        T m = xp[h0 * xs->h + w0 * xs->w];                                               \
+        for (int64_t h = h0; h < h1 && m == m; h++)                                      \
+            for (int64_t w = w0; w < w1; w++) {                                          \
+                T v = xp[h * xs->h + w * xs->w];                                         \
+                if (v > m || v != v) {                                                   \
+                    m = v, best = h * g->W + w;                                          \
+                    if (v != v)                                                          \
+                        break;                                                           \
+                }                                                                        \
+            }                                                                            \
+        return best;                                                                     \
+    }
+
+ARGMAX(float)
+ARGMAX(double)
+
+/* Position a (h * W + w) as an offset in a plane of strides s. */
+static inline int64_t at(const pool_geom *g, int64_t a, const pool_strides *s)
+{
+    return (a / g->W) * s->h + (a % g->W) * s->w;
+}
+
+/* max_pool2d / avg_pool2d on one plane. */
+#define POOL_PLANE(T)                                                                     \
+    static void pool_plane_##T(const pool_geom *g, bool max, const T *xp,                \
+                               const pool_strides *xs, T *yp, const pool_strides *ys)    \
+    {                                                                                    \
+        for (int64_t i = 0; i < g->Ho; i++)                                              \
+            for (int64_t j = 0; j < g->Wo; j++) {                                        \
+                T *y = yp + i * ys->h + j * ys->w;                                       \
+                if (max) {                                                               \
+                    *y = xp[at(g, argmax_##T(g, xp, xs, i, j), xs)];                     \
+                    continue;                                                            \
+                }                                                                        \
+                int64_t h0, h1, w0, w1;                                                  \
+                int64_t count = window(g, i, j, &h0, &h1, &w0, &w1);                     \
+                T s = 0;                                                                 \
+                for (int64_t h = h0; h < h1; h++)                                        \
+                    for (int64_t w = w0; w < w1; w++)                                    \
+                        s += xp[h * xs->h + w * xs->w];                                  \
+                *y = s / (T)count;                                                       \
+            }                                                                            \
+    }
+
+POOL_PLANE(float)
+POOL_PLANE(double)
+
+/* The pullbacks on one plane.  max_pool2d_grad and avg_pool2d_grad: out
+ * (x's plane) gets g (pooled) routed to each argmax, or spread as
+ * g / count over each window, summed where windows overlap.
+ * max_pool2d_gather: out (pooled) reads g (x's plane) at each argmax. */
+#define GRAD_PLANE(T)                                                                     \
+    static void grad_plane_##T(const pool_geom *g, int op, const T *xp,                   \
+                               const pool_strides *xs, const T *gp,                       \
+                               const pool_strides *gs, T *out, const pool_strides *os)    \
+    {                                                                                    \
+        if (op != TGL_OP_MAX_POOL2D_GATHER)                                              \
+            for (int64_t h = 0; h < g->H; h++)                                           \
+                for (int64_t w = 0; w < g->W; w++)                                       \
+                    out[h * os->h + w * os->w] = 0;                                      \
+        for (int64_t i = 0; i < g->Ho; i++)                                              \
+            for (int64_t j = 0; j < g->Wo; j++) {                                        \
+                if (op == TGL_OP_MAX_POOL2D_GATHER) {                                    \
+                    int64_t a = argmax_##T(g, xp, xs, i, j);                             \
+                    out[i * os->h + j * os->w] = gp[at(g, a, gs)];                       \
+                    continue;                                                            \
+                }                                                                        \
+                T gv = gp[i * gs->h + j * gs->w];                                        \
+                if (op == TGL_OP_MAX_POOL2D_GRAD) {                                      \
+                    out[at(g, argmax_##T(g, xp, xs, i, j), os)] += gv;                   \
+                    continue;                                                            \
+                }                                                                        \
+                int64_t h0, h1, w0, w1;                                                  \
+                T v = gv / (T)window(g, i, j, &h0, &h1, &w0, &w1);                       \
+                for (int64_t h = h0; h < h1; h++)                                        \
+                    for (int64_t w = w0; w < w1; w++)                                    \
+                        out[h * os->h + w * os->w] += v;                                 \
+            }                                                                            \
+    }
+
+GRAD_PLANE(float)
+GRAD_PLANE(double)
+
+static tgl_status pool_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
+                              tgl_array *out)
+{
+    const tgl_array *x = in[0];
+    pool_geom g = geom_of(n, x, out);
+    pool_strides xs = strides_of(x), ys = strides_of(out);
+    bool max = n->op == TGL_OP_MAX_POOL2D;
+    for (int64_t q = 0; q < g.planes; q++) {
+        if ((q & 15) == 0 && tgl_ctx_interrupted(ctx))
+            return tgl_op_error(ctx, n, in, TGL_EINTERRUPT, "interrupted");
+        int64_t xo = plane_off(&g, &xs, q), yo = plane_off(&g, &ys, q);
+        if (x->dtype_id == TGL_FLOAT32)
+            pool_plane_float(&g, max, (const float *)x->data + xo, &xs, (float *)out->data + yo,
+                             &ys);
+        else
+            pool_plane_double(&g, max, (const double *)x->data + xo, &xs,
+                              (double *)out->data + yo, &ys);
+    }
+    return TGL_OK;
+}
+
+/* in[0] = x, in[1] = g (pooled) or, for the gather, h (x's shape). */
+static tgl_status pool_grad_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
+                                   tgl_array *out)
+{
+    const tgl_array *x = in[0], *gr = in[1];
+    bool gather = n->op == TGL_OP_MAX_POOL2D_GATHER;
+    pool_geom g = geom_of(n, x, gather ? out : gr);
+    pool_strides xs = strides_of(x), gs = strides_of(gr), os = strides_of(out);
+    for (int64_t q = 0; q < g.planes; q++) {
+        if ((q & 15) == 0 && tgl_ctx_interrupted(ctx))
+            return tgl_op_error(ctx, n, in, TGL_EINTERRUPT, "interrupted");
+        int64_t xo = plane_off(&g, &xs, q), go = plane_off(&g, &gs, q),
+                oo = plane_off(&g, &os, q);
+        if (x->dtype_id == TGL_FLOAT32)
+            grad_plane_float(&g, n->op, (const float *)x->data + xo, &xs,
+                             (const float *)gr->data + go, &gs, (float *)out->data + oo, &os);
+        else
+            grad_plane_double(&g, n->op, (const double *)x->data + xo, &xs,
+                              (const double *)gr->data + go, &gs, (double *)out->data + oo, &os);
+    }
+    return TGL_OK;
+}
+
+const tgl_op_kernel tgl_cpu_kernel_pool2d = {.run = pool_kernel};
+const tgl_op_kernel tgl_cpu_kernel_pool2d_grad = {.run = pool_grad_kernel};
