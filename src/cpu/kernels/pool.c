@@ -77,51 +77,59 @@ static int64_t window(const pool_geom *g, int64_t i, int64_t j, int64_t *h0, int
     return count;
 }
 
-/* Window (i, j)'s maximum as a position h * W + w in x's plane (a
- * position, not an offset: x's strides may be 0 or negative): the first in
- * row-major order among equals (Torch7's tie rule), a NaN over any number. */
+/* Window (i, j)'s maximum: its value, and its row and column in x's
+ * plane (*bh, *bw: a position, not an offset, as x's strides may be 0 or
+ * negative); the first in row-major order among equals (Torch7's tie
+ * rule); a NaN wins (the last NaN, as Torch7's `v > max || isnan(v)`).
+ * The loop has no branch: maxss for the value, masks for the position
+ * (on random data `v > m` is a coin toss a branch predictor loses, and
+ * gcc turns plain selects of three values into a branch: 3x slower); a
+ * NaN, rare, is found by a second pass. */
 #define ARGMAX(T)                                                                        \
-    static int64_t argmax_##T(const pool_geom *g, const T *xp, const pool_strides *xs,   \
-                              int64_t i, int64_t j)                                      \
+    static inline T argmax_##T(const pool_geom *g, const T *xp, const pool_strides *xs,  \
+                               int64_t i, int64_t j, int64_t *bh, int64_t *bw)           \
     {                                                                                    \
         int64_t h0, h1, w0, w1;                                                          \
         window(g, i, j, &h0, &h1, &w0, &w1);                                             \
-        int64_t best = h0 * g->W + w0;                                                   \
+        int64_t besth = h0, bestw = w0;                                                  \
         T m = xp[h0 * xs->h + w0 * xs->w];                                               \
-        for (int64_t h = h0; h < h1 && m == m; h++)                                      \
+        int nan = 0;                                                                     \
+        for (int64_t h = h0; h < h1; h++)                                                \
             for (int64_t w = w0; w < w1; w++) {                                          \
                 T v = xp[h * xs->h + w * xs->w];                                         \
-                if (v > m || v != v) {                                                   \
-                    m = v, best = h * g->W + w;                                          \
-                    if (v != v)                                                          \
-                        break;                                                           \
-                }                                                                        \
+                int64_t take = -(int64_t)(v > m); /* all ones or 0 */                   \
+                nan |= v != v;                                                           \
+                besth ^= (besth ^ h) & take;                                             \
+                bestw ^= (bestw ^ w) & take;                                             \
+                m = v > m ? v : m;                                                       \
             }                                                                            \
-        return best;                                                                     \
+        if (nan)                                                                         \
+            for (int64_t h = h0; h < h1; h++)                                            \
+                for (int64_t w = w0; w < w1; w++) {                                      \
+                    T v = xp[h * xs->h + w * xs->w];                                     \
+                    if (v != v)                                                          \
+                        m = v, besth = h, bestw = w;                                     \
+                }                                                                        \
+        *bh = besth, *bw = bestw;                                                        \
+        return m;                                                                        \
     }
 
 ARGMAX(float)
 ARGMAX(double)
 
-/* Position a (h * W + w) as an offset in a plane of strides s. */
-static inline int64_t at(const pool_geom *g, int64_t a, const pool_strides *s)
-{
-    return (a / g->W) * s->h + (a % g->W) * s->w;
-}
-
 /* max_pool2d / avg_pool2d on one plane. */
-#define POOL_PLANE(T)                                                                     \
+#define POOL_PLANE(T)                                                                    \
     static void pool_plane_##T(const pool_geom *g, bool max, const T *xp,                \
                                const pool_strides *xs, T *yp, const pool_strides *ys)    \
     {                                                                                    \
         for (int64_t i = 0; i < g->Ho; i++)                                              \
             for (int64_t j = 0; j < g->Wo; j++) {                                        \
                 T *y = yp + i * ys->h + j * ys->w;                                       \
+                int64_t h0, h1, w0, w1;                                                  \
                 if (max) {                                                               \
-                    *y = xp[at(g, argmax_##T(g, xp, xs, i, j), xs)];                     \
+                    *y = argmax_##T(g, xp, xs, i, j, &h0, &w0);                          \
                     continue;                                                            \
                 }                                                                        \
-                int64_t h0, h1, w0, w1;                                                  \
                 int64_t count = window(g, i, j, &h0, &h1, &w0, &w1);                     \
                 T s = 0;                                                                 \
                 for (int64_t h = h0; h < h1; h++)                                        \
@@ -138,28 +146,31 @@ POOL_PLANE(double)
  * (x's plane) gets g (pooled) routed to each argmax, or spread as
  * g / count over each window, summed where windows overlap.
  * max_pool2d_gather: out (pooled) reads g (x's plane) at each argmax. */
-#define GRAD_PLANE(T)                                                                     \
-    static void grad_plane_##T(const pool_geom *g, int op, const T *xp,                   \
-                               const pool_strides *xs, const T *gp,                       \
-                               const pool_strides *gs, T *out, const pool_strides *os)    \
+#define GRAD_PLANE(T)                                                                    \
+    static void grad_plane_##T(const pool_geom *g, int op, const T *xp,                  \
+                               const pool_strides *xs, const T *gp,                      \
+                               const pool_strides *gs, T *out, const pool_strides *os)   \
     {                                                                                    \
-        if (op != TGL_OP_MAX_POOL2D_GATHER)                                              \
+        if (op != TGL_OP_MAX_POOL2D_GATHER && os->w == 1 && os->h == g->W)              \
+            memset(out, 0, sizeof(T) * (size_t)(g->H * g->W));                           \
+        else if (op != TGL_OP_MAX_POOL2D_GATHER)                                         \
             for (int64_t h = 0; h < g->H; h++)                                           \
                 for (int64_t w = 0; w < g->W; w++)                                       \
                     out[h * os->h + w * os->w] = 0;                                      \
         for (int64_t i = 0; i < g->Ho; i++)                                              \
             for (int64_t j = 0; j < g->Wo; j++) {                                        \
+                int64_t h0, h1, w0, w1;                                                  \
                 if (op == TGL_OP_MAX_POOL2D_GATHER) {                                    \
-                    int64_t a = argmax_##T(g, xp, xs, i, j);                             \
-                    out[i * os->h + j * os->w] = gp[at(g, a, gs)];                       \
+                    argmax_##T(g, xp, xs, i, j, &h0, &w0);                               \
+                    out[i * os->h + j * os->w] = gp[h0 * gs->h + w0 * gs->w];            \
                     continue;                                                            \
                 }                                                                        \
                 T gv = gp[i * gs->h + j * gs->w];                                        \
                 if (op == TGL_OP_MAX_POOL2D_GRAD) {                                      \
-                    out[at(g, argmax_##T(g, xp, xs, i, j), os)] += gv;                   \
+                    argmax_##T(g, xp, xs, i, j, &h0, &w0);                               \
+                    out[h0 * os->h + w0 * os->w] += gv;                                  \
                     continue;                                                            \
                 }                                                                        \
-                int64_t h0, h1, w0, w1;                                                  \
                 T v = gv / (T)window(g, i, j, &h0, &h1, &w0, &w1);                       \
                 for (int64_t h = h0; h < h1; h++)                                        \
                     for (int64_t w = w0; w < w1; w++)                                    \
