@@ -133,6 +133,16 @@ describe('tgl.max_pool2d and tgl.avg_pool2d', function()
       checked = checked + 1
     end
     assert.equals(60, checked)
+    -- tall planes (the kernels walk 16 output rows at a time)
+    for _, o in ipairs({ { kh = 3, kw = 2, dh = 1, dw = 1, ph = 1, pw = 0 },
+                         { kh = 4, kw = 3, dh = 3, dw = 2, ph = 2, pw = 1, ceil = true, avg = true },
+                         { kh = 3, kw = 3, dh = 1, dw = 2, ph = 1, pw = 1, avg = true, exclude = true } }) do
+      local t = {}
+      for k = 1, 2 * 70 * 9 do t[k] = rng(-50, 50) / 8 end
+      local want = ref_pool(t, 2, 70, 9, o)
+      local y = (o.avg and tgl.avg_pool2d or tgl.max_pool2d)(tgl.array(t, 'float64'):reshape({ 2, 70, 9 }), opts_of(o))
+      assert_close(want, flat(y), 1e-12, describe_cfg(o, { 2, 70, 9 }, 'float64'))
+    end
   end)
 
   it('computes small cases by hand: windows, ties, ceil mode', function()
@@ -219,6 +229,12 @@ describe('tgl.max_pool2d and tgl.avg_pool2d', function()
         for k, v in pairs(o) do oe[k] = v end
         assert(tgl.verify_grad(function(a) return tgl.avg_pool2d(a, oe) end, { tgl.randn(shape) }) < 1e-6)
       end
+    end
+    -- a tall plane: the kernels walk 16 output rows at a time, and
+    -- overlapping windows straddle those blocks
+    for _, name in ipairs({ 'max_pool2d', 'avg_pool2d' }) do
+      assert(tgl.verify_grad(function(a) return tgl[name](a, { kernel = 3, stride = 1, padding = 1 }) end,
+                             { tgl.randn(1, 2, 40, 5) }) < 1e-6, name)
     end
     -- second derivatives: the gradient of sum(pool(x)^3) is 3 pool(x)^2
     -- routed back, whose own gradient goes through the grad ops' pullbacks

@@ -117,12 +117,13 @@ static int64_t window(const pool_geom *g, int64_t i, int64_t j, int64_t *h0, int
 ARGMAX(float)
 ARGMAX(double)
 
-/* max_pool2d / avg_pool2d on one plane. */
+/* max_pool2d / avg_pool2d on output rows [i0, i1) of one plane. */
 #define POOL_PLANE(T)                                                                    \
     static void pool_plane_##T(const pool_geom *g, bool max, const T *xp,                \
-                               const pool_strides *xs, T *yp, const pool_strides *ys)    \
+                               const pool_strides *xs, T *yp, const pool_strides *ys,    \
+                               int64_t i0, int64_t i1)                                   \
     {                                                                                    \
-        for (int64_t i = 0; i < g->Ho; i++)                                              \
+        for (int64_t i = i0; i < i1; i++)                                                \
             for (int64_t j = 0; j < g->Wo; j++) {                                        \
                 T *y = yp + i * ys->h + j * ys->w;                                       \
                 int64_t h0, h1, w0, w1;                                                  \
@@ -142,22 +143,25 @@ ARGMAX(double)
 POOL_PLANE(float)
 POOL_PLANE(double)
 
-/* The pullbacks on one plane.  max_pool2d_grad and avg_pool2d_grad: out
- * (x's plane) gets g (pooled) routed to each argmax, or spread as
+/* The pullbacks on the windows of output rows [i0, i1) of one plane.
+ * max_pool2d_grad and avg_pool2d_grad: out (x's plane, zeroed with the
+ * first block) gets g (pooled) routed to each argmax, or spread as
  * g / count over each window, summed where windows overlap.
  * max_pool2d_gather: out (pooled) reads g (x's plane) at each argmax. */
 #define GRAD_PLANE(T)                                                                    \
     static void grad_plane_##T(const pool_geom *g, int op, const T *xp,                  \
                                const pool_strides *xs, const T *gp,                      \
-                               const pool_strides *gs, T *out, const pool_strides *os)   \
+                               const pool_strides *gs, T *out, const pool_strides *os,   \
+                               int64_t i0, int64_t i1)                                   \
     {                                                                                    \
-        if (op != TGL_OP_MAX_POOL2D_GATHER && os->w == 1 && os->h == g->W)              \
+        bool zero = i0 == 0 && op != TGL_OP_MAX_POOL2D_GATHER;                           \
+        if (zero && os->w == 1 && os->h == g->W)                                         \
             memset(out, 0, sizeof(T) * (size_t)(g->H * g->W));                           \
-        else if (op != TGL_OP_MAX_POOL2D_GATHER)                                         \
+        else if (zero)                                                                   \
             for (int64_t h = 0; h < g->H; h++)                                           \
                 for (int64_t w = 0; w < g->W; w++)                                       \
                     out[h * os->h + w * os->w] = 0;                                      \
-        for (int64_t i = 0; i < g->Ho; i++)                                              \
+        for (int64_t i = i0; i < i1; i++)                                                \
             for (int64_t j = 0; j < g->Wo; j++) {                                        \
                 int64_t h0, h1, w0, w1;                                                  \
                 if (op == TGL_OP_MAX_POOL2D_GATHER) {                                    \
@@ -181,6 +185,15 @@ POOL_PLANE(double)
 GRAD_PLANE(float)
 GRAD_PLANE(double)
 
+/* The kernels walk (plane, block of output rows) and look at the
+ * interrupt flag every 2^16 input elements read or so: a large single
+ * plane is interruptible too, many small ones cost one look per batch. */
+#define POOL_ROWS 16
+static int64_t block_work(const pool_geom *g, int64_t i0, int64_t i1)
+{
+    return (i1 - i0) * g->Wo * g->kH * g->kW + 1;
+}
+
 static tgl_status pool_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
                               tgl_array *out)
 {
@@ -188,16 +201,23 @@ static tgl_status pool_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *const 
     pool_geom g = geom_of(n, x, out);
     pool_strides xs = strides_of(x), ys = strides_of(out);
     bool max = n->op == TGL_OP_MAX_POOL2D;
+    int64_t work = 0;
     for (int64_t q = 0; q < g.planes; q++) {
-        if ((q & 15) == 0 && tgl_ctx_interrupted(ctx))
-            return tgl_op_error(ctx, n, in, TGL_EINTERRUPT, "interrupted");
         int64_t xo = plane_off(&g, &xs, q), yo = plane_off(&g, &ys, q);
-        if (x->dtype_id == TGL_FLOAT32)
-            pool_plane_float(&g, max, (const float *)x->data + xo, &xs, (float *)out->data + yo,
-                             &ys);
-        else
-            pool_plane_double(&g, max, (const double *)x->data + xo, &xs,
-                              (double *)out->data + yo, &ys);
+        for (int64_t i0 = 0; i0 < g.Ho; i0 += POOL_ROWS) {
+            int64_t i1 = i0 + POOL_ROWS < g.Ho ? i0 + POOL_ROWS : g.Ho;
+            if ((work += block_work(&g, i0, i1)) >= 1 << 16) {
+                work = 0;
+                if (tgl_ctx_interrupted(ctx))
+                    return tgl_op_error(ctx, n, in, TGL_EINTERRUPT, "interrupted");
+            }
+            if (x->dtype_id == TGL_FLOAT32)
+                pool_plane_float(&g, max, (const float *)x->data + xo, &xs,
+                                 (float *)out->data + yo, &ys, i0, i1);
+            else
+                pool_plane_double(&g, max, (const double *)x->data + xo, &xs,
+                                  (double *)out->data + yo, &ys, i0, i1);
+        }
     }
     return TGL_OK;
 }
@@ -210,17 +230,27 @@ static tgl_status pool_grad_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *c
     bool gather = n->op == TGL_OP_MAX_POOL2D_GATHER;
     pool_geom g = geom_of(n, x, gather ? out : gr);
     pool_strides xs = strides_of(x), gs = strides_of(gr), os = strides_of(out);
+    int64_t work = 0;
     for (int64_t q = 0; q < g.planes; q++) {
-        if ((q & 15) == 0 && tgl_ctx_interrupted(ctx))
-            return tgl_op_error(ctx, n, in, TGL_EINTERRUPT, "interrupted");
         int64_t xo = plane_off(&g, &xs, q), go = plane_off(&g, &gs, q),
                 oo = plane_off(&g, &os, q);
-        if (x->dtype_id == TGL_FLOAT32)
-            grad_plane_float(&g, n->op, (const float *)x->data + xo, &xs,
-                             (const float *)gr->data + go, &gs, (float *)out->data + oo, &os);
-        else
-            grad_plane_double(&g, n->op, (const double *)x->data + xo, &xs,
-                              (const double *)gr->data + go, &gs, (double *)out->data + oo, &os);
+        /* a plane is zeroed with its first block of rows (Ho >= 1) */
+        for (int64_t i0 = 0; i0 < g.Ho; i0 += POOL_ROWS) {
+            int64_t i1 = i0 + POOL_ROWS < g.Ho ? i0 + POOL_ROWS : g.Ho;
+            if ((work += block_work(&g, i0, i1)) >= 1 << 16) {
+                work = 0;
+                if (tgl_ctx_interrupted(ctx))
+                    return tgl_op_error(ctx, n, in, TGL_EINTERRUPT, "interrupted");
+            }
+            if (x->dtype_id == TGL_FLOAT32)
+                grad_plane_float(&g, n->op, (const float *)x->data + xo, &xs,
+                                 (const float *)gr->data + go, &gs, (float *)out->data + oo,
+                                 &os, i0, i1);
+            else
+                grad_plane_double(&g, n->op, (const double *)x->data + xo, &xs,
+                                  (const double *)gr->data + go, &gs,
+                                  (double *)out->data + oo, &os, i0, i1);
+        }
     }
     return TGL_OK;
 }
