@@ -330,6 +330,10 @@ typedef struct tgl_params {
 /* Reductions' (sum, prod, max, min, argmax, argmin) p.flags: keep the
  * reduced axes with size 1. */
 #define TGL_REDUCE_KEEPDIMS 1
+/* Pooling ops' (max_pool2d, avg_pool2d and their gradients) p.flags;
+ * p.i = {kH, kW, dH, dW, padH, padW}. */
+#define TGL_POOL_CEIL 1          /* ceil_mode: Torch7's :ceil()             */
+#define TGL_POOL_EXCLUDE_PAD 2   /* avg: count_include_pad = false          */
 
 /* What a node is. */
 typedef enum tgl_node_kind {

@@ -484,6 +484,24 @@ case('class_xent', 'one row (batch 1), word rows out of order',
      ins(n_({ 1, 4 }), n_({ 2, 4 }), n_({ 3, 4 }), const_(INT({ 2 })), const_(INT({ 1 })),
          const_(INT({ 1, 1, 1 }))),
      function(h, wc, ws, c, t, o) return raw('class_xent', { h, wc, ws, c, t, o }) end)
+-- pooling (random inputs: ties, where max pool is not differentiable,
+-- have probability 0); P: kernel 3, stride 2, padding 1, ceil mode on a
+-- 5x6 plane (pooled 3x4: ceil mode adds a last column, its window half in the padding)
+local P = { i = { 3, 3, 2, 2, 1, 1 }, flags = 1 }
+case('max_pool2d', '(2,3,5,6), kernel 3, stride 2, padding 1, ceil', ins(n_({ 2, 3, 5, 6 })),
+     function(x) return tgl.max_pool2d(x, { kernel = 3, stride = 2, padding = 1, ceil_mode = true }) end)
+case('max_pool2d', '(3,4,4), kernel {2,1}', ins(n_({ 3, 4, 4 })),
+     function(x) return tgl.max_pool2d(x, { kernel = { 2, 1 } }) end)
+case('avg_pool2d', '(2,3,5,6), kernel 3, stride 2, padding 1, ceil', ins(n_({ 2, 3, 5, 6 })),
+     function(x) return tgl.avg_pool2d(x, { kernel = 3, stride = 2, padding = 1, ceil_mode = true }) end)
+case('avg_pool2d', '(3,5,6), count_include_pad false', ins(n_({ 3, 5, 6 })),
+     function(x) return tgl.avg_pool2d(x, { kernel = 3, stride = 2, padding = 1, count_include_pad = false }) end)
+case('max_pool2d_grad', 'x (2,3,5,6), gout (2,3,3,4)', ins(n_({ 2, 3, 5, 6 }), n_({ 2, 3, 3, 4 })),
+     function(x, g) return raw('max_pool2d_grad', { x, g }, P) end)
+case('avg_pool2d_grad', 'x (2,3,5,6), gout (2,3,3,4)', ins(n_({ 2, 3, 5, 6 }), n_({ 2, 3, 3, 4 })),
+     function(x, g) return raw('avg_pool2d_grad', { x, g }, { i = P.i, flags = 3 }) end)
+case('max_pool2d_gather', 'x (3,5,6), h (3,5,6)', ins(n_({ 3, 5, 6 }), n_({ 3, 5, 6 })),
+     function(x, h) return raw('max_pool2d_gather', { x, h }, P) end)
 
 -- control
 for _, c in ipairs({ 1, 0 }) do

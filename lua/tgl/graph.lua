@@ -63,6 +63,9 @@ M.INTERNAL_OPS = {
   output = 'the values of multi-output nodes',
   fused = 'the fuse stage of the compiler',
   rop_direction = 'tgl.Rop puts it in front of each direction',
+  max_pool2d_grad = "max_pool2d's pullback (and the gather's)",
+  avg_pool2d_grad = "avg_pool2d's pullback",
+  max_pool2d_gather = "max_pool2d's tangent: the pullback of max_pool2d_grad",
 }
 
 -- Op ids by name, looked up once.
@@ -738,6 +741,40 @@ function M.conv2d(x, w, opts)
   end
   return apply('conv2d', 'conv2d', { x, w }, 2, { i = { sh, sw, ph, pw, dh, dw, groups } })
 end
+-- tgl.max_pool2d(x, opts) and tgl.avg_pool2d(x, opts): pooling over the
+-- last two axes of an NCHW (or CHW) float x, as Torch7's
+-- SpatialMaxPooling / SpatialAveragePooling.  opts: kernel (a number or
+-- {kH, kW}; required), stride (default: the kernel), padding (default 0),
+-- ceil_mode (default false), and for avg_pool2d count_include_pad
+-- (default true, as Torch7's).  The flag values are tgl.h's TGL_POOL_*.
+local POOL_CEIL, POOL_EXCLUDE_PAD = core.defines.TGL_POOL_CEIL, core.defines.TGL_POOL_EXCLUDE_PAD
+local function pool_pair(fname, key, v)
+  if type(v) == 'number' then v = { v, v } end
+  if #v ~= 2 or not is_int(v[1]) or not is_int(v[2]) then
+    argerror(fname, "option '%s' must be an integer or {h, w}, got %s", key,
+             type(v) == 'table' and ('a table of ' .. #v .. ' values') or tostring(v))
+  end
+  return v[1], v[2]
+end
+local function pool2d(opname, avg)
+  local known = { kernel = 'number|table', stride = 'number|table', padding = 'number|table',
+                  ceil_mode = 'boolean' }
+  if avg then known.count_include_pad = 'boolean' end
+  return function(x, opts)
+    opts = core.check_options(opname, opts, known)
+    if opts.kernel == nil then argerror(opname, "needs the option 'kernel' (a number or {h, w})") end
+    local kh, kw = pool_pair(opname, 'kernel', opts.kernel)
+    local dh, dw = kh, kw
+    if opts.stride ~= nil then dh, dw = pool_pair(opname, 'stride', opts.stride) end
+    local ph, pw = pool_pair(opname, 'padding', opts.padding or 0)
+    local flags = (opts.ceil_mode and POOL_CEIL or 0)
+                + (avg and opts.count_include_pad == false and POOL_EXCLUDE_PAD or 0)
+    x = floaty(opname, tensorize(opname, x))
+    return apply(opname, opname, { x }, 1, { i = { kh, kw, dh, dw, ph, pw }, flags = flags })
+  end
+end
+M.max_pool2d = pool2d('max_pool2d', false)
+M.avg_pool2d = pool2d('avg_pool2d', true)
 
 -- Cross-entropy of probabilities p (rows) against integer labels
 -- (1-based, one per row) or one-hot/probability targets of p's shape.

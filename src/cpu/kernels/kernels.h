@@ -34,6 +34,8 @@ extern const tgl_op_kernel tgl_cpu_kernel_softmax, tgl_cpu_kernel_log_softmax,
 /* conv.c */
 extern const tgl_op_kernel tgl_cpu_kernel_conv2d, tgl_cpu_kernel_conv2d_grad_input,
     tgl_cpu_kernel_conv2d_grad_weight;
+/* pool.c */
+extern const tgl_op_kernel tgl_cpu_kernel_pool2d, tgl_cpu_kernel_pool2d_grad;
 
 /* The kernel of op on the CPU, or NULL (views, inner programs, fused
  * programs): the CPU backend's op_kernel. */

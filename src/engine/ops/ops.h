@@ -243,6 +243,15 @@ typedef enum tgl_push_kind {
       "y = conv2d's pullback to x: g transposed-convolved by w, shaped like x (input 2)")            \
     _(CONV2D_GRAD_WEIGHT, "conv2d_grad_weight", conv2d_grad_weight, SHAPES, BILINEAR,               \
       "y = conv2d's pullback to w: x correlated with g, shaped like w (input 2)")                   \
+    /* pooling (pool.c): p.i = {kH, kW, dH, dW, padH, padW}, p.flags TGL_POOL_* */                  \
+    _(MAX_POOL2D, "max_pool2d", pool2d, SHAPES, PULLBACK, "y = max over each kH x kW window of x (NCHW or CHW)") \
+    _(AVG_POOL2D, "avg_pool2d", pool2d, SHAPES, LINEAR(IN0), "y = mean over each kH x kW window of x (NCHW or CHW)") \
+    _(MAX_POOL2D_GRAD, "max_pool2d_grad", pool2d_grad, SHAPES, LINEAR(ALL_BUT0),                    \
+      "dx = g(x, gout) routed to each window's argmax of x: max_pool2d's pullback")                 \
+    _(AVG_POOL2D_GRAD, "avg_pool2d_grad", pool2d_grad, SHAPES, LINEAR(ALL_BUT0),                    \
+      "dx = gout / count spread over each window (x read for its shape): avg_pool2d's pullback")    \
+    _(MAX_POOL2D_GATHER, "max_pool2d_gather", pool2d_grad, SHAPES, LINEAR(ALL_BUT0),                \
+      "y = h (x's shape) at each window's argmax of x: max_pool2d's tangent")                       \
     /* control */                                                                                   \
     _(IFELSE, "ifelse", ifelse, RUN, LINEAR(ALL_BUT0), "y = c ? a : b, computing only the branch taken") \
     /* loops (src/scan): the layout and the body are the payload */                                 \
