@@ -2,9 +2,10 @@
  * ops.h — the op catalog.  Every op is listed once in TGL_OPS below (the
  * X-macro: id, Lua name, implementation, shape rule, Rop rule, one-line
  * synopsis); ids, names, the dispatch table and the op properties all come
- * from it.  Each family file (elemwise.c, reduce.c, blas.c, shape.c,
- * subtensor.c, nnet.c, control.c) defines one implementation (tgl_opimpl)
- * per kind of op it owns, named tgl_impl_<impl>.
+ * from it.  Each family file (elemwise.c, reduce.c, blas.c, gemm.c, shape.c,
+ * subtensor.c, nnet.c, classxent.c, conv.c, pool.c, control.c) defines one
+ * implementation (tgl_opimpl) per kind of op it owns, named tgl_impl_<impl>
+ * (features define theirs: scan in src/scan, rop_direction in src/rop).
  *
  * The two property columns are what the rest of the engine and the
  * features may ask about an op without naming it; every line must state
