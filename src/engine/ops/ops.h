@@ -3,7 +3,7 @@
  * X-macro: id, Lua name, implementation, shape rule, Rop rule, one-line
  * synopsis); ids, names, the dispatch table and the op properties all come
  * from it.  Each family file (elemwise.c, reduce.c, blas.c, gemm.c, shape.c,
- * subtensor.c, nnet.c, classxent.c, conv.c, pool.c, control.c) defines one
+ * subtensor.c, nnet.c, classxent.c, conv.c, pool.c, control.c, fused.c) defines one
  * implementation (tgl_opimpl) per kind of op it owns, named tgl_impl_<impl>
  * (features define theirs: scan in src/scan, rop_direction in src/rop).
  *
