@@ -527,5 +527,6 @@ function Criterion:double() return self:type('float64') end
 require('nn.containers')(nn)
 require('nn.layers')(nn)
 require('nn.criterions')(nn)
+require('nn.spatial')(nn)
 
 return nn
