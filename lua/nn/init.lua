@@ -23,6 +23,13 @@ local nn = {}
 -- the same shape reuses the function.
 nn.compiled_count = 0
 
+-- Raised (nn._reconfigured()) by a setter that changes how a module's
+-- graph is built (pooling's ceil(), noBias()): a container caches its
+-- children's graphs in its own compiled functions, so every forward and
+-- backward function built before is rebuilt at its next use.
+nn._generation = 0
+function nn._reconfigured() nn._generation = nn._generation + 1 end
+
 -- nn.class('Linear', nn.Module) -> the class table, callable as a
 -- constructor (nn.Linear(2, 3) calls __init).  Methods are inherited
 -- through __index; Torch7's __tostring__ method gives print's text.
@@ -304,7 +311,7 @@ function Module:_function(kind, input, gradOutput)
   local key = kind .. ':' .. shape_key(input) .. (gradOutput and ':' .. shape_key(gradOutput) or '')
   self._compiled = self._compiled or {}
   local c = self._compiled[key]
-  if c and still_valid(c) then return c end
+  if c and still_valid(c) and c.gen == nn._generation then return c end
   local x = tgl.tensor { dtype = input.dtype, ndim = input:dim(), name = 'input' }
   recording, path = {}, {}
   building = { x = x, input = input }
@@ -315,7 +322,7 @@ function Module:_function(kind, input, gradOutput)
   local slots = self:_paramSlots()
   local params = {}
   for _, s in ipairs(slots) do params[#params + 1] = { s[1], s[2], s[1][s[2]] } end
-  c = { params = params, rec = rec, x = x }
+  c = { params = params, rec = rec, x = x, gen = nn._generation }
   local name = nn.type(self):gsub('^nn%.', 'nn_') .. '_' .. kind
   if kind == 'forward' then
     -- mods[i] = {module, k}: the module's output is output k (an output

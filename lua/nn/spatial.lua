@@ -70,7 +70,7 @@ return function(nn)
   -- Torch7's noBias: the module keeps no bias from now on.
   function Conv:noBias()
     self.bias, self.gradBias = nil, nil
-    self._compiled = nil
+    nn._reconfigured()
     return self
   end
 
@@ -120,12 +120,13 @@ return function(nn)
            .. pad_text(self) .. ')'
   end
 
-  -- A setter that changes how the graph is built drops the compiled
-  -- functions (the cache key is the input's shape alone).
+  -- A setter that changes how the graph is built invalidates the compiled
+  -- functions, this module's and its containers' (the cache key is the
+  -- input's shape alone).
   local function setter(cls, name, field, value)
     cls[name] = function(self)
       self[field] = value
-      self._compiled = nil
+      nn._reconfigured()
       return self
     end
   end
