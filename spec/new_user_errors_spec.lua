@@ -13,7 +13,7 @@
 --   * f:fn{...} (a colon) and the REPL completing f:fn;
 --   * examples/rnnlm.lua's usage errors: one line, exit status 1, no
 --     traceback; a binary corpus refused; a clamped -class noted;
---   * require 'torch' / 'optim' before those modules exist.
+--   * require 'optim' before that module exists.
 tgl = tgl or require 'tgl'
 local tgl = tgl
 local S = dofile('spec/support.lua')
@@ -341,9 +341,9 @@ describe('the other examples share the command line of examples/lib/cli.lua', fu
   end
 end)
 
-describe("require 'torch' and 'optim' before they exist", function()
+describe("require 'optim' before it exists", function()
   it('say in one line that the module is planned and where that is documented', function()
-    for _, name in ipairs({ 'torch', 'optim' }) do
+    for _, name in ipairs({ 'optim' }) do
       package.loaded[name] = nil
       local line = next_line()
       local ok, err = pcall(function() local m = require(name); return m end)
@@ -362,24 +362,24 @@ describe("require 'torch' and 'optim' before they exist", function()
   end)
 
   it("a module of that name on the user's own package.path loads as usual", function()
-    local dir = S.tmpdir('new_user_errors_torch')
-    local f = assert(io.open(dir .. '/torch.lua', 'w'))
+    local dir = S.tmpdir('new_user_errors_optim')
+    local f = assert(io.open(dir .. '/optim.lua', 'w'))
     f:write("return { mine = 'yes' }\n")
     f:close()
     local saved = package.path
     package.path = saved .. ';' .. dir .. '/?.lua'
-    package.loaded.torch = nil
-    local ok, torch = pcall(require, 'torch')
+    package.loaded.optim = nil
+    local ok, optim = pcall(require, 'optim')
     package.path = saved
-    package.loaded.torch = nil
-    assert.is_true(ok, tostring(torch))
-    assert.equals('yes', torch.mine)
+    package.loaded.optim = nil
+    assert.is_true(ok, tostring(optim))
+    assert.equals('yes', optim.mine)
   end)
 
   it('in a script run by the host: the message and status 1, no search-path list', function()
-    local out, err, code = S.run_process("require 'torch'\n")
+    local out, err, code = S.run_process("require 'optim'\n")
     assert.equals(1, code)
-    assert.matches("module 'torch' is not available yet", err, 1, true)
+    assert.matches("module 'optim' is not available yet", err, 1, true)
     assert.is_nil(err:find('no file', 1, true), err)
     assert.equals('', out)
   end)

@@ -122,15 +122,13 @@ tgl.cuda = {
 }
 
 -- Modules the project plans but does not have yet (doc/api.md "Not yet
--- available"): require 'torch' says so in one
+-- available"): require 'optim' says so in one
 -- line instead of Lua's list of every path it searched.  The loader is the
 -- last of package.loaders, so it answers only when nothing else found the
--- name: a user's own torch on package.path loads as usual, and the day
--- lua/torch/init.lua (lua/optim/) exists, tgl's directory (first on
--- package.path) finds it and this loader is never asked, as it is not for
--- lua/nn/ today.
+-- name: a user's own optim on package.path loads as usual, and the day
+-- lua/optim/ exists, tgl's directory (first on package.path) finds it and
+-- this loader is never asked, as it is not for lua/nn/ and lua/torch/ today.
 local PLANNED = {
-  torch = "Torch7's tensor names (torch.Tensor, torch.CmdLine, ...) over tgl arrays",
   optim = "Torch7's optim (optim.sgd(feval, params, state), adam, ...) over tgl arrays",
 }
 local loaders = package.loaders
