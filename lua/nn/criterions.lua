@@ -1,5 +1,6 @@
--- nn's criterions: ClassNLLCriterion, CrossEntropyCriterion and
--- MSECriterion, with Torch7's 1-based labels and sizeAverage.  graph(x, t)
+-- nn's criterions: ClassNLLCriterion, CrossEntropyCriterion,
+-- MSECriterion, BCECriterion, AbsCriterion and SmoothL1Criterion, with
+-- Torch7's 1-based labels and sizeAverage.  graph(x, t)
 -- is the symbolic loss; _target checks and converts the target on the host
 -- before the compiled function runs, so a bad label is an error that says
 -- which and why.  Loaded by nn/init.lua.
@@ -100,6 +101,71 @@ return function(nn)
   end
   function MSE:graph(x, t)
     local s = tgl.sum(tgl.sqr(x - t))
+    if self.sizeAverage then s = s / self._nelement end
+    return s
+  end
+
+  -- nn.BCECriterion([weights, sizeAverage = true]): Torch7's
+  -- -sum(w * (t log(x + eps) + (1 - t) log(1 - x + eps))), eps = 1e-12,
+  -- divided by the number of elements when sizeAverage.  weights has the
+  -- input's shape, or is a vector of the input's last size (one weight
+  -- per column of a batch, as Torch7 expands it); it is borrowed, so a
+  -- write into crit.weights changes the next call.
+  local BCE = nn.class('BCECriterion', nn.Criterion)
+  function BCE:__init(weights, sizeAverage)
+    nn.Criterion.__init(self)
+    if weights ~= nil and not tgl.is_array(weights) then
+      nn._raise(('nn.BCECriterion: weights must be an array, got %s'):format(type(weights)))
+    end
+    self.weights = weights
+    if sizeAverage ~= nil then self.sizeAverage = sizeAverage end
+  end
+  function BCE:_target(input, target)
+    local w = self.weights
+    if w then
+      local same = w:nelement() == input:nelement() and w:dim() == input:dim()
+      local row = w:dim() == 1 and w:size(1) == input:size(-1)
+      if not same and not row then
+        nn._raise(('%s:forward: weights of %d elements do not fit an input of shape %s (give the input\'s shape or a vector of its last size)')
+              :format(nn.type(self), w:nelement(), table.concat(input:shape(), 'x')))
+      end
+    end
+    -- the compiled functions borrow the weights array they were built on
+    if not rawequal(self._builtWeights, w) then self._compiled, self._builtWeights = nil, w end
+    return MSE._target(self, input, target)
+  end
+  function BCE:graph(x, t)
+    local eps = 1e-12
+    local l = t * tgl.log(x + eps) + (1 - t) * tgl.log(1 - x + eps)
+    if self.weights then l = l * tgl.cast(nn.Module._var(self, 'weights'), x.dtype) end
+    local s = -tgl.sum(l)
+    if self.sizeAverage then s = s / self._nelement end
+    return s
+  end
+
+  -- nn.AbsCriterion([sizeAverage = true]): sum(|x - t|), divided by the
+  -- number of elements when sizeAverage.  Written as a switch so that the
+  -- gradient where x == t is +1, as Torch7's ((x - t) >= 0 ? 1 : -1).
+  local Abs = nn.class('AbsCriterion', nn.Criterion)
+  Abs.__init = MSE.__init
+  Abs._target = MSE._target
+  function Abs:graph(x, t)
+    local d = x - t
+    local s = tgl.sum(tgl.switch(tgl.ge(d, 0), d, -d))
+    if self.sizeAverage then s = s / self._nelement end
+    return s
+  end
+
+  -- nn.SmoothL1Criterion([sizeAverage = true]): with z = |x - t|, the sum
+  -- of 0.5 z^2 where z < 1 and z - 0.5 elsewhere, divided by the number
+  -- of elements when sizeAverage (Torch7's Huber loss).
+  local SmoothL1 = nn.class('SmoothL1Criterion', nn.Criterion)
+  SmoothL1.__init = MSE.__init
+  SmoothL1._target = MSE._target
+  function SmoothL1:graph(x, t)
+    local d = x - t
+    local z = tgl.abs(d)
+    local s = tgl.sum(tgl.switch(tgl.lt(z, 1), 0.5 * d * d, z - 0.5))
     if self.sizeAverage then s = s / self._nelement end
     return s
   end

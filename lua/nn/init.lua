@@ -13,7 +13,8 @@
 --
 -- This file: the class helper, nn.Module (the compile cache) and
 -- nn.Criterion.  The layers are in nn/layers.lua, the containers in
--- nn/containers.lua, the criterions in nn/criterions.lua.
+-- nn/containers.lua, the criterions in nn/criterions.lua, the spatial
+-- (convolution and pooling) modules in nn/spatial.lua.
 local tgl = require 'tgl'
 
 local nn = {}
@@ -291,6 +292,21 @@ function nn._shape_of(v)
   return f(building.input):totable()
 end
 
+-- A module whose forward needs host work before each call of the
+-- compiled function (Dropout draws its noise) registers it while the
+-- forward graph is built; the function is kept with the compiled one.
+function nn._before_forward(fn)
+  if building then building.hooks[#building.hooks + 1] = fn end
+end
+
+-- The train flags of the modules in the tree: part of a compiled
+-- function's key, since a module's graph may differ (Dropout).
+local function mode_key(self)
+  local s = {}
+  for i, m in ipairs(self:listModules()) do s[i] = m.train == false and 'e' or 't' end
+  return table.concat(s)
+end
+
 -- True when every parameter a cached function was built on is still the
 -- array the module holds.
 local function still_valid(c)
@@ -309,20 +325,21 @@ end
 -- or 'acc' (accumulation only).
 function Module:_function(kind, input, gradOutput)
   local key = kind .. ':' .. shape_key(input) .. (gradOutput and ':' .. shape_key(gradOutput) or '')
+              .. ':' .. mode_key(self)
   self._compiled = self._compiled or {}
   local c = self._compiled[key]
   if c and still_valid(c) and c.gen == nn._generation then return c end
   local x = tgl.tensor { dtype = input.dtype, ndim = input:dim(), name = 'input' }
   recording, path = {}, {}
-  building = { x = x, input = input }
+  building = { x = x, input = input, hooks = {} }
   local ok, y = pcall(self.graph, self, x)
-  local rec = recording
+  local rec, hooks = recording, building.hooks
   recording, building, path = nil, nil, {}
   if not ok then raise(y) end
   local slots = self:_paramSlots()
   local params = {}
   for _, s in ipairs(slots) do params[#params + 1] = { s[1], s[2], s[1][s[2]] } end
-  c = { params = params, rec = rec, x = x, gen = nn._generation }
+  c = { params = params, rec = rec, x = x, hooks = hooks, gen = nn._generation }
   local name = nn.type(self):gsub('^nn%.', 'nn_') .. '_' .. kind
   if kind == 'forward' then
     -- mods[i] = {module, k}: the module's output is output k (an output
@@ -432,6 +449,7 @@ end
 function Module:updateOutput(input)
   check_array(nn.type(self) .. ':forward', 'the input', input)
   local c = self:_function('forward', input)
+  for _, h in ipairs(c.hooks) do h() end
   local outs = { run(self, 'forward', c, input) }
   self.output = outs[1]
   for _, m in ipairs(c.mods) do m[1].output = outs[m[2]] end

@@ -1,5 +1,6 @@
 -- nn's layers: Linear, Identity, the activations (Tanh, Sigmoid, ReLU,
--- SoftMax, LogSoftMax) and the shape modules (Reshape, View).  Each one
+-- SoftMax, LogSoftMax, LeakyReLU, ELU, SoftPlus, Abs), MulConstant,
+-- AddConstant, Dropout and the shape modules (Reshape, View).  Each one
 -- is its graph: graph(x) builds the symbolic output from the symbolic
 -- input and the module's shared parameters.  Loaded by nn/init.lua.
 local tgl = require 'tgl'
@@ -127,7 +128,7 @@ return function(nn)
   end
   function View:setNumInputDims(n)
     self.numInputDims = n
-    self._compiled = nil
+    nn._reconfigured()  -- the containers' compiled functions hold this graph too
     return self
   end
   function View:graph(x)
@@ -152,4 +153,120 @@ return function(nn)
   function View:__tostring__()
     return nn.type(self) .. '(' .. table.concat(self.size, ', ') .. ')'
   end
+
+  -- Torch7's elementwise modules with arguments.  Torch7's `inplace`
+  -- argument is accepted and changes nothing: a compiled function never
+  -- overwrites its input array.
+  local function number_arg(fname, what, v, default)
+    if v == nil then return default end
+    if type(v) ~= 'number' then
+      nn._raise(('%s: %s must be a number, got %s'):format(fname, what, type(v)))
+    end
+    return v
+  end
+
+  -- nn.MulConstant(constant_scalar [, inplace]): y = x * c.
+  local MulConstant = nn.class('MulConstant', nn.Module)
+  function MulConstant:__init(c)
+    nn.Module.__init(self)
+    if type(c) ~= 'number' then nn._raise(('nn.MulConstant: the constant must be a number, got %s'):format(type(c))) end
+    self.constant_scalar = c
+  end
+  function MulConstant:graph(x) return x * self.constant_scalar end
+
+  -- nn.AddConstant(constant_scalar [, inplace]): y = x + c.
+  local AddConstant = nn.class('AddConstant', nn.Module)
+  function AddConstant:__init(c)
+    nn.Module.__init(self)
+    if type(c) ~= 'number' then nn._raise(('nn.AddConstant: the constant must be a number, got %s'):format(type(c))) end
+    self.constant_scalar = c
+  end
+  function AddConstant:graph(x) return x + self.constant_scalar end
+
+  -- nn.LeakyReLU([negval = 1/100, inplace]): x where x > 0, negval * x
+  -- elsewhere (gradient negval at 0, as Torch7's).
+  local LeakyReLU = nn.class('LeakyReLU', nn.Module)
+  function LeakyReLU:__init(negval)
+    nn.Module.__init(self)
+    self.negval = number_arg('nn.LeakyReLU', 'negval', negval, 1 / 100)
+  end
+  function LeakyReLU:graph(x) return tgl.switch(tgl.gt(x, 0), x, x * self.negval) end
+
+  -- nn.ELU([alpha = 1, inplace]): x where x > 0, alpha (exp(x) - 1)
+  -- elsewhere.
+  local ELU = nn.class('ELU', nn.Module)
+  function ELU:__init(alpha)
+    nn.Module.__init(self)
+    self.alpha = number_arg('nn.ELU', 'alpha', alpha, 1)
+  end
+  function ELU:graph(x) return tgl.switch(tgl.le(x, 0), tgl.expm1(x) * self.alpha, x) end
+
+  -- nn.SoftPlus([beta = 1, threshold = 20]): log(1 + exp(beta x)) / beta,
+  -- and x itself where beta x > threshold (Torch7's linear tail).  The
+  -- exp branch reads min(beta x, threshold), so the branch not taken
+  -- gives no inf, and its gradient no NaN.
+  local SoftPlus = nn.class('SoftPlus', nn.Module)
+  function SoftPlus:__init(beta, threshold)
+    nn.Module.__init(self)
+    self.beta = number_arg('nn.SoftPlus', 'beta', beta, 1)
+    self.threshold = number_arg('nn.SoftPlus', 'threshold', threshold, 20)
+  end
+  function SoftPlus:graph(x)
+    local bx = x * self.beta
+    return tgl.switch(tgl.gt(bx, self.threshold), x,
+                      tgl.log1p(tgl.exp(tgl.minimum(bx, self.threshold))) / self.beta)
+  end
+
+  -- nn.Abs(): |x|, with gradient +1 at 0 as Torch7's (x < 0 ? -1 : 1).
+  pointwise('Abs', function(x) return tgl.switch(tgl.lt(x, 0), -x, x) end)
+
+  -- nn.Dropout([p = 0.5]): at training, x * noise with noise Bernoulli(1 - p)
+  -- / (1 - p) (Torch7's default, v2), drawn anew by each forward from tgl's
+  -- generator (tgl.manual_seed); backward uses the last forward's noise,
+  -- as Torch7's.  evaluate(): the identity.  The noise is a shared
+  -- variable per input shape and dtype borrowing an array that forward
+  -- refills in place before the compiled function runs (nn._before_forward).
+  local Dropout = nn.class('Dropout', nn.Module)
+  function Dropout:__init(p)
+    nn.Module.__init(self)
+    p = number_arg('nn.Dropout', 'p', p, 0.5)
+    if p < 0 or p >= 1 then
+      nn._raise(('nn.Dropout: illegal percentage %s, must be 0 <= p < 1'):format(tostring(p)))
+    end
+    self.p = p
+  end
+  function Dropout:setp(p)
+    self.p = p
+    return self
+  end
+  local function fill_noise(self, arr)
+    local keep = 1 - self.p
+    arr:copy(tgl.lt(tgl.rand(unpack(arr:shape())), keep):astype(arr.dtype) / keep)
+  end
+  function Dropout:graph(x)
+    if not self.train then return x end
+    local shape = nn._shape_of(x)
+    if not shape then
+      error(('%s: at training, the graph needs the input\'s shape (call forward, or evaluate() for the identity)')
+            :format(tostring(self)), 0)
+    end
+    self._noise = self._noise or {}
+    local key = x.dtype .. '(' .. table.concat(shape, 'x') .. ')'
+    local n = self._noise[key]
+    if not n then
+      local arr = tgl.zeros(unpack(shape)):astype(x.dtype)
+      fill_noise(self, arr)
+      local dev = tgl.config.device
+      tgl.config.device = 'cpu'
+      local ok, v = pcall(tgl.shared, arr, 'nn.Dropout.noise', { borrow = true })
+      tgl.config.device = dev
+      if not ok then error(v, 0) end
+      n = { arr = arr, var = v }
+      self._noise[key] = n
+    end
+    self.noise = n.arr
+    nn._before_forward(function() fill_noise(self, n.arr); self.noise = n.arr end)
+    return x * n.var
+  end
+  function Dropout:__tostring__() return ('%s(%f)'):format(nn.type(self), self.p) end
 end
