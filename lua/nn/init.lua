@@ -16,6 +16,7 @@
 -- nn/containers.lua, the criterions in nn/criterions.lua, the spatial
 -- (convolution and pooling) modules in nn/spatial.lua.
 local tgl = require 'tgl'
+local core = require 'tgl.core'
 
 local nn = {}
 
@@ -244,13 +245,14 @@ function Module:double() return self:type('float64') end
 -- ---------------------------------------------------------------------------
 -- the compile cache
 
--- Where the user called nn from: the first stack level outside lua/nn/
+-- Where the user called nn from: the first stack level outside tgl's rooms
+-- (tgl.core.is_internal: lua/tgl, lua/nn, lua/torch)
 -- ("script.lua:12: "), so errors point at the user's line as tgl's do.
 local function where()
   for level = 3, 40 do
     local info = debug.getinfo(level, 'Sl')
     if not info then break end
-    if info.currentline > 0 and not info.source:find('[/\\]nn[/\\][%w_]+%.lua$') then
+    if info.currentline > 0 and not core.is_internal(info.source) then
       return info.short_src .. ':' .. info.currentline .. ': '
     end
   end
@@ -260,7 +262,7 @@ end
 -- Raises msg at the user's line, without the location an inner error()
 -- put in front of it.
 function nn._raise(msg)
-  msg = tostring(msg):gsub('^[^\n:]*%.lua:%d+: ', '')
+  msg = tostring(msg):gsub('^[^\n:]*:%d+: ', '')
   error(where() .. msg, 0)
 end
 local raise = nn._raise
@@ -426,7 +428,7 @@ function Module:_failed(c, what, input, err)
       tgl.compile { inputs = { c.x }, outputs = r[2]:shape(), mode = 'FAST_COMPILE', name = 'nn_shape' }(input)
     end)
     if not ok then
-      local msg = tostring(err):gsub('^[^\n:]*%.lua:%d+: ', ''):gsub('^tgl%.nn_[%w_]+: ', '')
+      local msg = tostring(err):gsub('^[^\n:]*:%d+: ', ''):gsub('^tgl%.nn_[%w_]+: ', '')
       raise(('%s:%s: %s %s fails on this input (%s): %s'):format(nn.type(self), what, r[4],
                                                                tostring(r[1]):gsub('\n.*', ''),
                                                                shape_key(input), msg))

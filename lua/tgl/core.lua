@@ -103,6 +103,15 @@ core.out_array_t = out_array
 
 local function release_ref(r) C.tgl_array_release(r.p) end
 
+-- Whether a chunk (debug.getinfo's source) is one of tgl's own Lua files:
+-- the tgl, nn and torch rooms (lua/tgl, lua/nn, lua/torch).  Errors skip
+-- their frames, so they point at the user's line whichever room raised.
+local function is_internal(source)
+  return source:find('[/\\]tgl[/\\][%w_]+%.lua$') or source:find('[/\\]nn[/\\][%w_]+%.lua$')
+      or source:find('[/\\]torch[/\\][%w_]+%.lua$')
+end
+core.is_internal = is_internal
+
 -- The stack level of the first function outside tgl's own Lua files, so
 -- errors point at the user's line whatever depth tgl raised them from.
 local function user_level()
@@ -110,7 +119,7 @@ local function user_level()
   while true do
     local info = debug.getinfo(level, 'S')
     if not info then return 1 end
-    if not info.source:find('[/\\]tgl[/\\][%w_]+%.lua$') then return level - 1 end
+    if not is_internal(info.source) then return level - 1 end
     level = level + 1
   end
 end

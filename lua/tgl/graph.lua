@@ -88,14 +88,15 @@ local DT_FLOAT32, DT_FLOAT64 = DTYPE.float32, DTYPE.float64
 local function is_float_id(dt) return dt == DT_FLOAT32 or dt == DT_FLOAT64 end
 local function is_int(v) return type(v) == 'number' and v == math.floor(v) and v > -2^53 and v < 2^53 end
 
--- "file:line" of the first stack frame outside tgl's own Lua files: where
--- the user built a node.  Kept in the node for error messages.
+-- "file:line" of the first stack frame outside tgl's own Lua files (the
+-- tgl, nn and torch rooms: core.is_internal): where the user built a node.
+-- Kept in the node for error messages.
 local function user_source()
   local level = 3
   while true do
     local info = debug.getinfo(level, 'Sl')
     if not info then return nil end
-    if not info.source:find('[/\\]tgl[/\\][%w_]+%.lua$') and info.what ~= 'C' then
+    if not core.is_internal(info.source) and info.what ~= 'C' then
       return info.short_src .. ':' .. (info.currentline or 0)
     end
     level = level + 1

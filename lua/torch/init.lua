@@ -22,19 +22,8 @@ local methods = array.methods
 local torch = {}
 
 -- Errors name the torch function and point at the user's line: the first
--- stack frame outside tgl's own files and this one.
-local function user_level()
-  local level = 3
-  while true do
-    local info = debug.getinfo(level, 'S')
-    if not info then return 1 end
-    local src = info.source
-    if not (src:find('[/\\]tgl[/\\][%w_]+%.lua$') or src:find('[/\\]torch[/\\]init%.lua$')) then
-      return level - 1
-    end
-    level = level + 1
-  end
-end
+-- stack frame outside tgl's own rooms (tgl.core.user_level).
+local user_level = core.user_level
 local function err(fname, fmt, ...)
   error(('%s: ' .. fmt):format(fname, ...), user_level())
 end
@@ -44,7 +33,7 @@ end
 local function relay(f, ...)
   local r = { pcall(f, ...) }
   if r[1] then return unpack(r, 2, table.maxn(r)) end
-  local msg = tostring(r[2]):gsub('^[^\n]-%.lua:%d+: ', '')
+  local msg = tostring(r[2]):gsub('^[^\n:]*:%d+: ', '')
   error(msg, user_level())
 end
 
