@@ -301,6 +301,31 @@ function nn._before_forward(fn)
   if building then building.hooks[#building.hooks + 1] = fn end
 end
 
+-- A module whose forward changes its own state (batch normalisation's
+-- running statistics) registers the update {shared variable, new value}
+-- while the graph is built; the forward function applies it after each
+-- call (backward's functions do not: Torch7 updates the statistics in
+-- updateOutput only).
+function nn._add_update(var, value)
+  if building then building.updates[#building.updates + 1] = { var, value } end
+end
+
+-- Builds model's graph for the symbolic input x (input: the concrete
+-- array it stands for, or nil): returns {y = symbolic output,
+-- rec = the inner modules' records (nn._record), hooks = functions to
+-- run before each forward call, updates = the modules' state updates}.
+-- Every compiled function of a model (forward, backward, nn.compile's
+-- step) builds its graph here.  Errors are raised at the user's line.
+function nn._build(model, x, input)
+  recording, path = {}, {}
+  building = { x = x, input = input, hooks = {}, updates = {} }
+  local ok, y = pcall(model.graph, model, x)
+  local b = { y = y, rec = recording, hooks = building.hooks, updates = building.updates }
+  recording, building, path = nil, nil, {}
+  if not ok then nn._raise(y) end
+  return b
+end
+
 -- The train flags of the modules in the tree: part of a compiled
 -- function's key, since a module's graph may differ (Dropout).
 local function mode_key(self)
@@ -332,12 +357,8 @@ function Module:_function(kind, input, gradOutput)
   local c = self._compiled[key]
   if c and still_valid(c) and c.gen == nn._generation then return c end
   local x = tgl.tensor { dtype = input.dtype, ndim = input:dim(), name = 'input' }
-  recording, path = {}, {}
-  building = { x = x, input = input, hooks = {} }
-  local ok, y = pcall(self.graph, self, x)
-  local rec, hooks = recording, building.hooks
-  recording, building, path = nil, nil, {}
-  if not ok then raise(y) end
+  local b = nn._build(self, x, input)
+  local y, rec, hooks = b.y, b.rec, b.hooks
   local slots = self:_paramSlots()
   local params = {}
   for _, s in ipairs(slots) do params[#params + 1] = { s[1], s[2], s[1][s[2]] } end
@@ -352,7 +373,7 @@ function Module:_function(kind, input, gradOutput)
       if not k then outs[#outs + 1] = r[2]; k = #outs end
       mods[#mods + 1] = { r[1], k }
     end
-    c.f = tgl.compile { inputs = { x }, outputs = outs, name = name }
+    c.f = tgl.compile { inputs = { x }, outputs = outs, updates = b.updates, name = name }
     c.mods = mods
   else
     local g = tgl.tensor { dtype = gradOutput.dtype, ndim = gradOutput:dim(), name = 'gradOutput' }
