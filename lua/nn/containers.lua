@@ -18,6 +18,24 @@ return function(nn)
     return self
   end
 
+  -- share(mlp, ...): child i shares the named fields with mlp's child i
+  -- (Torch7's Container:share).
+  function Container:share(mlp, ...)
+    if type(mlp) ~= 'table' or type(mlp.modules) ~= 'table' or #mlp.modules ~= #self.modules then
+      nn._raise(('%s:share: expected a container of %d modules to share with, got %s')
+            :format(nn.type(self), #self.modules, nn.type(mlp)))
+    end
+    for i, m in ipairs(self.modules) do m:share(mlp.modules[i], ...) end
+    self._compiled = nil
+    return self
+  end
+
+  -- reset([stdv]): each child's reset.
+  function Container:reset(stdv)
+    for _, m in ipairs(self.modules) do m:reset(stdv) end
+    return self
+  end
+
   local Sequential = nn.class('Sequential', Container)
 
   function Sequential:graph(x)

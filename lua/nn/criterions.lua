@@ -29,9 +29,10 @@ return function(nn)
     end
     target = target:reshape(n)
     local t = target.dtype == 'int64' and target or target:astype('int64')
+    local ignore = self.ignoreIndex
     for i = 1, n do
       local l = target:get(i)
-      if not is_int(l) or l < 1 or l > C then
+      if l ~= ignore and (not is_int(l) or l < 1 or l > C) then
         nn._raise(('%s: label %s at position %d is not in 1..%d (labels count from 1, as in Torch7)')
               :format(fname, tostring(l), i, C))
       end
@@ -39,12 +40,24 @@ return function(nn)
     return t
   end
 
-  -- -sum or -mean over the examples of input[i, target[i]].
+  -- Torch7's rule: with w_i = weights[target[i]] (1 without weights, 0
+  -- where target[i] is ignoreIndex), the loss is -sum_i w_i input[i,
+  -- target[i]], divided by sum_i w_i when sizeAverage (and that sum is not
+  -- 0).  The label of an ignored example is replaced by 1 before the
+  -- gather (its weight is 0).
   local function nll(self, x, t)
     if x.ndim == 1 then x = x:reshape({ 1, -1 }) end
-    local picked = tgl.sum(x * tgl.one_hot(t, self._nclasses, x.dtype))
-    if self.sizeAverage then picked = picked / self._nexamples end
-    return -picked
+    local valid = tgl.neq(t, self.ignoreIndex)
+    local ts = tgl.switch(valid, t, 1)
+    local picked = tgl.sum(x * tgl.one_hot(ts, self._nclasses, x.dtype), 2)
+    local w = tgl.cast(valid, x.dtype)
+    if self.weights then w = w * tgl.cast(nn.Module._var(self, 'weights'), x.dtype)[ts] end
+    local loss = -tgl.sum(w * picked)
+    if self.sizeAverage then
+      local total = tgl.sum(w)
+      loss = loss / tgl.switch(tgl.eq(total, 0), 1, total)
+    end
+    return loss
   end
 
   local function remember_shape(self, input)
@@ -52,31 +65,59 @@ return function(nn)
     self._nexamples = input:dim() == 2 and input:size(1) or 1
   end
 
-  -- nn.ClassNLLCriterion([weights, sizeAverage]): class weights are not
-  -- supported yet (an error says so).
-  local ClassNLL = nn.class('ClassNLLCriterion', nn.Criterion)
-  function ClassNLL:__init(weights, sizeAverage)
-    nn.Criterion.__init(self)
-    if weights ~= nil then
-      nn._raise(nn.type(self) .. ': class weights are not supported yet (doc/nn.md)')
+  -- Class weights: a vector of one weight per class, borrowed (an in-place
+  -- write into crit.weights changes the next call).
+  local function class_weights(fname, weights)
+    if weights ~= nil and not (tgl.is_array(weights) and weights:dim() == 1) then
+      nn._raise(('%s: weights must be a vector (one weight per class), got %s')
+            :format(fname, tgl.is_array(weights) and weights:dim() .. '-d array' or type(weights)))
     end
-    if sizeAverage ~= nil then self.sizeAverage = sizeAverage end
+    return weights
   end
-  function ClassNLL:_target(input, target)
+
+  -- Checks the labels and the weights against the input; the compiled
+  -- functions are rebuilt when weights or ignoreIndex changed since.
+  local function class_check(self, input, target)
+    local w = self.weights
+    if w ~= nil then
+      class_weights(nn.type(self), w)
+      if w:nelement() ~= input:size(-1) then
+        nn._raise(('%s:forward: %d class weights for an input of %d classes (give one weight per class)')
+              :format(nn.type(self), w:nelement(), input:size(-1)))
+      end
+    end
+    local built = self._built
+    if not built or not rawequal(built.w, w) or built.ignore ~= self.ignoreIndex then
+      self._compiled, self._built = nil, { w = w, ignore = self.ignoreIndex }
+    end
     remember_shape(self, input)
     return class_target(self, input, target)
   end
+
+  -- nn.ClassNLLCriterion([weights, sizeAverage = true, ignoreIndex = -100])
+  local ClassNLL = nn.class('ClassNLLCriterion', nn.Criterion)
+  function ClassNLL:__init(weights, sizeAverage, ignoreIndex)
+    nn.Criterion.__init(self)
+    self.weights = class_weights('nn.ClassNLLCriterion', weights)
+    if sizeAverage ~= nil then self.sizeAverage = sizeAverage end
+    if ignoreIndex ~= nil and not is_int(ignoreIndex) then
+      nn._raise(('nn.ClassNLLCriterion: ignoreIndex must be an integer, got %s'):format(tostring(ignoreIndex)))
+    end
+    self.ignoreIndex = ignoreIndex or -100
+  end
+  ClassNLL._target = class_check
   ClassNLL.graph = nll
 
-  -- nn.CrossEntropyCriterion(): LogSoftMax then ClassNLLCriterion.
+  -- nn.CrossEntropyCriterion([weights, sizeAverage = true]): LogSoftMax
+  -- then ClassNLLCriterion(weights, sizeAverage).
   local CE = nn.class('CrossEntropyCriterion', nn.Criterion)
-  function CE:__init(weights)
+  function CE:__init(weights, sizeAverage)
     nn.Criterion.__init(self)
-    if weights ~= nil then
-      nn._raise(nn.type(self) .. ': class weights are not supported yet (doc/nn.md)')
-    end
+    self.weights = class_weights('nn.CrossEntropyCriterion', weights)
+    if sizeAverage ~= nil then self.sizeAverage = sizeAverage end
+    self.ignoreIndex = -100
   end
-  CE._target = ClassNLL._target
+  CE._target = class_check
   function CE:graph(x, t) return nll(self, tgl.log_softmax(x), t) end
 
   -- nn.MSECriterion([sizeAverage = true]): sum((x - t)^2), divided by the

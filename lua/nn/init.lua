@@ -12,7 +12,8 @@
 -- covered.
 --
 -- This file: the class helper, nn.Module (the compile cache) and
--- nn.Criterion.  The layers are in nn/layers.lua, the containers in
+-- nn.Criterion.  The layers are in nn/layers.lua and nn/layers2.lua (shape
+-- modules and LookupTable), the containers in
 -- nn/containers.lua, the criterions in nn/criterions.lua, the spatial
 -- (convolution and pooling) modules in nn/spatial.lua.
 local tgl = require 'tgl'
@@ -97,20 +98,24 @@ end
 -- as Torch7's do: they are made with the cpu device, and a function
 -- compiled for another device copies them in for each call and writes
 -- its updates back (doc/devices.md), so the fields stay the truth.
-function Module:_var(field)
+-- key (default: field) names the cache entry: a module that also needs a
+-- variable over the same array that no gradient is taken for (the
+-- LookupTable's padding rows) asks for it under another key.
+function Module:_var(field, key)
   local a = self[field]
   if not tgl.is_array(a) then
     nn._raise(('%s: field %s must be an array, got %s'):format(nn.type(self), field, type(a)))
   end
   self._vars = self._vars or {}
-  local s = self._vars[field]
+  key = key or field
+  local s = self._vars[key]
   if s and rawequal(s.arr, a) then return s.var end
   local dev = tgl.config.device
   tgl.config.device = 'cpu'
   local ok, v = pcall(tgl.shared, a, nn.type(self) .. '.' .. field, { borrow = true })
   tgl.config.device = dev
   if not ok then error(v, 0) end
-  self._vars[field] = { arr = a, var = v }
+  self._vars[key] = { arr = a, var = v }
   return v
 end
 
@@ -151,14 +156,15 @@ end
 -- Torch7's getParameters does), so writing the flat array changes the
 -- modules, updateParameters changes the flat array, and the compiled
 -- functions (rebuilt on the new arrays at their next call) see both.
+-- An array held by several modules (clone('weight', 'bias', 'gradWeight',
+-- 'gradBias'), share) gets one place in the flat arrays, and every module
+-- holding it gets the same view, so the sharing survives, as Torch7 keeps
+-- shared storages once.
 function Module:getParameters()
   local slots = self:_paramSlots()
-  local n = 0
-  for _, s in ipairs(slots) do n = n + s[1][s[2]]:nelement() end
   local dtype = #slots > 0 and slots[1][1][slots[1][2]].dtype or self._dtype
-  local flat = tgl.zeros(n, { dtype = dtype })
-  local gflat = tgl.zeros(n, { dtype = dtype })
-  local off = 0
+  -- places: w array -> {offset, g array}; g array -> w array
+  local wplace, gowner, order, n = {}, {}, {}, 0
   for _, s in ipairs(slots) do
     local m, wf, gf = s[1], s[2], s[3]
     local w, g = m[wf], m[gf]
@@ -166,15 +172,40 @@ function Module:getParameters()
       nn._raise(('getParameters: %s.%s is %s, the others %s (convert the model with :type first)')
             :format(nn.type(m), wf, w.dtype, dtype))
     end
-    local k = w:nelement()
-    if k > 0 then
-      local wv = flat[{ { off + 1, off + k } }]:reshape(w:shape())
-      local gv = gflat[{ { off + 1, off + k } }]:reshape(g:shape())
-      wv:copy(w)
-      gv:copy(g)
-      m[wf], m[gf] = wv, gv
+    local p = wplace[w]
+    if p then
+      if not rawequal(p.g, g) then
+        nn._raise(('getParameters: %s.%s is shared with another module but its %s is not (share both, e.g. clone(\'weight\', \'bias\', \'gradWeight\', \'gradBias\'))')
+              :format(nn.type(m), wf, gf))
+      end
+    else
+      if gowner[g] then
+        nn._raise(('getParameters: %s.%s is shared with another module but its %s is not (share both)')
+              :format(nn.type(m), gf, wf))
+      end
+      wplace[w] = { off = n, g = g }
+      gowner[g] = w
+      order[#order + 1] = w
+      n = n + w:nelement()
     end
-    off = off + k
+  end
+  local flat = tgl.zeros(n, { dtype = dtype })
+  local gflat = tgl.zeros(n, { dtype = dtype })
+  local views = {}
+  for _, w in ipairs(order) do
+    local p, k = wplace[w], w:nelement()
+    if k > 0 then
+      local wv = flat[{ { p.off + 1, p.off + k } }]:reshape(w:shape())
+      local gv = gflat[{ { p.off + 1, p.off + k } }]:reshape(p.g:shape())
+      wv:copy(w)
+      gv:copy(p.g)
+      views[w], views[p.g] = wv, gv
+    end
+  end
+  for _, s in ipairs(slots) do
+    local m, wf, gf = s[1], s[2], s[3]
+    local wv, gv = views[m[wf]], views[m[gf]]
+    if wv then m[wf], m[gf] = wv, gv end
   end
   -- the compiled functions borrow the old arrays: drop them now rather
   -- than when each is next asked for
@@ -239,6 +270,73 @@ function Module:type(dtype)
   end
   return self
 end
+-- Torch7's reset([stdv]): new random parameters.  A module without
+-- parameters has nothing to do; containers reset each child.
+function Module:reset() return self end
+
+-- A deep copy of v: arrays cloned (an array met twice is cloned once, so
+-- the copy keeps the sharing inside the tree), tables copied with their
+-- metatable (the class of a module), other values kept.  Fields whose
+-- names start with '_' and hold tables other than arrays are caches
+-- (compiled functions, shared variables borrowing the original's
+-- arrays) and are left out: the copy builds its own.
+local function deep_copy(v, memo)
+  if tgl.is_array(v) then
+    if memo[v] == nil then memo[v] = v:clone() end
+    return memo[v]
+  end
+  if type(v) ~= 'table' then return v end
+  if memo[v] ~= nil then return memo[v] end
+  local mt = getmetatable(v)
+  if mt ~= nil and not (type(mt) == 'table' and mt.__typename and nn[mt.__typename:match('^nn%.(.*)$') or ''] == mt) then
+    return v   -- an object of tgl's own (a variable): kept, not copied
+  end
+  local c = {}
+  memo[v] = c
+  for k, x in pairs(v) do
+    if not (type(k) == 'string' and k:sub(1, 1) == '_' and type(x) == 'table' and not tgl.is_array(x)) then
+      c[deep_copy(k, memo)] = deep_copy(x, memo)
+    end
+  end
+  return setmetatable(c, mt)
+end
+
+-- clone(...): a deep copy of the module (new arrays), in which the fields
+-- named, e.g. clone('weight', 'bias', 'gradWeight', 'gradBias'), are
+-- shared with the original in every module of the tree (share).
+function Module:clone(...)
+  local c = deep_copy(self, {})
+  if select('#', ...) > 0 then c:share(self, ...) end
+  return c
+end
+
+-- share(mlp, ...): each field named that this module has becomes mlp's
+-- array itself (the same array, not a copy), so a write through either
+-- module is seen by both, and the compiled functions of both (rebuilt at
+-- their next call) read and update that one array.  Containers share
+-- child by child.
+function Module:share(mlp, ...)
+  if type(mlp) ~= 'table' or getmetatable(mlp) == nil then
+    raise(('%s:share: expected a module to share with, got %s'):format(nn.type(self), type(mlp)))
+  end
+  for i = 1, select('#', ...) do
+    local f = select(i, ...)
+    if type(f) ~= 'string' then
+      raise(('%s:share: field names must be strings, got %s'):format(nn.type(self), type(f)))
+    end
+    if self[f] ~= nil then
+      if not tgl.is_array(mlp[f]) then
+        raise(('%s:share: the module to share with (%s) has no array %s'):format(nn.type(self), nn.type(mlp), f))
+      end
+      self[f] = mlp[f]
+      self.shared, mlp.shared = true, true
+    end
+  end
+  self._compiled = nil
+  nn._reconfigured()   -- containers holding this module rebuild too
+  return self
+end
+
 function Module:float() return self:type('float32') end
 function Module:double() return self:type('float64') end
 
@@ -310,17 +408,30 @@ function nn._add_update(var, value)
   if building then building.updates[#building.updates + 1] = { var, value } end
 end
 
+-- A module that can check the model's input array on the host before
+-- each compiled call (LookupTable's indices: a bad one is an error naming
+-- it and its position, not a wrong row) registers fn(input) while the
+-- graph is built, when its symbolic input is the model's input
+-- (nn._is_model_input(x)); forward, backward, updateGradInput,
+-- accGradParameters and accUpdateGradParameters run them.
+function nn._check_input(fn)
+  if building then building.checks[#building.checks + 1] = fn end
+end
+function nn._is_model_input(x) return building ~= nil and rawequal(building.x, x) end
+
 -- Builds model's graph for the symbolic input x (input: the concrete
 -- array it stands for, or nil): returns {y = symbolic output,
 -- rec = the inner modules' records (nn._record), hooks = functions to
--- run before each forward call, updates = the modules' state updates}.
+-- run before each forward call, updates = the modules' state updates,
+-- checks = functions of the input array to run before each call}.
 -- Every compiled function of a model (forward, backward, nn.compile's
 -- step) builds its graph here.  Errors are raised at the user's line.
 function nn._build(model, x, input)
   recording, path = {}, {}
-  building = { x = x, input = input, hooks = {}, updates = {} }
+  building = { x = x, input = input, hooks = {}, updates = {}, checks = {} }
   local ok, y = pcall(model.graph, model, x)
-  local b = { y = y, rec = recording, hooks = building.hooks, updates = building.updates }
+  local b = { y = y, rec = recording, hooks = building.hooks, updates = building.updates,
+              checks = building.checks }
   recording, building, path = nil, nil, {}
   if not ok then nn._raise(y) end
   return b
@@ -348,8 +459,30 @@ local function find(list, v)
   for i, w in ipairs(list) do if rawequal(w, v) then return i end end
 end
 
--- kind: 'forward', 'backward' (gradInput and accumulation), 'gradInput'
--- or 'acc' (accumulation only).
+-- Groups parameter slots ({module, value field, gradient field}) by the
+-- array in field f (2: the values, 3: the gradients): one entry per
+-- distinct array, in order, {var = the first holder's shared variable,
+-- sum = the sum of term(i) over the slots i holding it}.  Modules that
+-- share an array (clone, share) must update it once, with every
+-- holder's contribution.
+function nn._grouped(slots, f, term)
+  local out, at = {}, {}
+  for i, s in ipairs(slots) do
+    local a = s[1][s[f]]
+    local u = at[a]
+    local t = term(i)
+    if u then u.sum = u.sum + t
+    else
+      u = { var = s[1]:_var(s[f]), sum = t }
+      at[a] = u
+      out[#out + 1] = u
+    end
+  end
+  return out
+end
+
+-- kind: 'forward', 'backward' (gradInput and accumulation), 'gradInput',
+-- 'acc' (accumulation only) or 'accupdate' (weight -= lr * gradient).
 function Module:_function(kind, input, gradOutput)
   local key = kind .. ':' .. shape_key(input) .. (gradOutput and ':' .. shape_key(gradOutput) or '')
               .. ':' .. mode_key(self)
@@ -362,7 +495,7 @@ function Module:_function(kind, input, gradOutput)
   local slots = self:_paramSlots()
   local params = {}
   for _, s in ipairs(slots) do params[#params + 1] = { s[1], s[2], s[1][s[2]] } end
-  c = { params = params, rec = rec, x = x, hooks = hooks, gen = nn._generation }
+  c = { params = params, rec = rec, x = x, hooks = hooks, checks = b.checks, gen = nn._generation }
   local name = nn.type(self):gsub('^nn%.', 'nn_') .. '_' .. kind
   if kind == 'forward' then
     -- mods[i] = {module, k}: the module's output is output k (an output
@@ -377,33 +510,53 @@ function Module:_function(kind, input, gradOutput)
     c.mods = mods
   else
     local g = tgl.tensor { dtype = gradOutput.dtype, ndim = gradOutput:dim(), name = 'gradOutput' }
-    local scale = tgl.tensor { dtype = input.dtype, ndim = 0, name = 'scale' }
-    local wrt, vars, gvars = { x }, {}, {}
-    -- the gradInput of each module inside: the gradient at its input
-    local mods = {}
-    if kind ~= 'acc' then
+    -- backward's scale, or accUpdateGradParameters' learning rate
+    local sdtype = input.dtype:match('^float') and input.dtype
+                   or (#slots > 0 and slots[1][1][slots[1][2]].dtype) or tgl.config.floatX
+    local scale = tgl.tensor { dtype = sdtype,
+                               ndim = 0, name = kind == 'accupdate' and 'lr' or 'scale' }
+    local wrt, vars = {}, {}
+    -- the gradInput of each module inside: the gradient at its input.
+    -- An integer input (LookupTable's indices) has no gradient: its
+    -- gradInput is zeros of its shape and dtype, as Torch7's.
+    local mods, ins, zero = {}, { x }, {}
+    if kind ~= 'acc' and kind ~= 'accupdate' then
       for _, r in ipairs(rec) do
-        local k = find(wrt, r[3])
-        if not k then wrt[#wrt + 1] = r[3]; k = #wrt end
+        local k = find(ins, r[3])
+        if not k then ins[#ins + 1] = r[3]; k = #ins end
         mods[#mods + 1] = { r[1], k }
       end
     end
-    local nout = #wrt
+    local nout = #ins
+    for i, v in ipairs(ins) do
+      if v.dtype:match('^float') then wrt[#wrt + 1] = v; ins[i] = #wrt else zero[i] = v * 0 end
+    end
+    local nwrt = #wrt
     if kind ~= 'gradInput' then
       for _, s in ipairs(slots) do
         vars[#vars + 1] = s[1]:_var(s[2])
-        gvars[#gvars + 1] = s[1]:_var(s[3])
         wrt[#wrt + 1] = vars[#vars]
       end
     end
-    local grads = tgl.grad(tgl.sum(y * g), wrt, { disconnected = 'ignore' })
+    local grads = #wrt > 0 and tgl.grad(tgl.sum(y * g), wrt, { disconnected = 'ignore' }) or {}
+    -- One update per array: modules that share an array (clone, share)
+    -- each give their own contribution, summed into the array once.
     local updates = {}
-    for i = 1, #vars do updates[i] = { gvars[i], gvars[i] + scale * grads[nout + i] } end
-    if kind ~= 'gradInput' then
+    if kind == 'accupdate' then
+      for _, u in ipairs(nn._grouped(slots, 2, function(i) return grads[nwrt + i] end)) do
+        updates[#updates + 1] = { u.var, u.var - scale * u.sum }
+      end
+      for _, s in ipairs(slots) do params[#params + 1] = { s[1], s[2], s[1][s[2]] } end
+    elseif kind ~= 'gradInput' then
+      for _, u in ipairs(nn._grouped(slots, 3, function(i) return grads[nwrt + i] end)) do
+        updates[#updates + 1] = { u.var, u.var + scale * u.sum }
+      end
       for _, s in ipairs(slots) do params[#params + 1] = { s[1], s[3], s[1][s[3]] } end
     end
     local outs = {}
-    if kind ~= 'acc' then for i = 1, nout do outs[i] = grads[i] end end
+    if kind ~= 'acc' and kind ~= 'accupdate' then
+      for i = 1, nout do outs[i] = zero[i] or grads[ins[i]] end
+    end
     c.f = tgl.compile { inputs = { x, g, scale }, outputs = outs, updates = updates, name = name }
     c.mods = mods
   end
@@ -424,12 +577,19 @@ function Module:_paramFunction(kind)
     local m, wf, gf = s[1], s[2], s[3]
     params[#params + 1] = { m, wf, m[wf] }
     params[#params + 1] = { m, gf, m[gf] }
-    local w, g = m:_var(wf), m:_var(gf)
-    if kind == 'zero' then
+  end
+  -- one update per array (shared arrays appear in several modules)
+  if kind == 'zero' then
+    for _, u in ipairs(nn._grouped(slots, 3, function() return 0 end)) do
       -- exactly 0 even where the gradient is NaN or infinite (g * 0 is not)
-      updates[#updates + 1] = { g, tgl.switch(tgl.eq(g, g), 0.0, 0.0):astype(g.dtype) }
-    else
-      updates[#updates + 1] = { w, w - lr * g }
+      updates[#updates + 1] = { u.var, tgl.switch(tgl.eq(u.var, u.var), 0.0, 0.0):astype(u.var.dtype) }
+    end
+  else
+    -- w - lr * (the sum of the gradients of every module holding w): as
+    -- Torch7's updateParameters, which steps a shared weight once per
+    -- module holding it
+    for _, u in ipairs(nn._grouped(slots, 2, function(i) return slots[i][1]:_var(slots[i][3]) end)) do
+      updates[#updates + 1] = { u.var, u.var - lr * u.sum }
     end
   end
   local name = nn.type(self):gsub('^nn%.', 'nn_') .. '_' .. kind
@@ -460,6 +620,16 @@ end
 
 -- Runs c.f; on failure names the module (Module:_failed).
 local function run(self, what, c, input, ...)
+  for _, check in ipairs(c.checks) do
+    local ok, err = pcall(check, input)
+    if not ok then
+      local msg = tostring(err):gsub('^[^\n:]*:%d+: ', '')
+      local own = nn.type(self) .. ': '
+      if msg:sub(1, #own) == own then msg = msg:sub(#own + 1) end
+      raise(('%s:%s: %s'):format(nn.type(self), what, msg))
+    end
+  end
+  if what == 'forward' then for _, h in ipairs(c.hooks) do h() end end
   local res = { pcall(c.f, input, ...) }
   if not res[1] then self:_failed(c, what, input, res[2]) end
   return unpack(res, 2)
@@ -472,7 +642,6 @@ end
 function Module:updateOutput(input)
   check_array(nn.type(self) .. ':forward', 'the input', input)
   local c = self:_function('forward', input)
-  for _, h in ipairs(c.hooks) do h() end
   local outs = { run(self, 'forward', c, input) }
   self.output = outs[1]
   for _, m in ipairs(c.mods) do m[1].output = outs[m[2]] end
@@ -509,6 +678,21 @@ function Module:backward(input, gradOutput, scale)
   check_array(nn.type(self) .. ':backward', 'gradOutput', gradOutput)
   local c = self:_function('backward', input, gradOutput)
   return grad_inputs(self, c, { run(self, 'backward', c, input, gradOutput, scale or 1) })
+end
+
+-- weight <- weight - lr * dL/dweight for every parameter (L =
+-- sum(output * gradOutput)), gradWeight and gradBias untouched: Torch7's
+-- accUpdateGradParameters, one compiled function.  A weight held by
+-- several modules moves by the sum of their contributions.
+function Module:accUpdateGradParameters(input, gradOutput, lr)
+  check_array(nn.type(self) .. ':accUpdateGradParameters', 'the input', input)
+  check_array(nn.type(self) .. ':accUpdateGradParameters', 'gradOutput', gradOutput)
+  if type(lr) ~= 'number' then
+    raise(('%s:accUpdateGradParameters: the learning rate must be a number, got %s'):format(nn.type(self), type(lr)))
+  end
+  if not self:parameters() then return end
+  local c = self:_function('accupdate', input, gradOutput)
+  run(self, 'accUpdateGradParameters', c, input, gradOutput, lr)
 end
 
 -- ---------------------------------------------------------------------------
@@ -574,6 +758,7 @@ function Criterion:double() return self:type('float64') end
 
 require('nn.containers')(nn)
 require('nn.layers')(nn)
+require('nn.layers2')(nn)
 require('nn.criterions')(nn)
 require('nn.spatial')(nn)
 
