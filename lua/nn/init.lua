@@ -317,23 +317,29 @@ end
 -- child by child.
 function Module:share(mlp, ...)
   if type(mlp) ~= 'table' or getmetatable(mlp) == nil then
-    raise(('%s:share: expected a module to share with, got %s'):format(nn.type(self), type(mlp)))
+    nn._raise(('%s:share: expected a module to share with, got %s'):format(nn.type(self), type(mlp)))
   end
   for i = 1, select('#', ...) do
     local f = select(i, ...)
     if type(f) ~= 'string' then
-      raise(('%s:share: field names must be strings, got %s'):format(nn.type(self), type(f)))
+      nn._raise(('%s:share: field names must be strings, got %s'):format(nn.type(self), type(f)))
     end
     if self[f] ~= nil then
       if not tgl.is_array(mlp[f]) then
-        raise(('%s:share: the module to share with (%s) has no array %s'):format(nn.type(self), nn.type(mlp), f))
+        nn._raise(('%s:share: the module to share with (%s) has no array %s'):format(nn.type(self), nn.type(mlp), f))
       end
       self[f] = mlp[f]
       self.shared, mlp.shared = true, true
     end
   end
   self._compiled = nil
-  nn._reconfigured()   -- containers holding this module rebuild too
+  -- a container's compiled functions notice a parameter field that holds
+  -- another array (still_valid); any other field shared makes them rebuild
+  local params = {}
+  for _, f in ipairs(self:_paramFields()) do params[f[1]], params[f[2]] = true, true end
+  for i = 1, select('#', ...) do
+    if not params[select(i, ...)] then nn._reconfigured(); break end
+  end
   return self
 end
 
@@ -710,6 +716,9 @@ function Criterion:__init()
 end
 
 function Criterion:__tostring__() return nn.type(self) end
+
+-- A deep copy (new arrays: the class weights too), as Torch7's clone.
+function Criterion:clone() return deep_copy(self, {}) end
 
 function Criterion:_target(input, target)
   check_array(nn.type(self) .. ':forward', 'the target', target)
