@@ -545,16 +545,24 @@ function Module:_function(kind, input, gradOutput)
       end
     end
     local grads = #wrt > 0 and tgl.grad(tgl.sum(y * g), wrt, { disconnected = 'ignore' }) or {}
+    -- a module met twice in the tree (added twice) has one variable,
+    -- whose gradient already holds both uses: counted once
+    local seen, dup = {}, {}
+    for i, v in ipairs(vars) do
+      if seen[v] then dup[i] = true end
+      seen[v] = true
+    end
+    local function part(i) return dup[i] and 0 or grads[nwrt + i] end
     -- One update per array: modules that share an array (clone, share)
     -- each give their own contribution, summed into the array once.
     local updates = {}
     if kind == 'accupdate' then
-      for _, u in ipairs(nn._grouped(slots, 2, function(i) return grads[nwrt + i] end)) do
+      for _, u in ipairs(nn._grouped(slots, 2, part)) do
         updates[#updates + 1] = { u.var, u.var - scale * u.sum }
       end
       for _, s in ipairs(slots) do params[#params + 1] = { s[1], s[2], s[1][s[2]] } end
     elseif kind ~= 'gradInput' then
-      for _, u in ipairs(nn._grouped(slots, 3, function(i) return grads[nwrt + i] end)) do
+      for _, u in ipairs(nn._grouped(slots, 3, part)) do
         updates[#updates + 1] = { u.var, u.var + scale * u.sum }
       end
       for _, s in ipairs(slots) do params[#params + 1] = { s[1], s[3], s[1][s[3]] } end

@@ -199,6 +199,10 @@ return function(nn)
             :format(x.ndim, self.dim), 0)
     end
     local rdim = self.dim + ((self.ndim and x.ndim > self.ndim) and 1 or 0)
+    if rdim > x.ndim + 1 then
+      error(('nn.Replicate: not enough input dimensions (%d, a batch) to replicate along dimension %d')
+            :format(x.ndim, self.dim), 0)
+    end
     local order, ones = {}, {}
     for i = 1, x.ndim + 1 do
       if i < rdim then order[i] = i elseif i == rdim then order[i] = 'x' else order[i] = i - 1 end
