@@ -247,8 +247,47 @@ describe('nn layers (shape, lookup) and module methods', function()
     lt:zeroGradParameters()
     lt:backward(idx, g)
     assert.same({ { 3, 4 }, { 0, 0 }, { 6, 8 }, { 7, 8 } }, lt.gradWeight:totable())
-    local e = err_of(function() nn.LookupTable(4, 2, 0, 1) end)
-    assert.matches('nn_layers_spec.lua:%d+: nn.LookupTable: maxNorm .* is not supported', e)
+  end)
+
+  it('LookupTable maxNorm: forward scales the rows looked up (in the weight) by maxNorm / (norm + 1e-7), gradient plain', function()
+    for _, case in ipairs({ { 2, nil }, { 1, 1 }, { 3, 3 } }) do
+      local p = case[2] or 2
+      local lt = nn.LookupTable(6, 3, 0, 1.2, case[2])
+      lt.weight:copy(tgl.randn(6, 3) * 2)
+      local W0 = lt.weight:clone()
+      local idx = tgl.array({ { 2, 5 }, { 2, 6 } }, 'int64')
+      local y = lt:forward(idx)
+      local want = W0:clone()
+      for _, r in ipairs({ 2, 5, 6 }) do
+        local n = 0
+        for k = 1, 3 do n = n + math.abs(W0:get(r, k)) ^ p end
+        n = n ^ (1 / p)
+        if n > 1.2 then
+          for k = 1, 3 do want:set(W0:get(r, k) * (1.2 / (n + 1e-7)), r, k) end
+        end
+      end
+      assert.is_true(maxdiff(lt.weight, want) < 1e-15)
+      -- rows not looked up are untouched, and some rows were scaled
+      assert.equals(0, maxdiff(lt.weight[1], W0[1]))
+      assert.is_true(maxdiff(lt.weight, W0) > 0)
+      check_map(y, lt.weight, function(q) return { idx:get(q[1], q[2]), q[3] } end)
+      -- the gradient is the plain lookup's (Torch7 does not differentiate the renorm)
+      lt:zeroGradParameters()
+      lt:backward(idx, tgl.ones(2, 2, 3))
+      assert.same({ { 0, 0, 0 }, { 2, 2, 2 }, { 0, 0, 0 }, { 0, 0, 0 }, { 1, 1, 1 }, { 1, 1, 1 } },
+                  lt.gradWeight:totable())
+    end
+    -- with padding: the padding row is scaled too, and gets no gradient
+    local lp = nn.LookupTable(3, 2, 2, 0.5)
+    lp.weight:copy(tgl.array({ { 3, 4 }, { 6, 8 }, { 0.1, 0.1 } }))
+    local yp = lp:forward(tgl.array({ 2, 1, 3 }, 'int64'))
+    local s1, s2 = 0.5 / (5 + 1e-7), 0.5 / (10 + 1e-7)
+    assert.is_true(maxdiff(yp, tgl.array({ { 6 * s2, 8 * s2 }, { 3 * s1, 4 * s1 }, { 0.1, 0.1 } })) < 1e-15)
+    lp:zeroGradParameters()
+    lp:backward(tgl.array({ 2, 1, 3 }, 'int64'), tgl.ones(3, 2))
+    assert.same({ { 1, 1 }, { 0, 0 }, { 1, 1 } }, lp.gradWeight:totable())
+    local e = err_of(function() nn.LookupTable(4, 2, 0, -1) end)
+    assert.matches('nn_layers_spec.lua:%d+: nn.LookupTable: maxNorm must be a positive number, got %-1', e)
   end)
 
   it('LookupTable: an index out of range, 0 or not an integer is an error naming it and its position', function()

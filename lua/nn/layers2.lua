@@ -219,7 +219,9 @@ return function(nn)
   -- x n x nOutput.  gradWeight's row i gets the sum of the gradOutput rows
   -- at the positions holding i (repeated indices accumulate); rows looked
   -- up through paddingValue get no gradient.  gradInput is zeros of the
-  -- input's shape (indices have no gradient).
+  -- input's shape (indices have no gradient).  maxNorm [, normType = 2]:
+  -- forward first scales down, in the weight, the rows looked up whose
+  -- normType-norm exceeds maxNorm (Torch7's renorm).
   local LookupTable = nn.class('LookupTable', nn.Module)
   function LookupTable:__init(nIndex, nOutput, paddingValue, maxNorm, normType)
     nn.Module.__init(self)
@@ -227,12 +229,11 @@ return function(nn)
       nn._raise(('nn.LookupTable: expected nn.LookupTable(nIndex, nOutput) with positive integers, got %s, %s')
             :format(tostring(nIndex), tostring(nOutput)))
     end
-    if maxNorm ~= nil or normType ~= nil then
-      nn._raise('nn.LookupTable: maxNorm (renormalising the rows looked up) is not supported')
-    end
     self.weight = tgl.zeros(nIndex, nOutput, { dtype = self._dtype })
     self.gradWeight = tgl.zeros(nIndex, nOutput, { dtype = self._dtype })
     self.paddingValue = int_arg('nn.LookupTable', 'paddingValue', paddingValue, 0)
+    if maxNorm ~= nil then self:setMaxNorm(maxNorm) end
+    if normType ~= nil then self:setNormType(normType) end
     self:reset()
   end
   function LookupTable:setPadding(v)
@@ -240,8 +241,21 @@ return function(nn)
     nn._reconfigured()
     return self
   end
-  function LookupTable:setMaxNorm()
-    nn._raise('nn.LookupTable:setMaxNorm: maxNorm (renormalising the rows looked up) is not supported')
+  local function positive(fname, what, v)
+    if type(v) ~= 'number' or not (v > 0) then
+      nn._raise(('%s: %s must be a positive number, got %s'):format(fname, what, tostring(v)))
+    end
+    return v
+  end
+  function LookupTable:setMaxNorm(maxNorm)
+    self.maxNorm = positive('nn.LookupTable', 'maxNorm', maxNorm)
+    nn._reconfigured()
+    return self
+  end
+  function LookupTable:setNormType(normType)
+    self.normType = positive('nn.LookupTable', 'normType', normType)
+    nn._reconfigured()
+    return self
   end
   function LookupTable:reset(stdv)
     stdv = stdv or 1
@@ -283,13 +297,38 @@ return function(nn)
     local idx = x.dtype:match('^int') and x or x:astype('int64')
     local W = self:_var('weight')
     local y = W[idx]
-    local p = self.paddingValue
-    if p >= 1 and p <= self.weight:size(1) then
-      -- the padding rows' values come through a variable over the same
-      -- array that no gradient is taken for
-      local Wc = self:_var('weight', '_weight_nograd')
-      local pad = tgl.eq(idx, p):dimshuffle(x.ndim == 1 and { 1, 'x' } or { 1, 2, 'x' })
-      y = tgl.switch(pad, Wc[idx], y)
+    -- the value without a gradient path: a variable over the same array
+    -- that no gradient is taken for (padding rows, maxNorm's scale)
+    local plain = y
+    if self.maxNorm or self.paddingValue >= 1 and self.paddingValue <= self.weight:size(1) then
+      plain = self:_var('weight', '_weight_nograd')[idx]
+    end
+    if self.maxNorm then
+      -- Torch7's renorm, in forward: each row looked up whose norm exceeds
+      -- maxNorm is scaled by maxNorm / (norm + 1e-7) in the weight itself
+      -- (an update of forward's compiled function), and the output holds
+      -- the scaled rows.  Backward's gradient is the plain lookup's, as
+      -- Torch7's: the output is scaled + (W[idx] - W[idx]), exactly the
+      -- scaled rows, with the gradient of W[idx] only.
+      local p, ax, d = self.normType or 2, x.ndim + 1, self.weight:size(2)
+      local norm
+      if p == 1 then norm = tgl.sum(tgl.abs(plain), ax)
+      elseif p == 2 then norm = tgl.sqrt(tgl.sum(plain * plain, ax))
+      else norm = tgl.sum(tgl.abs(plain) ^ p, ax) ^ (1 / p) end
+      local scale = tgl.switch(tgl.gt(norm, self.maxNorm), self.maxNorm / (norm + 1e-7), 1):astype(plain.dtype)
+      local keep = {}
+      for i = 1, x.ndim do keep[i] = i end
+      keep[#keep + 1] = 'x'
+      local rows = plain
+      plain = rows * scale:dimshuffle(keep)
+      y = plain + (y - rows)
+      local flat = x.ndim == 1 and idx or idx:reshape({ -1 })
+      nn._add_update(W, tgl.set_subtensor(W[flat], plain:reshape({ -1, d })))
+    end
+    local pv = self.paddingValue
+    if pv >= 1 and pv <= self.weight:size(1) then
+      local pad = tgl.eq(idx, pv):dimshuffle(x.ndim == 1 and { 1, 'x' } or { 1, 2, 'x' })
+      y = tgl.switch(pad, plain, y)
     end
     return y
   end
