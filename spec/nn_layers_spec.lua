@@ -249,7 +249,7 @@ describe('nn layers (shape, lookup) and module methods', function()
     assert.same({ { 3, 4 }, { 0, 0 }, { 6, 8 }, { 7, 8 } }, lt.gradWeight:totable())
   end)
 
-  it('LookupTable maxNorm: forward scales the rows looked up (in the weight) by maxNorm / (norm + 1e-7), gradient plain', function()
+  it('LookupTable maxNorm and scaleGradByFreq: forward scales the rows looked up (in the weight) by maxNorm / (norm + 1e-7), gradient plain', function()
     for _, case in ipairs({ { 2, nil }, { 1, 1 }, { 3, 3 } }) do
       local p = case[2] or 2
       local lt = nn.LookupTable(6, 3, 0, 1.2, case[2])
@@ -286,6 +286,21 @@ describe('nn layers (shape, lookup) and module methods', function()
     lp:zeroGradParameters()
     lp:backward(tgl.array({ 2, 1, 3 }, 'int64'), tgl.ones(3, 2))
     assert.same({ { 1, 1 }, { 0, 0 }, { 1, 1 } }, lp.gradWeight:totable())
+    -- scaleGradByFreq: each position's gradient over its index's count
+    local lf = nn.LookupTable(4, 2):scaleGradByFreq()
+    local fi = tgl.array({ { 1, 3, 1 }, { 1, 4, 3 } }, 'int64')
+    local w0 = lf.weight:clone()
+    assert.equals(0, maxdiff(lf:forward(fi)[{ 2, 2 }], w0[4]))
+    lf:zeroGradParameters()
+    local fg = tgl.randn(2, 3, 2)
+    lf:backward(fi, fg)
+    local wantf = tgl.zeros(4, 2)
+    for i = 1, 2 do for j = 1, 3 do
+      local r = fi:get(i, j)
+      local n = ({ 3, 0, 2, 1 })[r]
+      for k = 1, 2 do wantf:set(wantf:get(r, k) + fg:get(i, j, k) / n, r, k) end
+    end end
+    assert.is_true(maxdiff(lf.gradWeight, wantf) < 1e-12)
     local e = err_of(function() nn.LookupTable(4, 2, 0, -1) end)
     assert.matches('nn_layers_spec.lua:%d+: nn.LookupTable: maxNorm must be a positive number, got %-1', e)
   end)

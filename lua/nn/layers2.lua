@@ -257,6 +257,13 @@ return function(nn)
     nn._reconfigured()
     return self
   end
+  -- scaleGradByFreq(): each position's gradient is divided by the number
+  -- of times its index occurs in the input.
+  function LookupTable:scaleGradByFreq()
+    self.shouldScaleGradByFreq = true
+    nn._reconfigured()
+    return self
+  end
   function LookupTable:reset(stdv)
     stdv = stdv or 1
     local w = self.weight
@@ -297,38 +304,45 @@ return function(nn)
     local idx = x.dtype:match('^int') and x or x:astype('int64')
     local W = self:_var('weight')
     local y = W[idx]
-    -- the value without a gradient path: a variable over the same array
-    -- that no gradient is taken for (padding rows, maxNorm's scale)
-    local plain = y
-    if self.maxNorm or self.paddingValue >= 1 and self.paddingValue <= self.weight:size(1) then
-      plain = self:_var('weight', '_weight_nograd')[idx]
-    end
+    local pv = self.paddingValue
+    local padding = pv >= 1 and pv <= self.weight:size(1)
+    if not (self.maxNorm or self.shouldScaleGradByFreq or padding) then return y end
+    -- The value comes through a variable over the same array that no
+    -- gradient is taken for; y = value + (W[idx] - that) * gscale has
+    -- exactly the value (the difference is 0) and the gradient gscale
+    -- times the plain lookup's.
+    local rows = self:_var('weight', '_weight_nograd')[idx]
+    local value, gscale = rows, nil
+    local keep = {}
+    for i = 1, x.ndim do keep[i] = i end
+    keep[#keep + 1] = 'x'
+    local flat = x.ndim == 1 and idx or idx:reshape({ -1 })
     if self.maxNorm then
       -- Torch7's renorm, in forward: each row looked up whose norm exceeds
       -- maxNorm is scaled by maxNorm / (norm + 1e-7) in the weight itself
       -- (an update of forward's compiled function), and the output holds
-      -- the scaled rows.  Backward's gradient is the plain lookup's, as
-      -- Torch7's: the output is scaled + (W[idx] - W[idx]), exactly the
-      -- scaled rows, with the gradient of W[idx] only.
+      -- the scaled rows.  The gradient is the plain lookup's, as Torch7's.
       local p, ax, d = self.normType or 2, x.ndim + 1, self.weight:size(2)
       local norm
-      if p == 1 then norm = tgl.sum(tgl.abs(plain), ax)
-      elseif p == 2 then norm = tgl.sqrt(tgl.sum(plain * plain, ax))
-      else norm = tgl.sum(tgl.abs(plain) ^ p, ax) ^ (1 / p) end
-      local scale = tgl.switch(tgl.gt(norm, self.maxNorm), self.maxNorm / (norm + 1e-7), 1):astype(plain.dtype)
-      local keep = {}
-      for i = 1, x.ndim do keep[i] = i end
-      keep[#keep + 1] = 'x'
-      local rows = plain
-      plain = rows * scale:dimshuffle(keep)
-      y = plain + (y - rows)
-      local flat = x.ndim == 1 and idx or idx:reshape({ -1 })
-      nn._add_update(W, tgl.set_subtensor(W[flat], plain:reshape({ -1, d })))
+      if p == 1 then norm = tgl.sum(tgl.abs(rows), ax)
+      elseif p == 2 then norm = tgl.sqrt(tgl.sum(rows * rows, ax))
+      else norm = tgl.sum(tgl.abs(rows) ^ p, ax) ^ (1 / p) end
+      local scale = tgl.switch(tgl.gt(norm, self.maxNorm), self.maxNorm / (norm + 1e-7), 1):astype(rows.dtype)
+      value = rows * scale:dimshuffle(keep)
+      nn._add_update(W, tgl.set_subtensor(W[flat], value:reshape({ -1, d })))
     end
-    local pv = self.paddingValue
-    if pv >= 1 and pv <= self.weight:size(1) then
-      local pad = tgl.eq(idx, pv):dimshuffle(x.ndim == 1 and { 1, 'x' } or { 1, 2, 'x' })
-      y = tgl.switch(pad, plain, y)
+    if self.shouldScaleGradByFreq then
+      -- each position's gradient divided by how often its index occurs
+      -- in the whole input (Torch7's scaleGradByFreq)
+      local zeros = tgl.constant(tgl.zeros(self.weight:size(1), { dtype = rows.dtype }))
+      local count = tgl.inc_subtensor(zeros[flat], 1)[idx]
+      gscale = (1 / count):dimshuffle(keep)
+    end
+    local diff = y - rows
+    y = value + (gscale and diff * gscale or diff)
+    if padding then
+      local pad = tgl.eq(idx, pv):dimshuffle(keep)
+      y = tgl.switch(pad, value, y)
     end
     return y
   end
