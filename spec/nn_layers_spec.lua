@@ -520,6 +520,12 @@ describe('nn layers (shape, lookup) and module methods', function()
     local h = x:dot(c.weight:T()) + c.bias
     assert.is_true(maxdiff(gd, g:T():dot(h)) < 1e-12)
     assert.is_true(maxdiff(gc, g:dot(d.weight):T():dot(x)) < 1e-12)
+    -- type() keeps the sharing
+    model:float()
+    assert.equals('float32', a.weight.dtype)
+    assert.is_true(rawequal(a.weight, b.weight))
+    assert.is_true(rawequal(a.gradBias, b.gradBias))
+    model:double()
     local e = err_of(function() m2:getParameters() end)
     assert.matches('nn_layers_spec.lua:%d+: getParameters: nn.Linear.weight is shared with another module but its gradWeight is not', e)
   end)

@@ -259,10 +259,14 @@ function Module:type(dtype)
     nn._raise(("%s:type: expected 'float32', 'float64' or a Torch7 tensor type, got %s")
           :format(nn.type(self), tostring(dtype)))
   end
+  -- an array held by several modules (clone, share) is converted once
+  -- and stays shared, as Torch7's tensorCache keeps it
+  local converted = {}
   for _, m in ipairs(self:listModules()) do
     for k, v in pairs(m) do
       if tgl.is_array(v) and v.dtype ~= dtype and (v.dtype == 'float32' or v.dtype == 'float64') then
-        m[k] = v:astype(dtype)
+        converted[v] = converted[v] or v:astype(dtype)
+        m[k] = converted[v]
       end
     end
     m._dtype = dtype
