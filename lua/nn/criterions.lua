@@ -1,9 +1,9 @@
 -- nn's criterions: ClassNLLCriterion, CrossEntropyCriterion,
 -- MSECriterion, BCECriterion, AbsCriterion and SmoothL1Criterion, with
--- Torch7's 1-based labels and sizeAverage.  graph(x, t)
--- is the symbolic loss; _target checks and converts the target on the host
--- before the compiled function runs, so a bad label is an error that says
--- which and why.  Loaded by nn/init.lua.
+-- Torch7's 1-based labels, sizeAverage, class weights and ignoreIndex.
+-- graph(x, t) is the symbolic loss; _target checks and converts the
+-- target on the host before the compiled function runs, so a bad label is
+-- an error that says which and why.  Loaded by nn/init.lua.
 local tgl = require 'tgl'
 
 return function(nn)

@@ -274,6 +274,7 @@ function Module:type(dtype)
   end
   return self
 end
+
 -- Torch7's reset([stdv]): new random parameters.  A module without
 -- parameters has nothing to do; containers reset each child.
 function Module:reset() return self end
