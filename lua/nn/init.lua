@@ -426,7 +426,13 @@ end
 -- (nn._is_model_input(x)); forward, backward, updateGradInput,
 -- accGradParameters and accUpdateGradParameters run them.
 function nn._check_input(fn)
-  if building then building.checks[#building.checks + 1] = fn end
+  if not building then return end
+  -- the module's path in the model, for the error ('modules[1] ...')
+  local at = table.concat(path, '.')
+  building.checks[#building.checks + 1] = function(input)
+    local ok, err = pcall(fn, input)
+    if not ok then error((at ~= '' and at .. ' ' or '') .. tostring(err), 0) end
+  end
 end
 function nn._is_model_input(x) return building ~= nil and rawequal(building.x, x) end
 

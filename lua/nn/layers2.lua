@@ -300,8 +300,13 @@ return function(nn)
     if x.dtype ~= 'int64' and x.dtype ~= 'int32' and not x.dtype:match('^float') then
       error(('nn.LookupTable: the indices must be integers (int64) or floats, got %s'):format(x.dtype), 0)
     end
-    if nn._is_model_input(x) then nn._check_input(function(input) check_indices(self, input) end) end
     local idx = x.dtype:match('^int') and x or x:astype('int64')
+    if nn._is_model_input(x) then nn._check_input(function(input) check_indices(self, input) end)
+    else
+      -- indices computed inside the model: a negative one becomes 0, which
+      -- the gather refuses when it runs (it would count from the end)
+      idx = tgl.switch(tgl.lt(idx, 1), 0, idx)
+    end
     local W = self:_var('weight')
     local y = W[idx]
     local pv = self.paddingValue
