@@ -10,9 +10,9 @@
 # Torch7 counts as installed when `th` is on PATH, or a `luajit` can
 # require both 'torch' and 'nn'.  Debian 12 packages neither (lua-torch-*
 # left Debian after buster), so there it is reported missing.
-# TORCH7_PREFIX names a Torch7 built by hand (doc/torch7.md "Building
-# Torch7 for the comparison"): its Lua and C module directories are put on
-# LUA_PATH/LUA_CPATH, and its bin/th, when there is one, comes first.
+# TORCH7_PREFIX names a Torch7 built by hand (doc/torch7_reference.md):
+# its Lua and C module directories are put on LUA_PATH/LUA_CPATH, and its
+# bin/th, when there is one, comes first.
 here=$(cd "$(dirname "$0")" && pwd)
 if [ -n "${TORCH7_PREFIX:-}" ]; then
   p=$TORCH7_PREFIX

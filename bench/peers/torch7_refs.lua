@@ -2,7 +2,7 @@
 -- reference numbers spec/nn_torch7_spec.lua checks tgl's nn against.
 --
 -- This script runs UNDER TORCH7 (not under tgl): see bench/peers/torch7.sh
--- and doc/torch7.md "Building Torch7 for the comparison".
+-- and doc/torch7_reference.md.
 --
 --   bench/peers/torch7.sh --refs [OUTDIR]      (OUTDIR: spec/fixtures/torch7)
 --
