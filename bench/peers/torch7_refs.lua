@@ -143,7 +143,6 @@ local function run_module(case)
       end
     end
   end
-  if case.setup then case.setup(m) end
   m:zeroGradParameters()
   local runs = {}
   for ri, r in ipairs(case.runs) do
@@ -251,6 +250,10 @@ local containers = {
       I({ 2, 4 }), 'Sequential(ConcatTable, CAddTable)'),
   one('nn.Sequential():add(nn.SplitTable(2)):add(nn.ParallelTable():add(nn.Linear(3, 2)):add(nn.Linear(3, 2)))'
       .. ':add(nn.JoinTable(2))', I({ 5, 2, 3 }), 'Sequential(SplitTable, ParallelTable, JoinTable)'),
+  { name = 'Sequential(Linear, BatchNormalization, ReLU): evaluate, 2 training steps, evaluate',
+    ctor = 'nn.Sequential():add(nn.Linear(3, 4)):add(nn.BatchNormalization(4)):add(nn.ReLU())',
+    runs = { { mode = 'eval', input = I({ 5, 3 }, 0.1) }, { input = I({ 5, 3 }, 0.3, 2) },
+             { input = I({ 5, 3 }, 1.3, 2) }, { mode = 'eval', input = I({ 5, 3 }, 2.3) } } },
   { name = 'Linear, backward twice with scale 0.5 (accumulation)', ctor = 'nn.Linear(4, 3)',
     runs = { { input = I({ 2, 4 }), scale = 0.5 }, { input = I({ 2, 4 }, 1.7), scale = 0.5 } } },
 }
@@ -347,10 +350,18 @@ local rnn = {}
 if nn.SeqLSTM then
   rnn[#rnn + 1] = one('nn.SeqLSTM(3, 4)', I({ 5, 2, 3 }), 'SeqLSTM(3, 4), seqlen x batch x size')
   rnn[#rnn + 1] = one('nn.SeqLSTM(2, 3)', I({ 3, 1, 2 }), 'SeqLSTM(2, 3), batch 1')
+  -- two sequences in a row (no state carried over: remember is 'neither'),
+  -- gradients accumulating; then evaluate
+  rnn[#rnn + 1] = { name = 'SeqLSTM(3, 2): two sequences, then evaluate', ctor = 'nn.SeqLSTM(3, 2)',
+                    runs = { { input = I({ 4, 3, 3 }) }, { input = I({ 2, 3, 3 }, 1.9) },
+                             { mode = 'eval', input = I({ 3, 3, 3 }, 2.6) } } }
 end
 if nn.SeqGRU then
   rnn[#rnn + 1] = one('nn.SeqGRU(3, 4)', I({ 5, 2, 3 }), 'SeqGRU(3, 4), seqlen x batch x size')
   rnn[#rnn + 1] = one('nn.SeqGRU(2, 3)', I({ 3, 1, 2 }), 'SeqGRU(2, 3), batch 1')
+  rnn[#rnn + 1] = { name = 'SeqGRU(3, 2): two sequences, then evaluate', ctor = 'nn.SeqGRU(3, 2)',
+                    runs = { { input = I({ 4, 3, 3 }) }, { input = I({ 2, 3, 3 }, 1.9) },
+                             { mode = 'eval', input = I({ 3, 3, 3 }, 2.6) } } }
 end
 
 ---------------------------------------------------------------- criterions
