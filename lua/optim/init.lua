@@ -65,6 +65,8 @@ local function compiled(name, x, state, c)
   for _, v in ipairs(list) do inputs[#inputs + 1] = v end
   e.f = tgl.compile { inputs = inputs, updates = nn.optim._updates(name, c, h, xv, g, s),
                       name = 'optim_' .. name }
+  -- counted with nn's compiled functions (the specs read it)
+  nn.compiled_count = nn.compiled_count + 1
   per[key] = e
   return e
 end
