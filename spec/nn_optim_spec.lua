@@ -534,6 +534,42 @@ describe("require 'optim' (Torch7's closure API)", function()
     end)
   end
 
+  it('property: random optimisers, configs and sizes equal the formula by hand (4 steps)', function()
+    local FIELDS = {
+      sgd = { 'learningRate', 'learningRateDecay', 'weightDecay', 'momentum', 'dampening' },
+      adam = { 'learningRate', 'learningRateDecay', 'beta1', 'beta2', 'epsilon', 'weightDecay' },
+      rmsprop = { 'learningRate', 'alpha', 'epsilon', 'weightDecay', 'initialMean' },
+      adagrad = { 'learningRate', 'learningRateDecay', 'weightDecay' },
+    }
+    local names = { 'sgd', 'adam', 'rmsprop', 'adagrad' }
+    for _ = 1, 24 do
+      local name = names[math.random(#names)]
+      local cfg = {}
+      for _, f in ipairs(FIELDS[name]) do
+        if math.random() < 0.6 then cfg[f] = math.random() * 0.9 + 0.01 end
+      end
+      if name == 'sgd' and math.random() < 0.3 then
+        cfg.momentum, cfg.dampening, cfg.nesterov = math.random() * 0.9 + 0.05, 0, true
+      end
+      local n = math.random(1, 12)
+      local x0, av, cv = {}, {}, {}
+      for i = 1, n do x0[i], av[i], cv[i] = math.random() * 4 - 2, math.random() * 3, math.random() - 0.5 end
+      local A, Cc = tgl.array(av, 'float64'), tgl.array(cv, 'float64')
+      local function feval(p) return tgl.sum(p * p * A * 0.5 + p * Cc):get(), p * A + Cc end
+      local x, want, st, rst = tgl.array(x0, 'float64'), copy(x0), {}, {}
+      for _ = 1, 4 do
+        local g = {}
+        for i = 1, n do g[i] = av[i] * want[i] + cv[i] end
+        REF[name](cfg, rst, want, g)
+        optim[name](feval, x, cfg, st)
+      end
+      local got = flat_table(x)
+      for i = 1, n do
+        assert.near(want[i], got[i], 1e-12 * (1 + math.abs(want[i])), name .. ' ' .. tostring(i))
+      end
+    end
+  end)
+
   it('keeps the state in config when no state is given (Torch7), and a float32 x', function()
     local cfg = { learningRate = 0.1, momentum = 0.9 }
     local x = tgl.array({ 1, 2, 3 }, 'float32')

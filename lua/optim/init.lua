@@ -117,7 +117,11 @@ local function run(name, feval, x, config, state)
     if init and c[init] ~= 0 then a:fill(c[init]) end
     state[slot] = a
   end
-  local e = compiled(name, x, state, c)
+  local okc, e = pcall(compiled, name, x, state, c)
+  if not okc then
+    for slot in pairs(fresh) do state[slot] = nil end
+    nn._raise(e)
+  end
   local n = def.counter and (state[def.counter] or 0) or 0
   -- sgd's momentum buffer starts as a copy of the first gradient (Torch7:
   -- when state.dfdx does not exist yet)
