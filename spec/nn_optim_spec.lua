@@ -494,6 +494,16 @@ describe("require 'optim' (Torch7's closure API)", function()
     for _, n in ipairs({ 'sgd', 'adam', 'rmsprop', 'adagrad' }) do assert.is_function(optim[n]) end
   end)
 
+  it("is found by a script the host runs: require 'optim' as in Torch7", function()
+    local S = dofile('spec/support.lua')
+    local out, err, code = S.run_process("require 'optim'\n"
+      .. "local x = tgl.array({1, 2}, 'float64')\n"
+      .. "local _, fs = optim.sgd(function(p) return 7, p * 1 end, x, {learningRate = 0.5})\n"
+      .. "print(fs[1], x:get(1), x:get(2))\n")
+    assert.equals(0, code, err)
+    assert.equals('7\t0.5\t1\n', out)
+  end)
+
   -- f(x) = sum(a x² / 2 + c x): the gradient a x + c, by hand
   local a = { 1, 2, 0.5, 3, 1.5, 0.25, 4 }
   local cc = { 0.3, -0.2, 0.1, 0, -0.5, 0.7, 0.2 }
