@@ -453,6 +453,14 @@ describe('nn.compile', function()
     }
     local opt = nn.optim.adam {}
     nn.compile { model = model, criterion = crit, optimizer = opt }
+    -- the state is there before any step
+    assert.equals(0, opt.state.t:get())
+    assert.same({ 4, 3 }, opt.state['m.1']:shape())
+    assert.same({ 2 }, opt.state['v.4']:shape())
+    local restored = nn.optim.adam {}
+    restored.state['m.1'] = tgl.zeros(3, 4)
+    cases[#cases + 1] = { function() nn.compile { model = mlp(3, 4, 2), criterion = crit, optimizer = restored } end,
+                          'nn.compile: optimizer.state["m.1"] must be a float64 array of shape 4x3' }
     cases[#cases + 1] = { function() nn.compile { model = mlp(3, 4, 2), criterion = crit, optimizer = opt } end,
                           'this optimizer already trains another model' }
     for _, c in ipairs(cases) do
