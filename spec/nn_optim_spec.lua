@@ -500,6 +500,12 @@ describe("require 'optim' (Torch7's closure API)", function()
     assert.equals(optim, _G.optim)
     assert.equals(optim, require 'optim')
     for _, n in ipairs({ 'sgd', 'adam', 'rmsprop', 'adagrad' }) do assert.is_function(optim[n]) end
+    -- the rest of Torch7's package says it is not there yet, at the caller's line
+    local line = next_line()
+    local ok, err = pcall(function() local f = optim.lbfgs; return f end)
+    assert.is_false(ok)
+    assert.matches('nn_optim_spec.lua:' .. line .. ": optim.lbfgs is Torch7's but not in tgl's optim yet", err, 1, true)
+    assert.is_nil(optim.no_such_thing)
   end)
 
   it("is found by a script the host runs: require 'optim' as in Torch7", function()
