@@ -15,7 +15,9 @@
 -- nn.Criterion.  The layers are in nn/layers.lua and nn/layers2.lua (shape
 -- modules and LookupTable), the containers in
 -- nn/containers.lua, the criterions in nn/criterions.lua, the spatial
--- (convolution and pooling) modules in nn/spatial.lua.
+-- (convolution and pooling) modules in nn/spatial.lua, the optimisers
+-- in nn/optim.lua, nn.compile (the compiled training step) in
+-- nn/compile.lua.
 local tgl = require 'tgl'
 local core = require 'tgl.core'
 
@@ -789,5 +791,7 @@ require('nn.layers')(nn)
 require('nn.layers2')(nn)
 require('nn.criterions')(nn)
 require('nn.spatial')(nn)
+require('nn.optim')(nn)
+require('nn.compile')(nn)
 
 return nn
