@@ -8,7 +8,13 @@
 -- shared variables borrow them, Module:_var), so model:forward after
 -- steps sees the new weights and getParameters' flat arrays stay shared.
 -- The optimiser's numeric config is an input of the function: a new
--- learning rate needs no recompile.  doc/nn.md describes it.
+-- learning rate needs no recompile.  An array several modules hold
+-- (clone, share) is one parameter: one update, with the sum of every
+-- holder's gradient, and one set of optimiser state, as Torch7's flat
+-- getParameters gives it; a module's own update of a parameter
+-- (LookupTable's maxNorm) is the value the optimiser steps from.  The
+-- modules' input checks (b.checks) run before anything.  doc/nn.md
+-- describes it.
 local tgl = require 'tgl'
 
 return function(nn)
@@ -31,6 +37,35 @@ return function(nn)
   end
 
   local ARGS = { model = true, criterion = true, optimizer = true }
+
+  -- The model's parameters by array: one entry per distinct array (an
+  -- array several modules hold, after clone or share, once), in
+  -- model:parameters() order: {i = its first position there, array,
+  -- var = its first holder's shared variable, vars = the distinct
+  -- variables of its holders (a module added twice has one)}.
+  local function param_groups(model)
+    local out, at = {}, {}
+    for i, s in ipairs(model:_paramSlots()) do
+      local a, v = s[1][s[2]], s[1]:_var(s[2])
+      local g = at[a]
+      if not g then
+        g = { i = i, array = a, var = v, vars = {}, seen = {} }
+        at[a] = g
+        out[#out + 1] = g
+      end
+      if not g.seen[v] then
+        g.seen[v] = true
+        g.vars[#g.vars + 1] = v
+      end
+    end
+    return out, at
+  end
+
+  local function state_params(groups)
+    local out = {}
+    for k, g in ipairs(groups) do out[k] = { g.i, g.array } end
+    return out
+  end
 
   -- A number per object (a criterion's weights array), for cache keys:
   -- tostring of an array prints its values.
@@ -71,9 +106,7 @@ return function(nn)
     -- the state exists from here on (a trainer may save or restore it
     -- before the first step); a momentum turned on later adds its buffers
     -- at the next step
-    local arrays = {}
-    for i, s in ipairs(model:_paramSlots()) do arrays[i] = s[1][s[2]] end
-    opt:_state_for(arrays, opt:_config('nn.compile'), 'nn.compile')
+    opt:_state_for(state_params(param_groups(model)), opt:_config('nn.compile'), 'nn.compile')
     opt._model = model
     return setmetatable({ model = model, criterion = crit, optimizer = opt, _graphs = {} }, Step)
   end
@@ -146,14 +179,25 @@ return function(nn)
     if kind == 'evaluate' then
       f.f = tgl.compile { inputs = { e.x, ts }, outputs = { loss, e.b.y }, name = name }
     else
-      local slots = self.model:_paramSlots()
-      local arrays, vars = {}, {}
-      for i, s in ipairs(slots) do
-        arrays[i] = s[1][s[2]]
-        vars[i] = s[1]:_var(s[2])
+      local groups = param_groups(self.model)
+      opt:_state_for(state_params(groups), c, fname)
+      -- the gradient of a shared array: the sum of every holder's part
+      local vars = {}
+      for _, g in ipairs(groups) do
+        for _, v in ipairs(g.vars) do vars[#vars + 1] = v end
       end
-      opt:_state_for(arrays, c, fname)
       local grads = tgl.grad(loss, vars, { disconnected = 'ignore' })
+      local k = 0
+      for _, g in ipairs(groups) do
+        for j = 1, #g.vars do
+          k = k + 1
+          g.grad = j == 1 and grads[k] or g.grad + grads[k]
+        end
+      end
+      -- the modules' state updates, one per array; one on a parameter
+      -- (maxNorm's renormalised rows) is what the optimiser steps from,
+      -- as Torch7's forward renormalises before the optimiser's step
+      local merged, upd_at = nn._merged_updates(self.model, e.b.updates)
       local list, h = nn.optim._inputs(opt.name)
       local updates = {}
       local svar = function(k)
@@ -173,15 +217,40 @@ return function(nn)
         updates[#updates + 1] = { tv, tv + 1 }
       end
       if tv then h.fresh = tgl.eq(tv, 0) end
-      for i, v in ipairs(vars) do
+      -- every variable over an array becomes one (its canonical
+      -- variable) in the compiled step, so the program reads and updates
+      -- one slot per array
+      local canon, used = {}, {}
+      for _, g in ipairs(groups) do
         local s = {}
-        for _, slot in ipairs(def.slots(c)) do s[slot] = svar(slot .. '.' .. i) end
-        for _, u in ipairs(nn.optim._updates(opt.name, c, h, v, grads[i], s)) do updates[#updates + 1] = u end
+        for _, slot in ipairs(def.slots(c)) do s[slot] = svar(slot .. '.' .. g.i) end
+        local mu = upd_at[g.array]
+        if mu then used[mu] = true end
+        for _, u in ipairs(nn.optim._updates(opt.name, c, h, g.var, g.grad, s, mu and mu[2])) do
+          updates[#updates + 1] = u
+        end
+        canon[g.array] = g.var
       end
-      for _, u in ipairs(e.b.updates) do updates[#updates + 1] = u end
+      for _, u in ipairs(merged) do
+        if not used[u] then
+          updates[#updates + 1] = { u[1], u[2] }
+          canon[u.arr] = canon[u.arr] or u[1]
+        end
+      end
+      local givens
+      for v, a in pairs(nn._var_arrays(self.model)) do
+        local to = canon[a]
+        if to and not rawequal(to, v) then
+          givens = givens or {}
+          givens[v] = to
+        end
+      end
       local inputs = { e.x, ts }
       for _, v in ipairs(list) do inputs[#inputs + 1] = v end
-      f.f = tgl.compile { inputs = inputs, outputs = loss, updates = updates, name = name }
+      -- the model's output too: step:step sets model.output, as the
+      -- forward of Torch7's feval leaves it
+      f.f = tgl.compile { inputs = inputs, outputs = { loss, e.b.y }, updates = updates, givens = givens,
+                          name = name }
     end
     nn.compiled_count = nn.compiled_count + 1
     e.fns[key] = f
@@ -191,6 +260,19 @@ return function(nn)
   local function check_input(fname, x)
     if not tgl.is_array(x) then
       nn._raise(('%s: the input must be an array, got %s'):format(fname, type(x)))
+    end
+  end
+
+  -- The modules' checks of the input array (nn._check_input: a
+  -- LookupTable's indices), run before anything else, so a bad input is
+  -- an error naming the module, its path and the position, and changes
+  -- nothing (parameters, optimiser state).
+  local function check(e, fname, x)
+    for _, chk in ipairs(e.b.checks) do
+      local ok, err = pcall(chk, x)
+      if not ok then
+        nn._raise(('%s: %s'):format(fname, tostring(err):gsub('^[^\n:]*:%d+: ', '')))
+      end
     end
   end
 
@@ -204,27 +286,37 @@ return function(nn)
   end
 
   -- One training step on input x and target y: the loss before the
-  -- update, as a Lua number.
+  -- update, as a Lua number.  model.output becomes the model's output
+  -- and criterion.output the loss (before the update, as Torch7's feval
+  -- leaves them); nothing else of the modules is written (the inner
+  -- modules' output and gradInput, gradWeight and gradBias).
   function Step:step(x, y)
     local fname = 'step:step'
     check_input(fname, x)
     local e = self:_graph(x, fname)
+    check(e, fname, x)
     local t = self:_target(e, y, fname)
     local c = self.optimizer:_config(fname)
     local f = self:_function('step', e, t, c, fname)
-    local loss = run(self, e, fname, f, x, t, unpack(nn.optim._values(self.optimizer.name, c)))
-    return loss:get()
+    local loss, out = run(self, e, fname, f, x, t, unpack(nn.optim._values(self.optimizer.name, c)))
+    loss = loss:get()
+    self.model.output, self.criterion.output = out, loss
+    return loss
   end
 
   -- The loss (a number) and the model's output on x, y: nothing is
-  -- updated (parameters, optimiser state, module state).
+  -- updated (parameters, optimiser state, module state); model.output
+  -- and criterion.output are set as by step.
   function Step:evaluate(x, y)
     local fname = 'step:evaluate'
     check_input(fname, x)
     local e = self:_graph(x, fname)
+    check(e, fname, x)
     local t = self:_target(e, y, fname)
     local f = self:_function('evaluate', e, t, nil, fname)
     local loss, out = run(self, e, fname, f, x, t)
-    return loss:get(), out
+    loss = loss:get()
+    self.model.output, self.criterion.output = out, loss
+    return loss, out
   end
 end

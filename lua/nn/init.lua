@@ -416,9 +416,49 @@ end
 -- running statistics) registers the update {shared variable, new value}
 -- while the graph is built; the forward function applies it after each
 -- call (backward's functions do not: Torch7 updates the statistics in
--- updateOutput only).
-function nn._add_update(var, value)
-  if building then building.updates[#building.updates + 1] = { var, value } end
+-- updateOutput only).  compose(prev), when given, is the same update
+-- made on top of prev, a new value of the same array that another
+-- module's update gave: modules sharing an array (LookupTables sharing a
+-- weight, each renormalising its rows) must update it once per compiled
+-- call, so nn._merged_updates chains them in order.
+function nn._add_update(var, value, compose)
+  if building then building.updates[#building.updates + 1] = { var, value, compose = compose } end
+end
+
+-- Shared variable -> the array it borrows, for every variable the
+-- modules of model have made (Module:_var; several per array when
+-- modules share it, or when one module asks under another key).
+function nn._var_arrays(model)
+  local map = {}
+  for _, m in ipairs(model:listModules()) do
+    for _, s in pairs(rawget(m, '_vars') or {}) do map[s.var] = s.arr end
+  end
+  return map
+end
+
+-- The modules' state updates (nn._build's b.updates) with one entry per
+-- array, in order, {var, value, arr = the array}: the updates of
+-- variables over one array are chained through their compose functions
+-- (two updates of one array in a compiled call would each overwrite
+-- the other's).  An update that cannot be chained is an error naming it.
+function nn._merged_updates(model, updates)
+  local arrays = nn._var_arrays(model)
+  local out, at = {}, {}
+  for _, u in ipairs(updates) do
+    local a = arrays[u[1]] or u[1]
+    local e = at[a]
+    if not e then
+      e = { u[1], u[2], arr = a }
+      at[a] = e
+      out[#out + 1] = e
+    elseif u.compose then
+      e[2] = u.compose(e[2])
+    else
+      nn._raise(('%s: two modules update the same array (%s) in one call, and the second update cannot '
+                 .. 'be chained after the first'):format(nn.type(model), tostring(u[1].name or 'a state array')))
+    end
+  end
+  return out, at
 end
 
 -- A module that can check the model's input array on the host before
@@ -525,7 +565,10 @@ function Module:_function(kind, input, gradOutput)
       if not k then outs[#outs + 1] = r[2]; k = #outs end
       mods[#mods + 1] = { r[1], k }
     end
-    c.f = tgl.compile { inputs = { x }, outputs = outs, updates = b.updates, name = name }
+    -- one update per array (modules sharing one chain theirs)
+    local updates = {}
+    for i, u in ipairs(nn._merged_updates(self, b.updates)) do updates[i] = { u[1], u[2] } end
+    c.f = tgl.compile { inputs = { x }, outputs = outs, updates = updates, name = name }
     c.mods = mods
   else
     local g = tgl.tensor { dtype = gradOutput.dtype, ndim = gradOutput:dim(), name = 'gradOutput' }

@@ -334,7 +334,11 @@ return function(nn)
       else norm = tgl.sum(tgl.abs(rows) ^ p, ax) ^ (1 / p) end
       local scale = tgl.switch(tgl.gt(norm, self.maxNorm), self.maxNorm / (norm + 1e-7), 1):astype(rows.dtype)
       value = rows * scale:dimshuffle(keep)
-      nn._add_update(W, tgl.set_subtensor(W[flat], value:reshape({ -1, d })))
+      -- another LookupTable sharing the weight chains its rows after
+      -- these (nn._merged_updates): one update of the array per call
+      local rows2d = value:reshape({ -1, d })
+      nn._add_update(W, tgl.set_subtensor(W[flat], rows2d),
+                     function(prev) return tgl.set_subtensor(prev[flat], rows2d) end)
     end
     if self.shouldScaleGradByFreq then
       -- each position's gradient divided by how often its index occurs

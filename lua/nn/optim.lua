@@ -212,13 +212,17 @@ return function(nn)
   end
 
   -- The updates of one parameter: {{x, new x}, {s[slot], new}...}.
-  function optim._updates(name, c, h, x, g, s)
+  -- value (default x): the parameter's value the step starts from, when
+  -- a module's own update changes it first (a LookupTable's maxNorm
+  -- renormalises its rows in forward; Torch7's optimiser then steps the
+  -- renormalised weight).
+  function optim._updates(name, c, h, x, g, s, value)
     local dtype = x.dtype
     local function cast(v)
       if v.dtype == dtype then return v end
       return tgl.cast(v, dtype)
     end
-    local nx, ns = DEFS[name].rule(c, h, x, g, s, cast)
+    local nx, ns = DEFS[name].rule(c, h, value or x, g, s, cast)
     local ups = { { x, nx } }
     for _, slot in ipairs(DEFS[name].slots(c)) do ups[#ups + 1] = { s[slot], ns[slot] } end
     return ups
@@ -229,7 +233,9 @@ return function(nn)
   -- nn.Trainer): opt.config (every field, Torch7's names; change it
   -- between steps), opt.state (string key -> array, filled by nn.compile:
   -- the counter as a 0-d float64 array, per-parameter arrays named
-  -- slot.i with i the parameter's position in model:parameters()).
+  -- slot.i with i the parameter's position in model:parameters(); an
+  -- array several modules hold (clone, share) has one, at its first
+  -- position).
   local Optimizer = {}
   Optimizer.__index = Optimizer
   Optimizer.__tostring = function(o)
@@ -259,7 +265,8 @@ return function(nn)
     return optim._resolve(self.name, self.config, fname)
   end
 
-  -- The state arrays for parameters params (arrays, in order), made when
+  -- The state arrays for parameters params ({i, array}: one per distinct
+  -- array, i its first position in model:parameters()), made when
   -- missing; an array of another shape or dtype than its parameter is an
   -- error naming the key.
   function Optimizer:_state_for(params, c, fname)
@@ -273,7 +280,8 @@ return function(nn)
                   :format(fname, def.counter))
       end
     end
-    for i, p in ipairs(params) do
+    for _, ip in ipairs(params) do
+      local i, p = ip[1], ip[2]
       for _, slot in ipairs(def.slots(c)) do
         local key = slot .. '.' .. i
         local a = self.state[key]
