@@ -343,6 +343,39 @@ describe('nn.compile with LookupTable', function()
   end)
 end)
 
+describe('nn.compile: module state updates of one array', function()
+  it('two modules updating one shared state array without a chain: an error naming it, nothing changed', function()
+    local Count = nn.class('CompileSpecCount', nn.Module)
+    function Count:__init()
+      nn.Module.__init(self)
+      self.calls = tgl.array(0, 'float64')
+    end
+    function Count:graph(x)
+      local c = self:_var('calls')
+      nn._add_update(c, c + 1)
+      return x
+    end
+    local c1 = nn.CompileSpecCount()
+    local c2 = nn.CompileSpecCount():share(c1, 'calls')
+    local model = nn.Sequential():add(nn.Linear(3, 2)):add(c1):add(c2):add(nn.LogSoftMax())
+    local opt = nn.optim.sgd { lr = 0.1, momentum = 0.9 }
+    local step = nn.compile { model = model, criterion = nn.ClassNLLCriterion(), optimizer = opt }
+    local keys = state_keys(opt)
+    local w = model:get(1).weight:clone()
+    local line = next_line()
+    local ok, err = pcall(step.step, step, tgl.randn(4, 3), labels(4, 2))
+    assert.is_false(ok)
+    assert.matches('nn_compile_spec.lua:' .. line .. ': nn.Sequential: two modules update the same array '
+                   .. '%(nn.CompileSpecCount.calls%)', err)
+    assert.equals(keys, state_keys(opt))
+    assert.equals(0, opt.state.evalCounter:get())
+    assert.equals(0, maxdiff(w, model:get(1).weight))
+    assert.equals(0, c1.calls:get())
+    -- the eager forward says the same
+    assert.has_error(function() model:forward(tgl.randn(4, 3)) end)
+  end)
+end)
+
 describe('nn.compile: what step:step sets', function()
   local saved_floatX
   before_each(function() saved_floatX = tgl.config.floatX; tgl.config.floatX = 'float64'; tgl.manual_seed(3) end)

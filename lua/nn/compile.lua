@@ -179,6 +179,11 @@ return function(nn)
     if kind == 'evaluate' then
       f.f = tgl.compile { inputs = { e.x, ts }, outputs = { loss, e.b.y }, name = name }
     else
+      -- the modules' state updates, one per array (an error here comes
+      -- before the optimiser's state is touched); one on a parameter
+      -- (maxNorm's renormalised rows) is what the optimiser steps from,
+      -- as Torch7's forward renormalises before the optimiser's step
+      local merged, upd_at = nn._merged_updates(self.model, e.b.updates)
       local groups = param_groups(self.model)
       opt:_state_for(state_params(groups), c, fname)
       -- the gradient of a shared array: the sum of every holder's part
@@ -194,10 +199,6 @@ return function(nn)
           g.grad = j == 1 and grads[k] or g.grad + grads[k]
         end
       end
-      -- the modules' state updates, one per array; one on a parameter
-      -- (maxNorm's renormalised rows) is what the optimiser steps from,
-      -- as Torch7's forward renormalises before the optimiser's step
-      local merged, upd_at = nn._merged_updates(self.model, e.b.updates)
       local list, h = nn.optim._inputs(opt.name)
       local updates = {}
       local svar = function(k)
