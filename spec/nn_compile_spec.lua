@@ -167,6 +167,26 @@ describe('nn.compile with shared parameters', function()
     end
   end)
 
+  it('share() after the step was built: the next step rebuilds and steps the shared array once', function()
+    local function make()
+      return nn.Sequential():add(nn.Linear(3, 3)):add(nn.Tanh()):add(nn.Linear(3, 3)):add(nn.LogSoftMax())
+    end
+    local model = make()
+    local crit = nn.ClassNLLCriterion()
+    local x, y = tgl.randn(4, 3), labels(4, 3)
+    local step = nn.compile { model = model, criterion = crit, optimizer = nn.optim.sgd { lr = 0.4 } }
+    step:step(x, y)
+    model:get(3):share(model:get(1), 'weight', 'bias', 'gradWeight', 'gradBias')
+    local ref = make()
+    ref:get(3):share(ref:get(1), 'weight', 'bias', 'gradWeight', 'gradBias')
+    copy_params(model, ref)
+    local losses = eager_steps(ref, crit, x, y, 'sgd', { learningRate = 0.4 }, 2)
+    for i = 1, 2 do assert.near(losses[i], step:step(x, y), 1e-12) end
+    local a, b = distinct(model), distinct(ref)
+    assert.equals(2, #a)
+    for i = 1, 2 do assert.is_true(maxdiff(a[i], b[i]) < 1e-13) end
+  end)
+
   it('property: random siamese depths, sizes, batches and rates equal the flat loop', function()
     for trial = 1, 6 do
       tgl.manual_seed(100 + trial)

@@ -196,7 +196,7 @@ return function(nn)
       for _, g in ipairs(groups) do
         for j = 1, #g.vars do
           k = k + 1
-          g.grad = j == 1 and grads[k] or g.grad + grads[k]
+          if j == 1 then g.grad = grads[k] else g.grad = g.grad + grads[k] end
         end
       end
       local list, h = nn.optim._inputs(opt.name)
