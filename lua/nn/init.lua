@@ -14,7 +14,8 @@
 -- This file: the class helper, nn.Module (the compile cache) and
 -- nn.Criterion.  The layers are in nn/layers.lua, the containers in
 -- nn/containers.lua, the criterions in nn/criterions.lua, the spatial
--- (convolution and pooling) modules in nn/spatial.lua.
+-- (convolution and pooling) modules in nn/spatial.lua, the sequence
+-- modules (LSTM, GRU, RNN) in nn/recurrent.lua.
 local tgl = require 'tgl'
 local core = require 'tgl.core'
 
@@ -576,5 +577,6 @@ require('nn.containers')(nn)
 require('nn.layers')(nn)
 require('nn.criterions')(nn)
 require('nn.spatial')(nn)
+require('nn.recurrent')(nn)
 
 return nn
