@@ -112,9 +112,9 @@ local function batchify(ids, n)
 end
 local train_chunks, ntrain_used = batchify(train_ids, ntrain)
 local valid_chunks, nvalid_used = batchify(valid_ids, nvalid)
-print(('fortunes: vocabulary %d, training on %d of %d words an epoch, validation %d words; '
+print(('%s: vocabulary %d, training on %d of %d words an epoch, validation %d words; '
        .. 'LSTM %d -> %d, batch %d, seqlen %d, SGD lr %g, clip %g')
-      :format(V, ntrain_used, train_ids:size(1), nvalid_used, De, H, B, T, opts.lr, opts.clip))
+      :format(dir, V, ntrain_used, train_ids:size(1), nvalid_used, De, H, B, T, opts.lr, opts.clip))
 
 -- ---------------------------------------------------------------------------
 -- the model

@@ -379,3 +379,40 @@ describe('nn sequence modules (LSTM, GRU, RNN)', function()
     assert.is_true(maxdiff(f(x), m:forward(x)) < 1e-12)
   end)
 end)
+
+describe('examples/lstm_lm.lua', function()
+  it('trains on a small corpus and its validation perplexity falls', function()
+    local dir = os.tmpname()
+    os.remove(dir)
+    os.execute('mkdir -p ' .. dir)
+    -- sentences that follow a pattern a model can learn: word k then k+1
+    local words = { 'a', 'b', 'c', 'd', 'e', 'f', 'g' }
+    local function text(n, start)
+      local lines = {}
+      for k = 1, n do
+        local s, w = {}, (k * 3 + start) % 7
+        for j = 1, 4 + k % 3 do s[j] = words[(w + j) % 7 + 1] end
+        lines[k] = table.concat(s, ' ')
+      end
+      return table.concat(lines, '\n') .. '\n'
+    end
+    local function write(path, s)
+      local f = assert(io.open(path, 'w'))
+      f:write(s)
+      f:close()
+    end
+    write(dir .. '/train.txt', text(300, 0))
+    write(dir .. '/valid.txt', text(60, 1))
+    local bin = os.getenv('TGL_BIN') or arg[-1]
+    local p = io.popen(('%q examples/lstm_lm.lua --data %s --epochs 3 --words 0 --hidden 16 --emb 8 '
+                        .. '--batch 4 --seqlen 6 --lr 0.5 2>&1'):format(bin, dir))
+    local out = p:read('*a')
+    p:close()
+    os.execute('rm -rf ' .. dir)
+    local ppl = {}
+    for v in out:gmatch('epoch %d  train ppl +[%d.]+  valid ppl +([%d.]+)') do ppl[#ppl + 1] = tonumber(v) end
+    assert(#ppl == 3, out)
+    assert(ppl[3] < ppl[1] * 0.8, out)
+    assert(out:match('RESULT train_ppl=[%d.]+ valid_ppl=[%d.]+ first_valid_ppl=[%d.]+ words_per_s=%d+'), out)
+  end)
+end)
