@@ -110,7 +110,7 @@ return function(nn)
     local key = dt .. ':' .. N
     local st = self._states[key]
     if st then return st end
-    st = { N = N, init = {}, last = {}, initv = {}, lastv = {} }
+    st = { N = N, dt = dt, init = {}, last = {}, initv = {}, lastv = {} }
     local names = { 'h0', 'c0' }
     for k = 1, nstates do
       st.init[k] = tgl.zeros(N, self.outputSize, { dtype = dt })
@@ -124,36 +124,37 @@ return function(nn)
 
   -- Before each forward: the initial states for this call (zero, the
   -- user's userPrevOutput/userPrevCell, or the last states when
-  -- remembering), and h0/c0 pointed at them.
+  -- remembering), and h0/c0 pointed at them.  Everything is checked
+  -- before anything changes, so an error leaves the module as it was.
   local function prepare(self, st, nstates)
+    local train = self.train ~= false
+    local last = self._last
     -- a change of training/evaluate forgets, as SeqLSTM's training() and
-    -- evaluate() do (here whichever way the flag was set)
-    if self._lastTrain ~= nil and self._lastTrain ~= (self.train ~= false) then self._last = nil end
-    self._lastTrain = self.train ~= false
+    -- evaluate() do (here whichever way the flag was set); so does a
+    -- change of dtype (type(), float(), double())
+    if last and (self._lastTrain ~= train or last.dt ~= st.dt) then last = nil end
     local remember = remembering(self)
-    if remember and self._last and self._last ~= st then
+    if remember and last and last ~= st then
       nn._raise(('%s:forward: batch sizes must be the same to remember states (the last forward had %d, this one %d; call forget() first)')
-            :format(nn.type(self), self._last.N, st.N))
+            :format(nn.type(self), last.N, st.N))
     end
     local user = { self.userPrevOutput, self.userPrevCell }
     local names = { 'userPrevOutput', 'userPrevCell' }
     for k = 1, nstates do
       local u = user[k]
-      if u ~= nil then
-        if not tgl.is_array(u) or u:dim() ~= 2 or u:size(1) ~= st.N or u:size(2) ~= self.outputSize then
-          nn._raise(('%s:forward: %s must be an array of %dx%d (batch x outputSize), got %s')
-                :format(nn.type(self), names[k], st.N, self.outputSize,
-                        tgl.is_array(u) and table.concat(u:shape(), 'x') or type(u)))
-        end
-        st.init[k]:copy(u)
-      elseif remember and self._last == st then
-        st.init[k]:copy(st.last[k])
-      else
-        st.init[k]:fill(0)
+      if u ~= nil and (not tgl.is_array(u) or u:dim() ~= 2 or u:size(1) ~= st.N or u:size(2) ~= self.outputSize) then
+        nn._raise(('%s:forward: %s must be an array of %dx%d (batch x outputSize), got %s')
+              :format(nn.type(self), names[k], st.N, self.outputSize,
+                      tgl.is_array(u) and table.concat(u:shape(), 'x') or type(u)))
       end
     end
+    for k = 1, nstates do
+      if user[k] ~= nil then st.init[k]:copy(user[k])
+      elseif remember and last == st then st.init[k]:copy(st.last[k])
+      else st.init[k]:fill(0) end
+    end
     self.userPrevOutput, self.userPrevCell = nil, nil
-    self._last = st
+    self._last, self._lastTrain = st, train
     self.h0 = st.init[1]
     if nstates > 1 then self.c0 = st.init[2] end
   end
