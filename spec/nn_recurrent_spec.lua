@@ -200,6 +200,48 @@ describe('nn sequence modules (LSTM, GRU, RNN)', function()
     end)
   end
 
+  -- random configurations: kind, sizes, seqlen, batch or one sequence,
+  -- batchfirst; forward against the reference, and gradients at a few
+  -- random elements of x, weight and bias against finite differences
+  it('property: random kinds, sizes and layouts against the reference and finite differences', function()
+    local cases = tonumber(os.getenv('TGL_PROP_CASES')) or 12
+    local function pick(n) return math.floor(tgl.rand(1):get(1) * n) + 1 end
+    for case = 1, cases do
+      local kind = ORDER[pick(#ORDER)]
+      local D, H, T, N = pick(4), pick(5), pick(5), pick(3)
+      local layout = ({ 'batch', 'single', 'batchfirst' })[pick(3)]
+      local m = KINDS[kind](D, H)
+      m.bias:copy(tgl.randn(m.bias:nelement()) * 0.5)
+      local x
+      if layout == 'single' then x = tgl.randn(T, D)
+      elseif layout == 'batchfirst' then m.batchfirst = true; x = tgl.randn(N, T, D)
+      else x = tgl.randn(T, N, D) end
+      local what = ('case %d: %s(%d, %d), %s, seqlen %d, batch %d'):format(case, kind, D, H, layout, T, N)
+      local y = m:forward(x)
+      local xr = layout == 'single' and x:reshape(T, 1, D)
+                 or layout == 'batchfirst' and tgl.transpose(x, { 2, 1, 3 }):clone() or x
+      local want = reference(kind, m, xr:totable())
+      if layout == 'single' then want = want:reshape(T, H)
+      elseif layout == 'batchfirst' then want = tgl.transpose(want, { 2, 1, 3 }):clone() end
+      assert(maxdiff(y, want) < 1e-10, what)
+      local gOut = tgl.randn(unpack(y:shape()))
+      local function L() return tgl.sum(m:forward(x) * gOut):get() end
+      m:zeroGradParameters()
+      local gi = m:backward(x, gOut)
+      for _, pair in ipairs({ { x, gi }, { m.weight, m.gradWeight }, { m.bias, m.gradBias } }) do
+        local a, g = pair[1]:reshape(pair[1]:nelement()), pair[2]:reshape(pair[2]:nelement())
+        for _ = 1, 3 do
+          local i = pick(a:nelement())
+          local v = a:get(i)
+          a:set(v + 1e-6, i); local lp = L()
+          a:set(v - 1e-6, i); local lm = L()
+          a:set(v, i)
+          assert(math.abs((lp - lm) / 2e-6 - g:get(i)) < 1e-7, what)
+        end
+      end
+    end
+  end)
+
   it('backward accumulates with scale; updateParameters, getParameters stay shared', function()
     local m = nn.LSTM(2, 3)
     local x, g = tgl.randn(3, 2, 2), tgl.randn(3, 2, 3)
