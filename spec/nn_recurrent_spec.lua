@@ -269,8 +269,14 @@ describe('nn sequence modules (LSTM, GRU, RNN)', function()
     local m = nn.GRU(3, 4)
     local x = tgl.randn(5, 2, 3)
     local y = m:forward(x):clone()
+    -- the same shape either way: the flag is part of the compiled key
+    local sq = tgl.randn(3, 3, 3)
+    local y1 = m:forward(sq):clone()                                       -- sq as seqlen x batch
+    local yt = m:forward(tgl.transpose(sq, { 2, 1, 3 }):clone()):clone()   -- its transpose so
     m.batchfirst = true
-    m:forward(tgl.randn(2, 5, 3))   -- a new shape: compiled with batchfirst
+    local y2 = m:forward(sq)                                               -- sq as batch x seqlen
+    assert.is_true(maxdiff(y2, tgl.transpose(yt, { 2, 1, 3 })) < 1e-12)
+    assert.is_true(maxdiff(y1, y2) > 1e-6)
     local xb = tgl.transpose(x, { 2, 1, 3 }):clone()
     local yb = m:forward(xb)
     assert.same({ 2, 5, 4 }, yb:shape())

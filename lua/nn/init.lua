@@ -328,10 +328,14 @@ function nn._build(model, x, input)
 end
 
 -- The train flags of the modules in the tree: part of a compiled
--- function's key, since a module's graph may differ (Dropout).
+-- function's key, since a module's graph may differ (Dropout); a module
+-- whose graph depends on a plain field the user sets (the sequence
+-- modules' batchfirst) adds it through m:_graphKey().
 local function mode_key(self)
   local s = {}
-  for i, m in ipairs(self:listModules()) do s[i] = m.train == false and 'e' or 't' end
+  for i, m in ipairs(self:listModules()) do
+    s[i] = (m.train == false and 'e' or 't') .. (m._graphKey and m:_graphKey() or '')
+  end
   return table.concat(s)
 end
 

@@ -216,8 +216,13 @@ return function(nn)
     return h
   end
 
+  -- batchfirst changes the graph: part of the compiled functions' key
+  -- (nn's mode_key), so setting it takes effect at the next call
+  function Seq.graphKey(self) return self.batchfirst and 'b' or '' end
+
   local function install(cls)
     cls.remember, cls.forget, cls.__tostring__ = Seq.remember, Seq.forget, Seq.tostring
+    cls._graphKey = Seq.graphKey
   end
 
   -- nn.LSTM(inputSize, outputSize) = nn.SeqLSTM: weight (inputSize +
