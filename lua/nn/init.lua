@@ -17,7 +17,8 @@
 -- nn/containers.lua, the criterions in nn/criterions.lua, the spatial
 -- (convolution and pooling) modules in nn/spatial.lua, the optimisers
 -- in nn/optim.lua, nn.compile (the compiled training step) in
--- nn/compile.lua.
+-- nn/compile.lua, the sequence
+-- modules (LSTM, GRU, RNN) in nn/recurrent.lua.
 local tgl = require 'tgl'
 local core = require 'tgl.core'
 
@@ -497,10 +498,14 @@ function nn._build(model, x, input)
 end
 
 -- The train flags of the modules in the tree: part of a compiled
--- function's key, since a module's graph may differ (Dropout).
+-- function's key, since a module's graph may differ (Dropout); a module
+-- whose graph depends on a plain field the user sets (the sequence
+-- modules' batchfirst) adds it through m:_graphKey().
 local function mode_key(self)
   local s = {}
-  for i, m in ipairs(self:listModules()) do s[i] = m.train == false and 'e' or 't' end
+  for i, m in ipairs(self:listModules()) do
+    s[i] = (m.train == false and 'e' or 't') .. (m._graphKey and m:_graphKey() or '')
+  end
   return table.concat(s)
 end
 
@@ -836,5 +841,6 @@ require('nn.criterions')(nn)
 require('nn.spatial')(nn)
 require('nn.optim')(nn)
 require('nn.compile')(nn)
+require('nn.recurrent')(nn)
 
 return nn
