@@ -103,6 +103,7 @@ function Module:_var(field)
     nn._raise(('%s: field %s must be an array, got %s'):format(nn.type(self), field, type(a)))
   end
   self._vars = self._vars or {}
+  nn._borrowed(self, field, a)
   local s = self._vars[field]
   if s and rawequal(s.arr, a) then return s.var end
   local dev = tgl.config.device
@@ -310,17 +311,27 @@ function nn._add_update(var, value)
   if building then building.updates[#building.updates + 1] = { var, value } end
 end
 
+-- Every field a build borrows through Module:_var (parameters, and state
+-- such as batch normalisation's running statistics): a compiled function
+-- is rebuilt when one of them holds another array (still_valid), as it is
+-- for parameters.
+function nn._borrowed(m, field, a)
+  if building then building.borrowed[#building.borrowed + 1] = { m, field, a } end
+end
+
 -- Builds model's graph for the symbolic input x (input: the concrete
 -- array it stands for, or nil): returns {y = symbolic output,
 -- rec = the inner modules' records (nn._record), hooks = functions to
--- run before each forward call, updates = the modules' state updates}.
+-- run before each forward call, updates = the modules' state updates,
+-- borrowed = {module, field, array} of every field borrowed}.
 -- Every compiled function of a model (forward, backward, nn.compile's
 -- step) builds its graph here.  Errors are raised at the user's line.
 function nn._build(model, x, input)
   recording, path = {}, {}
-  building = { x = x, input = input, hooks = {}, updates = {} }
+  building = { x = x, input = input, hooks = {}, updates = {}, borrowed = {} }
   local ok, y = pcall(model.graph, model, x)
-  local b = { y = y, rec = recording, hooks = building.hooks, updates = building.updates }
+  local b = { y = y, rec = recording, hooks = building.hooks, updates = building.updates,
+              borrowed = building.borrowed }
   recording, building, path = nil, nil, {}
   if not ok then nn._raise(y) end
   return b
@@ -362,6 +373,7 @@ function Module:_function(kind, input, gradOutput)
   local slots = self:_paramSlots()
   local params = {}
   for _, s in ipairs(slots) do params[#params + 1] = { s[1], s[2], s[1][s[2]] } end
+  for _, s in ipairs(b.borrowed) do params[#params + 1] = s end
   c = { params = params, rec = rec, x = x, hooks = hooks, gen = nn._generation }
   local name = nn.type(self):gsub('^nn%.', 'nn_') .. '_' .. kind
   if kind == 'forward' then
@@ -576,5 +588,6 @@ require('nn.containers')(nn)
 require('nn.layers')(nn)
 require('nn.criterions')(nn)
 require('nn.spatial')(nn)
+require('nn.normalization')(nn)
 
 return nn
