@@ -15,34 +15,66 @@
  */
 #include "cpu/kernels/kernels.h"
 
+#include <inttypes.h>
 #include <math.h>
+#include <stdlib.h>
 
-/* x as (N, C, D2, D3, D4): sizes and element strides. */
+/* x as (N, C, D2, D3, D4): sizes and element strides.  The axes after C
+ * are merged where the strides of every array walked together allow (a
+ * contiguous H x W is one run) and right-aligned, so the innermost loop is
+ * the longest contiguous run; missing axes have size 1. */
 typedef struct bn_geom {
     int64_t n[5], s[5];
 } bn_geom;
 
-static bn_geom geom_of(const tgl_array *a)
+/* The geometries of a (x) and b (y, or NULL) walked together. */
+static void geom_of(const tgl_array *a, const tgl_array *b, bn_geom *ga, bn_geom *gb)
 {
-    bn_geom g;
-    for (int d = 0; d < 5; d++) {
-        g.n[d] = d < a->ndim ? a->shape[d] : 1;
-        g.s[d] = d < a->ndim ? a->strides[d] : 0;
+    int64_t tn[3], ta[3], tb[3];
+    int k = 0;
+    for (int d = 2; d < a->ndim; d++) {
+        if (a->shape[d] == 1)
+            continue; /* a length-1 axis: its stride does not matter */
+        int64_t sa = a->strides[d], sb = b ? b->strides[d] : 0;
+        if (k > 0 && ta[k - 1] == sa * a->shape[d] && (!b || tb[k - 1] == sb * a->shape[d])) {
+            tn[k - 1] *= a->shape[d];
+            ta[k - 1] = sa;
+            tb[k - 1] = sb;
+        } else {
+            tn[k] = a->shape[d];
+            ta[k] = sa;
+            tb[k++] = sb;
+        }
     }
-    return g;
+    for (int d = 0; d < 5; d++) {
+        int j = d - (5 - k);
+        ga->n[d] = d < 2 ? a->shape[d] : j >= 0 ? tn[j] : 1;
+        ga->s[d] = d < 2 ? a->strides[d] : j >= 0 ? ta[j] : 0;
+        if (b) {
+            gb->n[d] = ga->n[d];
+            gb->s[d] = d < 2 ? b->strides[d] : j >= 0 ? tb[j] : 0;
+        }
+    }
 }
 
-/* Look at the interrupt flag about every 2^20 elements: per channel when
- * channels are that large, else every so many channels. */
+/* The (N, C) layout: no axes after C (or only length-1 ones).  The
+ * kernels then walk rows, every channel at once (a walk down each column
+ * would touch one element per cache line). */
+static bool rows_only(const bn_geom *g)
+{
+    return g->n[2] == 1 && g->n[3] == 1 && g->n[4] == 1;
+}
+
+/* Look at the interrupt flag about every 2^20 elements. */
 #define BN_CHECK_EVERY (1 << 20)
 
+/* One channel's shifted sums: s1 = sum (x - K), s2 = sum (x - K)^2. */
 #define STATS(T)                                                                          \
-    static void stats_##T(const bn_geom *g, const T *x, int64_t c, double *mean,          \
-                          double *var)                                                    \
+    static void stats_##T(const bn_geom *g, const T *x, int64_t c, double K, double *s1,  \
+                          double *s2)                                                     \
     {                                                                                     \
         const T *xc = x + c * g->s[1];                                                    \
-        const double K = (double)xc[0];                                                   \
-        double s1 = 0, s2 = 0;                                                            \
+        double a1 = 0, a2 = 0;                                                            \
         for (int64_t a = 0; a < g->n[0]; a++)                                             \
             for (int64_t b = 0; b < g->n[2]; b++)                                         \
                 for (int64_t d = 0; d < g->n[3]; d++) {                                   \
@@ -61,19 +93,39 @@ static bn_geom geom_of(const tgl_array *a)
                             r2 += v * v;                                                  \
                         }                                                                 \
                     }                                                                     \
-                    s1 += r1;                                                             \
-                    s2 += r2;                                                             \
+                    a1 += r1;                                                             \
+                    a2 += r2;                                                             \
                 }                                                                         \
-        double m = (double)(g->n[0] * g->n[2] * g->n[3] * g->n[4]);                       \
-        double v = (s2 - s1 * s1 / m) / m;                                                \
-        *mean = K + s1 / m;                                                               \
-        *var = v > 0 ? v : 0;                                                             \
+        *s1 = a1;                                                                         \
+        *s2 = a2;                                                                         \
+    }                                                                                     \
+    /* (N, C): the shifted sums of every channel, row by row. */                          \
+    static void stats_rows_##T(const bn_geom *g, const T *x, const double *K, double *s1, \
+                               double *s2)                                                \
+    {                                                                                     \
+        int64_t C = g->n[1], sc = g->s[1];                                                \
+        for (int64_t a = 0; a < g->n[0]; a++) {                                           \
+            const T *p = x + a * g->s[0];                                                 \
+            if (sc == 1) {                                                                \
+                for (int64_t c = 0; c < C; c++) {                                         \
+                    double v = (double)p[c] - K[c];                                       \
+                    s1[c] += v;                                                           \
+                    s2[c] += v * v;                                                       \
+                }                                                                         \
+            } else {                                                                      \
+                for (int64_t c = 0; c < C; c++) {                                         \
+                    double v = (double)p[c * sc] - K[c];                                  \
+                    s1[c] += v;                                                           \
+                    s2[c] += v * v;                                                       \
+                }                                                                         \
+            }                                                                             \
+        }                                                                                 \
     }
 
 STATS(float)
 STATS(double)
 
-/* y = (x - mean) * scale + shift over one channel; y has x's shape. */
+/* y = (x - mean) * scale + shift over one channel. */
 #define NORM(T)                                                                           \
     static void norm_##T(const bn_geom *g, const bn_geom *gy, const T *x, T *y, int64_t c, \
                          T mean, T scale, T shift)                                        \
@@ -92,6 +144,22 @@ STATS(double)
                         for (int64_t e = 0; e < g->n[4]; e++)                             \
                             q[e * gy->s[4]] = (p[e * g->s[4]] - mean) * scale + shift;    \
                 }                                                                         \
+    }                                                                                     \
+    /* (N, C): every channel of each row at once; mean, scale, shift (C). */              \
+    static void norm_rows_##T(const bn_geom *g, const bn_geom *gy, const T *x, T *y,      \
+                              const T *mean, const T *scale, const T *shift)              \
+    {                                                                                     \
+        int64_t C = g->n[1];                                                              \
+        for (int64_t a = 0; a < g->n[0]; a++) {                                           \
+            const T *p = x + a * g->s[0];                                                 \
+            T *q = y + a * gy->s[0];                                                      \
+            if (g->s[1] == 1 && gy->s[1] == 1)                                            \
+                for (int64_t c = 0; c < C; c++)                                           \
+                    q[c] = (p[c] - mean[c]) * scale[c] + shift[c];                        \
+            else                                                                          \
+                for (int64_t c = 0; c < C; c++)                                           \
+                    q[c * gy->s[1]] = (p[c * g->s[1]] - mean[c]) * scale[c] + shift[c];   \
+        }                                                                                 \
     }
 
 NORM(float)
@@ -99,10 +167,9 @@ NORM(double)
 
 static double elem(const tgl_array *v, int64_t c)
 {
-    const char *p = (const char *)v->data;
     if (v->dtype_id == TGL_FLOAT32)
-        return ((const float *)p)[c * v->strides[0]];
-    return ((const double *)p)[c * v->strides[0]];
+        return ((const float *)v->data)[c * v->strides[0]];
+    return ((const double *)v->data)[c * v->strides[0]];
 }
 
 static void set_elem(tgl_array *v, int64_t c, double x)
@@ -113,31 +180,60 @@ static void set_elem(tgl_array *v, int64_t c, double x)
         ((double *)v->data)[c * v->strides[0]] = x;
 }
 
+/* Element (0, c, 0, ...) of x: the channel's shift. */
+static double first_of(const tgl_array *x, int64_t c)
+{
+    if (x->dtype_id == TGL_FLOAT32)
+        return ((const float *)x->data)[c * x->strides[1]];
+    return ((const double *)x->data)[c * x->strides[1]];
+}
+
 /* in[0] = x; out[0] = mean, out[1] = var (either may be NULL: not wanted). */
 static tgl_status stats_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
                                tgl_array *const *out, bool debug)
 {
     (void)debug;
     const tgl_array *x = in[0];
-    bn_geom g = geom_of(x);
-    int64_t per = g.n[0] * g.n[2] * g.n[3] * g.n[4], work = 0;
-    for (int64_t c = 0; c < g.n[1]; c++) {
-        if ((work += per) >= BN_CHECK_EVERY) {
-            work = 0;
-            if (tgl_ctx_interrupted(ctx))
-                return tgl_op_error(ctx, n, in, TGL_EINTERRUPT, "interrupted");
-        }
-        double mean, var;
-        if (x->dtype_id == TGL_FLOAT32)
-            stats_float(&g, (const float *)x->data, c, &mean, &var);
-        else
-            stats_double(&g, (const double *)x->data, c, &mean, &var);
-        if (out[0])
-            set_elem(out[0], c, mean);
-        if (out[1])
-            set_elem(out[1], c, var);
+    bn_geom g;
+    geom_of(x, NULL, &g, NULL);
+    int64_t C = g.n[1], per = g.n[0] * g.n[2] * g.n[3] * g.n[4];
+    double *buf = malloc(sizeof(double) * 3 * (size_t)(C > 0 ? C : 1));
+    if (!buf)
+        return tgl_op_error(ctx, n, in, TGL_ENOMEM, "out of memory (%" PRId64 " channels)", C);
+    double *K = buf, *s1 = buf + C, *s2 = buf + 2 * C;
+    for (int64_t c = 0; c < C; c++) {
+        K[c] = first_of(x, c);
+        s1[c] = s2[c] = 0;
     }
-    return TGL_OK;
+    tgl_status st = TGL_OK;
+    if (rows_only(&g)) {
+        if (x->dtype_id == TGL_FLOAT32)
+            stats_rows_float(&g, (const float *)x->data, K, s1, s2);
+        else
+            stats_rows_double(&g, (const double *)x->data, K, s1, s2);
+    } else {
+        int64_t work = 0;
+        for (int64_t c = 0; c < C && !st; c++) {
+            if ((work += per) >= BN_CHECK_EVERY) {
+                work = 0;
+                if (tgl_ctx_interrupted(ctx))
+                    st = tgl_op_error(ctx, n, in, TGL_EINTERRUPT, "interrupted");
+            }
+            if (x->dtype_id == TGL_FLOAT32)
+                stats_float(&g, (const float *)x->data, c, K[c], &s1[c], &s2[c]);
+            else
+                stats_double(&g, (const double *)x->data, c, K[c], &s1[c], &s2[c]);
+        }
+    }
+    for (int64_t c = 0; c < C && !st; c++) {
+        double m = (double)per, v = (s2[c] - s1[c] * s1[c] / m) / m;
+        if (out[0])
+            set_elem(out[0], c, K[c] + s1[c] / m);
+        if (out[1])
+            set_elem(out[1], c, v > 0 ? v : 0);
+    }
+    free(buf);
+    return st;
 }
 
 /* in = x, mean, var [, w, b]; p.f[0] = eps.  The per-channel scale
@@ -147,15 +243,15 @@ static tgl_status bn_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *i
                             tgl_array *out)
 {
     const tgl_array *x = in[0];
-    bn_geom g = geom_of(x), gy = geom_of(out);
-    bool affine = n->nin == 5;
-    int64_t per = g.n[0] * g.n[2] * g.n[3] * g.n[4], work = 0;
-    for (int64_t c = 0; c < g.n[1]; c++) {
-        if ((work += per) >= BN_CHECK_EVERY) {
-            work = 0;
-            if (tgl_ctx_interrupted(ctx))
-                return tgl_op_error(ctx, n, in, TGL_EINTERRUPT, "interrupted");
-        }
+    bn_geom g, gy;
+    geom_of(x, out, &g, &gy);
+    bool affine = n->nin == 5, f32 = x->dtype_id == TGL_FLOAT32;
+    int64_t C = g.n[1], per = g.n[0] * g.n[2] * g.n[3] * g.n[4];
+    size_t esize = f32 ? sizeof(float) : sizeof(double);
+    char *buf = malloc(esize * 3 * (size_t)(C > 0 ? C : 1));
+    if (!buf)
+        return tgl_op_error(ctx, n, in, TGL_ENOMEM, "out of memory (%" PRId64 " channels)", C);
+    for (int64_t c = 0; c < C; c++) {
         double mean = elem(in[1], c);
         double scale = 1.0 / sqrt(elem(in[2], c) + n->p.f[0]);
         double shift = 0;
@@ -163,14 +259,45 @@ static tgl_status bn_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *i
             scale *= elem(in[3], c);
             shift = elem(in[4], c);
         }
-        if (x->dtype_id == TGL_FLOAT32)
-            norm_float(&g, &gy, (const float *)x->data, (float *)out->data, c, (float)mean,
-                       (float)scale, (float)shift);
-        else
-            norm_double(&g, &gy, (const double *)x->data, (double *)out->data, c, mean, scale,
-                        shift);
+        if (f32) {
+            float *f = (float *)buf;
+            f[c] = (float)mean, f[C + c] = (float)scale, f[2 * C + c] = (float)shift;
+        } else {
+            double *d = (double *)buf;
+            d[c] = mean, d[C + c] = scale, d[2 * C + c] = shift;
+        }
     }
-    return TGL_OK;
+    tgl_status st = TGL_OK;
+    if (rows_only(&g)) {
+        if (f32) {
+            const float *f = (const float *)buf;
+            norm_rows_float(&g, &gy, (const float *)x->data, (float *)out->data, f, f + C, f + 2 * C);
+        } else {
+            const double *d = (const double *)buf;
+            norm_rows_double(&g, &gy, (const double *)x->data, (double *)out->data, d, d + C,
+                             d + 2 * C);
+        }
+    } else {
+        int64_t work = 0;
+        for (int64_t c = 0; c < C && !st; c++) {
+            if ((work += per) >= BN_CHECK_EVERY) {
+                work = 0;
+                if (tgl_ctx_interrupted(ctx))
+                    st = tgl_op_error(ctx, n, in, TGL_EINTERRUPT, "interrupted");
+            }
+            if (f32) {
+                const float *f = (const float *)buf;
+                norm_float(&g, &gy, (const float *)x->data, (float *)out->data, c, f[c], f[C + c],
+                           f[2 * C + c]);
+            } else {
+                const double *d = (const double *)buf;
+                norm_double(&g, &gy, (const double *)x->data, (double *)out->data, c, d[c],
+                            d[C + c], d[2 * C + c]);
+            }
+        }
+    }
+    free(buf);
+    return st;
 }
 
 const tgl_op_kernel tgl_cpu_kernel_batch_norm = {.run = bn_kernel};
