@@ -154,6 +154,32 @@ describe('tgl.batch_norm', function()
     close(wv, v, 1e-12, 1e-12, 'permuted var')
   end)
 
+  it('splits large inputs over the threads by channels (values as with one thread)', function()
+    local saved = tgl.config.threads
+    for _, case in ipairs({ { { 40, 7, 16, 16 }, 'float32' }, { { 3000, 37 }, 'float64' },
+                            { { 9, 5, 40, 40 }, 'float64' } }) do
+      local shape, dt = case[1], case[2]
+      local x = randn(shape, dt, 3, 2)
+      local C = shape[2]
+      local w, b = randn({ C }, dt), randn({ C }, dt)
+      local want, wm, wv = ref_bn(S.flat(x), shape, S.flat(w), S.flat(b), 1e-5)
+      local tol = dt == 'float32' and 2e-5 or 1e-11
+      for _, threads in ipairs({ 1, 3 }) do
+        tgl.config.threads = threads
+        local what = ('%s %s, %d threads'):format(dt, S.shape_str(shape), threads)
+        local y, m, v = tgl.batch_norm(x, w, b)
+        close(want, y, tol, tol * 10, what .. ' y')
+        close(wm, m, tol, tol * 10, what .. ' mean')
+        close(wv, v, tol, tol * 10, what .. ' var')
+        local xt = x:permute(1, 2, unpack(#shape > 2 and { 4, 3 } or {}))
+        local shp = xt:shape()
+        close(ref_bn(S.flat(xt:contiguous()), shp, S.flat(w), S.flat(b), 1e-5), tgl.batch_norm(xt, w, b),
+              tol, tol * 10, what .. ' strided')
+      end
+    end
+    tgl.config.threads = saved
+  end)
+
   it('has first-order gradients in x, weight and bias (verify_grad), and for given statistics', function()
     for _, shape in ipairs({ { 4, 3 }, { 2, 3, 2, 3 }, { 3, 2, 4 } }) do
       local C = shape[2]

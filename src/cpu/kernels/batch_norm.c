@@ -3,9 +3,11 @@
  * batch_norm.c states what each computes): batch_norm_stats, the mean and
  * biased variance of each channel in one pass over x, and batch_norm, the
  * normalise-scale-shift in one pass.  x is walked as (N, C, D2, D3, D4)
- * with missing axes of size 1, over any strides (a transposed or sliced x
- * needs no copy); the innermost axis is the contiguous one in the usual
- * layouts.  float32 and float64.
+ * with the axes after C merged where they can be, over any strides (a
+ * transposed or sliced x needs no copy), the longest run innermost; an
+ * (N, C) x is walked by rows, every channel at once.  Large inputs are
+ * split over the context's threads by ranges of channels.  float32 and
+ * float64.
  *
  * The statistics sum in double, shifted by the channel's first element
  * (sum (x - K) and sum (x - K)^2, var = (S2 - S1^2 / M) / M): one pass,
@@ -14,6 +16,7 @@
  * digit for a channel of 1e4 + noise in float32 data).
  */
 #include "cpu/kernels/kernels.h"
+#include "engine/pool.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -65,7 +68,7 @@ static bool rows_only(const bn_geom *g)
     return g->n[2] == 1 && g->n[3] == 1 && g->n[4] == 1;
 }
 
-/* Look at the interrupt flag about every 2^20 elements. */
+/* Look at the interrupt flag about every 2^20 elements (per task). */
 #define BN_CHECK_EVERY (1 << 20)
 
 /* One channel's shifted sums: s1 = sum (x - K), s2 = sum (x - K)^2. */
@@ -81,11 +84,24 @@ static bool rows_only(const bn_geom *g)
                     const T *p = xc + a * g->s[0] + b * g->s[2] + d * g->s[3];            \
                     double r1 = 0, r2 = 0;                                                \
                     if (g->s[4] == 1) {                                                   \
-                        for (int64_t e = 0; e < g->n[4]; e++) {                           \
+                        /* 8 independent sums: the adds pipeline (and      \
+                         * vectorize) where one chain would wait on each   \
+                         * add's latency */                                \
+                        double q1[8] = {0}, q2[8] = {0};                                  \
+                        int64_t e = 0, n4 = g->n[4];                                      \
+                        for (; e + 8 <= n4; e += 8)                                       \
+                            for (int l = 0; l < 8; l++) {                                 \
+                                double v = (double)p[e + l] - K;                          \
+                                q1[l] += v;                                               \
+                                q2[l] += v * v;                                           \
+                            }                                                             \
+                        for (; e < n4; e++) {                                             \
                             double v = (double)p[e] - K;                                  \
                             r1 += v;                                                      \
                             r2 += v * v;                                                  \
                         }                                                                 \
+                        for (int l = 0; l < 8; l++)                                       \
+                            r1 += q1[l], r2 += q2[l];                                     \
                     } else {                                                              \
                         for (int64_t e = 0; e < g->n[4]; e++) {                           \
                             double v = (double)p[e * g->s[4]] - K;                        \
@@ -188,47 +204,119 @@ static double first_of(const tgl_array *x, int64_t c)
     return ((const double *)x->data)[c * x->strides[1]];
 }
 
+/* One kernel call, split over the context's threads by channel ranges:
+ * task t takes channels [C t / ntasks, C (t + 1) / ntasks), every row of
+ * them (in the (N, C) layout too: each row's slice of contiguous
+ * channels), so the tasks write disjoint memory and need no merging. */
+typedef struct bn_job {
+    tgl_ctx *ctx;
+    bool stats, f32, rows;
+    const tgl_array *x;
+    tgl_array *y;                 /* batch_norm's output                   */
+    bn_geom g, gy;
+    int ntasks;
+    double *K, *s1, *s2;          /* batch_norm_stats: C each              */
+    const void *mean, *scale, *shift; /* batch_norm: C each, x's dtype    */
+    int interrupted;
+} bn_job;
+
+/* Sub-geometry of channels [c0, c1): the (N, C) kernels take it whole. */
+static bn_geom channels(const bn_geom *g, int64_t c0, int64_t c1)
+{
+    bn_geom h = *g;
+    h.n[1] = c1 - c0;
+    return h;
+}
+
+static void bn_task(void *arg, int t)
+{
+    bn_job *j = arg;
+    int64_t C = j->g.n[1];
+    int64_t c0 = C * t / j->ntasks, c1 = C * (t + 1) / j->ntasks;
+    if (c0 >= c1)
+        return;
+    if (j->rows) {
+        bn_geom g = channels(&j->g, c0, c1), gy = channels(&j->gy, c0, c1);
+        if (j->stats && j->f32)
+            stats_rows_float(&g, (const float *)j->x->data + c0 * g.s[1], j->K + c0, j->s1 + c0,
+                             j->s2 + c0);
+        else if (j->stats)
+            stats_rows_double(&g, (const double *)j->x->data + c0 * g.s[1], j->K + c0,
+                              j->s1 + c0, j->s2 + c0);
+        else if (j->f32)
+            norm_rows_float(&g, &gy, (const float *)j->x->data + c0 * g.s[1],
+                            (float *)j->y->data + c0 * gy.s[1], (const float *)j->mean + c0,
+                            (const float *)j->scale + c0, (const float *)j->shift + c0);
+        else
+            norm_rows_double(&g, &gy, (const double *)j->x->data + c0 * g.s[1],
+                             (double *)j->y->data + c0 * gy.s[1], (const double *)j->mean + c0,
+                             (const double *)j->scale + c0, (const double *)j->shift + c0);
+        return;
+    }
+    int64_t per = j->g.n[0] * j->g.n[2] * j->g.n[3] * j->g.n[4], work = 0;
+    for (int64_t c = c0; c < c1; c++) {
+        if ((work += per) >= BN_CHECK_EVERY) {
+            work = 0;
+            if (tgl_ctx_interrupted(j->ctx) || __atomic_load_n(&j->interrupted, __ATOMIC_RELAXED)) {
+                __atomic_store_n(&j->interrupted, 1, __ATOMIC_RELAXED);
+                return;
+            }
+        }
+        if (j->stats && j->f32)
+            stats_float(&j->g, (const float *)j->x->data, c, j->K[c], &j->s1[c], &j->s2[c]);
+        else if (j->stats)
+            stats_double(&j->g, (const double *)j->x->data, c, j->K[c], &j->s1[c], &j->s2[c]);
+        else if (j->f32)
+            norm_float(&j->g, &j->gy, (const float *)j->x->data, (float *)j->y->data, c,
+                       ((const float *)j->mean)[c], ((const float *)j->scale)[c],
+                       ((const float *)j->shift)[c]);
+        else
+            norm_double(&j->g, &j->gy, (const double *)j->x->data, (double *)j->y->data, c,
+                        ((const double *)j->mean)[c], ((const double *)j->scale)[c],
+                        ((const double *)j->shift)[c]);
+    }
+}
+
+/* Runs the job on the pool: one task per thread (at most one per
+ * channel), or on the caller alone below 2^16 elements (a thread's wake-up
+ * costs more than the pass). */
+static tgl_status bn_run(const tgl_node *n, tgl_array *const *in, bn_job *j)
+{
+    int64_t C = j->g.n[1], total = C * j->g.n[0] * j->g.n[2] * j->g.n[3] * j->g.n[4];
+    int threads = total >= (1 << 16) ? tgl_pool_threads(j->ctx) : 1;
+    j->ntasks = (int)(C < threads ? (C > 0 ? C : 1) : threads);
+    if (j->ntasks == 1)
+        bn_task(j, 0);
+    else
+        tgl_pool_run(j->ctx, j->ntasks, bn_task, j);
+    if (j->interrupted)
+        return tgl_op_error(j->ctx, n, in, TGL_EINTERRUPT, "interrupted");
+    return TGL_OK;
+}
+
 /* in[0] = x; out[0] = mean, out[1] = var (either may be NULL: not wanted). */
 static tgl_status stats_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
                                tgl_array *const *out, bool debug)
 {
     (void)debug;
     const tgl_array *x = in[0];
-    bn_geom g;
-    geom_of(x, NULL, &g, NULL);
-    int64_t C = g.n[1], per = g.n[0] * g.n[2] * g.n[3] * g.n[4];
+    bn_job j = {.ctx = ctx, .stats = true, .f32 = x->dtype_id == TGL_FLOAT32, .x = x};
+    geom_of(x, NULL, &j.g, NULL);
+    j.rows = rows_only(&j.g);
+    int64_t C = j.g.n[1], per = j.g.n[0] * j.g.n[2] * j.g.n[3] * j.g.n[4];
     double *buf = malloc(sizeof(double) * 3 * (size_t)(C > 0 ? C : 1));
     if (!buf)
         return tgl_op_error(ctx, n, in, TGL_ENOMEM, "out of memory (%" PRId64 " channels)", C);
-    double *K = buf, *s1 = buf + C, *s2 = buf + 2 * C;
+    j.K = buf, j.s1 = buf + C, j.s2 = buf + 2 * C;
     for (int64_t c = 0; c < C; c++) {
-        K[c] = first_of(x, c);
-        s1[c] = s2[c] = 0;
+        j.K[c] = first_of(x, c);
+        j.s1[c] = j.s2[c] = 0;
     }
-    tgl_status st = TGL_OK;
-    if (rows_only(&g)) {
-        if (x->dtype_id == TGL_FLOAT32)
-            stats_rows_float(&g, (const float *)x->data, K, s1, s2);
-        else
-            stats_rows_double(&g, (const double *)x->data, K, s1, s2);
-    } else {
-        int64_t work = 0;
-        for (int64_t c = 0; c < C && !st; c++) {
-            if ((work += per) >= BN_CHECK_EVERY) {
-                work = 0;
-                if (tgl_ctx_interrupted(ctx))
-                    st = tgl_op_error(ctx, n, in, TGL_EINTERRUPT, "interrupted");
-            }
-            if (x->dtype_id == TGL_FLOAT32)
-                stats_float(&g, (const float *)x->data, c, K[c], &s1[c], &s2[c]);
-            else
-                stats_double(&g, (const double *)x->data, c, K[c], &s1[c], &s2[c]);
-        }
-    }
+    tgl_status st = bn_run(n, in, &j);
     for (int64_t c = 0; c < C && !st; c++) {
-        double m = (double)per, v = (s2[c] - s1[c] * s1[c] / m) / m;
+        double m = (double)per, v = (j.s2[c] - j.s1[c] * j.s1[c] / m) / m;
         if (out[0])
-            set_elem(out[0], c, K[c] + s1[c] / m);
+            set_elem(out[0], c, j.K[c] + j.s1[c] / m);
         if (out[1])
             set_elem(out[1], c, v > 0 ? v : 0);
     }
@@ -243,11 +331,12 @@ static tgl_status bn_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *i
                             tgl_array *out)
 {
     const tgl_array *x = in[0];
-    bn_geom g, gy;
-    geom_of(x, out, &g, &gy);
-    bool affine = n->nin == 5, f32 = x->dtype_id == TGL_FLOAT32;
-    int64_t C = g.n[1], per = g.n[0] * g.n[2] * g.n[3] * g.n[4];
-    size_t esize = f32 ? sizeof(float) : sizeof(double);
+    bn_job j = {.ctx = ctx, .f32 = x->dtype_id == TGL_FLOAT32, .x = x, .y = out};
+    geom_of(x, out, &j.g, &j.gy);
+    j.rows = rows_only(&j.g);
+    bool affine = n->nin == 5;
+    int64_t C = j.g.n[1];
+    size_t esize = j.f32 ? sizeof(float) : sizeof(double);
     char *buf = malloc(esize * 3 * (size_t)(C > 0 ? C : 1));
     if (!buf)
         return tgl_op_error(ctx, n, in, TGL_ENOMEM, "out of memory (%" PRId64 " channels)", C);
@@ -259,7 +348,7 @@ static tgl_status bn_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *i
             scale *= elem(in[3], c);
             shift = elem(in[4], c);
         }
-        if (f32) {
+        if (j.f32) {
             float *f = (float *)buf;
             f[c] = (float)mean, f[C + c] = (float)scale, f[2 * C + c] = (float)shift;
         } else {
@@ -267,35 +356,8 @@ static tgl_status bn_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *i
             d[c] = mean, d[C + c] = scale, d[2 * C + c] = shift;
         }
     }
-    tgl_status st = TGL_OK;
-    if (rows_only(&g)) {
-        if (f32) {
-            const float *f = (const float *)buf;
-            norm_rows_float(&g, &gy, (const float *)x->data, (float *)out->data, f, f + C, f + 2 * C);
-        } else {
-            const double *d = (const double *)buf;
-            norm_rows_double(&g, &gy, (const double *)x->data, (double *)out->data, d, d + C,
-                             d + 2 * C);
-        }
-    } else {
-        int64_t work = 0;
-        for (int64_t c = 0; c < C && !st; c++) {
-            if ((work += per) >= BN_CHECK_EVERY) {
-                work = 0;
-                if (tgl_ctx_interrupted(ctx))
-                    st = tgl_op_error(ctx, n, in, TGL_EINTERRUPT, "interrupted");
-            }
-            if (f32) {
-                const float *f = (const float *)buf;
-                norm_float(&g, &gy, (const float *)x->data, (float *)out->data, c, f[c], f[C + c],
-                           f[2 * C + c]);
-            } else {
-                const double *d = (const double *)buf;
-                norm_double(&g, &gy, (const double *)x->data, (double *)out->data, c, d[c],
-                            d[C + c], d[2 * C + c]);
-            }
-        }
-    }
+    j.mean = buf, j.scale = buf + esize * (size_t)C, j.shift = buf + 2 * esize * (size_t)C;
+    tgl_status st = bn_run(n, in, &j);
     free(buf);
     return st;
 }
