@@ -553,6 +553,23 @@ case('batch_norm_stats', '(3,2,4): mean * 2 + var^2', ins(n_({ 3, 2, 4 })),
      function(x) local m, v = tgl.batch_norm_stats(x); return m * 2 + v * v end)
 case('batch_norm_stats', '(5,3): the variance alone', ins(n_({ 5, 3 })),
      function(x) local _, v = tgl.batch_norm_stats(x); return v end)
+-- batch_norm_grad (built by batch_norm's pullback): its three outputs
+-- (dx, sum g, sum g (x - mean)) combined, with and without the weight
+local function bn_grad_out(args)
+  local node = raw('batch_norm_grad', args, { f = { 0.01 } })
+  local o = {}
+  for k = 0, 2 do
+    local out = ffi.new('tgl_node *[1]')
+    assert(C.tgl_node_output(core.ctx, node.n, k, out) == 0)
+    o[k + 1] = G.wrap_node(out[0])
+  end
+  return o[1] + (o[2] * 0.5 + o[3] * o[3]):dimshuffle { 'x', 1, 'x' }
+end
+case('batch_norm_grad', 'x, g (3,2,4), mean, var, weight',
+     ins(n_({ 3, 2, 4 }), n_({ 3, 2, 4 }), n_({ 2 }), pos_({ 2 }), n_({ 2 })),
+     function(x, g, m, v, w) return bn_grad_out({ x, g, m, v, w }) end)
+case('batch_norm_grad', 'x, g (4,2,3), mean, var', ins(n_({ 4, 2, 3 }), n_({ 4, 2, 3 }), n_({ 2 }), pos_({ 2 })),
+     function(x, g, m, v) return bn_grad_out({ x, g, m, v }) end)
 
 -- Internal ops: not built from Lua; how each is covered.
 local INTERNAL = {

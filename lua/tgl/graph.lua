@@ -66,6 +66,7 @@ M.INTERNAL_OPS = {
   max_pool2d_grad = "max_pool2d's pullback (and the gather's)",
   avg_pool2d_grad = "avg_pool2d's pullback",
   max_pool2d_gather = "max_pool2d's tangent: the pullback of max_pool2d_grad",
+  batch_norm_grad = "batch_norm's pullback in the training form (tgl.grad of tgl.batch_norm)",
 }
 
 -- Op ids by name, looked up once.

@@ -40,6 +40,7 @@
 #define CPU_KERNEL_pool2d_grad &tgl_cpu_kernel_pool2d_grad
 #define CPU_KERNEL_batch_norm &tgl_cpu_kernel_batch_norm
 #define CPU_KERNEL_batch_norm_stats &tgl_cpu_kernel_batch_norm_stats
+#define CPU_KERNEL_batch_norm_grad &tgl_cpu_kernel_batch_norm_grad
 #define CPU_KERNEL_ifelse NULL        /* a view (compiled to jumps) */
 #define CPU_KERNEL_scan NULL          /* an inner program (exec_inner) */
 #define CPU_KERNEL_output NULL        /* runs nothing: its node's instruction writes it */

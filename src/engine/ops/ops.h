@@ -258,6 +258,8 @@ typedef enum tgl_push_kind {
       "y = (x - mean) / sqrt(var + eps) * w + b, the (C) vectors along axis 1 (w, b optional)")     \
     _(BATCH_NORM_STATS, "batch_norm_stats", batch_norm_stats, SHAPES, PULLBACK,                     \
       "mean, var = x's mean and biased variance over every axis but 1 (two (C) outputs)")           \
+    _(BATCH_NORM_GRAD, "batch_norm_grad", batch_norm_grad, SHAPES, PULLBACK,                        \
+      "dx, Sg, Sgx = batch_norm's training-form pullback: dx through the batch statistics, sums")   \
     /* control */                                                                                   \
     _(IFELSE, "ifelse", ifelse, RUN, LINEAR(ALL_BUT0), "y = c ? a : b, computing only the branch taken") \
     /* loops (src/scan): the layout and the body are the payload */                                 \
