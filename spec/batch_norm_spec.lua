@@ -180,6 +180,50 @@ describe('tgl.batch_norm', function()
     tgl.config.threads = saved
   end)
 
+  it('has the gradients of the same normalisation written with plain ops (large, strided, threads)', function()
+    local saved = tgl.config.threads
+    local function plain(x, w, b, eps)
+      local axes = {}
+      for d = 1, x.ndim do if d ~= 2 then axes[#axes + 1] = d end end
+      local m = tgl.mean(x, axes, { keepdims = true })
+      local xc = x - m
+      local v = tgl.mean(xc * xc, axes, { keepdims = true })
+      local order = { 'x', 1 }
+      for d = 3, x.ndim do order[d] = 'x' end
+      return xc / tgl.sqrt(v + eps) * w:dimshuffle(order) + b:dimshuffle(order)
+    end
+    for _, case in ipairs({ { { 40, 7, 16, 16 }, 'float64', false }, { { 3000, 37 }, 'float64', false },
+                            { { 6, 5, 3, 4 }, 'float64', true }, { { 50, 6, 20, 20 }, 'float32', true } }) do
+      local shape, dt, strided = case[1], case[2], case[3]
+      local nd = #shape
+      local X, W, B, G = tgl.tensor { dtype = dt, ndim = nd }, tgl.tensor { dtype = dt, ndim = 1 },
+                         tgl.tensor { dtype = dt, ndim = 1 }, tgl.tensor { dtype = dt, ndim = nd }
+      local outs = {}
+      for k, y in ipairs({ tgl.batch_norm(X, W, B), plain(X, W, B, 1e-5) }) do
+        local gx, gw, gb = unpack(tgl.grad(tgl.sum(y * G), { X, W, B }))
+        outs[k] = tgl.compile { inputs = { X, W, B, G }, outputs = { gx, gw, gb } }
+      end
+      local x, g = randn(shape, dt, 2, 1), randn(shape, dt)
+      if strided then
+        x = randn({ shape[1], shape[3], shape[2], shape[4] }, dt, 2, 1):permute(1, 3, 2, 4)
+        g = randn({ shape[4], shape[2], shape[3], shape[1] }, dt):permute(4, 2, 3, 1)
+      end
+      local C = shape[2]
+      local w, b = randn({ C }, dt), randn({ C }, dt)
+      local want = { outs[2](x, w, b, g) }
+      local tol = dt == 'float32' and 1e-3 or 1e-9
+      for _, threads in ipairs({ 1, 3 }) do
+        tgl.config.threads = threads
+        local got = { outs[1](x, w, b, g) }
+        for k, name in ipairs({ 'gx', 'gw', 'gb' }) do
+          close(S.flat(want[k]), got[k], tol, tol, ('%s %s%s, %d threads: %s')
+                :format(dt, S.shape_str(shape), strided and ' strided' or '', threads, name))
+        end
+      end
+    end
+    tgl.config.threads = saved
+  end)
+
   it('has first-order gradients in x, weight and bias (verify_grad), and for given statistics', function()
     for _, shape in ipairs({ { 4, 3 }, { 2, 3, 2, 3 }, { 3, 2, 4 } }) do
       local C = shape[2]
