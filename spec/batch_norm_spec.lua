@@ -230,6 +230,12 @@ describe('tgl.batch_norm', function()
       assert(tgl.verify_grad(function(x, w, b) return tgl.batch_norm(x, w, b) end,
                              { randn(shape), randn({ C }), randn({ C }) }) < 1e-6)
       assert(tgl.verify_grad(function(x) return tgl.batch_norm(x, { eps = 0.01 }) end, { randn(shape) }) < 1e-6)
+      -- y, mean and var all in the cost: the training form's backward op and
+      -- the statistics' own pullback together
+      assert(tgl.verify_grad(function(x, w, b)
+        local y, m, v = tgl.batch_norm(x, w, b)
+        return tgl.sum(y * y) + tgl.sum(m * 3) + tgl.sum(v * m)
+      end, { randn(shape), randn({ C }), randn({ C }) }) < 1e-6)
       -- the statistics alone, and through the running-average arithmetic
       assert(tgl.verify_grad(function(x)
         local m, v = tgl.batch_norm_stats(x)
