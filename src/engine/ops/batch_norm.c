@@ -1,7 +1,8 @@
 /*
  * batch_norm.c — batch normalisation (Torch7's nn.BatchNormalization and
- * nn.SpatialBatchNormalization in training mode), as two ops: the batch
- * statistics, one pass over x, and the normalise-scale-shift, one more.
+ * nn.SpatialBatchNormalization), as ops: the batch statistics, one pass
+ * over x; the normalise-scale-shift, one more; and the training form's
+ * backward, two.
  * x is (N, C) or (N, C, d2 [, d3 [, d4]]); the channel axis is axis 1 and
  * the statistics run over every other axis (M = N * d2 * ... elements per
  * channel).
@@ -36,11 +37,14 @@
  *                      batch_norm_stats(x)) dx through the statistics
  *                      comes at once from batch_norm_grad, whose Sg and
  *                      Sgx give dw and db, and mean and var get none from
- *                      here: the backward is two passes instead of the
- *                      five the chained ordinary ops take.
+ *                      here (their part is inside dx already; gradients
+ *                      reaching them from other uses still go through
+ *                      batch_norm_stats' pullback): the backward is two
+ *                      passes instead of the five the chained ordinary
+ *                      ops take.
  *   batch_norm_stats:  dx = gmean / M + gvar 2 (x - mean) / M.
  *   batch_norm_grad:   the pullback of its expansion in ordinary ops
- *                      (batch_norm_grad_expand), taken by tgl_grad on
+ *                      (grad_expand), taken by tgl_grad on
  *                      placeholders standing for its inputs.
  * Everything but batch_norm_grad itself is ordinary graph ops
  * (elementwise, sums over the non-channel axes, dimshuffles), so
