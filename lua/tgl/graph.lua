@@ -792,13 +792,13 @@ end
 
 -- tgl.batch_norm_stats(x) -> mean, var: each channel's mean and biased
 -- variance, two (C) vectors of x's dtype, from one pass over x.  On arrays
--- it runs a small compiled function (one per dtype and rank, kept): the
--- op has two outputs, and an eager call of one op gives one.
+-- it runs a small compiled function, kept per dtype, rank and device
+-- setting: the op has two outputs, and an eager call of one op gives one.
 local stats_fns = {}
 function M.batch_norm_stats(x)
   x = bn_x('batch_norm_stats', x)
   if not is_var(x) then
-    local key = dt_of(x) .. ':' .. nd_of(x)
+    local key = dt_of(x) .. ':' .. nd_of(x) .. ':' .. tostring(config.device)
     local f = stats_fns[key]
     if not f then
       local v = M.tensor{ dtype = DTYPE_NAME[dt_of(x)], ndim = nd_of(x), name = 'x' }
