@@ -273,6 +273,26 @@ describe('tgl.batch_norm', function()
     S.assert_close(fdv, fr(x, w, b, vx, vw, vb), 1e-6, 1e-7, 'Rop')
   end)
 
+  it('runs in a whole step (f.fn{n_calls}) as in separate calls', function()
+    local x = tgl.shared(randn({ 8, 3, 4, 4 }), 'x')
+    local w0, wb0 = randn({ 3, 3, 1, 1 }) * 0.5, tgl.rand(3, { dtype = 'float64' }) + 0.5
+    local w, wb = tgl.shared(w0:clone(), 'w'), tgl.shared(wb0:clone(), 'wb')
+    local y, _, v = tgl.batch_norm(tgl.conv2d(x, w))
+    local y2 = tgl.batch_norm(y, wb, wb * 0.1)
+    local cost = tgl.sum(y2 * y2 * tgl.constant(randn({ 8, 3, 4, 4 }))) + tgl.sum(v)
+    local gw, gwb = unpack(tgl.grad(cost, { w, wb }))
+    local f = tgl.compile { inputs = {}, outputs = cost, updates = { { w, w - 0.01 * gw }, { wb, wb - 0.01 * gwb } } }
+    for _ = 1, 6 do f() end
+    local wa, wba = w:get_value():clone(), wb:get_value():clone()
+    w:set_value(w0:clone())
+    wb:set_value(wb0:clone())
+    f()
+    f.fn { n_calls = 5 }
+    S.assert_close(wa, w:get_value(), 0, 0, 'w')
+    S.assert_close(wba, wb:get_value(), 0, 0, 'wb')
+    assert.is_true(tgl.max(tgl.abs(wa - w0)):get() > 1e-4)
+  end)
+
   it('gives clear errors for bad inputs', function()
     local x = randn({ 4, 3 })
     local function err(f, pat)
