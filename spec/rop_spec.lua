@@ -539,6 +539,38 @@ case('conv2d_grad_weight', 'x (2,4,5,6), g (2,4,3,4), w (4,2,3,2)',
      ins(n_({ 2, 4, 5, 6 }), n_({ 2, 4, 3, 4 }), n_({ 4, 2, 3, 2 })),
      function(x, g, w) return raw('conv2d_grad_weight', { x, g, w }, CONV_P) end, { wrt = { 1, 2 } })
 
+-- batch normalisation: the training form (the batch's statistics: the
+-- stats op and the normalisation chained), the evaluation form (mean and
+-- var given), and the statistics alone (both outputs used)
+case('batch_norm', 'tgl.batch_norm (4,3) with weight and bias', ins(n_({ 4, 3 }), n_({ 3 }), n_({ 3 })),
+     function(x, w, b) return tgl.batch_norm(x, w, b) end)
+case('batch_norm', 'tgl.batch_norm (2,3,2,3), no affine, eps 0.1', ins(n_({ 2, 3, 2, 3 })),
+     function(x) return tgl.batch_norm(x, { eps = 0.1 }) end)
+case('batch_norm', 'given mean and var (3,2,4), weight and bias',
+     ins(n_({ 3, 2, 4 }), n_({ 2 }), pos_({ 2 }), n_({ 2 }), n_({ 2 })),
+     function(x, m, v, w, b) return tgl.batch_norm(x, w, b, { mean = m, var = v }) end)
+case('batch_norm_stats', '(3,2,4): mean * 2 + var^2', ins(n_({ 3, 2, 4 })),
+     function(x) local m, v = tgl.batch_norm_stats(x); return m * 2 + v * v end)
+case('batch_norm_stats', '(5,3): the variance alone', ins(n_({ 5, 3 })),
+     function(x) local _, v = tgl.batch_norm_stats(x); return v end)
+-- batch_norm_grad (built by batch_norm's pullback): its three outputs
+-- (dx, sum g, sum g (x - mean)) combined, with and without the weight
+local function bn_grad_out(args)
+  local node = raw('batch_norm_grad', args, { f = { 0.01 } })
+  local o = {}
+  for k = 0, 2 do
+    local out = ffi.new('tgl_node *[1]')
+    assert(C.tgl_node_output(core.ctx, node.n, k, out) == 0)
+    o[k + 1] = G.wrap_node(out[0])
+  end
+  return o[1] + (o[2] * 0.5 + o[3] * o[3]):dimshuffle { 'x', 1, 'x' }
+end
+case('batch_norm_grad', 'x, g (3,2,4), mean, var, weight',
+     ins(n_({ 3, 2, 4 }), n_({ 3, 2, 4 }), n_({ 2 }), pos_({ 2 }), n_({ 2 })),
+     function(x, g, m, v, w) return bn_grad_out({ x, g, m, v, w }) end)
+case('batch_norm_grad', 'x, g (4,2,3), mean, var', ins(n_({ 4, 2, 3 }), n_({ 4, 2, 3 }), n_({ 2 }), pos_({ 2 })),
+     function(x, g, m, v) return bn_grad_out({ x, g, m, v }) end)
+
 -- Internal ops: not built from Lua; how each is covered.
 local INTERNAL = {
   output = 'multi-output nodes: covered by the scan tests (scan results are outputs)',

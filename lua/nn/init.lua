@@ -111,6 +111,7 @@ function Module:_var(field, key)
   end
   self._vars = self._vars or {}
   key = key or field
+  nn._borrowed(self, field, a)
   local s = self._vars[key]
   if s and rawequal(s.arr, a) then return s.var end
   local dev = tgl.config.device
@@ -479,19 +480,28 @@ function nn._check_input(fn)
 end
 function nn._is_model_input(x) return building ~= nil and rawequal(building.x, x) end
 
+-- Every field a build borrows through Module:_var (parameters, and state
+-- such as batch normalisation's running statistics): a compiled function
+-- is rebuilt when one of them holds another array (still_valid), as it is
+-- for parameters.
+function nn._borrowed(m, field, a)
+  if building then building.borrowed[#building.borrowed + 1] = { m, field, a } end
+end
+
 -- Builds model's graph for the symbolic input x (input: the concrete
 -- array it stands for, or nil): returns {y = symbolic output,
 -- rec = the inner modules' records (nn._record), hooks = functions to
 -- run before each forward call, updates = the modules' state updates,
--- checks = functions of the input array to run before each call}.
+-- checks = functions of the input array to run before each call,
+-- borrowed = {module, field, array} of every field borrowed}.
 -- Every compiled function of a model (forward, backward, nn.compile's
 -- step) builds its graph here.  Errors are raised at the user's line.
 function nn._build(model, x, input)
   recording, path = {}, {}
-  building = { x = x, input = input, hooks = {}, updates = {}, checks = {} }
+  building = { x = x, input = input, hooks = {}, updates = {}, checks = {}, borrowed = {} }
   local ok, y = pcall(model.graph, model, x)
   local b = { y = y, rec = recording, hooks = building.hooks, updates = building.updates,
-              checks = building.checks }
+              checks = building.checks, borrowed = building.borrowed }
   recording, building, path = nil, nil, {}
   if not ok then nn._raise(y) end
   return b
@@ -559,6 +569,7 @@ function Module:_function(kind, input, gradOutput)
   local slots = self:_paramSlots()
   local params = {}
   for _, s in ipairs(slots) do params[#params + 1] = { s[1], s[2], s[1][s[2]] } end
+  for _, s in ipairs(b.borrowed) do params[#params + 1] = s end
   c = { params = params, rec = rec, x = x, hooks = hooks, checks = b.checks, gen = nn._generation }
   local name = nn.type(self):gsub('^nn%.', 'nn_') .. '_' .. kind
   if kind == 'forward' then
@@ -842,5 +853,6 @@ require('nn.spatial')(nn)
 require('nn.optim')(nn)
 require('nn.compile')(nn)
 require('nn.recurrent')(nn)
+require('nn.normalization')(nn)
 
 return nn

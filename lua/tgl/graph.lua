@@ -66,6 +66,7 @@ M.INTERNAL_OPS = {
   max_pool2d_grad = "max_pool2d's pullback (and the gather's)",
   avg_pool2d_grad = "avg_pool2d's pullback",
   max_pool2d_gather = "max_pool2d's tangent: the pullback of max_pool2d_grad",
+  batch_norm_grad = "batch_norm's pullback in the training form (tgl.grad of tgl.batch_norm)",
 }
 
 -- Op ids by name, looked up once.
@@ -776,6 +777,101 @@ local function pool2d(opname, avg)
 end
 M.max_pool2d = pool2d('max_pool2d', false)
 M.avg_pool2d = pool2d('avg_pool2d', true)
+
+-- Batch normalisation (engine/ops/batch_norm.c): x is (N, C) or (N, C, ...)
+-- up to 5-d, channels on axis 2 (1-based), statistics over every other
+-- axis.
+local function bn_x(fname, x)
+  x = floaty(fname, tensorize(fname, x))
+  local nd = nd_of(x)
+  if nd < 2 or nd > 5 then
+    argerror(fname, 'takes a 2-d (N, C) to 5-d (N, C, D, H, W) input, got %d-d', nd)
+  end
+  return x
+end
+
+-- tgl.batch_norm_stats(x) -> mean, var: each channel's mean and biased
+-- variance, two (C) vectors of x's dtype, from one pass over x.  On arrays
+-- it runs a small compiled function, kept per dtype, rank and device
+-- setting: the op has two outputs, and an eager call of one op gives one.
+local stats_fns = {}
+function M.batch_norm_stats(x)
+  x = bn_x('batch_norm_stats', x)
+  if not is_var(x) then
+    local key = dt_of(x) .. ':' .. nd_of(x) .. ':' .. tostring(config.device)
+    local f = stats_fns[key]
+    if not f then
+      local v = M.tensor{ dtype = DTYPE_NAME[dt_of(x)], ndim = nd_of(x), name = 'x' }
+      local m, s = M.batch_norm_stats(v)
+      f = require('tgl.function').compile{ inputs = { v }, outputs = { m, s } }
+      stats_fns[key] = f
+    end
+    return f(x)
+  end
+  C.tgl_graph_maybe_collect(ctx_raw)
+  local ins = node_list(1)
+  ins[0] = x.n
+  local out = out_node()
+  check(C.tgl_apply(core.ctx, OP.batch_norm_stats, 1, ins, nil, user_source(), out),
+        'batch_norm_stats')
+  local node = wrap_node(out[0])
+  local r = {}
+  for k = 0, 1 do
+    local o = out_node()
+    check(C.tgl_node_output(core.ctx, node.n, k, o), 'batch_norm_stats')
+    r[k + 1] = wrap_node(o[0])
+  end
+  return r[1], r[2]
+end
+
+-- tgl.batch_norm(x [, weight, bias] [, {eps=1e-5, mean=, var=}]):
+-- y = (x - mean) / sqrt(var + eps) * weight + bias, the (C) vectors along
+-- axis 2.  Without mean and var (training): the batch's statistics, and
+-- the result is y, mean, var (var biased).  With them (evaluation, e.g.
+-- running statistics): y alone.  weight and bias go together (both or
+-- neither).  Vectors of another float dtype are cast to x's, and a
+-- float64 vector makes everything float64, as arithmetic promotes.
+local BN_OPTS = { eps = 'number', mean = 'any', var = 'any' }
+function M.batch_norm(x, w, b, opts)
+  if opts == nil and type(w) == 'table' and not is_var(w) and not is_array(w) and b == nil then
+    w, opts = nil, w
+  end
+  opts = core.check_options('batch_norm', opts, BN_OPTS)
+  x = bn_x('batch_norm', x)
+  if (w == nil) ~= (b == nil) then
+    argerror('batch_norm', 'takes weight and bias together (both or neither), got %s',
+             w == nil and 'a bias alone' or 'a weight alone')
+  end
+  local eps = opts.eps == nil and 1e-5 or opts.eps
+  if not (eps >= 0) then argerror('batch_norm', 'eps must be >= 0, got %s', tostring(eps)) end
+  if (opts.mean == nil) ~= (opts.var == nil) then
+    argerror('batch_norm', 'takes the options mean and var together (both or neither)')
+  end
+  local args = { x, opts.mean, opts.var, w, b }
+  local names = { 'x', 'mean', 'var', 'weight', 'bias' }
+  for k = 2, 5 do
+    if args[k] ~= nil then
+      args[k] = floaty('batch_norm', tensorize('batch_norm', args[k]))
+      if nd_of(args[k]) ~= 1 then
+        argerror('batch_norm', '%s must be a 1-d vector (one entry per channel), got %d-d',
+                 names[k], nd_of(args[k]))
+      end
+    end
+  end
+  local dt = dt_of(x)
+  for k = 2, 5 do if args[k] ~= nil and dt_of(args[k]) == DT_FLOAT64 then dt = DT_FLOAT64 end end
+  for k = 1, 5 do
+    if args[k] ~= nil and dt_of(args[k]) ~= dt then args[k] = M.cast(args[k], DTYPE_NAME[dt]) end
+  end
+  local mean, var = args[2], args[3]
+  local given = mean ~= nil
+  if not given then mean, var = M.batch_norm_stats(args[1]) end
+  local ins = { args[1], mean, var }
+  if w ~= nil then ins[4], ins[5] = args[4], args[5] end
+  local y = apply('batch_norm', 'batch_norm', ins, #ins, { f = { eps } })
+  if given then return y end
+  return y, mean, var
+end
 
 -- Cross-entropy of probabilities p (rows) against integer labels
 -- (1-based, one per row) or one-hot/probability targets of p's shape.

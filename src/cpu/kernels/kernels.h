@@ -36,6 +36,9 @@ extern const tgl_op_kernel tgl_cpu_kernel_conv2d, tgl_cpu_kernel_conv2d_grad_inp
     tgl_cpu_kernel_conv2d_grad_weight;
 /* pool.c */
 extern const tgl_op_kernel tgl_cpu_kernel_pool2d, tgl_cpu_kernel_pool2d_grad;
+/* batch_norm.c */
+extern const tgl_op_kernel tgl_cpu_kernel_batch_norm, tgl_cpu_kernel_batch_norm_stats,
+    tgl_cpu_kernel_batch_norm_grad;
 
 /* The kernel of op on the CPU, or NULL (views, inner programs, fused
  * programs): the CPU backend's op_kernel. */

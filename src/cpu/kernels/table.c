@@ -38,6 +38,9 @@
 #define CPU_KERNEL_conv2d_grad_weight &tgl_cpu_kernel_conv2d_grad_weight
 #define CPU_KERNEL_pool2d &tgl_cpu_kernel_pool2d
 #define CPU_KERNEL_pool2d_grad &tgl_cpu_kernel_pool2d_grad
+#define CPU_KERNEL_batch_norm &tgl_cpu_kernel_batch_norm
+#define CPU_KERNEL_batch_norm_stats &tgl_cpu_kernel_batch_norm_stats
+#define CPU_KERNEL_batch_norm_grad &tgl_cpu_kernel_batch_norm_grad
 #define CPU_KERNEL_ifelse NULL        /* a view (compiled to jumps) */
 #define CPU_KERNEL_scan NULL          /* an inner program (exec_inner) */
 #define CPU_KERNEL_output NULL        /* runs nothing: its node's instruction writes it */

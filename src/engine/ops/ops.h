@@ -3,7 +3,7 @@
  * X-macro: id, Lua name, implementation, shape rule, Rop rule, one-line
  * synopsis); ids, names, the dispatch table and the op properties all come
  * from it.  Each family file (elemwise.c, reduce.c, blas.c, gemm.c, shape.c,
- * subtensor.c, nnet.c, classxent.c, conv.c, pool.c, control.c, fused.c) defines one
+ * subtensor.c, nnet.c, classxent.c, conv.c, pool.c, batch_norm.c, control.c, fused.c) defines one
  * implementation (tgl_opimpl) per kind of op it owns, named tgl_impl_<impl>
  * (features define theirs: scan in src/scan, rop_direction in src/rop).
  *
@@ -253,6 +253,13 @@ typedef enum tgl_push_kind {
       "dx = gout / count spread over each window (x read for its shape): avg_pool2d's pullback")    \
     _(MAX_POOL2D_GATHER, "max_pool2d_gather", pool2d_grad, SHAPES, LINEAR(ALL_BUT0),                \
       "y = h (x's shape) at each window's argmax of x: max_pool2d's tangent")                       \
+    /* batch normalisation (batch_norm.c): channels on axis 1; batch_norm's p.f[0] = eps */        \
+    _(BATCH_NORM, "batch_norm", batch_norm, SHAPES, PULLBACK,                                       \
+      "y = (x - mean) / sqrt(var + eps) * w + b, the (C) vectors along axis 1 (w, b optional)")     \
+    _(BATCH_NORM_STATS, "batch_norm_stats", batch_norm_stats, SHAPES, PULLBACK,                     \
+      "mean, var = x's mean and biased variance over every axis but 1 (two (C) outputs)")           \
+    _(BATCH_NORM_GRAD, "batch_norm_grad", batch_norm_grad, SHAPES, PULLBACK,                        \
+      "dx, Sg, Sgx = batch_norm's training-form pullback: dx through the batch statistics, sums")   \
     /* control */                                                                                   \
     _(IFELSE, "ifelse", ifelse, RUN, LINEAR(ALL_BUT0), "y = c ? a : b, computing only the branch taken") \
     /* loops (src/scan): the layout and the body are the payload */                                 \
