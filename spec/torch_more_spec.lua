@@ -51,6 +51,15 @@ local function raises(f, pattern)
   return e
 end
 
+describe("require 'nn'", function()
+  it('sets the globals nn and torch, as Torch7 does (scripts use them without locals)', function()
+    local out, err, code = S.run_process("require 'nn'; io.write(type(nn), ' ', type(torch), ' ', "
+      .. "torch.type(nn.Linear(2, 3)), ' ', torch.type(torch.Tensor(1)))\n")
+    assert.equals(0, code, err)
+    assert.equals('table table nn.Linear torch.DoubleTensor', out)
+  end)
+end)
+
 describe('torch products', function()
   local A = torch.Tensor({ { 1, 2, 3 }, { 4, 5, 6 } })            -- 2x3
   local B = torch.Tensor({ { 1, -1 }, { 2, 0.5 }, { -3, 4 } })     -- 3x2

@@ -578,4 +578,8 @@ require('nn.criterions')(nn)
 require('nn.spatial')(nn)
 require('nn.stochastic_gradient')(nn)
 
+-- As Torch7's: `require 'nn'` loads torch (the global `torch`) and sets
+-- the global `nn`, which Torch7 scripts use without a local.
+require 'torch'
+_G.nn = nn
 return nn
