@@ -49,14 +49,18 @@ peer_check_args
 [[ "$batches" =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] || { echo "bench/run nn: --batches needs sizes like 1,10,60" >&2; exit 2; }
 awk -v s="$budget" 'BEGIN { exit !(s + 0 >= 0) }' || { echo "bench/run nn: --budget needs seconds" >&2; exit 2; }
 
-# Torch7: bench/peers/torch7.sh finds it (TORCH7_PREFIX or PATH); it runs
-# the script with `torch7.sh --lua FILE ARGS`, or with the interpreter it
-# names where that torch7.sh has no --lua.
+# Torch7: bench/peers/torch7.sh finds it (TORCH7_PREFIX, or th / luajit
+# with nn on PATH) and runs the script (`torch7.sh --lua FILE ARGS`).  For a
+# torch7.sh that predates TORCH7_PREFIX or --lua, t7env puts the prefix's
+# Lua paths in the environment of the Torch7 commands only (tgl puts its
+# own lua/ first anyway) and the interpreter torch7.sh names runs the file.
 T7=$here/peers/torch7.sh
-t7_run() {
-  if grep -q -- '--lua)' "$T7"; then "$T7" --lua "$@"
-  else "$("$T7" --version | awk '{print $1}')" "$@"; fi
-}
+t7env=(env)
+if [ -n "${TORCH7_PREFIX:-}" ] && ! grep -q TORCH7_PREFIX "$T7"; then
+  p=$TORCH7_PREFIX
+  t7env+=("LUA_PATH=$p/share/lua/5.1/?.lua;$p/share/lua/5.1/?/init.lua;$p/lua/?.lua;$p/lua/?/init.lua;${LUA_PATH:-;}"
+          "LUA_CPATH=$p/lib/lua/5.1/?.so;$p/lib/?.so;${LUA_CPATH:-;}" "PATH=$p/bin:$PATH")
+fi
 
 mkdir -p "$out"
 data=$here/.data
@@ -66,8 +70,8 @@ for s in $systems; do
   case "$s" in
     tgl|t7script) version[$s]=$("$TGL" -v | head -1 | awk '{print $2}') ;;
     torch) v=$(pyver "$PY_DEB" torch); [ -n "$v" ] && version[torch]=$v || missing[torch]="python3-torch not installed (bench/peers/install.sh)" ;;
-    torch7) if v=$("$T7" --version 2>/dev/null); then version[torch7]=$v
-            else missing[torch7]=$("$T7" --why 2>&1 || true); fi ;;
+    torch7) if v=$("${t7env[@]}" "$T7" --version 2>/dev/null); then version[torch7]=$v
+            else missing[torch7]=$("${t7env[@]}" "$T7" --why 2>&1 || true); fi ;;
     *) echo "bench/run nn: unknown system '$s' (known: torch7 t7script tgl torch)" >&2; exit 2 ;;
   esac
 done
@@ -80,7 +84,9 @@ run_one() {   # system model threads
   local s=$1 m=$2 t=$3 cmd
   local t7args=(-model "$m" -batches "$batches" -threads "$t" -budget "$budget" -repeats "$repeats" -mintime "$min_time")
   case "$s" in
-    torch7) cmd=(t7_run "$here/peers/nn_torch7.lua" "${t7args[@]}") ;;
+    torch7) if grep -q -- '--lua)' "$T7"; then cmd=("${t7env[@]}" "$T7" --lua)
+            else cmd=("${t7env[@]}" "$("${t7env[@]}" "$T7" --version | awk '{print $1}')"); fi
+            cmd+=("$here/peers/nn_torch7.lua" "${t7args[@]}") ;;
     t7script) cmd=("$TGL" "$here/peers/nn_torch7.lua" "${t7args[@]}" -system tgl -variant t7script) ;;
     tgl) cmd=("$TGL" "$here/nn.lua" --models "$m" --batches "$batches" --threads "$t" --budget "$budget"
               --repeats "$repeats" --min-time "$min_time") ;;
