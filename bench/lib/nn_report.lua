@@ -105,6 +105,9 @@ for _, k in ipairs(meta_order) do
   if s == 'torch7' or s == 'torch' then peers[#peers + 1] = (s == 'torch' and 'PyTorch ' or 'Torch7: ') .. meta[k] end
 end
 w('- Peers: ', #peers > 0 and table.concat(peers, ', ') or 'none')
+if meta.torch7_prefix then
+  w('- Torch7 from `TORCH7_PREFIX=', meta.torch7_prefix, '`', meta.torch7_commits and (' (' .. meta.torch7_commits .. ')') or '')
+end
 for _, k in ipairs(meta_order) do
   local s = k:match('^missing%.(.+)$')
   if s then w('- Missing: **', s, '** — ', meta[k]) end
@@ -116,6 +119,15 @@ if meta.load_before then
     meta.load_max and ('; highest 1-min figure seen between processes: ' .. meta.load_max) or '',
     meta.run_seconds and ('; the run took ' .. meta.run_seconds .. ' s') or '',
     ' (other work on the machine skews the figures, the 2-thread ones most)')
+end
+local cores = tonumber((meta.cpu or ''):match('%((%d+) cores'))
+local lmax = math.max(tonumber((meta.load_before or ''):match('^%S+')) or 0, tonumber(meta.load_max) or 0)
+if cores and lmax > cores then
+  w('')
+  w(('**The machine was busy**: a load average up to %s on %d cores, so the processes timed here shared '):format(
+    tostring(lmax), cores), 'the cores with others. The figures say what this run saw, not what each system does on an idle ',
+    'machine; the 2-thread ones least of all (a system whose threads spin waiting for each other, as OpenMP ',
+    'pools do, loses most when a core is taken away). Trust a ratio only without **!** and **≈**.')
 end
 w('')
 w('Ratios are of medians: **script/T7** the Torch7 script on tgl over Torch7; **compile/T7** ',

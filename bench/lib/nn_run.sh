@@ -78,7 +78,11 @@ done
 run_systems=()
 for s in $systems; do [ -z "${version[$s]:-}" ] || run_systems+=("$s"); done
 peer_write_meta
-{ echo "budget,$budget"; echo "batches,$batches"; } >> "$meta"
+{ echo "budget,$budget"; echo "batches,$batches"
+  if [ -n "${TORCH7_PREFIX:-}" ]; then
+    echo "torch7_prefix,$TORCH7_PREFIX"
+    [ -r "$TORCH7_PREFIX/COMMITS" ] && echo "torch7_commits,$(tr ',\n' '; ' < "$TORCH7_PREFIX/COMMITS" | sed 's/ *$//')"
+  fi; } >> "$meta"
 
 run_one() {   # system model threads
   local s=$1 m=$2 t=$3 cmd
