@@ -32,6 +32,15 @@ return function(nn)
 
   local ARGS = { model = true, criterion = true, optimizer = true }
 
+  -- A number per object (a criterion's weights array), for cache keys:
+  -- tostring of an array prints its values.
+  local ids, next_id = setmetatable({}, { __mode = 'k' }), 0
+  local function id(o)
+    if o == nil then return 'nil' end
+    if not ids[o] then next_id = next_id + 1; ids[o] = next_id end
+    return tostring(ids[o])
+  end
+
   function nn.compile(args)
     if type(args) ~= 'table' then
       nn._raise(('nn.compile: expected a table {model=, criterion=, optimizer=}, got %s'):format(type(args)))
@@ -59,6 +68,12 @@ return function(nn)
     if opt._model and not rawequal(opt._model, model) then
       nn._raise('nn.compile: this optimizer already trains another model (make one optimizer per model)')
     end
+    -- the state exists from here on (a trainer may save or restore it
+    -- before the first step); a momentum turned on later adds its buffers
+    -- at the next step
+    local arrays = {}
+    for i, s in ipairs(model:_paramSlots()) do arrays[i] = s[1][s[2]] end
+    opt:_state_for(arrays, opt:_config('nn.compile'), 'nn.compile')
     opt._model = model
     return setmetatable({ model = model, criterion = crit, optimizer = opt, _graphs = {} }, Step)
   end
@@ -113,7 +128,7 @@ return function(nn)
     local crit, opt = self.criterion, self.optimizer
     local def = nn.optim._defs[opt.name]
     local key = kind .. ':' .. shape_key(t) .. ':' .. tostring(crit.sizeAverage) .. ':'
-                .. tostring(rawget(crit, 'weights'))
+                .. id(rawget(crit, 'weights'))
     if kind == 'step' then key = key .. ':' .. opt.name .. ':' .. def.shape(c) end
     local f = e.fns[key]
     if f and kind == 'step' then
