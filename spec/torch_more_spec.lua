@@ -248,6 +248,24 @@ describe('torch.save / torch.load', function()
     assert.equals(42, torch.load(dir .. '/n.t7'))
   end)
 
+  it('views (a transpose, a narrow, getParameters\' flat tensors) save their values', function()
+    local a = torch.randn(3, 4)
+    local m = nn.Sequential():add(nn.Linear(3, 2)):double()
+    local flat = m:getParameters()
+    torch.save(dir .. '/views.t7', { t = a:t(), n = a:narrow(2, 2, 2), flat = flat, m = m })
+    local o = torch.load(dir .. '/views.t7')
+    S.assert_close(a:t():contiguous(), o.t, 0, 0)
+    S.assert_close(a:narrow(2, 2, 2):contiguous(), o.n, 0, 0)
+    S.assert_close(flat, o.flat, 0, 0)
+    local x = torch.randn(2, 3)
+    S.assert_close(m:forward(x), o.m:forward(x), 0, 0)
+    -- the loaded flat tensor is its own array: the loaded model's weights do not follow it
+    o.flat:fill(0)
+    assert.is_true(o.m.modules[1].weight:abs():max():get() > 0)
+    local flat2 = o.m:getParameters()                  -- and getParameters works on a loaded model
+    S.assert_close(flat, flat2, 0, 0)
+  end)
+
   it('the same object always gives the same file', function()
     local obj = { b = 2, a = 1, c = { z = 1, y = 2, [1] = 3 } }
     torch.save(dir .. '/d1.t7', obj)
