@@ -327,75 +327,34 @@ f:close()
 print(table.concat(out, '\n'))
 
 -- The chart: one panel per (threads, model); groups = batch sizes; one bar
--- per system variant; log scale.
-local PW, PH, ML, MT, MB = 430, 250, 56, 34, 38
-local ncol, nrow = #models, #threads_list
-local W = ncol * (PW + 20) + 20
-local legend_rows = math.ceil(#systems / 5)
-local H = nrow * (PH + MT + MB) + 40 + legend_rows * 20 + 20
-local doc = svg.new(W, H)
-doc:text(W / 2, 22, 'Training speed, examples/s (log scale; higher is better)' ..
-         (has_spread and '; bars: median of the repeats, whiskers: slowest–fastest' or ''),
-         { size = 15, anchor = 'middle', weight = 'bold' })
+-- per system variant; log scale (svg.bar_panels).
+local panels = {}
 for ti, t in ipairs(threads_list) do
   for mi, m in ipairs(models) do
-    local x0 = 20 + (mi - 1) * (PW + 20)
-    local y0 = 40 + (ti - 1) * (PH + MT + MB)
-    local lo, hi = math.huge, 0
+    local groups = {}
     for _, B in ipairs(batches) do
       local c = cell[t] and cell[t][m] and cell[t][m][B] or {}
-      for _, r in pairs(c) do lo = math.min(lo, r.eps_min); hi = math.max(hi, r.eps_max) end
-    end
-    if hi > 0 then
-      local d0, d1 = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
-      if d1 == d0 then d1 = d0 + 1 end
-      local px, py, pw, ph = x0 + ML, y0 + MT, PW - ML, PH - MT
-      local function Y(v) return py + ph - (math.log10(v) - d0) / (d1 - d0) * ph end
-      doc:text(x0 + PW / 2 + ML / 2, y0 + 18, ('%s — %d thread%s'):format(common.MODEL_LABEL[m], t, t == 1 and '' or 's'),
-               { size = 13, anchor = 'middle', weight = 'bold' })
-      for d = d0, d1 do
-        local yy = Y(10 ^ d)
-        doc:line(px, yy, px + pw, yy, { stroke = '#ddd' })
-        doc:text(px - 6, yy + 4, fmt_rate(10 ^ d), { size = 10, anchor = 'end' })
-        if d < d1 then
-          for k = 2, 9 do local y2 = Y(k * 10 ^ d); doc:line(px, y2, px + pw, y2, { stroke = '#f2f2f2' }) end
+      local bars = {}
+      for si, s in ipairs(systems) do
+        local r = c[s]
+        if r then
+          bars[si] = { v = r.examples_per_s, min = r.eps_min, max = r.eps_max, color = COLOR[s],
+                       title = ('%s, %s, batch %d, %d thread(s): %s examples/s%s'):format(
+                         label(s), m, B, t, fmt_rate(r.examples_per_s), has_spread and
+                         (' (%s–%s)'):format(fmt_rate(r.eps_min), fmt_rate(r.eps_max)) or '') }
         end
       end
-      doc:line(px, py + ph, px + pw, py + ph, { stroke = '#333' })
-      doc:line(px, py, px, py + ph, { stroke = '#333' })
-      local gw = pw / #batches
-      local bw = (gw - 10) / #systems
-      for bi, B in ipairs(batches) do
-        local gx = px + (bi - 1) * gw + 5
-        local c = cell[t] and cell[t][m] and cell[t][m][B] or {}
-        for si, s in ipairs(systems) do
-          local r = c[s]
-          if r then
-            local yy = Y(math.max(r.examples_per_s, 10 ^ d0))
-            doc:rect(gx + (si - 1) * bw, yy, math.max(1, bw - 0.5), py + ph - yy,
-                     { fill = COLOR[s] or '#444', title = ('%s, %s, batch %d, %d thread(s): %s examples/s%s'):format(
-                       label(s), m, B, t, fmt_rate(r.examples_per_s), has_spread and
-                       (' (%s–%s)'):format(fmt_rate(r.eps_min), fmt_rate(r.eps_max)) or '') })
-            if has_spread and r.eps_max > r.eps_min then      -- the slowest–fastest repeat
-              local xc = gx + (si - 0.5) * bw
-              local y1, y2 = Y(math.max(r.eps_min, 10 ^ d0)), Y(r.eps_max)
-              doc:line(xc, y1, xc, y2, { stroke = '#222' })
-              doc:line(xc - bw / 4, y2, xc + bw / 4, y2, { stroke = '#222' })
-              doc:line(xc - bw / 4, y1, xc + bw / 4, y1, { stroke = '#222' })
-            end
-          end
-        end
-        doc:text(gx + (gw - 10) / 2, py + ph + 14, 'batch ' .. B, { size = 11, anchor = 'middle' })
-      end
+      groups[#groups + 1] = { label = 'batch ' .. B, bars = bars }
     end
+    panels[#panels + 1] = { col = mi, row = ti, groups = groups,
+                            title = ('%s — %d thread%s'):format(common.MODEL_LABEL[m], t, t == 1 and '' or 's') }
   end
 end
-local ly = H - legend_rows * 20 - 10
-for i, s in ipairs(systems) do
-  local lx = 30 + ((i - 1) % 5) * ((W - 60) / 5)
-  local yy = ly + math.floor((i - 1) / 5) * 20
-  doc:rect(lx, yy - 10, 12, 12, { fill = COLOR[s] or '#444' })
-  doc:text(lx + 17, yy, label(s), { size = 12 })
-end
-doc:save(svg_path)
+local legend = {}
+for i, s in ipairs(systems) do legend[i] = { label(s), COLOR[s] } end
+svg.bar_panels(svg_path, {
+  title = 'Training speed, examples/s (log scale; higher is better)' ..
+          (has_spread and '; bars: median of the repeats, whiskers: slowest–fastest' or ''),
+  ncol = #models, nrow = #threads_list, nbars = #systems, fmt = fmt_rate, whiskers = has_spread,
+  panels = panels, legend = legend })
 print(('\nwrote %s, %s'):format(md_path, svg_path))

@@ -854,5 +854,10 @@ require('nn.optim')(nn)
 require('nn.compile')(nn)
 require('nn.recurrent')(nn)
 require('nn.normalization')(nn)
+require('nn.stochastic_gradient')(nn)
 
+-- As Torch7's: `require 'nn'` loads torch (the global `torch`) and sets
+-- the global `nn`, which Torch7 scripts use without a local.
+require 'torch'
+_G.nn = nn
 return nn

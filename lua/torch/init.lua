@@ -540,6 +540,188 @@ method('type', function(a, name)
 end)
 method('typeAs', function(a, b) need_array(':typeAs', b, 'the argument'); return converter(b.dtype)(a) end)
 
+-- ---------------------------------------------------------------------------
+-- matrix products: mm, mv, addmm, addmv, addr (Torch7's argument forms).
+--   torch.addmm([res,] [v1,] M, [v2,] mat1, mat2)   res = v1*M + v2*(mat1 mat2)
+--   M:addmm(mat1, mat2)                M = M + mat1 mat2
+--   r:addmm(M, mat1, mat2) ; r:addmm([v1,] [M,] v2, mat1, mat2) ...
+-- A method's one number is v2 (Torch7's rule: its v1 is then 1); two are
+-- v1 and v2.  The result is computed first and then written into res (so
+-- res may be M or one of the factors), resized to the result's shape.
+
+local PRODUCTS = {
+  addmm = { dims = { 2, 2, 2 }, what = 'mat1, mat2 (2-d)' },
+  addmv = { dims = { 1, 2, 1 }, what = 'mat (2-d), vec2 (1-d)' },
+  addr = { dims = { 2, 1, 1 }, what = 'vec1, vec2 (1-d)' },
+}
+
+local function product(name, a, b)
+  if name == 'addr' then
+    return relay(G.mul, relay(G.reshape, a, { a:size(1), 1 }), relay(G.reshape, b, { 1, b:size(1) }))
+  end
+  return relay(G.dot, a, b)
+end
+
+-- Checks the factors' dims and sizes; returns the product's shape.
+local function product_shape(fname, name, a, b)
+  local d = PRODUCTS[name].dims
+  if a:dim() ~= d[2] or b:dim() ~= d[3] then
+    err(fname, 'expected %s, got %d-d and %d-d tensors', PRODUCTS[name].what, a:dim(), b:dim())
+  end
+  if name == 'addr' then return { a:size(1), b:size(1) } end
+  if a:size(2) ~= b:size(1) then
+    err(fname, 'size mismatch: %s times %s', table.concat(a:shape(), 'x'), table.concat(b:shape(), 'x'))
+  end
+  if name == 'addmv' then return { a:size(1) } end
+  return { a:size(1), b:size(2) }
+end
+
+-- Writes value into res, resizing res to value's shape first if needed.
+local function store_resized(res, value)
+  local same = res:dim() == value:dim()
+  for k = 1, value:dim() do if same and res:size(k) ~= value:size(k) then same = false end end
+  if not same then res:resize(value:shape()) end
+  return store(res, value)
+end
+
+-- v1*M + v2*(a b), M may be nil.
+local function combine(fname, name, v1, M, v2, a, b)
+  local shape = product_shape(fname, name, a, b)
+  local p = product(name, a, b)
+  if v2 ~= 1 then p = relay(G.mul, p, v2) end
+  if M == nil then return p end
+  if M:dim() ~= #shape then
+    err(fname, 'the added tensor is %d-d, the product %d-d', M:dim(), #shape)
+  end
+  for k, n in ipairs(shape) do
+    if M:size(k) ~= n then
+      err(fname, 'the added tensor is %s, the product %s', table.concat(M:shape(), 'x'), table.concat(shape, 'x'))
+    end
+  end
+  if v1 ~= 1 then M = relay(G.mul, M, v1) end
+  return relay(G.add, M, p)
+end
+
+-- Splits an argument list into its tensors and the numbers before each.
+local function split_args(fname, ...)
+  local ts, nums, pending = {}, {}, {}
+  for i = 1, select('#', ...) do
+    local x = select(i, ...)
+    if core.is_array(x) then
+      ts[#ts + 1] = x
+      nums[#ts] = pending
+      pending = {}
+    elseif type(x) == 'number' then
+      pending[#pending + 1] = x
+    else
+      err(fname, 'argument %d must be a number or a tensor, got %s', i, type(x))
+    end
+  end
+  if #pending > 0 then err(fname, 'a number after the last tensor') end
+  return ts, nums
+end
+
+for name in pairs(PRODUCTS) do
+  local mname, fname = ':' .. name, 'torch.' .. name
+  -- method: self:addmm([v1,] [M=self,] [v2,] a, b)
+  method(name, function(self, ...)
+    need_array(mname, self, 'self')
+    local ts, nums = split_args(mname, ...)
+    local v1, M, v2 = 1, self, 1
+    if #ts == 3 then
+      M = ts[1]
+      if #nums[1] > 1 or #nums[2] > 1 or #nums[3] > 0 then err(mname, 'expected ([v1,] M, [v2,] a, b)') end
+      v1, v2 = nums[1][1] or 1, nums[2][1] or 1
+    elseif #ts == 2 then
+      local n = nums[1]
+      if #nums[2] > 0 or #n > 2 then err(mname, 'expected ([v1,] [v2,] a, b)') end
+      if #n == 2 then v1, v2 = n[1], n[2] elseif #n == 1 then v2 = n[1] end
+    else
+      err(mname, 'expected ([v1,] [M,] [v2,] a, b): 2 or 3 tensors, got %d', #ts)
+    end
+    return store_resized(self, combine(mname, name, v1, M, v2, ts[#ts - 1], ts[#ts]))
+  end)
+  -- function: torch.addmm([res,] [v1,] M, [v2,] a, b)
+  torch[name] = function(...)
+    local ts, nums = split_args(fname, ...)
+    local res
+    if #ts == 4 then
+      if #nums[1] > 0 then err(fname, 'expected ([res,] [v1,] M, [v2,] a, b)') end
+      res = table.remove(ts, 1); table.remove(nums, 1)
+    elseif #ts ~= 3 then
+      err(fname, 'expected ([res,] [v1,] M, [v2,] a, b): 3 or 4 tensors, got %d', #ts)
+    end
+    if #nums[1] > 1 or #nums[2] > 1 or #nums[3] > 0 then err(fname, 'expected ([res,] [v1,] M, [v2,] a, b)') end
+    local v = combine(fname, name, nums[1][1] or 1, ts[1], nums[2][1] or 1, ts[2], ts[3])
+    if res then return store_resized(res, v) end
+    return v:contiguous()
+  end
+end
+
+-- mm / mv: the plain products, torch.mm([res,] a, b) and res:mm(a, b).
+for name, base in pairs({ mm = 'addmm', mv = 'addmv' }) do
+  local mname, fname = ':' .. name, 'torch.' .. name
+  method(name, function(self, a, b)
+    need_array(mname, a, 'the first factor'); need_array(mname, b, 'the second factor')
+    return store_resized(self, combine(mname, base, 1, nil, 1, a, b))
+  end)
+  torch[name] = function(r, a, b)
+    if b == nil then r, a, b = nil, r, a end
+    need_array(fname, a, 'the first factor'); need_array(fname, b, 'the second factor')
+    local v = combine(fname, base, 1, nil, 1, a, b)
+    if r then need_array(fname, r, 'the result'); return store_resized(r, v) end
+    return v
+  end
+end
+
+-- ---------------------------------------------------------------------------
+-- random fills (tgl's generator, seeded by torch.manualSeed): in place.
+--   t:uniform([a=0, b=1])  t:normal([mean=0, std=1])  t:random(a, b | b)
+
+local function is_float(a) return a.dtype == 'float32' or a.dtype == 'float64' end
+method('uniform', function(a, lo, hi)
+  lo, hi = lo or 0, hi or 1
+  if type(lo) ~= 'number' or type(hi) ~= 'number' then err(':uniform', 'expected ([a, b]) numbers') end
+  return store(a, relay(tgl.rand, a:shape(), { dtype = is_float(a) and a.dtype or 'float64', low = lo, high = hi }))
+end)
+method('normal', function(a, mean, std)
+  mean, std = mean or 0, std or 1
+  if type(mean) ~= 'number' or type(std) ~= 'number' or std < 0 then
+    err(':normal', 'expected ([mean, std]) numbers, std >= 0')
+  end
+  return store(a, relay(tgl.randn, a:shape(), { dtype = is_float(a) and a.dtype or 'float64', mean = mean, std = std }))
+end)
+-- t:random(a, b): integers uniform in a..b; t:random(b): in 1..b.
+method('random', function(a, lo, hi)
+  if hi == nil then lo, hi = 1, lo end
+  if not is_int(lo) or not is_int(hi) or lo > hi then
+    err(':random', 'expected integer bounds a <= b, got %s, %s', tostring(lo), tostring(hi))
+  end
+  local u = relay(tgl.rand, a:shape(), { dtype = 'float64' })
+  local v = relay(G.add, relay(G.floor, relay(G.mul, u, hi - lo + 1)), lo)
+  -- rand is in [0, 1): floor(u * n) < n, except by rounding at u near 1
+  v = relay(G.minimum, v, hi)
+  return store(a, v)
+end)
+
+-- torch.randperm(n [, type]): a random permutation of 1..n (default type).
+function torch.randperm(n, tname)
+  if not is_int(n) or n < 1 then err('torch.randperm', 'expected a positive integer, got %s', tostring(n)) end
+  local dt = tname and TYPES[tname] or default_dtype()
+  if tname and not TYPES[tname] then err('torch.randperm', 'unknown tensor type %s', tostring(tname)) end
+  -- Fisher-Yates over uniforms drawn from tgl's generator
+  local u = relay(tgl.rand, n, { dtype = 'float64' }):totable()
+  local p = {}
+  for i = 1, n do p[i] = i end
+  for i = n, 2, -1 do
+    local j = math.min(i, math.floor(u[i] * i) + 1)
+    p[i], p[j] = p[j], p[i]
+  end
+  return relay(tgl.array, p, dt)
+end
+
+require('torch.serialize')(torch, { err = err, TYPES = TYPES })
+
 -- The names this module added to the arrays' methods (doc/torch7.md).
 torch.added_methods = added
 
