@@ -14,7 +14,8 @@
 -- This file: the class helper, nn.Module (the compile cache) and
 -- nn.Criterion.  The layers are in nn/layers.lua, the containers in
 -- nn/containers.lua, the criterions in nn/criterions.lua, the spatial
--- (convolution and pooling) modules in nn/spatial.lua.
+-- (convolution and pooling) modules in nn/spatial.lua, the table modules
+-- (JoinTable, SplitTable, CAddTable, ...) in nn/tables.lua.
 local tgl = require 'tgl'
 local core = require 'tgl.core'
 
@@ -243,6 +244,92 @@ function Module:float() return self:type('float32') end
 function Module:double() return self:type('float64') end
 
 -- ---------------------------------------------------------------------------
+-- tables of arrays
+--
+-- Torch7's modules take and give a tensor or a (nested) Lua table of
+-- tensors.  Here a value is flattened into its leaves (depth-first) and
+-- its structure: true for a leaf, a list of structures for a table.  The
+-- compiled functions take and give the leaves; the structure rebuilds
+-- the tables.
+
+local is_var = tgl.is_variable
+local C = core.C
+local node_list = core.ffi.typeof('tgl_node *[?]')
+local G = require 'tgl.graph'
+
+local function node_id(v) return tonumber(C.tgl_node_id(v.n)) end
+
+-- The leaves of v appended to leaves; returns v's structure.  what names
+-- v in errors ('the input', then 'the input[2]' inside).
+local function flatten(v, is_leaf, leaves, what)
+  if is_leaf(v) then leaves[#leaves + 1] = v; return true end
+  if type(v) ~= 'table' or getmetatable(v) ~= nil then
+    error(('%s must be an array, got %s'):format(what, nn.type(v)), 0)
+  end
+  if #v == 0 then error(what .. ' is an empty table (expected an array or a table of arrays)', 0) end
+  local s = {}
+  for i = 1, #v do s[i] = flatten(v[i], is_leaf, leaves, what .. '[' .. i .. ']') end
+  return s
+end
+
+-- The value of structure s from list[pos], list[pos + 1], ...; returns
+-- it and the next position.
+local function unflatten(s, list, pos)
+  pos = pos or 1
+  if s == true then return list[pos], pos + 1 end
+  local t = {}
+  for i = 1, #s do t[i], pos = unflatten(s[i], list, pos) end
+  return t, pos
+end
+
+local function same_structure(a, b)
+  if a == true or b == true then return a == b end
+  if #a ~= #b then return false end
+  for i = 1, #a do if not same_structure(a[i], b[i]) then return false end end
+  return true
+end
+
+-- 'an array', 'a table of 2 (an array, a table of 3 (...))'.
+local function describe(s)
+  if s == true then return 'an array' end
+  local parts = {}
+  for i = 1, #s do parts[i] = describe(s[i]) end
+  return ('a table of %d (%s)'):format(#s, table.concat(parts, ', '))
+end
+
+-- The cache key of an array or a table of arrays: every leaf's dtype
+-- and shape, in the table's structure.
+local function value_key(v)
+  if tgl.is_array(v) then return shape_key(v) end
+  local parts = {}
+  for i = 1, #v do parts[i] = value_key(v[i]) end
+  return '{' .. table.concat(parts, ',') .. '}'
+end
+
+-- exprs (a list of variables) with every from[k] replaced by to[k], all
+-- at once (a replacement is not searched again).
+local function replace(exprs, from, to)
+  local n, nr = #exprs, #from
+  if n == 0 or nr == 0 then return exprs end
+  local src, res = node_list(n), node_list(n)
+  for i = 1, n do src[i - 1] = exprs[i].n end
+  local f, t = node_list(nr), node_list(nr)
+  for i = 1, nr do f[i - 1] = from[i].n; t[i - 1] = to[i].n end
+  core.check(C.tgl_clone_replace(core.ctx, n, src, nr, f, t, res), 'nn')
+  local out = {}
+  for i = 1, n do out[i] = G.wrap_node(res[i - 1]) end
+  return out
+end
+
+-- v (a variable or a table of them) with the replacements made.
+local function replace_value(v, from, to)
+  if #from == 0 then return v end
+  local l = {}
+  local s = flatten(v, is_var, l, 'the value')
+  return (unflatten(s, replace(l, from, to)))
+end
+
+-- ---------------------------------------------------------------------------
 -- the compile cache
 
 -- Where the user called nn from: the first stack level outside tgl's rooms
@@ -267,11 +354,32 @@ function nn._raise(msg)
 end
 local raise = nn._raise
 
+-- What a module's graph takes: 'array' (most modules), 'table' (the
+-- table modules) or 'any' (containers, Identity).  nn._graph checks it
+-- before calling graph, so a table given where an array is expected is
+-- an error that names the module.
+Module._takes = 'array'
+
+local function first_line(m) return (tostring(m):gsub('\n.*', '')) end
+
+-- m:graph(x), after checking that x is what m takes.
+function nn._graph(m, x)
+  local takes = m._takes or 'array'
+  if takes == 'array' and type(x) == 'table' then
+    error(('%s: expected an array, got a table of %d'):format(first_line(m), #x), 0)
+  elseif takes == 'table' and type(x) ~= 'table' then
+    error(('%s: expected a table of arrays, got %s'):format(first_line(m),
+          is_var(x) and 'an array (' .. x.ndim .. '-d)' or type(x)), 0)
+  end
+  return m:graph(x)
+end
+
 -- Records each module inside a container while a model's graph is built
--- (containers call nn._record with the module's symbolic input and
--- output and its path, e.g. 'modules[2].modules[1]'), so forward can
--- fill every module's output field and backward every gradInput, as
--- Torch7 does, and a failure can name the module.
+-- (containers call nn._record with the module's symbolic output and
+-- input, each a variable or a table of them, and its path, e.g.
+-- 'modules[2].modules[1]'), so forward can fill every module's output
+-- field and backward every gradInput, as Torch7 does, and a failure can
+-- name the module.
 local recording = nil
 local path = {}
 function nn._record(m, y, x)
@@ -281,17 +389,45 @@ function nn._enter(i) path[#path + 1] = 'modules[' .. i .. ']' end
 function nn._leave() path[#path] = nil end
 
 -- While forward or backward builds a model's graph for a concrete input,
--- the symbolic input and that array: nn._shape_of(v) evaluates the shape
--- of an inner variable v once, at build time, for the modules whose
--- graph depends on it as Torch7's does (Reshape's batch rule counts the
--- input's elements).  Outside such a build (a user's model:graph(x)) it
+-- the symbolic input's leaves and the arrays they stand for:
+-- nn._shape_of(v) evaluates the shape of an inner variable v once, at
+-- build time, for the modules whose graph depends on it as Torch7's does
+-- (Reshape's batch rule counts the input's elements, SplitTable makes one
+-- output per slice).  Outside such a build (a user's model:graph(x)) it
 -- returns nil and the module falls back on the number of dimensions.
 local building = nil
 function nn._shape_of(v)
   if not building then return nil end
-  local f = tgl.compile { inputs = { building.x }, outputs = v:shape(), mode = 'FAST_COMPILE',
+  v = replace({ v }, building.afrom, building.ato)[1]
+  local f = tgl.compile { inputs = building.xs, outputs = v:shape(), mode = 'FAST_COMPILE',
                           name = 'nn_shape' }
-  return f(building.input):totable()
+  return f(unpack(building.inputs)):totable()
+end
+
+-- A container that gives one input to several modules (Concat,
+-- ConcatTable) gives each a fresh variable standing for it (an alias),
+-- so that each module's gradInput is the gradient through that module
+-- alone, as in Torch7, and not the sum over all of them (the gradient at
+-- a variable counts every use).  nn._alias(v) returns the alias of v (a
+-- variable or a table of them); the build replaces each alias by what it
+-- stands for before anything is compiled.  Outside a build it returns v.
+function nn._alias(v)
+  if not building then return v end
+  local leaves = {}
+  local s = flatten(v, is_var, leaves, 'the input')
+  local out = {}
+  for i, t in ipairs(leaves) do
+    local ty = t:type()
+    local a = tgl.tensor { dtype = ty.dtype, ndim = ty.ndim, broadcastable = ty.broadcastable,
+                           name = 'alias' }
+    -- what the alias stands for, free of earlier aliases
+    local r = replace({ t }, building.afrom, building.ato)[1]
+    building.aliases[#building.aliases + 1] = { a = a, t = t }
+    building.afrom[#building.afrom + 1] = a
+    building.ato[#building.ato + 1] = r
+    out[i] = a
+  end
+  return (unflatten(s, out))
 end
 
 -- A module whose forward needs host work before each call of the
@@ -310,19 +446,47 @@ function nn._add_update(var, value)
   if building then building.updates[#building.updates + 1] = { var, value } end
 end
 
--- Builds model's graph for the symbolic input x (input: the concrete
--- array it stands for, or nil): returns {y = symbolic output,
--- rec = the inner modules' records (nn._record), hooks = functions to
--- run before each forward call, updates = the modules' state updates}.
--- Every compiled function of a model (forward, backward, nn.compile's
--- step) builds its graph here.  Errors are raised at the user's line.
+-- Builds model's graph for the symbolic input x (a variable or a nested
+-- table of them; input: the concrete array or table of arrays it stands
+-- for, or nil): returns {y = symbolic output (a variable or a table of
+-- them), rec = the inner modules' records (nn._record), hooks =
+-- functions to run before each forward call, updates = the modules'
+-- state updates, raw = the same before the aliases were replaced
+-- (nn._alias; backward differentiates there)}.  Every compiled function
+-- of a model (forward, backward, nn.compile's step) builds its graph
+-- here.  Errors are raised at the user's line.
 function nn._build(model, x, input)
+  local xs, inputs = {}, {}
+  local ok, e = pcall(function()
+    flatten(x, is_var, xs, 'the input')
+    if input ~= nil then flatten(input, tgl.is_array, inputs, 'the input') end
+  end)
+  if not ok then raise(e) end
   recording, path = {}, {}
-  building = { x = x, input = input, hooks = {}, updates = {} }
-  local ok, y = pcall(model.graph, model, x)
-  local b = { y = y, rec = recording, hooks = building.hooks, updates = building.updates }
+  building = { xs = xs, inputs = inputs, hooks = {}, updates = {},
+               aliases = {}, afrom = {}, ato = {} }
+  local y
+  ok, y = pcall(nn._graph, model, x)
+  if ok then
+    local ok2, e2 = pcall(flatten, y, is_var, {}, 'the output')
+    if not ok2 then ok, y = false, first_line(model) .. ':graph: ' .. e2 end
+  end
+  local rec, bd = recording, building
   recording, building, path = nil, nil, {}
-  if not ok then nn._raise(y) end
+  if not ok then raise(y) end
+  local b = { y = y, rec = rec, hooks = bd.hooks, updates = bd.updates,
+              raw = { y = y, rec = rec, updates = bd.updates, aliases = bd.aliases,
+                      afrom = bd.afrom, ato = bd.ato } }
+  if #bd.afrom > 0 then
+    local from, to = bd.afrom, bd.ato
+    b.y = replace_value(y, from, to)
+    b.rec = {}
+    for i, r in ipairs(rec) do
+      b.rec[i] = { r[1], replace_value(r[2], from, to), replace_value(r[3], from, to), r[4] }
+    end
+    b.updates = {}
+    for i, u in ipairs(bd.updates) do b.updates[i] = { u[1], replace({ u[2] }, from, to)[1] } end
+  end
   return b
 end
 
@@ -343,52 +507,127 @@ local function still_valid(c)
   return true
 end
 
--- Index of variable v in list (rawequal), or nil.
-local function find(list, v)
-  for i, w in ipairs(list) do if rawequal(w, v) then return i end end
+-- Adds variable v to list unless a variable of the same node is there
+-- (ids: node id -> position); returns its position.
+local function add_once(list, ids, v)
+  local id = node_id(v)
+  local k = ids[id]
+  if not k then list[#list + 1] = v; k = #list; ids[id] = k end
+  return k
+end
+
+-- For each module record, {module, structure, positions}: its value
+-- (field 2 of the record: output, 3: input) is made of the variables at
+-- those positions of list (added when not there).
+local function record_slots(rec, field, list, ids, map)
+  local mods = {}
+  for _, r in ipairs(rec) do
+    local l = {}
+    local s = flatten(r[field], is_var, l, 'a value')
+    local idx = {}
+    for i, v in ipairs(l) do idx[i] = map and map(v) or add_once(list, ids, v) end
+    mods[#mods + 1] = { r[1], s, idx }
+  end
+  return mods
+end
+
+-- The gradients of L at wrt (a list), through the aliases: each alias's
+-- gradient is the gradient through the module it was given to, and it
+-- flows on to what the alias stands for (known_grads), so the gradients
+-- at everything else are the whole model's.  Aliases are made in order
+-- (an alias stands for values made before it), so going backwards each
+-- one's gradient is complete when it is needed.  Returns the gradients
+-- at wrt and the alias gradients (by alias node id).
+local function alias_grads(L, wrt, aliases)
+  local acc, order = {}, {}   -- node id of a target -> {var, sum of its known gradients}
+  local function known()
+    local k = {}
+    for _, id in ipairs(order) do k[acc[id][1]] = acc[id][2] end
+    return k
+  end
+  local ga = {}
+  for k = #aliases, 1, -1 do
+    local al = aliases[k]
+    local g = tgl.grad(L, al.a, { disconnected = 'ignore', known_grads = known() })
+    ga[node_id(al.a)] = g
+    local id = node_id(al.t)
+    if acc[id] then acc[id][2] = acc[id][2] + g
+    else acc[id] = { al.t, g }; order[#order + 1] = id end
+  end
+  local opts = { disconnected = 'ignore' }
+  if #aliases > 0 then opts.known_grads = known() end
+  return tgl.grad(L, wrt, opts), ga
 end
 
 -- kind: 'forward', 'backward' (gradInput and accumulation), 'gradInput'
--- or 'acc' (accumulation only).
+-- or 'acc' (accumulation only).  input and gradOutput: arrays or tables
+-- of arrays (checked by the caller).
 function Module:_function(kind, input, gradOutput)
-  local key = kind .. ':' .. shape_key(input) .. (gradOutput and ':' .. shape_key(gradOutput) or '')
+  local key = kind .. ':' .. value_key(input) .. (gradOutput and ':' .. value_key(gradOutput) or '')
               .. ':' .. mode_key(self)
   self._compiled = self._compiled or {}
   local c = self._compiled[key]
   if c and still_valid(c) and c.gen == nn._generation then return c end
-  local x = tgl.tensor { dtype = input.dtype, ndim = input:dim(), name = 'input' }
-  local b = nn._build(self, x, input)
-  local y, rec, hooks = b.y, b.rec, b.hooks
+  local in_leaves = {}
+  local in_s = flatten(input, tgl.is_array, in_leaves, 'the input')
+  local xs = {}
+  for i, a in ipairs(in_leaves) do
+    xs[i] = tgl.tensor { dtype = a.dtype, ndim = a:dim(), name = in_s == true and 'input' or 'input' .. i }
+  end
+  local b = nn._build(self, (unflatten(in_s, xs)), input)
+  local y_leaves = {}
+  local y_s = flatten(b.y, is_var, y_leaves, 'the output')
   local slots = self:_paramSlots()
   local params = {}
   for _, s in ipairs(slots) do params[#params + 1] = { s[1], s[2], s[1][s[2]] } end
-  c = { params = params, rec = rec, x = x, hooks = hooks, gen = nn._generation }
+  c = { params = params, rec = b.rec, x = xs, hooks = b.hooks, gen = nn._generation }
   local name = nn.type(self):gsub('^nn%.', 'nn_') .. '_' .. kind
   if kind == 'forward' then
-    -- mods[i] = {module, k}: the module's output is output k (an output
-    -- is not returned twice)
-    local outs, mods = { y }, {}
-    for _, r in ipairs(rec) do
-      local k = find(outs, r[2])
-      if not k then outs[#outs + 1] = r[2]; k = #outs end
-      mods[#mods + 1] = { r[1], k }
-    end
-    c.f = tgl.compile { inputs = { x }, outputs = outs, updates = b.updates, name = name }
-    c.mods = mods
+    -- outs: the model's output leaves, then every module's (a variable
+    -- is returned once); c.mods[i] = {module, structure, positions}
+    local outs, ids = {}, {}
+    local y_idx = {}
+    for i, v in ipairs(y_leaves) do y_idx[i] = add_once(outs, ids, v) end
+    c.mods = record_slots(b.rec, 2, outs, ids)
+    c.out = { true, y_s, y_idx }
+    c.f = tgl.compile { inputs = xs, outputs = outs, updates = b.updates, name = name }
   else
-    local g = tgl.tensor { dtype = gradOutput.dtype, ndim = gradOutput:dim(), name = 'gradOutput' }
-    local scale = tgl.tensor { dtype = input.dtype, ndim = 0, name = 'scale' }
-    local wrt, vars, gvars = { x }, {}, {}
-    -- the gradInput of each module inside: the gradient at its input
-    local mods = {}
-    if kind ~= 'acc' then
-      for _, r in ipairs(rec) do
-        local k = find(wrt, r[3])
-        if not k then wrt[#wrt + 1] = r[3]; k = #wrt end
-        mods[#mods + 1] = { r[1], k }
-      end
+    local g_leaves = {}
+    local g_s = flatten(gradOutput, tgl.is_array, g_leaves, 'gradOutput')
+    if not same_structure(g_s, y_s) then
+      raise(('%s:%s: gradOutput must have the output\'s structure, %s; got %s')
+            :format(nn.type(self), kind, describe(y_s), describe(g_s)))
     end
-    local nout = #wrt
+    local gs = {}
+    for i, a in ipairs(g_leaves) do
+      gs[i] = tgl.tensor { dtype = a.dtype, ndim = a:dim(), name = g_s == true and 'gradOutput' or 'gradOutput' .. i }
+    end
+    local scale = tgl.tensor { dtype = in_leaves[1].dtype, ndim = 0, name = 'scale' }
+    -- differentiate the graph with its aliases (b.raw): L = sum_i sum(y_i g_i)
+    local raw = b.raw
+    local ry = {}
+    flatten(raw.y, is_var, ry, 'the output')
+    local L
+    for i, v in ipairs(ry) do
+      local t = tgl.sum(v * gs[i])
+      L = L and L + t or t
+    end
+    local alias_ids = {}
+    for _, al in ipairs(raw.aliases) do alias_ids[node_id(al.a)] = true end
+    -- wrt: the input's leaves, the modules' inputs (those not aliases),
+    -- the parameters
+    local wrt, ids = {}, {}
+    for _, v in ipairs(xs) do add_once(wrt, ids, v) end
+    local gi_mods = {}
+    if kind ~= 'acc' then
+      gi_mods = record_slots(raw.rec, 3, wrt, ids, function(v)
+        local id = node_id(v)
+        if alias_ids[id] then return -id - 1 end   -- an alias: its own gradient
+        return add_once(wrt, ids, v)
+      end)
+    end
+    local nwrt = #wrt
+    local vars, gvars = {}, {}
     if kind ~= 'gradInput' then
       for _, s in ipairs(slots) do
         vars[#vars + 1] = s[1]:_var(s[2])
@@ -396,16 +635,38 @@ function Module:_function(kind, input, gradOutput)
         wrt[#wrt + 1] = vars[#vars]
       end
     end
-    local grads = tgl.grad(tgl.sum(y * g), wrt, { disconnected = 'ignore' })
+    local grads, ga = alias_grads(L, wrt, raw.aliases)
+    -- the outputs: gradient of each leaf of the input, then of each
+    -- module's input (positions < 0 name an alias's gradient)
+    local outs, oids = {}, {}
+    local function out_of(p)
+      return add_once(outs, oids, p > 0 and grads[p] or ga[-p - 1])
+    end
+    c.out = { false, in_s, {} }
+    c.mods = {}
+    if kind ~= 'acc' then
+      for i = 1, #xs do c.out[3][i] = out_of(i) end
+      for i, m in ipairs(gi_mods) do
+        local idx = {}
+        for j, p in ipairs(m[3]) do idx[j] = out_of(p) end
+        c.mods[i] = { m[1], m[2], idx }
+      end
+    end
+    local nout = #outs
     local updates = {}
-    for i = 1, #vars do updates[i] = { gvars[i], gvars[i] + scale * grads[nout + i] } end
+    for i = 1, #vars do outs[#outs + 1] = gvars[i] + scale * grads[nwrt + i] end
+    -- everything in terms of the model's input (aliases replaced)
+    outs = replace(outs, raw.afrom, raw.ato)
+    for i = 1, #vars do updates[i] = { gvars[i], outs[nout + i] } end
+    for i = #outs, nout + 1, -1 do outs[i] = nil end
     if kind ~= 'gradInput' then
       for _, s in ipairs(slots) do params[#params + 1] = { s[1], s[3], s[1][s[3]] } end
     end
-    local outs = {}
-    if kind ~= 'acc' then for i = 1, nout do outs[i] = grads[i] end end
-    c.f = tgl.compile { inputs = { x, g, scale }, outputs = outs, updates = updates, name = name }
-    c.mods = mods
+    local inputs = {}
+    for _, v in ipairs(xs) do inputs[#inputs + 1] = v end
+    for _, v in ipairs(gs) do inputs[#inputs + 1] = v end
+    inputs[#inputs + 1] = scale
+    c.f = tgl.compile { inputs = inputs, outputs = outs, updates = updates, name = name }
   end
   nn.compiled_count = nn.compiled_count + 1
   self._compiled[key] = c
@@ -443,72 +704,102 @@ end
 -- A compiled call that failed: finds the first module inside whose
 -- output cannot be computed for this input (each one's output shape,
 -- evaluated in order) and names it, with its path, in the error.
-function Module:_failed(c, what, input, err)
+function Module:_failed(c, what, in_leaves, err)
   for _, r in ipairs(c.rec) do
     local ok = pcall(function()
-      tgl.compile { inputs = { c.x }, outputs = r[2]:shape(), mode = 'FAST_COMPILE', name = 'nn_shape' }(input)
+      local l = {}
+      flatten(r[2], is_var, l, 'the output')
+      local shapes = {}
+      for i, v in ipairs(l) do shapes[i] = v:shape() end
+      tgl.compile { inputs = c.x, outputs = shapes, mode = 'FAST_COMPILE', name = 'nn_shape' }(unpack(in_leaves))
     end)
     if not ok then
+      local keys = {}
+      for i, a in ipairs(in_leaves) do keys[i] = shape_key(a) end
       local msg = tostring(err):gsub('^[^\n:]*:%d+: ', ''):gsub('^tgl%.nn_[%w_]+: ', '')
       raise(('%s:%s: %s %s fails on this input (%s): %s'):format(nn.type(self), what, r[4],
-                                                               tostring(r[1]):gsub('\n.*', ''),
-                                                               shape_key(input), msg))
+                                                               first_line(r[1]),
+                                                               table.concat(keys, ', '), msg))
     end
   end
   raise(err)
 end
 
--- Runs c.f; on failure names the module (Module:_failed).
-local function run(self, what, c, input, ...)
-  local res = { pcall(c.f, input, ...) }
-  if not res[1] then self:_failed(c, what, input, res[2]) end
-  return unpack(res, 2)
+-- Runs c.f on the arguments (a list); on failure names the module
+-- (Module:_failed).
+local function run(self, what, c, in_leaves, args)
+  local res = { pcall(c.f, unpack(args)) }
+  if not res[1] then self:_failed(c, what, in_leaves, res[2]) end
+  return { unpack(res, 2) }
 end
 
-local function check_array(fname, what, a)
-  if not tgl.is_array(a) then raise(('%s: %s must be an array, got %s'):format(fname, what, type(a))) end
+-- The leaves of an array or a (nested) table of arrays; an error at the
+-- user's line for anything else.
+local function check_value(fname, what, v)
+  local l = {}
+  local ok, e = pcall(flatten, v, tgl.is_array, l, what)
+  if not ok then raise(fname .. ': ' .. e) end
+  return l
+end
+
+local function pick(list, idx)
+  local out = {}
+  for i, k in ipairs(idx) do out[i] = list[k] end
+  return out
+end
+
+-- The compiled function's results into the model's field (output or
+-- gradInput) and every inner module's; returns the model's.
+local function fill(self, c, field, outs)
+  local top = c.out
+  for _, m in ipairs(c.mods) do m[1][field] = (unflatten(m[2], pick(outs, m[3]))) end
+  self[field] = (unflatten(top[2], pick(outs, top[3])))
+  return self[field]
 end
 
 function Module:updateOutput(input)
-  check_array(nn.type(self) .. ':forward', 'the input', input)
+  local leaves = check_value(nn.type(self) .. ':forward', 'the input', input)
   local c = self:_function('forward', input)
   for _, h in ipairs(c.hooks) do h() end
-  local outs = { run(self, 'forward', c, input) }
-  self.output = outs[1]
-  for _, m in ipairs(c.mods) do m[1].output = outs[m[2]] end
-  return self.output
+  return fill(self, c, 'output', run(self, 'forward', c, leaves, leaves))
 end
 
 function Module:forward(input) return self:updateOutput(input) end
 
-local function grad_inputs(self, c, outs)
-  self.gradInput = outs[1]
-  for _, m in ipairs(c.mods) do m[1].gradInput = outs[m[2]] end
-  return self.gradInput
+-- The arguments of a backward function: the input's leaves, gradOutput's,
+-- the scale.
+local function backward_args(fname, input, gradOutput, scale)
+  local leaves = check_value(fname, 'the input', input)
+  local args = {}
+  for i, v in ipairs(leaves) do args[i] = v end
+  for _, v in ipairs(check_value(fname, 'gradOutput', gradOutput)) do args[#args + 1] = v end
+  args[#args + 1] = scale
+  return leaves, args
 end
 
 function Module:updateGradInput(input, gradOutput)
-  check_array(nn.type(self) .. ':updateGradInput', 'the input', input)
-  check_array(nn.type(self) .. ':updateGradInput', 'gradOutput', gradOutput)
+  local leaves, args = backward_args(nn.type(self) .. ':updateGradInput', input, gradOutput, 1)
   local c = self:_function('gradInput', input, gradOutput)
-  return grad_inputs(self, c, { run(self, 'updateGradInput', c, input, gradOutput, 1) })
+  return fill(self, c, 'gradInput', run(self, 'updateGradInput', c, leaves, args))
 end
 
 function Module:accGradParameters(input, gradOutput, scale)
-  check_array(nn.type(self) .. ':accGradParameters', 'the input', input)
-  check_array(nn.type(self) .. ':accGradParameters', 'gradOutput', gradOutput)
+  local leaves, args = backward_args(nn.type(self) .. ':accGradParameters', input, gradOutput, scale or 1)
   if not self:parameters() then return end
   local c = self:_function('acc', input, gradOutput)
-  run(self, 'accGradParameters', c, input, gradOutput, scale or 1)
+  run(self, 'accGradParameters', c, leaves, args)
 end
 
 -- gradInput (also of every module inside), and scale * the parameter
 -- gradients added to gradWeight and gradBias, in one compiled function.
 function Module:backward(input, gradOutput, scale)
-  check_array(nn.type(self) .. ':backward', 'the input', input)
-  check_array(nn.type(self) .. ':backward', 'gradOutput', gradOutput)
+  local leaves, args = backward_args(nn.type(self) .. ':backward', input, gradOutput, scale or 1)
   local c = self:_function('backward', input, gradOutput)
-  return grad_inputs(self, c, { run(self, 'backward', c, input, gradOutput, scale or 1) })
+  return fill(self, c, 'gradInput', run(self, 'backward', c, leaves, args))
+end
+
+local function check_array(fname, what, a)
+  if not tgl.is_array(a) then raise(('%s: %s must be an array, got %s'):format(fname, what, type(a))) end
 end
 
 -- ---------------------------------------------------------------------------
@@ -576,5 +867,6 @@ require('nn.containers')(nn)
 require('nn.layers')(nn)
 require('nn.criterions')(nn)
 require('nn.spatial')(nn)
+require('nn.tables')(nn)
 
 return nn
