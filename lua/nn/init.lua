@@ -559,12 +559,147 @@ local function alias_grads(L, wrt, aliases)
   return tgl.grad(L, wrt, opts), ga
 end
 
+-- v, or dot(b', a') when v is the transpose of dot(a, b) (a weight's
+-- gradient comes out of tgl.grad so, for y = x W'): the specializer folds
+-- an untransposed product into the accumulation around it.
+local function untransposed(v)
+  if v.op ~= 'dimshuffle' or v.ndim ~= 2 then return v end
+  local p = C.tgl_node_params(v.n)
+  if p.n ~= 2 or p.i[0] ~= 1 or p.i[1] ~= 0 then return v end
+  local d = G.wrap_node(C.tgl_node_input_at(v.n, 0))
+  if d.op ~= 'dot' then return v end
+  local a = G.wrap_node(C.tgl_node_input_at(d.n, 0))
+  local b = G.wrap_node(C.tgl_node_input_at(d.n, 1))
+  if a.ndim ~= 2 or b.ndim ~= 2 then return v end
+  return tgl.dot(b:T(), a:T())
+end
+
+-- The model's parameters, each {module, field, the array it holds now}.
+local function param_list(slots)
+  local params = {}
+  for _, s in ipairs(slots) do params[#params + 1] = { s[1], s[2], s[1][s[2]] } end
+  return params
+end
+
+-- Compiles a backward function ('backward': gradInput and accumulation,
+-- 'gradInput', or 'acc': accumulation only) of the built graph b (its
+-- symbolic input leaves xs, structure in_s) for gradOutput.  With fwd
+-- (the forward function built on the same graph), the function takes the
+-- forward's results as inputs too, after the input's leaves, and reads
+-- every module's output from them instead of computing it again.
+local function compile_grad(self, kind, b, xs, in_s, gradOutput, fwd, scale_one)
+  local y_leaves = {}
+  local y_s = flatten(b.y, is_var, y_leaves, 'the output')
+  local g_leaves = {}
+  local g_s = flatten(gradOutput, tgl.is_array, g_leaves, 'gradOutput')
+  if not same_structure(g_s, y_s) then
+    raise(('%s:%s: gradOutput must have the output\'s structure, %s; got %s')
+          :format(nn.type(self), kind, describe(y_s), describe(g_s)))
+  end
+  local slots = self:_paramSlots()
+  local c = { params = param_list(slots), rec = b.rec, x = xs, hooks = b.hooks, gen = nn._generation }
+  local gs = {}
+  for i, a in ipairs(g_leaves) do
+    gs[i] = tgl.tensor { dtype = a.dtype, ndim = a:dim(), name = g_s == true and 'gradOutput' or 'gradOutput' .. i }
+  end
+  local scale = tgl.tensor { dtype = xs[1].dtype, ndim = 0, name = 'scale' }
+  -- differentiate the graph with its aliases (b.raw): L = sum_i sum(y_i g_i)
+  local raw = b.raw
+  local ry = {}
+  flatten(raw.y, is_var, ry, 'the output')
+  local L
+  for i, v in ipairs(ry) do
+    local t = tgl.sum(v * gs[i])
+    L = L and L + t or t
+  end
+  local alias_ids = {}
+  for _, al in ipairs(raw.aliases) do alias_ids[node_id(al.a)] = true end
+  -- wrt: the input's leaves, the modules' inputs (those not aliases),
+  -- the parameters
+  local wrt, ids = {}, {}
+  for _, v in ipairs(xs) do add_once(wrt, ids, v) end
+  local gi_mods = {}
+  if kind ~= 'acc' then
+    gi_mods = record_slots(raw.rec, 3, wrt, ids, function(v)
+      local id = node_id(v)
+      if alias_ids[id] then return -id - 1 end   -- an alias: its own gradient
+      return add_once(wrt, ids, v)
+    end)
+  end
+  local nwrt = #wrt
+  local vars, gvars = {}, {}
+  if kind ~= 'gradInput' then
+    for _, s in ipairs(slots) do
+      vars[#vars + 1] = s[1]:_var(s[2])
+      gvars[#gvars + 1] = s[1]:_var(s[3])
+      wrt[#wrt + 1] = vars[#vars]
+    end
+  end
+  local grads, ga = alias_grads(L, wrt, raw.aliases)
+  -- the outputs: gradient of each leaf of the input, then of each
+  -- module's input (positions < 0 name an alias's gradient)
+  local outs, oids = {}, {}
+  local function out_of(p)
+    return add_once(outs, oids, p > 0 and grads[p] or ga[-p - 1])
+  end
+  c.out = { false, in_s, {} }
+  c.mods = {}
+  if kind ~= 'acc' then
+    for i = 1, #xs do c.out[3][i] = out_of(i) end
+    for i, m in ipairs(gi_mods) do
+      local idx = {}
+      for j, p in ipairs(m[3]) do idx[j] = out_of(p) end
+      c.mods[i] = { m[1], m[2], idx }
+    end
+  end
+  local nout = #outs
+  -- gradWeight + dot(...): one gemm accumulating into gradWeight's own
+  -- buffer (a deferred update, doc/internals.md) when the scale is the
+  -- constant 1 and the product is not transposed
+  for i = 1, #vars do
+    local g = untransposed(grads[nwrt + i])
+    outs[#outs + 1] = scale_one and gvars[i] + g or gvars[i] + scale * g
+  end
+  -- everything in terms of the model's input (aliases replaced)
+  outs = replace(outs, raw.afrom, raw.ato)
+  local inputs = {}
+  for _, v in ipairs(xs) do inputs[#inputs + 1] = v end
+  if fwd then
+    -- the forward's results stand for the values they hold (computed
+    -- values only: an input or a parameter passed on is itself)
+    local from, to = {}, {}
+    for k, v in ipairs(fwd.outs) do
+      local ty = v:type()
+      local p = tgl.tensor { dtype = ty.dtype, ndim = ty.ndim, broadcastable = ty.broadcastable,
+                             name = 'output' .. k }
+      inputs[#inputs + 1] = p
+      if v.kind == 'apply' then from[#from + 1] = v; to[#to + 1] = p end
+    end
+    outs = replace(outs, from, to)
+  end
+  local updates = {}
+  for i = 1, #vars do updates[i] = { gvars[i], outs[nout + i] } end
+  for i = #outs, nout + 1, -1 do outs[i] = nil end
+  if kind ~= 'gradInput' then
+    for _, s in ipairs(slots) do c.params[#c.params + 1] = { s[1], s[3], s[1][s[3]] } end
+  end
+  for _, v in ipairs(gs) do inputs[#inputs + 1] = v end
+  inputs[#inputs + 1] = scale
+  local name = nn.type(self):gsub('^nn%.', 'nn_') .. '_' .. kind
+  c.f = tgl.compile { inputs = inputs, outputs = outs, updates = updates, name = name }
+  nn.compiled_count = nn.compiled_count + 1
+  return c
+end
+
+local function fwd_key(self, input) return 'forward:' .. value_key(input) .. ':' .. mode_key(self) end
+
 -- kind: 'forward', 'backward' (gradInput and accumulation), 'gradInput'
 -- or 'acc' (accumulation only).  input and gradOutput: arrays or tables
 -- of arrays (checked by the caller).
-function Module:_function(kind, input, gradOutput)
-  local key = kind .. ':' .. value_key(input) .. (gradOutput and ':' .. value_key(gradOutput) or '')
-              .. ':' .. mode_key(self)
+function Module:_function(kind, input, gradOutput, scale_one)
+  local key = kind == 'forward' and fwd_key(self, input)
+              or kind .. (scale_one and '1' or '') .. ':' .. value_key(input) .. ':' .. value_key(gradOutput)
+                 .. ':' .. mode_key(self)
   self._compiled = self._compiled or {}
   local c = self._compiled[key]
   if c and still_valid(c) and c.gen == nn._generation then return c end
@@ -575,102 +710,50 @@ function Module:_function(kind, input, gradOutput)
     xs[i] = tgl.tensor { dtype = a.dtype, ndim = a:dim(), name = in_s == true and 'input' or 'input' .. i }
   end
   local b = nn._build(self, (unflatten(in_s, xs)), input)
-  local y_leaves = {}
-  local y_s = flatten(b.y, is_var, y_leaves, 'the output')
-  local slots = self:_paramSlots()
-  local params = {}
-  for _, s in ipairs(slots) do params[#params + 1] = { s[1], s[2], s[1][s[2]] } end
-  c = { params = params, rec = b.rec, x = xs, hooks = b.hooks, gen = nn._generation }
-  local name = nn.type(self):gsub('^nn%.', 'nn_') .. '_' .. kind
   if kind == 'forward' then
+    c = { params = param_list(self:_paramSlots()), rec = b.rec, x = xs, hooks = b.hooks,
+          gen = nn._generation, b = b, in_s = in_s, bwd = {} }
     -- outs: the model's output leaves, then every module's (a variable
     -- is returned once); c.mods[i] = {module, structure, positions}
+    local y_leaves = {}
+    local y_s = flatten(b.y, is_var, y_leaves, 'the output')
     local outs, ids = {}, {}
     local y_idx = {}
     for i, v in ipairs(y_leaves) do y_idx[i] = add_once(outs, ids, v) end
     c.mods = record_slots(b.rec, 2, outs, ids)
     c.out = { true, y_s, y_idx }
-    c.f = tgl.compile { inputs = xs, outputs = outs, updates = b.updates, name = name }
+    c.outs = outs
+    c.f = tgl.compile { inputs = xs, outputs = outs, updates = b.updates,
+                        name = nn.type(self):gsub('^nn%.', 'nn_') .. '_forward' }
+    nn.compiled_count = nn.compiled_count + 1
   else
-    local g_leaves = {}
-    local g_s = flatten(gradOutput, tgl.is_array, g_leaves, 'gradOutput')
-    if not same_structure(g_s, y_s) then
-      raise(('%s:%s: gradOutput must have the output\'s structure, %s; got %s')
-            :format(nn.type(self), kind, describe(y_s), describe(g_s)))
-    end
-    local gs = {}
-    for i, a in ipairs(g_leaves) do
-      gs[i] = tgl.tensor { dtype = a.dtype, ndim = a:dim(), name = g_s == true and 'gradOutput' or 'gradOutput' .. i }
-    end
-    local scale = tgl.tensor { dtype = in_leaves[1].dtype, ndim = 0, name = 'scale' }
-    -- differentiate the graph with its aliases (b.raw): L = sum_i sum(y_i g_i)
-    local raw = b.raw
-    local ry = {}
-    flatten(raw.y, is_var, ry, 'the output')
-    local L
-    for i, v in ipairs(ry) do
-      local t = tgl.sum(v * gs[i])
-      L = L and L + t or t
-    end
-    local alias_ids = {}
-    for _, al in ipairs(raw.aliases) do alias_ids[node_id(al.a)] = true end
-    -- wrt: the input's leaves, the modules' inputs (those not aliases),
-    -- the parameters
-    local wrt, ids = {}, {}
-    for _, v in ipairs(xs) do add_once(wrt, ids, v) end
-    local gi_mods = {}
-    if kind ~= 'acc' then
-      gi_mods = record_slots(raw.rec, 3, wrt, ids, function(v)
-        local id = node_id(v)
-        if alias_ids[id] then return -id - 1 end   -- an alias: its own gradient
-        return add_once(wrt, ids, v)
-      end)
-    end
-    local nwrt = #wrt
-    local vars, gvars = {}, {}
-    if kind ~= 'gradInput' then
-      for _, s in ipairs(slots) do
-        vars[#vars + 1] = s[1]:_var(s[2])
-        gvars[#gvars + 1] = s[1]:_var(s[3])
-        wrt[#wrt + 1] = vars[#vars]
-      end
-    end
-    local grads, ga = alias_grads(L, wrt, raw.aliases)
-    -- the outputs: gradient of each leaf of the input, then of each
-    -- module's input (positions < 0 name an alias's gradient)
-    local outs, oids = {}, {}
-    local function out_of(p)
-      return add_once(outs, oids, p > 0 and grads[p] or ga[-p - 1])
-    end
-    c.out = { false, in_s, {} }
-    c.mods = {}
-    if kind ~= 'acc' then
-      for i = 1, #xs do c.out[3][i] = out_of(i) end
-      for i, m in ipairs(gi_mods) do
-        local idx = {}
-        for j, p in ipairs(m[3]) do idx[j] = out_of(p) end
-        c.mods[i] = { m[1], m[2], idx }
-      end
-    end
-    local nout = #outs
-    local updates = {}
-    for i = 1, #vars do outs[#outs + 1] = gvars[i] + scale * grads[nwrt + i] end
-    -- everything in terms of the model's input (aliases replaced)
-    outs = replace(outs, raw.afrom, raw.ato)
-    for i = 1, #vars do updates[i] = { gvars[i], outs[nout + i] } end
-    for i = #outs, nout + 1, -1 do outs[i] = nil end
-    if kind ~= 'gradInput' then
-      for _, s in ipairs(slots) do params[#params + 1] = { s[1], s[3], s[1][s[3]] } end
-    end
-    local inputs = {}
-    for _, v in ipairs(xs) do inputs[#inputs + 1] = v end
-    for _, v in ipairs(gs) do inputs[#inputs + 1] = v end
-    inputs[#inputs + 1] = scale
-    c.f = tgl.compile { inputs = inputs, outputs = outs, updates = updates, name = name }
+    c = compile_grad(self, kind, b, xs, in_s, gradOutput, nil, scale_one)
   end
-  nn.compiled_count = nn.compiled_count + 1
   self._compiled[key] = c
   return c
+end
+
+-- The backward function that reads the last forward's results, when the
+-- last forward was on this very input (the same arrays, of the same
+-- shapes) with the function in use now; nil otherwise.  As Torch7's
+-- backward uses the outputs its forward left in the modules.
+function Module:_reuse(kind, input, in_leaves, gradOutput, scale_one)
+  local last = self._last
+  if not last or #last.inputs ~= #in_leaves then return nil end
+  for i, a in ipairs(in_leaves) do
+    if not rawequal(a, last.inputs[i]) then return nil end
+  end
+  local fkey = fwd_key(self, input)
+  local fc = self._compiled and self._compiled[fkey]
+  if fkey ~= last.key or fc ~= last.c or not still_valid(fc) or fc.gen ~= nn._generation then
+    return nil
+  end
+  local key = kind .. (scale_one and '1' or '') .. ':' .. value_key(gradOutput)
+  local c = fc.bwd[key]
+  if c and still_valid(c) then return c, last.results end
+  c = compile_grad(self, kind, fc.b, fc.x, fc.in_s, gradOutput, fc, scale_one)
+  fc.bwd[key] = c
+  return c, last.results
 end
 
 -- kind 'zero' (no inputs) or 'update' (input: the learning rate).
@@ -761,41 +844,53 @@ function Module:updateOutput(input)
   local leaves = check_value(nn.type(self) .. ':forward', 'the input', input)
   local c = self:_function('forward', input)
   for _, h in ipairs(c.hooks) do h() end
-  return fill(self, c, 'output', run(self, 'forward', c, leaves, leaves))
+  self._last = nil
+  local results = run(self, 'forward', c, leaves, leaves)
+  -- kept for backward (Module:_reuse): what this forward was on and gave
+  self._last = { inputs = leaves, key = fwd_key(self, input), c = c, results = results }
+  return fill(self, c, 'output', results)
 end
 
 function Module:forward(input) return self:updateOutput(input) end
 
--- The arguments of a backward function: the input's leaves, gradOutput's,
--- the scale.
-local function backward_args(fname, input, gradOutput, scale)
+-- Runs the backward function of this kind on (input, gradOutput, scale):
+-- the one reading the last forward's results when it applies
+-- (Module:_reuse), else the one computing the forward again.
+local function run_backward(self, kind, what, input, gradOutput, scale)
+  local fname = nn.type(self) .. ':' .. what
   local leaves = check_value(fname, 'the input', input)
+  local gleaves = check_value(fname, 'gradOutput', gradOutput)
+  -- scale 1 (the usual) is built in as a constant: see compile_grad
+  local one = scale == 1
+  local c, results = self:_reuse(kind, input, leaves, gradOutput, one)
+  if not c then c = self:_function(kind, input, gradOutput, one) end
   local args = {}
   for i, v in ipairs(leaves) do args[i] = v end
-  for _, v in ipairs(check_value(fname, 'gradOutput', gradOutput)) do args[#args + 1] = v end
+  for _, v in ipairs(results or {}) do args[#args + 1] = v end
+  for _, v in ipairs(gleaves) do args[#args + 1] = v end
   args[#args + 1] = scale
-  return leaves, args
+  return c, run(self, what, c, leaves, args)
 end
 
 function Module:updateGradInput(input, gradOutput)
-  local leaves, args = backward_args(nn.type(self) .. ':updateGradInput', input, gradOutput, 1)
-  local c = self:_function('gradInput', input, gradOutput)
-  return fill(self, c, 'gradInput', run(self, 'updateGradInput', c, leaves, args))
+  local c, res = run_backward(self, 'gradInput', 'updateGradInput', input, gradOutput, 1)
+  return fill(self, c, 'gradInput', res)
 end
 
 function Module:accGradParameters(input, gradOutput, scale)
-  local leaves, args = backward_args(nn.type(self) .. ':accGradParameters', input, gradOutput, scale or 1)
-  if not self:parameters() then return end
-  local c = self:_function('acc', input, gradOutput)
-  run(self, 'accGradParameters', c, leaves, args)
+  if not self:parameters() then
+    check_value(nn.type(self) .. ':accGradParameters', 'the input', input)
+    check_value(nn.type(self) .. ':accGradParameters', 'gradOutput', gradOutput)
+    return
+  end
+  run_backward(self, 'acc', 'accGradParameters', input, gradOutput, scale or 1)
 end
 
 -- gradInput (also of every module inside), and scale * the parameter
 -- gradients added to gradWeight and gradBias, in one compiled function.
 function Module:backward(input, gradOutput, scale)
-  local leaves, args = backward_args(nn.type(self) .. ':backward', input, gradOutput, scale or 1)
-  local c = self:_function('backward', input, gradOutput)
-  return fill(self, c, 'gradInput', run(self, 'backward', c, leaves, args))
+  local c, res = run_backward(self, 'backward', 'backward', input, gradOutput, scale or 1)
+  return fill(self, c, 'gradInput', res)
 end
 
 local function check_array(fname, what, a)
