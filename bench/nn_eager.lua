@@ -15,17 +15,21 @@
 -- times with the process's CPU clock (os.clock) instead of the wall
 -- clock: on a shared, loaded machine with one thread it is the steadier.
 --
---   tgl bench/nn_eager.lua [--batch 60] [--threads 1] [--repeats R] [--min-time S] [--cpu] [--profile]
+-- --calls also prints each call's mean time over 1500 eager steps (the
+-- CPU clock).
+--
+--   tgl bench/nn_eager.lua [--batch 60] [--threads 1] [--repeats R] [--min-time S] [--cpu]
+--                          [--calls] [--profile]
 package.path = (arg[0]:match('^(.*)/[^/]*$') or '.') .. '/lib/?.lua;' .. package.path
 local stats = require 'stats'
 local nn = require 'nn'
 
 local args = stats.parse_args(arg)
-local opts = { batch = 60, threads = 1, profile = false, cpu = false }
+local opts = { batch = 60, threads = 1, profile = false, cpu = false, calls = false }
 local i = 1
 while args[i] do
   local k = args[i]:match('^%-%-([%w-]+)$')
-  if k == 'profile' or k == 'cpu' then opts[k] = true; i = i + 1
+  if k == 'profile' or k == 'cpu' or k == 'calls' then opts[k] = true; i = i + 1
   elseif k and opts[k] ~= nil then opts[k] = tonumber(args[i + 1]); i = i + 2
   else error('unknown argument ' .. tostring(args[i]), 0) end
 end
@@ -82,3 +86,22 @@ print('eager     ' .. stats.format(se, '%.3f', 1e3, 'ms/step'))
 print('compiled  ' .. stats.format(sc, '%.3f', 1e3, 'ms/step'))
 print(('ratio eager/compiled: %.2f   (load average now %s)'):format(se.median / sc.median, loadavg()))
 if opts.profile then print(step:profile_summary()) end
+if opts.calls then
+  local o, g
+  local calls = {
+    { 'zeroGradParameters', function() model:zeroGradParameters() end },
+    { 'forward', function() o = model:forward(x) end },
+    { 'criterion forward + backward', function() crit:forward(o, y); g = crit:backward(o, y) end },
+    { 'backward', function() model:backward(x, g) end },
+    { 'updateParameters', function() model:updateParameters(lr) end },
+  }
+  local N, tot = 1500, {}
+  for step_i = 1, N do
+    for k, c in ipairs(calls) do
+      local t0 = os.clock()
+      c[2]()
+      if step_i > 1 then tot[k] = (tot[k] or 0) + os.clock() - t0 end
+    end
+  end
+  for k, c in ipairs(calls) do print(('%-30s %.3f ms'):format(c[1], tot[k] / (N - 1) * 1e3)) end
+end
