@@ -373,6 +373,107 @@ describe('nn tables', function()
     assert.is_true(maxdiff(o2, tgl.tanh(xa)) < 1e-15)
   end)
 
+  -- Random models over tables: containers and table modules nested at
+  -- random, on a batch of B.  A value is described as {d = n} (a B x n
+  -- array) or a list of descriptions (a table).  Checks: gradients
+  -- against finite differences, and Torch7's relations between the
+  -- gradInput fields (a Concat/ConcatTable's is the sum of its branches',
+  -- a Sequential's its first module's, a ParallelTable's element i its
+  -- module i's) -- each branch's own share, not the total.
+  it('random nested models: finite differences and the gradInput fields\' relations', function()
+    local B = 2
+    local cases = tonumber(os.getenv('TGL_PROP_CASES')) or 12
+    local gen
+    local function all_arrays(desc)
+      for _, v in ipairs(desc) do if not v.d then return false end end
+      return true
+    end
+    local function branches(depth, desc, want_array)
+      local ms, outs = {}, {}
+      for k = 1, math.random(2, 3) do
+        local m, o
+        repeat m, o = gen(depth - 1, desc) until not want_array or o.d
+        ms[k], outs[k] = m, o
+      end
+      return ms, outs
+    end
+    gen = function(depth, desc)
+      local r = math.random(depth > 0 and 6 or 2)
+      if desc.d then
+        if r == 1 then local n = math.random(1, 3); return nn.Linear(desc.d, n), { d = n } end
+        if r == 2 then return nn.Tanh(), desc end
+        if r == 3 then
+          local ms, outs = branches(depth, desc, false)
+          local c = nn.ConcatTable()
+          for _, m in ipairs(ms) do c:add(m) end
+          return c, outs
+        end
+        if r == 4 then
+          local ms, outs = branches(depth, desc, true)
+          local c, n = nn.Concat(2), 0
+          for k, m in ipairs(ms) do c:add(m); n = n + outs[k].d end
+          return c, { d = n }
+        end
+        if r == 5 then return nn.Identity(), desc end
+        local m1, o1 = gen(depth - 1, desc)
+        local m2, o2 = gen(depth - 1, o1)
+        return nn.Sequential():add(m1):add(m2), o2
+      end
+      -- a table
+      if all_arrays(desc) and r <= 2 then
+        local n = 0
+        for _, v in ipairs(desc) do n = n + v.d end
+        return nn.JoinTable(2), { d = n }
+      end
+      if all_arrays(desc) and r == 3 then
+        local m = nn.ParallelTable()
+        for _, v in ipairs(desc) do m:add(nn.Linear(v.d, 2)) end
+        return nn.Sequential():add(m):add(nn.CAddTable()), { d = 2 }
+      end
+      local m, outs = nn.ParallelTable(), {}
+      for k, v in ipairs(desc) do
+        local mk, ok = gen(math.max(depth - 1, 0), v)
+        m:add(mk); outs[k] = ok
+      end
+      return m, outs
+    end
+    local function value(desc)
+      if desc.d then return tgl.randn(B, desc.d) end
+      local t = {}
+      for k, v in ipairs(desc) do t[k] = value(v) end
+      return t
+    end
+    local function add_values(a, b)
+      if tgl.is_array(a) then return a + b end
+      local t = {}
+      for k = 1, #a do t[k] = add_values(a[k], b[k]) end
+      return t
+    end
+    local function relations(m)
+      local t = nn.type(m)
+      if t == 'nn.Concat' or t == 'nn.ConcatTable' then
+        local sum = m.modules[1].gradInput
+        for k = 2, #m.modules do sum = add_values(sum, m.modules[k].gradInput) end
+        same_value(m.gradInput, sum, 1e-12)
+      elseif t == 'nn.Sequential' then
+        same_value(m.gradInput, m.modules[1].gradInput, 0)
+      elseif t == 'nn.ParallelTable' then
+        for k = 1, #m.modules do same_value(m.gradInput[k], m.modules[k].gradInput, 0) end
+      end
+      for _, c in ipairs(m.modules or {}) do relations(c) end
+    end
+    math.randomseed(5)
+    for _ = 1, cases do
+      local desc = math.random(2) == 1 and { d = math.random(1, 3) }
+                   or { { d = math.random(1, 3) }, { d = math.random(1, 3) } }
+      local m, out = gen(3, desc)
+      local x = value(desc)
+      local g = value(out)
+      check_grads(m, x, g)
+      relations(m)
+    end
+  end)
+
   it('errors name the module and the user\'s line', function()
     local ok, err = pcall(function() nn.Linear(3, 2):forward({ tgl.randn(3), tgl.randn(3) }) end)
     assert.is_false(ok)
