@@ -114,6 +114,12 @@ describe('nn tables', function()
     assert.equals('nn.Parallel {\n  input\n    |`-> (1): nn.Tanh\n     `-> (2): nn.Tanh\n     ... -> output\n}',
                   tostring(nn.Parallel(1, 1):add(nn.Tanh()):add(nn.Tanh())))
     assert.equals('nn.CAddTable', tostring(nn.CAddTable()))
+    -- Torch7's fields before the first call: tables where the module's are
+    assert.same({}, nn.ConcatTable().output)
+    assert.same({}, nn.ParallelTable().gradInput)
+    assert.same({}, nn.JoinTable(1).gradInput)
+    assert.same({}, nn.CMulTable().gradInput)
+    assert.same({}, nn.SplitTable(1).output)
     assert.equals('nn.SplitTable', tostring(nn.SplitTable(1)))
   end)
 

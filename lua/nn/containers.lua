@@ -138,6 +138,10 @@ return function(nn)
   -- nn.ConcatTable(): every module gets the input; the output is the
   -- table of their outputs.
   local ConcatTable = nn.class('ConcatTable', Container)
+  function ConcatTable:__init()
+    Container.__init(self)
+    self.output = {}   -- a table before the first forward, as Torch7's
+  end
   function ConcatTable:graph(x)
     self:_needModules()
     local ys = {}
@@ -188,6 +192,10 @@ return function(nn)
   -- are not used (their gradInput is zero), as Torch7 ignores them.
   local ParallelTable = nn.class('ParallelTable', Container)
   ParallelTable._takes = 'table'
+  function ParallelTable:__init()
+    Container.__init(self)
+    self.output, self.gradInput = {}, {}
+  end
   function ParallelTable:graph(x)
     self:_needModules()
     if #x < #self.modules then

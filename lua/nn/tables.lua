@@ -54,6 +54,7 @@ return function(nn)
     check_args('nn.JoinTable', dim, nInputDims)
     nn.Module.__init(self)
     self.dimension, self.nInputDims = dim, nInputDims
+    self.gradInput = {}
   end
   function JoinTable:graph(x)
     arrays(self, x, 1)
@@ -74,6 +75,7 @@ return function(nn)
     check_args('nn.SplitTable', dim, nInputDims)
     nn.Module.__init(self)
     self.dimension, self.nInputDims = dim, nInputDims
+    self.output = {}
   end
   function SplitTable:graph(x)
     local d = dimension(self, x.ndim)
@@ -106,6 +108,7 @@ return function(nn)
   function CAddTable:__init(inplace)
     nn.Module.__init(self)
     self.inplace = inplace
+    self.gradInput = {}
   end
   function CAddTable:graph(x)
     same_ndim(self, arrays(self, x, 1))
@@ -115,8 +118,15 @@ return function(nn)
   end
 
   -- nn.CSubTable(): input[1] - input[2].
+  -- a table before the first backward, as Torch7's
+  local function table_gradInput(self)
+    nn.Module.__init(self)
+    self.gradInput = {}
+  end
+
   local CSubTable = nn.class('CSubTable', nn.Module)
   CSubTable._takes = 'table'
+  CSubTable.__init = table_gradInput
   function CSubTable:graph(x)
     same_ndim(self, arrays(self, x, 2))
     if #x ~= 2 then
@@ -128,6 +138,7 @@ return function(nn)
   -- nn.CMulTable(): the elementwise product of the input table's arrays.
   local CMulTable = nn.class('CMulTable', nn.Module)
   CMulTable._takes = 'table'
+  CMulTable.__init = table_gradInput
   function CMulTable:graph(x)
     same_ndim(self, arrays(self, x, 1))
     local y = x[1]
