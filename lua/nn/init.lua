@@ -183,14 +183,50 @@ function Module:getParameters()
   return flat, gflat
 end
 
+-- True when every parameter a cached function was built on is still the
+-- array the module holds.
+local function still_valid(c)
+  for _, p in ipairs(c.params) do
+    if not rawequal(p[1][p[2]], p[3]) then return false end
+  end
+  return true
+end
+
 -- Every gradient array set to 0, and weight <- weight - lr * gradWeight in
--- place (views stay views): compiled functions with updates (built on
--- first use and cached like forward's), whose generated kernels run in
--- the arrays' own storage; an eager expression per parameter costs
--- several times more for a large layer.
+-- place (views stay views).  The update is a compiled function with
+-- updates (built on first use and cached like forward's), whose generated
+-- kernels run over the arrays' own storage; an eager expression per
+-- parameter costs several times more for a large layer.  The zeros are
+-- copied from a zero array kept for the purpose (nn._zeros): one memory
+-- copy per gradient, half the traffic of a compiled function's (its
+-- fused kernel writes a new buffer that is then copied into the
+-- variable's), exactly 0 even where the gradient was NaN.
+local zero_src = {}
+function nn._zeros(dtype, shape)
+  local n = 1
+  for _, v in ipairs(shape) do n = n * v end
+  local z = zero_src[dtype]
+  if not z or z:nelement() < n then
+    z = tgl.zeros(math.max(n, 1), { dtype = dtype })
+    zero_src[dtype] = z
+  end
+  return z[{ { 1, n } }]:reshape(shape)
+end
+
 function Module:zeroGradParameters()
   if not self:parameters() then return end
-  self:_paramFunction('zero').f()
+  self._compiled = self._compiled or {}
+  local c = self._compiled.zero
+  if not (c and still_valid(c)) then
+    c = { params = {}, pairs = {} }
+    for _, s in ipairs(self:_paramSlots()) do
+      local g = s[1][s[3]]
+      c.params[#c.params + 1] = { s[1], s[3], g }
+      if g:nelement() > 0 then c.pairs[#c.pairs + 1] = { g, nn._zeros(g.dtype, g:shape()) } end
+    end
+    self._compiled.zero = c
+  end
+  for _, p in ipairs(c.pairs) do p[1]:copy(p[2]) end
 end
 
 function Module:updateParameters(lr)
@@ -498,14 +534,6 @@ local function mode_key(self)
   return table.concat(s)
 end
 
--- True when every parameter a cached function was built on is still the
--- array the module holds.
-local function still_valid(c)
-  for _, p in ipairs(c.params) do
-    if not rawequal(p[1][p[2]], p[3]) then return false end
-  end
-  return true
-end
 
 -- Adds variable v to list unless a variable of the same node is there
 -- (ids: node id -> position); returns its position.
@@ -756,7 +784,8 @@ function Module:_reuse(kind, input, in_leaves, gradOutput, scale_one)
   return c, last.results
 end
 
--- kind 'zero' (no inputs) or 'update' (input: the learning rate).
+-- The compiled update weight <- weight - lr * gradWeight of every
+-- parameter (kind 'update'; input: the learning rate).
 function Module:_paramFunction(kind)
   self._compiled = self._compiled or {}
   local c = self._compiled[kind]
@@ -769,16 +798,10 @@ function Module:_paramFunction(kind)
     params[#params + 1] = { m, wf, m[wf] }
     params[#params + 1] = { m, gf, m[gf] }
     local w, g = m:_var(wf), m:_var(gf)
-    if kind == 'zero' then
-      -- exactly 0 even where the gradient is NaN or infinite (g * 0 is not)
-      updates[#updates + 1] = { g, tgl.switch(tgl.eq(g, g), 0.0, 0.0):astype(g.dtype) }
-    else
-      updates[#updates + 1] = { w, w - lr * g }
-    end
+    updates[#updates + 1] = { w, w - lr * g }
   end
   local name = nn.type(self):gsub('^nn%.', 'nn_') .. '_' .. kind
-  c = { params = params,
-        f = tgl.compile { inputs = kind == 'update' and { lr } or {}, updates = updates, name = name } }
+  c = { params = params, f = tgl.compile { inputs = { lr }, updates = updates, name = name } }
   nn.compiled_count = nn.compiled_count + 1
   self._compiled[kind] = c
   return c
