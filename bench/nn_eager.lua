@@ -8,7 +8,7 @@
 --             crit:forward(out, y); model:backward(x, crit:backward(out, y));
 --             model:updateParameters(lr)     (each call a cached compiled function)
 --   compiled  one tgl.compile'd function of x and y: forward, loss,
---             gradients and the SGD updates (what nn.compile builds)
+--             gradients and the SGD updates (the shape of nn.compile's step)
 -- Figures: milliseconds per step, median of the repeats (bench/lib/stats.lua),
 -- with the load average when the run started.  Threads: tgl.config.threads
 -- = --threads (default 1; set OPENBLAS_NUM_THREADS to match).  --cpu
