@@ -520,6 +520,9 @@ describe('nn tables', function()
                    .. 'structure, a table of 2 %(an array, an array%); got an array', err)
     ok, err = pcall(function() c:backward(x, { tgl.randn(3), tgl.randn(3), tgl.randn(3) }) end)
     assert.matches('got a table of 3', err)
+    ok, err = pcall(function() c:updateGradInput(x, { tgl.randn(3) }) end)
+    assert.matches('nn_table_spec%.lua:%d+: nn%.ConcatTable:updateGradInput: gradOutput must have the output\'s '
+                   .. 'structure, a table of 2 %(an array, an array%); got a table of 1 %(an array%)', err)
     -- a size mismatch found when the function runs names the module by its path
     local s = nn.Sequential():add(nn.ParallelTable():add(nn.Linear(3, 2)):add(nn.Linear(3, 3))):add(nn.CAddTable())
     ok, err = pcall(function() s:forward({ tgl.randn(2, 3), tgl.randn(2, 3) }) end)

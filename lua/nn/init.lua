@@ -621,8 +621,10 @@ local function compile_grad(self, kind, b, xs, in_s, gradOutput, fwd, scale_one)
   local g_leaves = {}
   local g_s = flatten(gradOutput, tgl.is_array, g_leaves, 'gradOutput')
   if not same_structure(g_s, y_s) then
+    local what = kind == 'gradInput' and 'updateGradInput' or kind == 'acc' and 'accGradParameters'
+                 or 'backward'
     raise(('%s:%s: gradOutput must have the output\'s structure, %s; got %s')
-          :format(nn.type(self), kind, describe(y_s), describe(g_s)))
+          :format(nn.type(self), what, describe(y_s), describe(g_s)))
   end
   local slots = self:_paramSlots()
   local c = { params = param_list(slots), rec = b.rec, x = xs, hooks = b.hooks, gen = nn._generation }
@@ -630,7 +632,10 @@ local function compile_grad(self, kind, b, xs, in_s, gradOutput, fwd, scale_one)
   for i, a in ipairs(g_leaves) do
     gs[i] = tgl.tensor { dtype = a.dtype, ndim = a:dim(), name = g_s == true and 'gradOutput' or 'gradOutput' .. i }
   end
-  local scale = tgl.tensor { dtype = xs[1].dtype, ndim = 0, name = 'scale' }
+  -- the scale in the parameters' dtype (an input may be integer: labels,
+  -- indices)
+  local sdt = #slots > 0 and slots[1][1][slots[1][2]].dtype or g_leaves[1].dtype
+  local scale = tgl.tensor { dtype = sdt, ndim = 0, name = 'scale' }
   -- differentiate the graph with its aliases (b.raw): L = sum_i sum(y_i g_i)
   local raw = b.raw
   local ry = {}
