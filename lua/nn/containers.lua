@@ -180,6 +180,7 @@ return function(nn)
         self:_error('the input has %d slices along dimension %d, but there are %d modules', shape[d], d, n)
       end
       n = shape[d]
+      if n == 0 then self:_error('the input has no slices along dimension %d', d) end
     end
     local ys = {}
     for i = 1, n do ys[i] = self:_child(i, select(x, d, i)) end
