@@ -546,6 +546,9 @@ describe('nn layers (shape, lookup) and module methods', function()
     local function L() return tgl.sum(model:forward(x) * g):get() end
     assert.is_true(maxdiff(l.gradWeight, fd(L, l.weight)) < 1e-7)
     local w0, gw = l.weight:clone(), l.gradWeight:clone()
+    -- fd's last forward ran at a perturbed weight; accUpdateGradParameters
+    -- reads the last forward's outputs (as Torch7's does), so forward again
+    model:forward(x)
     model:accUpdateGradParameters(x, g, 0.1)
     assert.is_true(maxdiff(l.weight, w0 - gw * 0.1) < 1e-12)
     assert.is_true(maxdiff(l.gradWeight, gw) == 0)

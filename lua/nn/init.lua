@@ -15,7 +15,8 @@
 -- nn.Criterion.  The layers are in nn/layers.lua and nn/layers2.lua (shape
 -- modules and LookupTable), the containers in
 -- nn/containers.lua, the criterions in nn/criterions.lua, the spatial
--- (convolution and pooling) modules in nn/spatial.lua, the optimisers
+-- (convolution and pooling) modules in nn/spatial.lua, the table modules
+-- (JoinTable, SplitTable, CAddTable, ...) in nn/tables.lua, the optimisers
 -- in nn/optim.lua, nn.compile (the compiled training step) in
 -- nn/compile.lua, the sequence
 -- modules (LSTM, GRU, RNN) in nn/recurrent.lua.
@@ -217,14 +218,55 @@ function Module:getParameters()
   return flat, gflat
 end
 
+-- True when every parameter a cached function was built on is still the
+-- array the module holds.
+local function still_valid(c)
+  for _, p in ipairs(c.params) do
+    if not rawequal(p[1][p[2]], p[3]) then return false end
+  end
+  return true
+end
+
 -- Every gradient array set to 0, and weight <- weight - lr * gradWeight in
--- place (views stay views): compiled functions with updates (built on
--- first use and cached like forward's), whose generated kernels run in
--- the arrays' own storage; an eager expression per parameter costs
--- several times more for a large layer.
+-- place (views stay views).  The update is a compiled function with
+-- updates (built on first use and cached like forward's), whose generated
+-- kernels run over the arrays' own storage; an eager expression per
+-- parameter costs several times more for a large layer.  The zeros are
+-- copied from a zero array kept for the purpose (nn._zeros): one memory
+-- copy per gradient, half the traffic of a compiled function's (its
+-- fused kernel writes a new buffer that is then copied into the
+-- variable's), exactly 0 even where the gradient was NaN.
+local zero_src = {}
+function nn._zeros(dtype, shape)
+  local n = 1
+  for _, v in ipairs(shape) do n = n * v end
+  local z = zero_src[dtype]
+  if not z or z:nelement() < n then
+    z = tgl.zeros(math.max(n, 1), { dtype = dtype })
+    zero_src[dtype] = z
+  end
+  return z[{ { 1, n } }]:reshape(shape)
+end
+
 function Module:zeroGradParameters()
   if not self:parameters() then return end
-  self:_paramFunction('zero').f()
+  self._compiled = self._compiled or {}
+  local c = self._compiled.zero
+  if not (c and still_valid(c)) then
+    c = { params = {}, pairs = {} }
+    -- a gradient array held by several modules (clone, share) is zeroed once
+    local seen = {}
+    for _, s in ipairs(self:_paramSlots()) do
+      local g = s[1][s[3]]
+      c.params[#c.params + 1] = { s[1], s[3], g }
+      if g:nelement() > 0 and not seen[g] then
+        seen[g] = true
+        c.pairs[#c.pairs + 1] = { g, nn._zeros(g.dtype, g:shape()) }
+      end
+    end
+    self._compiled.zero = c
+  end
+  for _, p in ipairs(c.pairs) do p[1]:copy(p[2]) end
 end
 
 function Module:updateParameters(lr)
@@ -356,6 +398,93 @@ function Module:float() return self:type('float32') end
 function Module:double() return self:type('float64') end
 
 -- ---------------------------------------------------------------------------
+-- tables of arrays
+--
+-- Torch7's modules take and give a tensor or a (nested) Lua table of
+-- tensors.  Here a value is flattened into its leaves (depth-first) and
+-- its structure: true for a leaf, a list of structures for a table.  The
+-- compiled functions take and give the leaves; the structure rebuilds
+-- the tables.
+
+local is_var = tgl.is_variable
+local C = core.C
+local node_list = core.ffi.typeof('tgl_node *[?]')
+local G = require 'tgl.graph'
+
+local function node_id(v) return tonumber(C.tgl_node_id(v.n)) end
+local function is_float(v) return v.dtype:match('^float') ~= nil end
+
+-- The leaves of v appended to leaves; returns v's structure.  what names
+-- v in errors ('the input', then 'the input[2]' inside).
+local function flatten(v, is_leaf, leaves, what)
+  if is_leaf(v) then leaves[#leaves + 1] = v; return true end
+  if type(v) ~= 'table' or getmetatable(v) ~= nil then
+    error(('%s must be an array, got %s'):format(what, nn.type(v)), 0)
+  end
+  if #v == 0 then error(what .. ' is an empty table (expected an array or a table of arrays)', 0) end
+  local s = {}
+  for i = 1, #v do s[i] = flatten(v[i], is_leaf, leaves, what .. '[' .. i .. ']') end
+  return s
+end
+
+-- The value of structure s from list[pos], list[pos + 1], ...; returns
+-- it and the next position.
+local function unflatten(s, list, pos)
+  pos = pos or 1
+  if s == true then return list[pos], pos + 1 end
+  local t = {}
+  for i = 1, #s do t[i], pos = unflatten(s[i], list, pos) end
+  return t, pos
+end
+
+local function same_structure(a, b)
+  if a == true or b == true then return a == b end
+  if #a ~= #b then return false end
+  for i = 1, #a do if not same_structure(a[i], b[i]) then return false end end
+  return true
+end
+
+-- 'an array', 'a table of 2 (an array, a table of 3 (...))'.
+local function describe(s)
+  if s == true then return 'an array' end
+  local parts = {}
+  for i = 1, #s do parts[i] = describe(s[i]) end
+  return ('a table of %d (%s)'):format(#s, table.concat(parts, ', '))
+end
+
+-- The cache key of an array or a table of arrays: every leaf's dtype
+-- and shape, in the table's structure.
+local function value_key(v)
+  if tgl.is_array(v) then return shape_key(v) end
+  local parts = {}
+  for i = 1, #v do parts[i] = value_key(v[i]) end
+  return '{' .. table.concat(parts, ',') .. '}'
+end
+
+-- exprs (a list of variables) with every from[k] replaced by to[k], all
+-- at once (a replacement is not searched again).
+local function replace(exprs, from, to)
+  local n, nr = #exprs, #from
+  if n == 0 or nr == 0 then return exprs end
+  local src, res = node_list(n), node_list(n)
+  for i = 1, n do src[i - 1] = exprs[i].n end
+  local f, t = node_list(nr), node_list(nr)
+  for i = 1, nr do f[i - 1] = from[i].n; t[i - 1] = to[i].n end
+  core.check(C.tgl_clone_replace(core.ctx, n, src, nr, f, t, res), 'nn')
+  local out = {}
+  for i = 1, n do out[i] = G.wrap_node(res[i - 1]) end
+  return out
+end
+
+-- v (a variable or a table of them) with the replacements made.
+local function replace_value(v, from, to)
+  if #from == 0 then return v end
+  local l = {}
+  local s = flatten(v, is_var, l, 'the value')
+  return (unflatten(s, replace(l, from, to)))
+end
+
+-- ---------------------------------------------------------------------------
 -- the compile cache
 
 -- Where the user called nn from: the first stack level outside tgl's rooms
@@ -380,11 +509,32 @@ function nn._raise(msg)
 end
 local raise = nn._raise
 
+-- What a module's graph takes: 'array' (most modules), 'table' (the
+-- table modules) or 'any' (containers, Identity).  nn._graph checks it
+-- before calling graph, so a table given where an array is expected is
+-- an error that names the module.
+Module._takes = 'array'
+
+local function first_line(m) return (tostring(m):gsub('\n.*', '')) end
+
+-- m:graph(x), after checking that x is what m takes.
+function nn._graph(m, x)
+  local takes = m._takes or 'array'
+  if takes == 'array' and type(x) == 'table' then
+    error(('%s: expected an array, got a table of %d'):format(first_line(m), #x), 0)
+  elseif takes == 'table' and type(x) ~= 'table' then
+    error(('%s: expected a table of arrays, got %s'):format(first_line(m),
+          is_var(x) and 'an array (' .. x.ndim .. '-d)' or type(x)), 0)
+  end
+  return m:graph(x)
+end
+
 -- Records each module inside a container while a model's graph is built
--- (containers call nn._record with the module's symbolic input and
--- output and its path, e.g. 'modules[2].modules[1]'), so forward can
--- fill every module's output field and backward every gradInput, as
--- Torch7 does, and a failure can name the module.
+-- (containers call nn._record with the module's symbolic output and
+-- input, each a variable or a table of them, and its path, e.g.
+-- 'modules[2].modules[1]'), so forward can fill every module's output
+-- field and backward every gradInput, as Torch7 does, and a failure can
+-- name the module.
 local recording = nil
 local path = {}
 function nn._record(m, y, x)
@@ -394,17 +544,45 @@ function nn._enter(i) path[#path + 1] = 'modules[' .. i .. ']' end
 function nn._leave() path[#path] = nil end
 
 -- While forward or backward builds a model's graph for a concrete input,
--- the symbolic input and that array: nn._shape_of(v) evaluates the shape
--- of an inner variable v once, at build time, for the modules whose
--- graph depends on it as Torch7's does (Reshape's batch rule counts the
--- input's elements).  Outside such a build (a user's model:graph(x)) it
+-- the symbolic input's leaves and the arrays they stand for:
+-- nn._shape_of(v) evaluates the shape of an inner variable v once, at
+-- build time, for the modules whose graph depends on it as Torch7's does
+-- (Reshape's batch rule counts the input's elements, SplitTable makes one
+-- output per slice).  Outside such a build (a user's model:graph(x)) it
 -- returns nil and the module falls back on the number of dimensions.
 local building = nil
 function nn._shape_of(v)
   if not building then return nil end
-  local f = tgl.compile { inputs = { building.x }, outputs = v:shape(), mode = 'FAST_COMPILE',
+  v = replace({ v }, building.afrom, building.ato)[1]
+  local f = tgl.compile { inputs = building.xs, outputs = v:shape(), mode = 'FAST_COMPILE',
                           name = 'nn_shape' }
-  return f(building.input):totable()
+  return f(unpack(building.inputs)):totable()
+end
+
+-- A container that gives one input to several modules (Concat,
+-- ConcatTable) gives each a fresh variable standing for it (an alias),
+-- so that each module's gradInput is the gradient through that module
+-- alone, as in Torch7, and not the sum over all of them (the gradient at
+-- a variable counts every use).  nn._alias(v) returns the alias of v (a
+-- variable or a table of them); the build replaces each alias by what it
+-- stands for before anything is compiled.  Outside a build it returns v.
+function nn._alias(v)
+  if not building then return v end
+  local leaves = {}
+  local s = flatten(v, is_var, leaves, 'the input')
+  local out = {}
+  for i, t in ipairs(leaves) do
+    local ty = t:type()
+    local a = tgl.tensor { dtype = ty.dtype, ndim = ty.ndim, broadcastable = ty.broadcastable,
+                           name = 'alias' }
+    -- what the alias stands for, free of earlier aliases
+    local r = replace({ t }, building.afrom, building.ato)[1]
+    building.aliases[#building.aliases + 1] = { a = a, t = t }
+    building.afrom[#building.afrom + 1] = a
+    building.ato[#building.ato + 1] = r
+    out[i] = a
+  end
+  return (unflatten(s, out))
 end
 
 -- A module whose forward needs host work before each call of the
@@ -465,20 +643,39 @@ end
 
 -- A module that can check the model's input array on the host before
 -- each compiled call (LookupTable's indices: a bad one is an error naming
--- it and its position, not a wrong row) registers fn(input) while the
--- graph is built, when its symbolic input is the model's input
--- (nn._is_model_input(x)); forward, backward, updateGradInput,
--- accGradParameters and accUpdateGradParameters run them.
-function nn._check_input(fn)
+-- it and its position, not a wrong row) registers fn(array) while the
+-- graph is built, when its symbolic input x is one of the model's input
+-- leaves (nn._is_model_input(x)); fn gets that leaf's array.  forward,
+-- backward, updateGradInput, accGradParameters and
+-- accUpdateGradParameters run them.  Each check in b.checks takes the
+-- model's input (an array, or a table of arrays, or the list of its
+-- leaves).
+local function model_leaf(x)
+  if not building or not is_var(x) then return nil end
+  -- an alias (Concat, ConcatTable) stands for what it was made from
+  local r = #building.afrom > 0 and replace({ x }, building.afrom, building.ato)[1] or x
+  local id = node_id(r)
+  for i, v in ipairs(building.xs) do if node_id(v) == id then return i end end
+  return nil
+end
+function nn._check_input(fn, x)
   if not building then return end
+  -- which leaf of the model's input (x omitted: the first)
+  local k = x ~= nil and model_leaf(x) or 1
   -- the module's path in the model, for the error ('modules[1] ...')
   local at = table.concat(path, '.')
   building.checks[#building.checks + 1] = function(input)
-    local ok, err = pcall(fn, input)
+    local a = input
+    if not tgl.is_array(input) then
+      local l = {}
+      flatten(input, tgl.is_array, l, 'the input')
+      a = l[k]
+    end
+    local ok, err = pcall(fn, a)
     if not ok then error((at ~= '' and at .. ' ' or '') .. tostring(err), 0) end
   end
 end
-function nn._is_model_input(x) return building ~= nil and rawequal(building.x, x) end
+function nn._is_model_input(x) return model_leaf(x) ~= nil end
 
 -- Every field a build borrows through Module:_var (parameters, and state
 -- such as batch normalisation's running statistics): a compiled function
@@ -488,22 +685,53 @@ function nn._borrowed(m, field, a)
   if building then building.borrowed[#building.borrowed + 1] = { m, field, a } end
 end
 
--- Builds model's graph for the symbolic input x (input: the concrete
--- array it stands for, or nil): returns {y = symbolic output,
--- rec = the inner modules' records (nn._record), hooks = functions to
--- run before each forward call, updates = the modules' state updates,
--- checks = functions of the input array to run before each call,
+-- Builds model's graph for the symbolic input x (a variable or a nested
+-- table of them; input: the concrete array or table of arrays it stands
+-- for, or nil): returns {y = symbolic output (a variable or a table of
+-- them), rec = the inner modules' records (nn._record), hooks =
+-- functions to run before each forward call, updates = the modules'
+-- state updates, checks = functions of the input (an array or a
+-- table of arrays) to run before each call, raw = the same before the
+-- aliases were replaced (nn._alias; backward differentiates there),
 -- borrowed = {module, field, array} of every field borrowed}.
 -- Every compiled function of a model (forward, backward, nn.compile's
 -- step) builds its graph here.  Errors are raised at the user's line.
 function nn._build(model, x, input)
+  local xs, inputs = {}, {}
+  local ok, e = pcall(function()
+    flatten(x, is_var, xs, 'the input')
+    if input ~= nil then flatten(input, tgl.is_array, inputs, 'the input') end
+  end)
+  if not ok then raise(e) end
   recording, path = {}, {}
-  building = { x = x, input = input, hooks = {}, updates = {}, checks = {}, borrowed = {} }
-  local ok, y = pcall(model.graph, model, x)
-  local b = { y = y, rec = recording, hooks = building.hooks, updates = building.updates,
-              checks = building.checks, borrowed = building.borrowed }
+  building = { xs = xs, inputs = inputs, hooks = {}, updates = {},
+               aliases = {}, afrom = {}, ato = {}, checks = {},
+               borrowed = {} }
+  local y
+  ok, y = pcall(nn._graph, model, x)
+  if ok then
+    local ok2, e2 = pcall(flatten, y, is_var, {}, 'the output')
+    if not ok2 then ok, y = false, first_line(model) .. ':graph: ' .. e2 end
+  end
+  local rec, bd = recording, building
   recording, building, path = nil, nil, {}
-  if not ok then nn._raise(y) end
+  if not ok then raise(y) end
+  local b = { y = y, rec = rec, hooks = bd.hooks, updates = bd.updates, checks = bd.checks,
+              borrowed = bd.borrowed,
+              raw = { y = y, rec = rec, updates = bd.updates, aliases = bd.aliases,
+                      afrom = bd.afrom, ato = bd.ato } }
+  if #bd.afrom > 0 then
+    local from, to = bd.afrom, bd.ato
+    b.y = replace_value(y, from, to)
+    b.rec = {}
+    for i, r in ipairs(rec) do
+      b.rec[i] = { r[1], replace_value(r[2], from, to), replace_value(r[3], from, to), r[4] }
+    end
+    b.updates = {}
+    for i, u in ipairs(bd.updates) do
+      b.updates[i] = { u[1], replace({ u[2] }, from, to)[1], compose = u.compose }
+    end
+  end
   return b
 end
 
@@ -519,18 +747,29 @@ local function mode_key(self)
   return table.concat(s)
 end
 
--- True when every parameter a cached function was built on is still the
--- array the module holds.
-local function still_valid(c)
-  for _, p in ipairs(c.params) do
-    if not rawequal(p[1][p[2]], p[3]) then return false end
-  end
-  return true
+
+-- Adds variable v to list unless a variable of the same node is there
+-- (ids: node id -> position); returns its position.
+local function add_once(list, ids, v)
+  local id = node_id(v)
+  local k = ids[id]
+  if not k then list[#list + 1] = v; k = #list; ids[id] = k end
+  return k
 end
 
--- Index of variable v in list (rawequal), or nil.
-local function find(list, v)
-  for i, w in ipairs(list) do if rawequal(w, v) then return i end end
+-- For each module record, {module, structure, positions}: its value
+-- (field 2 of the record: output, 3: input) is made of the variables at
+-- those positions of list (added when not there).
+local function record_slots(rec, field, list, ids, map)
+  local mods = {}
+  for _, r in ipairs(rec) do
+    local l = {}
+    local s = flatten(r[field], is_var, l, 'a value')
+    local idx = {}
+    for i, v in ipairs(l) do idx[i] = map and map(v) or add_once(list, ids, v) end
+    mods[#mods + 1] = { r[1], s, idx }
+  end
+  return mods
 end
 
 -- Groups parameter slots ({module, value field, gradient field}) by the
@@ -555,103 +794,277 @@ function nn._grouped(slots, f, term)
   return out
 end
 
+-- The gradients of L at wrt (a list), through the aliases: each alias's
+-- gradient is the gradient through the module it was given to, and it
+-- flows on to what the alias stands for (known_grads), so the gradients
+-- at everything else are the whole model's.  Aliases are made in order
+-- (an alias stands for values made before it), so going backwards each
+-- one's gradient is complete when it is needed.  An integer alias
+-- (indices given to several modules) has no gradient.  Returns the
+-- gradients at wrt and the alias gradients (by alias node id).
+local function alias_grads(L, wrt, aliases)
+  local acc, order = {}, {}   -- node id of a target -> {var, sum of its known gradients}
+  local function known()
+    local k = {}
+    for _, id in ipairs(order) do k[acc[id][1]] = acc[id][2] end
+    return k
+  end
+  local ga = {}
+  for k = #aliases, 1, -1 do
+    local al = aliases[k]
+    if is_float(al.a) then
+      local g = tgl.grad(L, al.a, { disconnected = 'ignore', known_grads = known() })
+      ga[node_id(al.a)] = g
+      local id = node_id(al.t)
+      if acc[id] then acc[id][2] = acc[id][2] + g
+      else acc[id] = { al.t, g }; order[#order + 1] = id end
+    end
+  end
+  if #wrt == 0 then return {}, ga end
+  local opts = { disconnected = 'ignore' }
+  if #order > 0 then opts.known_grads = known() end
+  return tgl.grad(L, wrt, opts), ga
+end
+
+-- v, or dot(b', a') when v is the transpose of dot(a, b) (a weight's
+-- gradient comes out of tgl.grad so, for y = x W'): the specializer folds
+-- an untransposed product into the accumulation around it.
+local function untransposed(v)
+  if v.op ~= 'dimshuffle' or v.ndim ~= 2 then return v end
+  local p = C.tgl_node_params(v.n)
+  if p.n ~= 2 or p.i[0] ~= 1 or p.i[1] ~= 0 then return v end
+  local d = G.wrap_node(C.tgl_node_input_at(v.n, 0))
+  if d.op ~= 'dot' then return v end
+  local a = G.wrap_node(C.tgl_node_input_at(d.n, 0))
+  local b = G.wrap_node(C.tgl_node_input_at(d.n, 1))
+  if a.ndim ~= 2 or b.ndim ~= 2 then return v end
+  return tgl.dot(b:T(), a:T())
+end
+
+-- The model's parameters, each {module, field, the array it holds now}.
+local function param_list(slots)
+  local params = {}
+  for _, s in ipairs(slots) do params[#params + 1] = { s[1], s[2], s[1][s[2]] } end
+  return params
+end
+
+-- Compiles a backward function ('backward': gradInput and accumulation,
+-- 'gradInput', 'acc': accumulation only, or 'accupdate': weight -= lr *
+-- gradient) of the built graph b (its
+-- symbolic input leaves xs, structure in_s) for gradOutput.  With fwd
+-- (the forward function built on the same graph), the function takes the
+-- forward's results as inputs too, after the input's leaves, and reads
+-- every module's output from them instead of computing it again.
+local function compile_grad(self, kind, b, xs, in_s, gradOutput, fwd, scale_one)
+  local y_leaves = {}
+  local y_s = flatten(b.y, is_var, y_leaves, 'the output')
+  local g_leaves = {}
+  local g_s = flatten(gradOutput, tgl.is_array, g_leaves, 'gradOutput')
+  if not same_structure(g_s, y_s) then
+    local what = kind == 'gradInput' and 'updateGradInput' or kind == 'acc' and 'accGradParameters'
+                 or kind == 'accupdate' and 'accUpdateGradParameters' or 'backward'
+    raise(('%s:%s: gradOutput must have the output\'s structure, %s; got %s')
+          :format(nn.type(self), what, describe(y_s), describe(g_s)))
+  end
+  local slots = self:_paramSlots()
+  local c = { params = param_list(slots), rec = b.rec, x = xs, hooks = b.hooks, checks = b.checks,
+              gen = nn._generation }
+  for _, s in ipairs(b.borrowed) do c.params[#c.params + 1] = s end
+  local gs = {}
+  for i, a in ipairs(g_leaves) do
+    gs[i] = tgl.tensor { dtype = a.dtype, ndim = a:dim(), name = g_s == true and 'gradOutput' or 'gradOutput' .. i }
+  end
+  -- backward's scale, or accUpdateGradParameters' learning rate, in the
+  -- parameters' dtype (an input may be integer: labels, indices)
+  local sdt = #slots > 0 and slots[1][1][slots[1][2]].dtype or g_leaves[1].dtype
+  local scale = tgl.tensor { dtype = sdt, ndim = 0, name = kind == 'accupdate' and 'lr' or 'scale' }
+  -- differentiate the graph with its aliases (b.raw): L = sum_i sum(y_i g_i)
+  local raw = b.raw
+  local ry = {}
+  flatten(raw.y, is_var, ry, 'the output')
+  local L
+  for i, v in ipairs(ry) do
+    local t = tgl.sum(v * gs[i])
+    L = L and L + t or t
+  end
+  local alias_ids = {}
+  for _, al in ipairs(raw.aliases) do alias_ids[node_id(al.a)] = true end
+  -- wrt: the input's leaves, the modules' inputs (those not aliases),
+  -- the parameters.  An integer value (LookupTable's indices) has no
+  -- gradient: its gradInput is zeros of its shape and dtype, as Torch7's
+  -- ({zero = the value} in place of a position).
+  local wrt, ids = {}, {}
+  local function source(v)
+    if not is_float(v) then return { zero = v } end
+    local id = node_id(v)
+    if alias_ids[id] then return -id - 1 end   -- an alias: its own gradient
+    return add_once(wrt, ids, v)
+  end
+  local in_src = {}
+  for i, v in ipairs(xs) do in_src[i] = source(v) end
+  local gi_mods = {}
+  local grad_in = kind ~= 'acc' and kind ~= 'accupdate'
+  if grad_in then gi_mods = record_slots(raw.rec, 3, wrt, ids, source) end
+  local nwrt = #wrt
+  local vars = {}
+  if kind ~= 'gradInput' then
+    for _, s in ipairs(slots) do
+      vars[#vars + 1] = s[1]:_var(s[2])
+      wrt[#wrt + 1] = vars[#vars]
+    end
+  end
+  local grads, ga = alias_grads(L, wrt, raw.aliases)
+  -- the outputs: gradient of each leaf of the input, then of each
+  -- module's input (positions < 0 name an alias's gradient)
+  local outs, oids, zeros = {}, {}, {}
+  local function out_of(p)
+    if type(p) == 'table' then
+      local id = node_id(p.zero)
+      zeros[id] = zeros[id] or p.zero * 0
+      return add_once(outs, oids, zeros[id])
+    end
+    return add_once(outs, oids, p > 0 and grads[p] or ga[-p - 1])
+  end
+  c.out = { false, in_s, {} }
+  c.mods = {}
+  if grad_in then
+    for i = 1, #xs do c.out[3][i] = out_of(in_src[i]) end
+    for i, m in ipairs(gi_mods) do
+      local idx = {}
+      for j, p in ipairs(m[3]) do idx[j] = out_of(p) end
+      c.mods[i] = { m[1], m[2], idx }
+    end
+  end
+  local nout = #outs
+  -- a module met twice in the tree (added twice) has one variable,
+  -- whose gradient already holds both uses: counted once
+  local seen, dup = {}, {}
+  for i, v in ipairs(vars) do
+    if seen[v] then dup[i] = true end
+    seen[v] = true
+  end
+  local function part(i) return dup[i] and 0 or untransposed(grads[nwrt + i]) end
+  -- One update per array: modules that share an array (clone, share)
+  -- each give their own contribution, summed into the array once.
+  -- gradWeight + dot(...): one gemm accumulating into gradWeight's own
+  -- buffer (a deferred update, doc/internals.md) when the scale is the
+  -- constant 1 and the product is not transposed.
+  local uvars = {}
+  if kind == 'accupdate' then
+    for _, u in ipairs(nn._grouped(slots, 2, part)) do
+      uvars[#uvars + 1] = u.var
+      outs[#outs + 1] = scale_one and u.var - u.sum or u.var - scale * u.sum
+    end
+  elseif kind ~= 'gradInput' then
+    for _, u in ipairs(nn._grouped(slots, 3, part)) do
+      uvars[#uvars + 1] = u.var
+      outs[#outs + 1] = scale_one and u.var + u.sum or u.var + scale * u.sum
+    end
+  end
+  -- everything in terms of the model's input (aliases replaced)
+  outs = replace(outs, raw.afrom, raw.ato)
+  local inputs = {}
+  for _, v in ipairs(xs) do inputs[#inputs + 1] = v end
+  if fwd then
+    -- the forward's results stand for the values they hold (computed
+    -- values only: an input or a parameter passed on is itself)
+    local from, to = {}, {}
+    for k, v in ipairs(fwd.outs) do
+      local ty = v:type()
+      local p = tgl.tensor { dtype = ty.dtype, ndim = ty.ndim, broadcastable = ty.broadcastable,
+                             name = 'output' .. k }
+      inputs[#inputs + 1] = p
+      if v.kind == 'apply' then from[#from + 1] = v; to[#to + 1] = p end
+    end
+    outs = replace(outs, from, to)
+  end
+  local updates = {}
+  for i, v in ipairs(uvars) do updates[i] = { v, outs[nout + i] } end
+  for i = #outs, nout + 1, -1 do outs[i] = nil end
+  if kind ~= 'gradInput' and kind ~= 'accupdate' then
+    for _, s in ipairs(slots) do c.params[#c.params + 1] = { s[1], s[3], s[1][s[3]] } end
+  end
+  for _, v in ipairs(gs) do inputs[#inputs + 1] = v end
+  inputs[#inputs + 1] = scale
+  local name = nn.type(self):gsub('^nn%.', 'nn_') .. '_' .. kind
+  c.f = tgl.compile { inputs = inputs, outputs = outs, updates = updates, name = name }
+  nn.compiled_count = nn.compiled_count + 1
+  return c
+end
+
+local function fwd_key(self, input) return 'forward:' .. value_key(input) .. ':' .. mode_key(self) end
+
 -- kind: 'forward', 'backward' (gradInput and accumulation), 'gradInput',
--- 'acc' (accumulation only) or 'accupdate' (weight -= lr * gradient).
-function Module:_function(kind, input, gradOutput)
-  local key = kind .. ':' .. shape_key(input) .. (gradOutput and ':' .. shape_key(gradOutput) or '')
-              .. ':' .. mode_key(self)
+-- 'acc' (accumulation only) or 'accupdate' (weight -= lr * gradient,
+-- Torch7's accUpdateGradParameters).  input and gradOutput: arrays or tables
+-- of arrays (checked by the caller).
+function Module:_function(kind, input, gradOutput, scale_one)
+  local key = kind == 'forward' and fwd_key(self, input)
+              or kind .. (scale_one and '1' or '') .. ':' .. value_key(input) .. ':' .. value_key(gradOutput)
+                 .. ':' .. mode_key(self)
   self._compiled = self._compiled or {}
   local c = self._compiled[key]
   if c and still_valid(c) and c.gen == nn._generation then return c end
-  local x = tgl.tensor { dtype = input.dtype, ndim = input:dim(), name = 'input' }
-  local b = nn._build(self, x, input)
-  local y, rec, hooks = b.y, b.rec, b.hooks
-  local slots = self:_paramSlots()
-  local params = {}
-  for _, s in ipairs(slots) do params[#params + 1] = { s[1], s[2], s[1][s[2]] } end
-  for _, s in ipairs(b.borrowed) do params[#params + 1] = s end
-  c = { params = params, rec = rec, x = x, hooks = hooks, checks = b.checks, gen = nn._generation }
-  local name = nn.type(self):gsub('^nn%.', 'nn_') .. '_' .. kind
+  local in_leaves = {}
+  local in_s = flatten(input, tgl.is_array, in_leaves, 'the input')
+  local xs = {}
+  for i, a in ipairs(in_leaves) do
+    xs[i] = tgl.tensor { dtype = a.dtype, ndim = a:dim(), name = in_s == true and 'input' or 'input' .. i }
+  end
+  local b = nn._build(self, (unflatten(in_s, xs)), input)
   if kind == 'forward' then
-    -- mods[i] = {module, k}: the module's output is output k (an output
-    -- is not returned twice)
-    local outs, mods = { y }, {}
-    for _, r in ipairs(rec) do
-      local k = find(outs, r[2])
-      if not k then outs[#outs + 1] = r[2]; k = #outs end
-      mods[#mods + 1] = { r[1], k }
-    end
+    local params = param_list(self:_paramSlots())
+    for _, s in ipairs(b.borrowed) do params[#params + 1] = s end
+    c = { params = params, rec = b.rec, x = xs, hooks = b.hooks,
+          checks = b.checks, gen = nn._generation, b = b, in_s = in_s, bwd = {} }
+    -- outs: the model's output leaves, then every module's (a variable
+    -- is returned once); c.mods[i] = {module, structure, positions}
+    local y_leaves = {}
+    local y_s = flatten(b.y, is_var, y_leaves, 'the output')
+    local outs, ids = {}, {}
+    local y_idx = {}
+    for i, v in ipairs(y_leaves) do y_idx[i] = add_once(outs, ids, v) end
+    c.mods = record_slots(b.rec, 2, outs, ids)
+    c.out = { true, y_s, y_idx }
+    c.outs = outs
     -- one update per array (modules sharing one chain theirs)
     local updates = {}
     for i, u in ipairs(nn._merged_updates(self, b.updates)) do updates[i] = { u[1], u[2] } end
-    c.f = tgl.compile { inputs = { x }, outputs = outs, updates = updates, name = name }
-    c.mods = mods
+    c.f = tgl.compile { inputs = xs, outputs = outs, updates = updates,
+                        name = nn.type(self):gsub('^nn%.', 'nn_') .. '_forward' }
+    nn.compiled_count = nn.compiled_count + 1
   else
-    local g = tgl.tensor { dtype = gradOutput.dtype, ndim = gradOutput:dim(), name = 'gradOutput' }
-    -- backward's scale, or accUpdateGradParameters' learning rate
-    local sdtype = input.dtype:match('^float') and input.dtype
-                   or (#slots > 0 and slots[1][1][slots[1][2]].dtype) or tgl.config.floatX
-    local scale = tgl.tensor { dtype = sdtype,
-                               ndim = 0, name = kind == 'accupdate' and 'lr' or 'scale' }
-    local wrt, vars = {}, {}
-    -- the gradInput of each module inside: the gradient at its input.
-    -- An integer input (LookupTable's indices) has no gradient: its
-    -- gradInput is zeros of its shape and dtype, as Torch7's.
-    local mods, ins, zero = {}, { x }, {}
-    if kind ~= 'acc' and kind ~= 'accupdate' then
-      for _, r in ipairs(rec) do
-        local k = find(ins, r[3])
-        if not k then ins[#ins + 1] = r[3]; k = #ins end
-        mods[#mods + 1] = { r[1], k }
-      end
-    end
-    local nout = #ins
-    for i, v in ipairs(ins) do
-      if v.dtype:match('^float') then wrt[#wrt + 1] = v; ins[i] = #wrt else zero[i] = v * 0 end
-    end
-    local nwrt = #wrt
-    if kind ~= 'gradInput' then
-      for _, s in ipairs(slots) do
-        vars[#vars + 1] = s[1]:_var(s[2])
-        wrt[#wrt + 1] = vars[#vars]
-      end
-    end
-    local grads = #wrt > 0 and tgl.grad(tgl.sum(y * g), wrt, { disconnected = 'ignore' }) or {}
-    -- a module met twice in the tree (added twice) has one variable,
-    -- whose gradient already holds both uses: counted once
-    local seen, dup = {}, {}
-    for i, v in ipairs(vars) do
-      if seen[v] then dup[i] = true end
-      seen[v] = true
-    end
-    local function part(i) return dup[i] and 0 or grads[nwrt + i] end
-    -- One update per array: modules that share an array (clone, share)
-    -- each give their own contribution, summed into the array once.
-    local updates = {}
-    if kind == 'accupdate' then
-      for _, u in ipairs(nn._grouped(slots, 2, part)) do
-        updates[#updates + 1] = { u.var, u.var - scale * u.sum }
-      end
-      for _, s in ipairs(slots) do params[#params + 1] = { s[1], s[2], s[1][s[2]] } end
-    elseif kind ~= 'gradInput' then
-      for _, u in ipairs(nn._grouped(slots, 3, part)) do
-        updates[#updates + 1] = { u.var, u.var + scale * u.sum }
-      end
-      for _, s in ipairs(slots) do params[#params + 1] = { s[1], s[3], s[1][s[3]] } end
-    end
-    local outs = {}
-    if kind ~= 'acc' and kind ~= 'accupdate' then
-      for i = 1, nout do outs[i] = zero[i] or grads[ins[i]] end
-    end
-    c.f = tgl.compile { inputs = { x, g, scale }, outputs = outs, updates = updates, name = name }
-    c.mods = mods
+    c = compile_grad(self, kind, b, xs, in_s, gradOutput, nil, scale_one)
   end
-  nn.compiled_count = nn.compiled_count + 1
   self._compiled[key] = c
   return c
 end
 
--- kind 'zero' (no inputs) or 'update' (input: the learning rate).
+-- The backward function that reads the last forward's results, when the
+-- last forward was on this very input (the same arrays, of the same
+-- shapes) with the function in use now; nil otherwise.  As Torch7's
+-- backward uses the outputs its forward left in the modules.
+function Module:_reuse(kind, input, in_leaves, gradOutput, scale_one)
+  local last = self._lastForward
+  if not last or #last.inputs ~= #in_leaves then return nil end
+  for i, a in ipairs(in_leaves) do
+    if not rawequal(a, last.inputs[i]) then return nil end
+  end
+  local fkey = fwd_key(self, input)
+  local fc = self._compiled and self._compiled[fkey]
+  if fkey ~= last.key or fc ~= last.c or not still_valid(fc) or fc.gen ~= nn._generation then
+    return nil
+  end
+  local key = kind .. (scale_one and '1' or '') .. ':' .. value_key(gradOutput)
+  local c = fc.bwd[key]
+  if c and still_valid(c) then return c, last.results end
+  c = compile_grad(self, kind, fc.b, fc.x, fc.in_s, gradOutput, fc, scale_one)
+  fc.bwd[key] = c
+  return c, last.results
+end
+
+-- The compiled update weight <- weight - lr * gradWeight of every
+-- parameter (kind 'update'; input: the learning rate).
 function Module:_paramFunction(kind)
   self._compiled = self._compiled or {}
   local c = self._compiled[kind]
@@ -664,23 +1077,15 @@ function Module:_paramFunction(kind)
     params[#params + 1] = { m, wf, m[wf] }
     params[#params + 1] = { m, gf, m[gf] }
   end
-  -- one update per array (shared arrays appear in several modules)
-  if kind == 'zero' then
-    for _, u in ipairs(nn._grouped(slots, 3, function() return 0 end)) do
-      -- exactly 0 even where the gradient is NaN or infinite (g * 0 is not)
-      updates[#updates + 1] = { u.var, tgl.switch(tgl.eq(u.var, u.var), 0.0, 0.0):astype(u.var.dtype) }
-    end
-  else
-    -- w - lr * (the sum of the gradients of every module holding w): as
-    -- Torch7's updateParameters, which steps a shared weight once per
-    -- module holding it
-    for _, u in ipairs(nn._grouped(slots, 2, function(i) return slots[i][1]:_var(slots[i][3]) end)) do
-      updates[#updates + 1] = { u.var, u.var - lr * u.sum }
-    end
+  -- one update per array (shared arrays appear in several modules):
+  -- w - lr * (the sum of the gradients of every module holding w), as
+  -- Torch7's updateParameters, which steps a shared weight once per
+  -- module holding it
+  for _, u in ipairs(nn._grouped(slots, 2, function(i) return slots[i][1]:_var(slots[i][3]) end)) do
+    updates[#updates + 1] = { u.var, u.var - lr * u.sum }
   end
   local name = nn.type(self):gsub('^nn%.', 'nn_') .. '_' .. kind
-  c = { params = params,
-        f = tgl.compile { inputs = kind == 'update' and { lr } or {}, updates = updates, name = name } }
+  c = { params = params, f = tgl.compile { inputs = { lr }, updates = updates, name = name } }
   nn.compiled_count = nn.compiled_count + 1
   self._compiled[kind] = c
   return c
@@ -689,25 +1094,36 @@ end
 -- A compiled call that failed: finds the first module inside whose
 -- output cannot be computed for this input (each one's output shape,
 -- evaluated in order) and names it, with its path, in the error.
-function Module:_failed(c, what, input, err)
+function Module:_failed(c, what, in_leaves, err)
+  -- nn.compile passes its graph's single input variable and array
+  local xs = is_var(c.x) and { c.x } or c.x
+  if tgl.is_array(in_leaves) then in_leaves = { in_leaves } end
   for _, r in ipairs(c.rec) do
     local ok = pcall(function()
-      tgl.compile { inputs = { c.x }, outputs = r[2]:shape(), mode = 'FAST_COMPILE', name = 'nn_shape' }(input)
+      local l = {}
+      flatten(r[2], is_var, l, 'the output')
+      local shapes = {}
+      for i, v in ipairs(l) do shapes[i] = v:shape() end
+      tgl.compile { inputs = xs, outputs = shapes, mode = 'FAST_COMPILE', name = 'nn_shape' }(unpack(in_leaves))
     end)
     if not ok then
+      local keys = {}
+      for i, a in ipairs(in_leaves) do keys[i] = shape_key(a) end
       local msg = tostring(err):gsub('^[^\n:]*:%d+: ', ''):gsub('^tgl%.nn_[%w_]+: ', '')
       raise(('%s:%s: %s %s fails on this input (%s): %s'):format(nn.type(self), what, r[4],
-                                                               tostring(r[1]):gsub('\n.*', ''),
-                                                               shape_key(input), msg))
+                                                               first_line(r[1]),
+                                                               table.concat(keys, ', '), msg))
     end
   end
   raise(err)
 end
 
--- Runs c.f; on failure names the module (Module:_failed).
-local function run(self, what, c, input, ...)
+-- Runs c.f on the arguments (a list), after the input checks
+-- (nn._check_input) and, for forward, the hooks (nn._before_forward); on
+-- failure names the module (Module:_failed).
+local function run(self, what, c, in_leaves, args)
   for _, check in ipairs(c.checks) do
-    local ok, err = pcall(check, input)
+    local ok, err = pcall(check, in_leaves)
     if not ok then
       local msg = tostring(err):gsub('^[^\n:]*:%d+: ', '')
       local own = nn.type(self) .. ': '
@@ -716,54 +1132,89 @@ local function run(self, what, c, input, ...)
     end
   end
   if what == 'forward' then for _, h in ipairs(c.hooks) do h() end end
-  local res = { pcall(c.f, input, ...) }
-  if not res[1] then self:_failed(c, what, input, res[2]) end
-  return unpack(res, 2)
+  local res = { pcall(c.f, unpack(args)) }
+  if not res[1] then self:_failed(c, what, in_leaves, res[2]) end
+  return { unpack(res, 2) }
 end
 
-local function check_array(fname, what, a)
-  if not tgl.is_array(a) then raise(('%s: %s must be an array, got %s'):format(fname, what, type(a))) end
+-- The leaves of an array or a (nested) table of arrays; an error at the
+-- user's line for anything else.
+local function check_value(fname, what, v)
+  local l = {}
+  local ok, e = pcall(flatten, v, tgl.is_array, l, what)
+  if not ok then raise(fname .. ': ' .. e) end
+  return l
+end
+
+local function pick(list, idx)
+  local out = {}
+  for i, k in ipairs(idx) do out[i] = list[k] end
+  return out
+end
+
+-- The compiled function's results into the model's field (output or
+-- gradInput) and every inner module's; returns the model's.
+local function fill(self, c, field, outs)
+  local top = c.out
+  for _, m in ipairs(c.mods) do m[1][field] = (unflatten(m[2], pick(outs, m[3]))) end
+  self[field] = (unflatten(top[2], pick(outs, top[3])))
+  return self[field]
 end
 
 function Module:updateOutput(input)
-  check_array(nn.type(self) .. ':forward', 'the input', input)
+  local leaves = check_value(nn.type(self) .. ':forward', 'the input', input)
   local c = self:_function('forward', input)
-  local outs = { run(self, 'forward', c, input) }
-  self.output = outs[1]
-  for _, m in ipairs(c.mods) do m[1].output = outs[m[2]] end
-  return self.output
+  self._lastForward = nil
+  local results = run(self, 'forward', c, leaves, leaves)
+  -- kept for backward (Module:_reuse): what this forward was on and gave
+  self._lastForward = { inputs = leaves, key = fwd_key(self, input), c = c, results = results }
+  return fill(self, c, 'output', results)
 end
 
 function Module:forward(input) return self:updateOutput(input) end
 
-local function grad_inputs(self, c, outs)
-  self.gradInput = outs[1]
-  for _, m in ipairs(c.mods) do m[1].gradInput = outs[m[2]] end
-  return self.gradInput
+-- Runs the backward function of this kind on (input, gradOutput, scale):
+-- the one reading the last forward's results when it applies
+-- (Module:_reuse), else the one computing the forward again.
+local function run_backward(self, kind, what, input, gradOutput, scale)
+  local fname = nn.type(self) .. ':' .. what
+  local leaves = check_value(fname, 'the input', input)
+  local gleaves = check_value(fname, 'gradOutput', gradOutput)
+  -- scale 1 (the usual) is built in as a constant: see compile_grad
+  local one = scale == 1
+  local c, results = self:_reuse(kind, input, leaves, gradOutput, one)
+  if not c then c = self:_function(kind, input, gradOutput, one) end
+  local args = {}
+  for i, v in ipairs(leaves) do args[i] = v end
+  for _, v in ipairs(results or {}) do args[#args + 1] = v end
+  for _, v in ipairs(gleaves) do args[#args + 1] = v end
+  args[#args + 1] = scale
+  return c, run(self, what, c, leaves, args)
 end
 
 function Module:updateGradInput(input, gradOutput)
-  check_array(nn.type(self) .. ':updateGradInput', 'the input', input)
-  check_array(nn.type(self) .. ':updateGradInput', 'gradOutput', gradOutput)
-  local c = self:_function('gradInput', input, gradOutput)
-  return grad_inputs(self, c, { run(self, 'updateGradInput', c, input, gradOutput, 1) })
+  local c, res = run_backward(self, 'gradInput', 'updateGradInput', input, gradOutput, 1)
+  return fill(self, c, 'gradInput', res)
 end
 
 function Module:accGradParameters(input, gradOutput, scale)
-  check_array(nn.type(self) .. ':accGradParameters', 'the input', input)
-  check_array(nn.type(self) .. ':accGradParameters', 'gradOutput', gradOutput)
-  if not self:parameters() then return end
-  local c = self:_function('acc', input, gradOutput)
-  run(self, 'accGradParameters', c, input, gradOutput, scale or 1)
+  if not self:parameters() then
+    check_value(nn.type(self) .. ':accGradParameters', 'the input', input)
+    check_value(nn.type(self) .. ':accGradParameters', 'gradOutput', gradOutput)
+    return
+  end
+  run_backward(self, 'acc', 'accGradParameters', input, gradOutput, scale or 1)
 end
 
 -- gradInput (also of every module inside), and scale * the parameter
 -- gradients added to gradWeight and gradBias, in one compiled function.
 function Module:backward(input, gradOutput, scale)
-  check_array(nn.type(self) .. ':backward', 'the input', input)
-  check_array(nn.type(self) .. ':backward', 'gradOutput', gradOutput)
-  local c = self:_function('backward', input, gradOutput)
-  return grad_inputs(self, c, { run(self, 'backward', c, input, gradOutput, scale or 1) })
+  local c, res = run_backward(self, 'backward', 'backward', input, gradOutput, scale or 1)
+  return fill(self, c, 'gradInput', res)
+end
+
+local function check_array(fname, what, a)
+  if not tgl.is_array(a) then raise(('%s: %s must be an array, got %s'):format(fname, what, type(a))) end
 end
 
 -- weight <- weight - lr * dL/dweight for every parameter (L =
@@ -771,14 +1222,14 @@ end
 -- accUpdateGradParameters, one compiled function.  A weight held by
 -- several modules moves by the sum of their contributions.
 function Module:accUpdateGradParameters(input, gradOutput, lr)
-  check_array(nn.type(self) .. ':accUpdateGradParameters', 'the input', input)
-  check_array(nn.type(self) .. ':accUpdateGradParameters', 'gradOutput', gradOutput)
+  local fname = nn.type(self) .. ':accUpdateGradParameters'
+  check_value(fname, 'the input', input)
+  check_value(fname, 'gradOutput', gradOutput)
   if type(lr) ~= 'number' then
-    raise(('%s:accUpdateGradParameters: the learning rate must be a number, got %s'):format(nn.type(self), type(lr)))
+    raise(('%s: the learning rate must be a number, got %s'):format(fname, type(lr)))
   end
   if not self:parameters() then return end
-  local c = self:_function('accupdate', input, gradOutput)
-  run(self, 'accUpdateGradParameters', c, input, gradOutput, lr)
+  run_backward(self, 'accupdate', 'accUpdateGradParameters', input, gradOutput, lr)
 end
 
 -- ---------------------------------------------------------------------------
@@ -850,6 +1301,7 @@ require('nn.layers')(nn)
 require('nn.layers2')(nn)
 require('nn.criterions')(nn)
 require('nn.spatial')(nn)
+require('nn.tables')(nn)
 require('nn.optim')(nn)
 require('nn.compile')(nn)
 require('nn.recurrent')(nn)

@@ -61,7 +61,8 @@ return function(nn)
     cls.graph = function(_, x) return f(x) end
     return cls
   end
-  pointwise('Identity', function(x) return x end)
+  -- Identity passes anything on, a table too
+  pointwise('Identity', function(x) return x end)._takes = 'any'
   pointwise('Tanh', tgl.tanh)
   pointwise('Sigmoid', tgl.sigmoid)
   pointwise('ReLU', tgl.relu)

@@ -301,7 +301,7 @@ return function(nn)
       error(('nn.LookupTable: the indices must be integers (int64) or floats, got %s'):format(x.dtype), 0)
     end
     local idx = x.dtype:match('^int') and x or x:astype('int64')
-    if nn._is_model_input(x) then nn._check_input(function(input) check_indices(self, input) end)
+    if nn._is_model_input(x) then nn._check_input(function(input) check_indices(self, input) end, x)
     else
       -- indices computed inside the model: a negative one becomes 0, which
       -- the gather refuses when it runs (it would count from the end)

@@ -31,10 +31,15 @@ return function(torch, h)
   local err = h.err
   local VERSION = 'tgl-torch 1'
 
-  -- The fields of a module that are caches of compiled functions, shared
-  -- variables and Dropout's noise buffers: made again when needed, so not
-  -- saved.
-  local CACHE_FIELDS = { _compiled = true, _vars = true, _noise = true, _builtWeights = true }
+  -- The fields of a module that are caches (compiled functions, shared
+  -- variables, the last forward's results, a sequence module's carried
+  -- state, Dropout's noise buffers): made again when needed, so not
+  -- saved.  nn's rule, as its clone() applies it: a field whose name
+  -- starts with '_' and that holds a table other than an array.
+  local function is_cache(key, val)
+    return type(key) == 'string' and key:sub(1, 1) == '_' and type(val) == 'table'
+           and not torch.isTensor(val)
+  end
 
   -- The class table of a typename ('nn.Linear' -> nn.Linear), loading nn
   -- when asked for one of its classes.
@@ -90,7 +95,7 @@ return function(torch, h)
         end
         local keys = {}
         for key, val in pairs(v) do
-          if not (cname and CACHE_FIELDS[key]) then
+          if not (cname and is_cache(key, val)) then
             local tk = type(key)
             if tk ~= 'number' and tk ~= 'string' and tk ~= 'boolean' then
               err('torch.save', '%s: a key of type %s (keys are numbers, strings or booleans)', where, tk)
