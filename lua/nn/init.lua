@@ -576,5 +576,6 @@ require('nn.containers')(nn)
 require('nn.layers')(nn)
 require('nn.criterions')(nn)
 require('nn.spatial')(nn)
+require('nn.trainer')(nn)
 
 return nn
