@@ -14,7 +14,9 @@
 -- This file: the class helper, nn.Module (the compile cache) and
 -- nn.Criterion.  The layers are in nn/layers.lua, the containers in
 -- nn/containers.lua, the criterions in nn/criterions.lua, the spatial
--- (convolution and pooling) modules in nn/spatial.lua.
+-- (convolution and pooling) modules in nn/spatial.lua, the optimisers
+-- in nn/optim.lua, nn.compile (the compiled training step) in
+-- nn/compile.lua.
 local tgl = require 'tgl'
 local core = require 'tgl.core'
 
@@ -576,6 +578,8 @@ require('nn.containers')(nn)
 require('nn.layers')(nn)
 require('nn.criterions')(nn)
 require('nn.spatial')(nn)
+require('nn.optim')(nn)
+require('nn.compile')(nn)
 require('nn.trainer')(nn)
 
 return nn
