@@ -234,7 +234,7 @@ return function(nn)
   -- Checkpoints.  Names in the .npz:
   --   model.K.FIELD     module K of model:listModules() (parameters and state)
   --   optim.KEY         the optimiser's state (opt.state[KEY])
-  --   optim.learningRate
+  --   optim_config.learningRate   (opt.config.learningRate: a schedule's value)
   --   trainer.counters  int64 {epoch, iteration, best_epoch, bad_epochs}
   --   trainer.best_val_loss
   --   trainer.rng       tgl's generator: {seed, offset}, each as two 32-bit halves
@@ -286,7 +286,7 @@ return function(nn)
     for name, e in pairs(model_arrays(self.model)) do out[name] = e[1] end
     for k, v in pairs(self.optimizer.state or {}) do out['optim.' .. k] = v end
     local lr = self.optimizer.config and self.optimizer.config.learningRate
-    if type(lr) == 'number' then out['optim.learningRate'] = tgl.array(lr, 'float64') end
+    if type(lr) == 'number' then out['optim_config.learningRate'] = tgl.array(lr, 'float64') end
     out['trainer.counters'] = tgl.array({ self.epoch, self.iteration, self.best_epoch, self.bad_epochs }, 'int64')
     out['trainer.best_val_loss'] = tgl.array(self.best_val_loss, 'float64')
     local s = tgl.get_rng_state()
@@ -332,19 +332,33 @@ return function(nn)
       end
       copies[#copies + 1] = { here, there }
     end
+    local function sorted(t)
+      local keys = {}
+      for k in pairs(t) do keys[#keys + 1] = k end
+      table.sort(keys)
+      return keys
+    end
     local mine = model_arrays(self.model)
-    for name, e in pairs(mine) do match(name, e[1], ck[name], 'model') end
-    local state = self.optimizer.state or {}
-    for k, v in pairs(state) do match('optim.' .. k, v, ck['optim.' .. k], 'optimizer') end
-    for name in pairs(ck) do
+    for _, name in ipairs(sorted(mine)) do match(name, mine[name][1], ck[name], 'model') end
+    -- the optimiser makes its state arrays at the first step: make them
+    -- now, so that a resumed run's first step finds them filled in
+    local opt = self.optimizer
+    if type(opt._state_for) == 'function' then
+      local arrays = {}
+      for i, sl in ipairs(self.model:_paramSlots()) do arrays[i] = sl[1][sl[2]] end
+      opt:_state_for(arrays, opt:_config('nn.Trainer'), 'nn.Trainer')
+    end
+    local state = opt.state or {}
+    for _, k in ipairs(sorted(state)) do match('optim.' .. k, state[k], ck['optim.' .. k], 'optimizer') end
+    for _, name in ipairs(sorted(ck)) do
       if name:match('^model%.') and not mine[name] then mismatch('model: this model has no %s', name) end
       local k = name:match('^optim%.(.*)$')
-      if k and k ~= 'learningRate' and not state[k] then mismatch('optimizer: this optimizer has no state %s', k) end
+      if k and not state[k] then mismatch('optimizer: this optimizer has no state %s', k) end
     end
     local counters, rng = ck['trainer.counters']:totable(), ck['trainer.rng']:totable()
     -- everything checked: now change things
     for _, c in ipairs(copies) do c[1]:copy(c[2]) end
-    local lr = ck['optim.learningRate']
+    local lr = ck['optim_config.learningRate']
     if lr and self.optimizer.config then self.optimizer.config.learningRate = lr:get() end
     self.epoch, self.iteration, self.best_epoch, self.bad_epochs = unpack(counters)
     self.best_val_loss = ck['trainer.best_val_loss']:get()
