@@ -161,6 +161,10 @@ describe('nn.Trainer', function()
     assert.is_true(math.abs(h[3].val_loss - loss) <= 1e-12)
     assert.equals(hits / 37, h[3].val_accuracy)
     assert.is_true(h[3].val_accuracy > 0.6)
+    local el, ea = t:evaluate(v, { batch_size = 5 })         -- trainer:evaluate: the same figures
+    assert.is_true(math.abs(el - loss) <= 1e-12)
+    assert.equals(hits / 37, ea)
+    assert.is_true(m.modules[3].train)
     assert.is_true(h[3].val_loss < h[1].val_loss)
     -- MSE: a loss and no accuracy
     local r = { x = d.x, y = tgl.randn(80, 3) }

@@ -31,6 +31,15 @@ return function(nn)
     return res
   end
 
+  local function count(fname, opts, key, default, min)
+    local v = opts[key]
+    if v == nil then return default end
+    if v ~= math.floor(v) or v < min then
+      raise(('%s: option %s must be an integer >= %d, got %s'):format(fname, key, min, tostring(v)))
+    end
+    return v
+  end
+
   local function is_module(m)
     return type(m) == 'table' and type(m.graph) == 'function' and type(m.listModules) == 'function'
   end
@@ -230,6 +239,16 @@ return function(nn)
     return sum / d.n, hits and hits / d.n or nil
   end
 
+  -- trainer:evaluate(dataset [, {batch_size = 256}]) -> loss, accuracy
+  -- (the mean loss per example; the accuracy for a classification
+  -- criterion, else nil), the modules in evaluation mode, nothing updated.
+  function Trainer:evaluate(dataset, opts)
+    local fname = 'nn.Trainer:evaluate'
+    opts = options(fname, opts, { batch_size = 'number' })
+    local B = count(fname, opts, 'batch_size', 256, 1)
+    return self:_validate(as_dataset(fname, 'dataset', dataset), B)
+  end
+
   -- -------------------------------------------------------------------------
   -- Checkpoints.  Names in the .npz:
   --   model.K.FIELD     module K of model:listModules() (parameters and state)
@@ -389,15 +408,6 @@ return function(nn)
     drop_last = 'boolean',
   }
 
-  local function count(fname, opts, key, default, min)
-    local v = opts[key]
-    if v == nil then return default end
-    if v ~= math.floor(v) or v < min then
-      raise(('%s: option %s must be an integer >= %d, got %s'):format(fname, key, min, tostring(v)))
-    end
-    return v
-  end
-
   local function file_exists(path)
     local f = io.open(path, 'rb')
     if f then f:close() end
@@ -448,7 +458,8 @@ return function(nn)
       if patience and self.bad_epochs >= patience then h.stopped_early = true; break end
       local epoch = self.epoch + 1
       local perm = shuffle and permutation(d.n) or nil
-      local t0, last_draw = tgl.time(), -1
+      local t0 = tgl.time()
+      local last_draw = t0      -- the first draw after 0.2 s: the first step compiles
       local sum, done = 0, 0
       for b = 1, nb do
         local s = (b - 1) * B + 1
@@ -469,7 +480,8 @@ return function(nn)
       local seconds = tgl.time() - t0
       local r = { epoch = epoch, loss = sum / done, seconds = seconds, examples_per_second = done / seconds }
       if val then
-        r.val_loss, r.val_accuracy = self:_validate(val, B)
+        -- in batches of at least 256: no update, so the size changes nothing but the speed
+        r.val_loss, r.val_accuracy = self:_validate(val, math.max(B, 256))
         if r.val_loss < self.best_val_loss then
           self.best_val_loss, self.best_epoch, self.bad_epochs = r.val_loss, epoch, 0
         else
