@@ -353,6 +353,29 @@ describe('nn.Trainer', function()
       assert.matches('plain.npz is not a checkpoint written by nn.Trainer', err, 1, true)
     end)
 
+    it('a state array a fresh module makes only in its first forward is given to it', function()
+      local Lazy = nn.class('SpecLazyCenter', nn.Module)
+      function Lazy:graph(x)
+        self.running_mean = self.running_mean or tgl.zeros(4, { dtype = x.dtype })
+        return nn.SpecRunningCenter.graph(self, x)
+      end
+      local function model()
+        tgl.manual_seed(4)
+        return nn.Sequential():add(nn.SpecLazyCenter()):add(nn.Linear(4, 3)):add(nn.LogSoftMax())
+      end
+      local d = toy(24, 19)
+      local function trainer(m) return nn.Trainer { model = m, criterion = nn.ClassNLLCriterion(),
+                                                    optimizer = nn.optim.sgd { lr = 0.5 } } end
+      local m1 = model()
+      trainer(m1):fit(d, with { epochs = 2, batch_size = 6 })
+      trainer(model()):fit(d, with { epochs = 1, batch_size = 6, checkpoint = dir .. '/lazy.npz' })
+      local m3 = model()
+      assert.is_nil(m3.modules[1].running_mean)
+      trainer(m3):fit(d, with { epochs = 2, batch_size = 6, resume = dir .. '/lazy.npz' })
+      assert.equals(0, maxdiff(m1.modules[1].running_mean, m3.modules[1].running_mean))
+      assert_identical(params_of(m1), params_of(m3))
+    end)
+
     it('a failed write raises and leaves the previous checkpoint as it was', function()
       local d = toy(20, 14)
       -- a name whose temporary sibling (name .. '.tmp.XXXXXX') is too

@@ -265,10 +265,11 @@ return function(nn)
   -- except the parameters, their gradients, the output/gradInput of the
   -- last call, private fields (_...) and Torch7's per-call buffers.
   local SCRATCH = { output = true, gradInput = true, noise = true, finput = true, fgradInput = true }
+  -- {field, is a parameter} of module m.
   local function module_fields(m)
     local fields, skip = {}, {}
     for _, f in ipairs(m:_paramFields()) do
-      fields[#fields + 1] = f[1]
+      fields[#fields + 1] = { f[1], true }
       skip[f[1]], skip[f[2]] = true, true
     end
     local state = {}
@@ -278,17 +279,17 @@ return function(nn)
       end
     end
     table.sort(state)
-    for _, k in ipairs(state) do fields[#fields + 1] = k end
+    for _, k in ipairs(state) do fields[#fields + 1] = { k, false } end
     return fields
   end
 
-  -- name -> {array, module, field} of everything of the model a
-  -- checkpoint holds.
+  -- name -> {array, module, field, is a parameter} of everything of the
+  -- model a checkpoint holds.
   local function model_arrays(model)
     local out = {}
     for k, m in ipairs(model:listModules()) do
       for _, f in ipairs(module_fields(m)) do
-        out['model.' .. k .. '.' .. f] = { m[f], m, f }
+        out['model.' .. k .. '.' .. f[1]] = { m[f[1]], m, f[1], f[2] }
       end
     end
     return out
@@ -357,8 +358,22 @@ return function(nn)
       table.sort(keys)
       return keys
     end
+    -- parameters must all be there; a state array is matched when both
+    -- sides have it, and one the fresh module has not made yet (a buffer
+    -- made by its first forward) is given to it
     local mine = model_arrays(self.model)
-    for _, name in ipairs(sorted(mine)) do match(name, mine[name][1], ck[name], 'model') end
+    for _, name in ipairs(sorted(mine)) do
+      if mine[name][4] or ck[name] ~= nil then match(name, mine[name][1], ck[name], 'model') end
+    end
+    local modules, assign = self.model:listModules(), {}
+    for _, name in ipairs(sorted(ck)) do
+      if name:match('^model%.') and not mine[name] then
+        local k, field = name:match('^model%.(%d+)%.(.+)$')
+        local m = k and modules[tonumber(k)]
+        if not m or m[field] ~= nil then mismatch('model: this model has no %s', name) end
+        assign[#assign + 1] = { m, field, ck[name] }
+      end
+    end
     -- the optimiser makes its state arrays at the first step: make them
     -- now, so that a resumed run's first step finds them filled in
     local opt = self.optimizer
@@ -370,13 +385,13 @@ return function(nn)
     local state = opt.state or {}
     for _, k in ipairs(sorted(state)) do match('optim.' .. k, state[k], ck['optim.' .. k], 'optimizer') end
     for _, name in ipairs(sorted(ck)) do
-      if name:match('^model%.') and not mine[name] then mismatch('model: this model has no %s', name) end
       local k = name:match('^optim%.(.*)$')
       if k and not state[k] then mismatch('optimizer: this optimizer has no state %s', k) end
     end
     local counters, rng = ck['trainer.counters']:totable(), ck['trainer.rng']:totable()
     -- everything checked: now change things
     for _, c in ipairs(copies) do c[1]:copy(c[2]) end
+    for _, a in ipairs(assign) do a[1][a[2]] = a[3] end
     local lr = ck['optim_config.learningRate']
     if lr and self.optimizer.config then self.optimizer.config.learningRate = lr:get() end
     self.epoch, self.iteration, self.best_epoch, self.bad_epochs = unpack(counters)
