@@ -12,8 +12,7 @@
 --     outputs_info declares, or values in the updates' or until_'s place;
 --   * f:fn{...} (a colon) and the REPL completing f:fn;
 --   * examples/rnnlm.lua's usage errors: one line, exit status 1, no
---     traceback; a binary corpus refused; a clamped -class noted;
---   * require 'optim' before that module exists.
+--     traceback; a binary corpus refused; a clamped -class noted.
 tgl = tgl or require 'tgl'
 local tgl = tgl
 local S = dofile('spec/support.lua')
@@ -339,48 +338,4 @@ describe('the other examples share the command line of examples/lib/cli.lua', fu
       assert.is_nil(out:find('stack traceback', 1, true), out)
     end)
   end
-end)
-
-describe("require 'optim' before it exists", function()
-  it('say in one line that the module is planned and where that is documented', function()
-    for _, name in ipairs({ 'optim' }) do
-      package.loaded[name] = nil
-      local line = next_line()
-      local ok, err = pcall(function() local m = require(name); return m end)
-      assert.is_false(ok)
-      err = tostring(err)
-      assert.matches('^[^ ]*new_user_errors_spec%.lua:' .. line .. ": module '" .. name
-                     .. "' is not available yet %(planned: ", err)
-      assert.matches('doc/api.md, "Not yet available", says what tgl offers today', err, 1, true)
-      assert.is_nil(err:find('\n', 1, true), err)           -- not Lua's search-path dump
-      assert.is_nil(package.loaded[name])
-    end
-    -- other missing modules keep Lua's own message
-    local ok, err = pcall(require, 'tgl_no_such_module')
-    assert.is_false(ok)
-    assert.matches("module 'tgl_no_such_module' not found", tostring(err))
-  end)
-
-  it("a module of that name on the user's own package.path loads as usual", function()
-    local dir = S.tmpdir('new_user_errors_optim')
-    local f = assert(io.open(dir .. '/optim.lua', 'w'))
-    f:write("return { mine = 'yes' }\n")
-    f:close()
-    local saved = package.path
-    package.path = saved .. ';' .. dir .. '/?.lua'
-    package.loaded.optim = nil
-    local ok, optim = pcall(require, 'optim')
-    package.path = saved
-    package.loaded.optim = nil
-    assert.is_true(ok, tostring(optim))
-    assert.equals('yes', optim.mine)
-  end)
-
-  it('in a script run by the host: the message and status 1, no search-path list', function()
-    local out, err, code = S.run_process("require 'optim'\n")
-    assert.equals(1, code)
-    assert.matches("module 'optim' is not available yet", err, 1, true)
-    assert.is_nil(err:find('no file', 1, true), err)
-    assert.equals('', out)
-  end)
 end)

@@ -32,6 +32,15 @@ return function(nn)
 
   local ARGS = { model = true, criterion = true, optimizer = true }
 
+  -- A number per object (a criterion's weights array), for cache keys:
+  -- tostring of an array prints its values.
+  local ids, next_id = setmetatable({}, { __mode = 'k' }), 0
+  local function id(o)
+    if o == nil then return 'nil' end
+    if not ids[o] then next_id = next_id + 1; ids[o] = next_id end
+    return tostring(ids[o])
+  end
+
   function nn.compile(args)
     if type(args) ~= 'table' then
       nn._raise(('nn.compile: expected a table {model=, criterion=, optimizer=}, got %s'):format(type(args)))
@@ -113,7 +122,7 @@ return function(nn)
     local crit, opt = self.criterion, self.optimizer
     local def = nn.optim._defs[opt.name]
     local key = kind .. ':' .. shape_key(t) .. ':' .. tostring(crit.sizeAverage) .. ':'
-                .. tostring(rawget(crit, 'weights'))
+                .. id(rawget(crit, 'weights'))
     if kind == 'step' then key = key .. ':' .. opt.name .. ':' .. def.shape(c) end
     local f = e.fns[key]
     if f and kind == 'step' then

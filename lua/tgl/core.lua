@@ -104,11 +104,11 @@ core.out_array_t = out_array
 local function release_ref(r) C.tgl_array_release(r.p) end
 
 -- Whether a chunk (debug.getinfo's source) is one of tgl's own Lua files:
--- the tgl, nn and torch rooms (lua/tgl, lua/nn, lua/torch).  Errors skip
+-- the tgl, nn, torch and optim rooms (lua/tgl, lua/nn, lua/torch, lua/optim).  Errors skip
 -- their frames, so they point at the user's line whichever room raised.
 local function is_internal(source)
   return source:find('[/\\]tgl[/\\][%w_]+%.lua$') or source:find('[/\\]nn[/\\][%w_]+%.lua$')
-      or source:find('[/\\]torch[/\\][%w_]+%.lua$')
+      or source:find('[/\\]torch[/\\][%w_]+%.lua$') or source:find('[/\\]optim[/\\][%w_]+%.lua$')
 end
 core.is_internal = is_internal
 

@@ -121,27 +121,6 @@ tgl.cuda = {
   device_count = function() return tonumber(C.tgl_cuda_device_count()) end,
 }
 
--- Modules the project plans but does not have yet (doc/api.md "Not yet
--- available"): require 'optim' says so in one
--- line instead of Lua's list of every path it searched.  The loader is the
--- last of package.loaders, so it answers only when nothing else found the
--- name: a user's own optim on package.path loads as usual, and the day
--- lua/optim/ exists, tgl's directory (first on package.path) finds it and
--- this loader is never asked, as it is not for lua/nn/ and lua/torch/ today.
-local PLANNED = {
-  optim = "Torch7's optim (optim.sgd(feval, params, state), adam, ...) over tgl arrays",
-}
-local loaders = package.loaders
-if type(loaders) == 'table' then
-  loaders[#loaders + 1] = function(name)
-    local what = PLANNED[name]
-    if not what then return nil end
-    -- level 3: require's caller (level 2 is require itself)
-    error(("module '%s' is not available yet (planned: %s); doc/api.md, \"Not yet "
-           .. 'available\", says what tgl offers today'):format(name, what), 3)
-  end
-end
-
 -- Versions of tgl and what it was built with, as a table.
 function tgl.build_info()
   return {
