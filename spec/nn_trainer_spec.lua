@@ -71,9 +71,15 @@ local function with(opts)
 end
 
 describe('nn.Trainer', function()
-  local saved_floatX
-  before_each(function() saved_floatX = tgl.config.floatX; tgl.config.floatX = 'float64' end)
-  after_each(function() tgl.config.floatX = saved_floatX end)
+  -- Runs compared bit for bit must run the same kernels: under the
+  -- default compile = 'tiered' a kernel runs libtcc's code until the
+  -- system compiler's is swapped in, whenever that is; 'tcc' keeps one.
+  local saved_floatX, saved_compile
+  before_each(function()
+    saved_floatX, saved_compile = tgl.config.floatX, tgl.config.compile
+    tgl.config.floatX, tgl.config.compile = 'float64', 'tcc'
+  end)
+  after_each(function() tgl.config.floatX, tgl.config.compile = saved_floatX, saved_compile end)
 
   it('takes the same steps as nn.compile by hand and reports their mean loss', function()
     local d = toy(50, 1)
@@ -246,6 +252,7 @@ describe('nn.Trainer', function()
         local tgl = require 'tgl'
         local nn = require 'nn'
         tgl.config.floatX = 'float64'
+        tgl.config.compile = 'tcc'
         local D = tgl.load(']] .. dir .. [[/data.npz')
         local EPOCHS, SEED, RESUME = ...
         tgl.manual_seed(SEED)
