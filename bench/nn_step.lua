@@ -7,8 +7,8 @@
 -- updateParameters: five compiled calls) and Torch7's closure idiom
 -- (optim.sgd over getParameters' flat arrays, feval running the eager
 -- forward/backward).  Random inputs and labels; each figure is the median
--- of R repeats of at least S seconds of steps (bench/lib/stats.lua), with
--- the load average before and after.
+-- of R repeats of at least S seconds of steps (bench/lib/stats.lua), in
+-- wall-clock and in CPU time, with the load average before and after.
 --   tgl bench/nn_step.lua [--repeats R] [--min-time S]     (default 5, 0.5)
 package.path = (arg[0]:match('^(.*)/[^/]*$') or '.') .. '/lib/?.lua;' .. package.path
 local stats = require 'stats'
@@ -100,11 +100,16 @@ local rows = {
   { 'eager nn loop', function(n) for _ = 1, n do eager_step() end end },
   { 'optim.sgd closure', function(n) for _ = 1, n do optim.sgd(feval, p4, ostate) end end },
 }
-local res = {}
-for i, r in ipairs(rows) do
-  res[i] = stats.measure(r[2], tgl.time, { warmup = 5 })
-  print(('  %-22s %s'):format(r[1], stats.format(res[i], '%8.3f', 1e3, 'ms/step')))
+-- wall-clock time, and the process's CPU time (os.clock: one thread, so
+-- on a busy machine it is the steadier figure; it excludes waiting)
+for _, clock in ipairs({ { 'wall', tgl.time }, { 'cpu', os.clock } }) do
+  local res = {}
+  for i, r in ipairs(rows) do
+    res[i] = stats.measure(r[2], clock[2], { warmup = 5 })
+    print(('  %-22s %-4s %s'):format(r[1], clock[1], stats.format(res[i], '%8.3f', 1e3, 'ms/step')))
+  end
+  print(('  %s: nn.compile / by hand: %.2f; eager / nn.compile: %.2f; closure / nn.compile: %.2f')
+        :format(clock[1], res[1].median / res[2].median, res[3].median / res[1].median,
+                res[4].median / res[1].median))
 end
-print(('  nn.compile / by hand: %.2f; eager / nn.compile: %.2f; closure / nn.compile: %.2f')
-      :format(res[1].median / res[2].median, res[3].median / res[1].median, res[4].median / res[1].median))
 print(('  load average before: %s, after: %s'):format(la0, loadavg()))

@@ -453,6 +453,14 @@ describe('nn.compile', function()
     }
     local opt = nn.optim.adam {}
     nn.compile { model = model, criterion = crit, optimizer = opt }
+    -- the state is there before any step
+    assert.equals(0, opt.state.t:get())
+    assert.same({ 4, 3 }, opt.state['m.1']:shape())
+    assert.same({ 2 }, opt.state['v.4']:shape())
+    local restored = nn.optim.adam {}
+    restored.state['m.1'] = tgl.zeros(3, 4)
+    cases[#cases + 1] = { function() nn.compile { model = mlp(3, 4, 2), criterion = crit, optimizer = restored } end,
+                          'nn.compile: optimizer.state["m.1"] must be a float64 array of shape 4x3' }
     cases[#cases + 1] = { function() nn.compile { model = mlp(3, 4, 2), criterion = crit, optimizer = opt } end,
                           'this optimizer already trains another model' }
     for _, c in ipairs(cases) do
@@ -492,6 +500,22 @@ describe("require 'optim' (Torch7's closure API)", function()
     assert.equals(optim, _G.optim)
     assert.equals(optim, require 'optim')
     for _, n in ipairs({ 'sgd', 'adam', 'rmsprop', 'adagrad' }) do assert.is_function(optim[n]) end
+    -- the rest of Torch7's package says it is not there yet, at the caller's line
+    local line = next_line()
+    local ok, err = pcall(function() local f = optim.lbfgs; return f end)
+    assert.is_false(ok)
+    assert.matches('nn_optim_spec.lua:' .. line .. ": optim.lbfgs is Torch7's but not in tgl's optim yet", err, 1, true)
+    assert.is_nil(optim.no_such_thing)
+  end)
+
+  it("is found by a script the host runs: require 'optim' as in Torch7", function()
+    local S = dofile('spec/support.lua')
+    local out, err, code = S.run_process("require 'optim'\n"
+      .. "local x = tgl.array({1, 2}, 'float64')\n"
+      .. "local _, fs = optim.sgd(function(p) return 7, p * 1 end, x, {learningRate = 0.5})\n"
+      .. "print(fs[1], x:get(1), x:get(2))\n")
+    assert.equals(0, code, err)
+    assert.equals('7\t0.5\t1\n', out)
   end)
 
   -- f(x) = sum(a x² / 2 + c x): the gradient a x + c, by hand
@@ -533,6 +557,42 @@ describe("require 'optim' (Torch7's closure API)", function()
       end
     end)
   end
+
+  it('property: random optimisers, configs and sizes equal the formula by hand (4 steps)', function()
+    local FIELDS = {
+      sgd = { 'learningRate', 'learningRateDecay', 'weightDecay', 'momentum', 'dampening' },
+      adam = { 'learningRate', 'learningRateDecay', 'beta1', 'beta2', 'epsilon', 'weightDecay' },
+      rmsprop = { 'learningRate', 'alpha', 'epsilon', 'weightDecay', 'initialMean' },
+      adagrad = { 'learningRate', 'learningRateDecay', 'weightDecay' },
+    }
+    local names = { 'sgd', 'adam', 'rmsprop', 'adagrad' }
+    for _ = 1, 24 do
+      local name = names[math.random(#names)]
+      local cfg = {}
+      for _, f in ipairs(FIELDS[name]) do
+        if math.random() < 0.6 then cfg[f] = math.random() * 0.9 + 0.01 end
+      end
+      if name == 'sgd' and math.random() < 0.3 then
+        cfg.momentum, cfg.dampening, cfg.nesterov = math.random() * 0.9 + 0.05, 0, true
+      end
+      local n = math.random(1, 12)
+      local x0, av, cv = {}, {}, {}
+      for i = 1, n do x0[i], av[i], cv[i] = math.random() * 4 - 2, math.random() * 3, math.random() - 0.5 end
+      local A, Cc = tgl.array(av, 'float64'), tgl.array(cv, 'float64')
+      local function feval(p) return tgl.sum(p * p * A * 0.5 + p * Cc):get(), p * A + Cc end
+      local x, want, st, rst = tgl.array(x0, 'float64'), copy(x0), {}, {}
+      for _ = 1, 4 do
+        local g = {}
+        for i = 1, n do g[i] = av[i] * want[i] + cv[i] end
+        REF[name](cfg, rst, want, g)
+        optim[name](feval, x, cfg, st)
+      end
+      local got = flat_table(x)
+      for i = 1, n do
+        assert.near(want[i], got[i], 1e-12 * (1 + math.abs(want[i])), name .. ' ' .. tostring(i))
+      end
+    end
+  end)
 
   it('keeps the state in config when no state is given (Torch7), and a float32 x', function()
     local cfg = { learningRate = 0.1, momentum = 0.9 }

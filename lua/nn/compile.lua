@@ -68,6 +68,12 @@ return function(nn)
     if opt._model and not rawequal(opt._model, model) then
       nn._raise('nn.compile: this optimizer already trains another model (make one optimizer per model)')
     end
+    -- the state exists from here on (a trainer may save or restore it
+    -- before the first step); a momentum turned on later adds its buffers
+    -- at the next step
+    local arrays = {}
+    for i, s in ipairs(model:_paramSlots()) do arrays[i] = s[1][s[2]] end
+    opt:_state_for(arrays, opt:_config('nn.compile'), 'nn.compile')
     opt._model = model
     return setmetatable({ model = model, criterion = crit, optimizer = opt, _graphs = {} }, Step)
   end

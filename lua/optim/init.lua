@@ -117,7 +117,11 @@ local function run(name, feval, x, config, state)
     if init and c[init] ~= 0 then a:fill(c[init]) end
     state[slot] = a
   end
-  local e = compiled(name, x, state, c)
+  local okc, e = pcall(compiled, name, x, state, c)
+  if not okc then
+    for slot in pairs(fresh) do state[slot] = nil end
+    nn._raise(e)
+  end
   local n = def.counter and (state[def.counter] or 0) or 0
   -- sgd's momentum buffer starts as a copy of the first gradient (Torch7:
   -- when state.dfdx does not exist yet)
@@ -133,6 +137,23 @@ end
 for _, name in ipairs({ 'sgd', 'adam', 'rmsprop', 'adagrad' }) do
   optim[name] = function(feval, x, config, state) return run(name, feval, x, config, state) end
 end
+
+-- The rest of Torch7's optim package: a script that uses one of these
+-- names learns that tgl's optim does not have it yet, rather than
+-- "attempt to call a nil value".  Other names read as nil.
+local NOT_YET = {}
+for _, n in ipairs({ 'adadelta', 'adamax', 'asgd', 'cg', 'checkgrad', 'cmaes', 'de', 'fista', 'lbfgs',
+                      'lswolfe', 'nag', 'polyinterp', 'rprop', 'ConfusionMatrix', 'Logger' }) do
+  NOT_YET[n] = true
+end
+setmetatable(optim, {
+  __index = function(_, k)
+    if NOT_YET[k] then
+      nn._raise(("optim.%s is Torch7's but not in tgl's optim yet (it has sgd, adam, rmsprop, adagrad; "
+                 .. 'doc/optim.md)'):format(k))
+    end
+  end,
+})
 
 -- Torch7's `require 'optim'` defines the global optim; scripts use it.
 _G.optim = optim
