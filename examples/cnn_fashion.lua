@@ -39,6 +39,13 @@ if opts.optim ~= 'adam' and opts.optim ~= 'sgd' then
 end
 if opts.threads then tgl.config.threads = opts.threads end
 tgl.config.floatX = 'float32'
+os.execute(('mkdir -p %q'):format(opts.out))
+local checkpoint = opts.out .. '/cnn_fashion.npz'
+if resume then
+  local f = io.open(checkpoint, 'rb')
+  if not f then cli.die(prog, nil, 'no checkpoint to resume: %s (run without --resume first)', checkpoint) end
+  f:close()
+end
 
 -- ---------------------------------------------------------------------------
 -- Data: images (N, 1, 28, 28), the pixels standardised with the training
@@ -80,11 +87,6 @@ else
 end
 local trainer = nn.Trainer { model = model, criterion = nn.ClassNLLCriterion(), optimizer = optimizer }
 
-os.execute(('mkdir -p %q'):format(opts.out))
-local checkpoint = opts.out .. '/cnn_fashion.npz'
-if resume and not io.open(checkpoint, 'rb') then
-  cli.die(prog, nil, 'no checkpoint to resume: %s (run without --resume first)', checkpoint)
-end
 
 local history = trainer:fit(train, { epochs = opts.epochs, batch_size = opts.batch, validation = valid,
                                      checkpoint = checkpoint, resume = resume })
