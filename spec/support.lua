@@ -46,7 +46,10 @@ end
 function M.tmpdir(name)
   local base = os.getenv('TGL_TEST_TMP')
   if not base then base = os.tmpname(); os.remove(base) end      -- tmpname makes a file
-  local dir = base .. '/' .. name
+  -- the same spec may run on the cpu and on the sim device at once (ctest
+  -- -j): each device gets its own directory
+  local dev = os.getenv('TGL_DEVICE')
+  local dir = base .. '/' .. name .. ((dev and dev ~= '' and dev ~= 'cpu') and '-' .. dev or '')
   os.execute("rm -rf '" .. dir .. "'; mkdir -p '" .. dir .. "'")
   return dir
 end

@@ -67,6 +67,11 @@ return function(nn)
     return out
   end
 
+  -- {position, array} of every distinct parameter array of model: what
+  -- an optimiser keys its per-parameter state by (nn.Trainer makes the
+  -- state with it before restoring a checkpoint).
+  function nn._state_params(model) return state_params(param_groups(model)) end
+
   -- A number per object (a criterion's weights array), for cache keys:
   -- tostring of an array prints its values.
   local ids, next_id = setmetatable({}, { __mode = 'k' }), 0

@@ -1307,6 +1307,7 @@ require('nn.compile')(nn)
 require('nn.recurrent')(nn)
 require('nn.normalization')(nn)
 require('nn.stochastic_gradient')(nn)
+require('nn.trainer')(nn)
 
 -- As Torch7's: `require 'nn'` loads torch (the global `torch`) and sets
 -- the global `nn`, which Torch7 scripts use without a local.

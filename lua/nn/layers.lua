@@ -255,8 +255,11 @@ return function(nn)
     local key = x.dtype .. '(' .. table.concat(shape, 'x') .. ')'
     local n = self._noise[key]
     if not n then
+      -- filled by the hook before each call, not here: building a graph
+      -- draws nothing from the generator, so a run resumed from a
+      -- checkpoint (which builds its graphs later) draws what the
+      -- uninterrupted run drew
       local arr = tgl.zeros(unpack(shape)):astype(x.dtype)
-      fill_noise(self, arr)
       local dev = tgl.config.device
       tgl.config.device = 'cpu'
       local ok, v = pcall(tgl.shared, arr, 'nn.Dropout.noise', { borrow = true })
