@@ -3,9 +3,8 @@
 -- dataset[i] = {input, target}; one example per step, visited in an order
 -- shuffled once before training (shuffleIndices = false: in order); the
 -- learning rate decays as learningRate / (1 + iteration * learningRateDecay).
--- Each step is updateGradInput followed by accUpdateGradParameters (the
--- module's own when it has one; otherwise the same update made with the
--- gradient fields left as they were).  It prints what Torch7 prints.
+-- Each step is updateGradInput followed by accUpdateGradParameters, as
+-- Torch7's.  It prints what Torch7 prints.
 return function(nn)
   local tgl = require 'tgl'
   local SG = {}
@@ -28,19 +27,6 @@ return function(nn)
     self.module = module
     self.criterion = criterion
     self.verbose = true
-  end
-
-  -- weight <- weight - lr * (this example's gradient), gradient fields
-  -- kept: saved, zeroed, accumulated into, used, restored.
-  local function acc_update(module, input, gradOutput, lr)
-    local _, grads = module:parameters()
-    if not grads then return end
-    local saved = {}
-    for i, g in ipairs(grads) do saved[i] = g:clone() end
-    module:zeroGradParameters()
-    module:accGradParameters(input, gradOutput, 1)
-    module:updateParameters(lr)
-    for i, g in ipairs(grads) do g:copy(saved[i]) end
   end
 
   function SG:train(dataset)
@@ -76,11 +62,7 @@ return function(nn)
         local input, target = example[1], example[2]
         err = err + criterion:forward(module:forward(input), target)
         module:updateGradInput(input, criterion:updateGradInput(module.output, target))
-        if module.accUpdateGradParameters then
-          module:accUpdateGradParameters(input, criterion.gradInput, lr)
-        else
-          acc_update(module, input, criterion.gradInput, lr)
-        end
+        module:accUpdateGradParameters(input, criterion.gradInput, lr)
         if self.hookExample then self.hookExample(self, example) end
       end
       err = err / n
