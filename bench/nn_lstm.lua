@@ -10,7 +10,8 @@
 -- sum(h * gOut) with respect to x, Wx, Wh and b, which runs the forward
 -- again as nn's backward does).  Its difference to nn.LSTM's forward +
 -- backward is what the single weight array (SeqLSTM's layout: Wh a slice
--- of it) costs in the gradient loop.
+-- of it) costs in the gradient loop: nothing since tgl.scan gives the
+-- slice, a non-sequence, its own placeholder (doc/scan.md).
 --   tgl bench/nn_lstm.lua [--repeats R] [--min-time S] [--cpu-time]   (default 5, 0.5)
 -- --cpu-time times with the process's CPU time (os.clock) instead of the
 -- wall clock: on a machine shared with other work it counts the time this

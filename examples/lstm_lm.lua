@@ -1,19 +1,27 @@
 -- examples/lstm_lm.lua — a word-level LSTM language model on the fortunes
 -- corpus, written with Torch7's nn as tgl gives it:
 --
---   words -> embedding (E[w], De) -> nn.LSTM(De, H) -> nn.View(-1, H)
---         -> nn.Linear(H, V) -> nn.LogSoftMax(), nn.ClassNLLCriterion
+--   model = nn.Sequential():add(nn.LookupTable(V, E)):add(nn.LSTM(E, H))
+--             :add(nn.View(-1, H)):add(nn.Linear(H, V)):add(nn.LogSoftMax())
+--   crit  = nn.ClassNLLCriterion()
 --
--- and trained the Torch7 way: model:forward, crit:forward/backward,
--- model:zeroGradParameters, model:backward, the gradient clipped by its
--- norm, model:updateParameters (plain SGD).  The training text is read as
--- `--batch` parallel streams cut into chunks of `--seqlen` words; the
--- LSTM remembers its state from one chunk to the next (lstm:remember()),
--- so backpropagation through time is truncated at the chunk boundary while
--- the state runs through the whole stream.  The embedding is a tgl shared
--- matrix outside nn (nn has no LookupTable yet): one compiled function
--- gathers the chunk's rows, another adds the rows' gradients (the LSTM's
--- gradInput) into them.
+-- and trained through nn.compile: each chunk is one compiled call
+-- (forward, loss, backpropagation through time, the optimiser's update of
+-- every parameter, the embedding's included, and the LSTM's last state
+-- written back).  The training text is read as `--batch` parallel streams
+-- cut into chunks of `--seqlen` words; the LSTM remembers its state from
+-- one chunk to the next (lstm:remember()), so backpropagation through time
+-- is truncated at the chunk boundary while the state runs through the
+-- whole stream.  The validation pass is model:forward in evaluate mode
+-- (it carries the state too; step:evaluate updates nothing, the state
+-- included).
+--
+-- nn.compile and nn.optim have no gradient clipping (Torch7's optim has
+-- none either: its users clip inside feval).  `--clip C` (C > 0) trains the
+-- Torch7 way instead, where the gradient is on the host: model:forward,
+-- crit:forward/backward, model:zeroGradParameters, model:backward, the
+-- flat gradient (getParameters) scaled down to norm C when above it,
+-- model:updateParameters(lr) (plain SGD; --optim is then ignored).
 --
 -- The corpus is the one examples/rnnlm.lua trains on, built by
 -- scripts/corpus.lua from Debian's fortunes package and read with tgl.lm
@@ -21,14 +29,13 @@
 -- the most frequent words and maps the others to <unk>.
 --
 --   tgl examples/lstm_lm.lua [--epochs 5] [--words 150000] [--vocab 2000]
---       [--hidden 128] [--emb 64] [--batch 20] [--seqlen 20] [--lr 1]
---       [--clip 5] [--seed 1] [--threads T] [--data DIR]
+--       [--hidden 128] [--emb 64] [--batch 20] [--seqlen 20]
+--       [--optim sgd|adam] [--lr 1 (sgd), 0.002 (adam)] [--clip 0]
+--       [--seed 1] [--threads T] [--data DIR]
 --
 -- Each epoch trains on the first `--words` training words (0: all 470k)
 -- and prints the training and validation perplexity (the validation file
--- whole, in evaluate mode); about 10 s an epoch with the defaults on one
--- idle core (18k words/s), so the run takes about a minute.  Ends with one
--- machine-readable line:
+-- whole, in evaluate mode).  Ends with one machine-readable line:
 --   RESULT train_ppl=... valid_ppl=... first_valid_ppl=... words_per_s=...
 local ffi = require 'ffi'
 local lm = require 'tgl.lm'
@@ -39,14 +46,19 @@ local cli = require 'cli'
 io.stdout:setvbuf('line')
 
 local opts = { epochs = 5, words = 150000, vocab = 2000, hidden = 128, emb = 64, batch = 20, seqlen = 20,
-               lr = 1, clip = 5, seed = 1, data = '' }
+               optim = 'sgd', lr = 0, clip = 0, seed = 1, data = '' }
 local usage = 'usage: tgl examples/lstm_lm.lua [--epochs N] [--words N] [--vocab V] [--hidden H] [--emb E] '
-              .. '[--batch B] [--seqlen T] [--lr R] [--clip C] [--seed S] [--threads T] [--data DIR]\n'
-cli.parse_args('lstm_lm', arg, opts, { data = true }, usage)
+              .. '[--batch B] [--seqlen T] [--optim sgd|adam] [--lr R] [--clip C] [--seed S] [--threads T] [--data DIR]\n'
+cli.parse_args('lstm_lm', arg, opts, { data = true, optim = true }, usage)
 for _, k in ipairs({ 'epochs', 'vocab', 'hidden', 'emb', 'batch', 'seqlen' }) do
   if opts[k] < 1 or opts[k] % 1 ~= 0 then cli.die('lstm_lm', usage, '--%s must be a positive integer', k) end
 end
 if opts.words < 0 or opts.words % 1 ~= 0 then cli.die('lstm_lm', usage, '--words must be an integer >= 0') end
+if opts.optim ~= 'sgd' and opts.optim ~= 'adam' then cli.die('lstm_lm', usage, "--optim must be 'sgd' or 'adam'") end
+if opts.lr < 0 or opts.clip < 0 then cli.die('lstm_lm', usage, '--lr and --clip must be >= 0') end
+-- 0: the optimiser's usual rate for this model
+if opts.lr == 0 then opts.lr = (opts.optim == 'adam' and opts.clip == 0) and 0.002 or 1 end
+if opts.clip > 0 then opts.optim = 'sgd' end
 if opts.threads then tgl.config.threads = opts.threads end
 tgl.manual_seed(opts.seed)
 
@@ -96,7 +108,7 @@ local function batchify(ids, n)
   local p = ffi.cast('int64_t *', ids:data())
   local chunks = {}
   for k = 0, nchunks - 1 do
-    local x = tgl.zeros(T, B, { dtype = 'int64' })
+    local x = tgl.zeros(T, B, { dtype = 'int64' })    -- LookupTable: T x B -> T x B x E
     local y = tgl.zeros(T * B, { dtype = 'int64' })
     local px, py = ffi.cast('int64_t *', x:data()), ffi.cast('int64_t *', y:data())
     for t = 0, T - 1 do
@@ -106,61 +118,65 @@ local function batchify(ids, n)
         py[t * B + s] = p[at + 1]      -- row t*B+s of the View(-1, H) output
       end
     end
-    chunks[k + 1] = { x = x:reshape(T * B), y = y }
+    chunks[k + 1] = { x = x, y = y }
   end
   return chunks, nchunks * T * B
 end
 local train_chunks, ntrain_used = batchify(train_ids, ntrain)
 local valid_chunks, nvalid_used = batchify(valid_ids, nvalid)
 print(('%s: vocabulary %d, training on %d of %d words an epoch, validation %d words; '
-       .. 'LSTM %d -> %d, batch %d, seqlen %d, SGD lr %g, clip %g')
-      :format(dir, V, ntrain_used, train_ids:size(1), nvalid_used, De, H, B, T, opts.lr, opts.clip))
+       .. 'LSTM %d -> %d, batch %d, seqlen %d, %s')
+      :format(dir, V, ntrain_used, train_ids:size(1), nvalid_used, De, H, B, T,
+              opts.clip > 0 and ('SGD lr %g with the gradient clipped to norm %g (eager)'):format(opts.lr, opts.clip)
+              or ('nn.compile, nn.optim.%s lr %g'):format(opts.optim, opts.lr)))
 
 -- ---------------------------------------------------------------------------
 -- the model
 
 local lstm = nn.LSTM(De, H):remember('both')
-local model = nn.Sequential():add(lstm):add(nn.View(-1, H)):add(nn.Linear(H, V)):add(nn.LogSoftMax())
+local model = nn.Sequential()
+  :add(nn.LookupTable(V, De))
+  :add(lstm)
+  :add(nn.View(-1, H))
+  :add(nn.Linear(H, V))
+  :add(nn.LogSoftMax())
 local crit = nn.ClassNLLCriterion()
 print(model)
-local params, grads = model:getParameters()
 
--- the embedding: E[x] for a chunk's words (T*B ids -> T x B x De), and the
--- SGD step of the rows used (their gradient: the LSTM's gradInput)
-local E = tgl.shared(tgl.randn(V, De) * 0.1, 'E')
-local idx, gx, lr = tgl.lvector('idx'), tgl.tensor3('gx'), tgl.scalar('lr')
-local embed = tgl.compile { inputs = { idx }, outputs = E[idx]:reshape(T, B, De), name = 'embed' }
-local embed_step = tgl.compile { inputs = { idx, gx, lr },
-  updates = { { E, tgl.inc_subtensor(E[idx], -lr * gx:reshape(T * B, De)) } }, name = 'embed_step' }
-
-local function clip_grads(extra)
-  -- the norm of every gradient, the embedding's rows included
-  local sq = tgl.sum(tgl.sqr(grads)):get() + tgl.sum(tgl.sqr(extra)):get()
-  local norm = math.sqrt(sq)
-  if norm > opts.clip then
-    local k = opts.clip / norm
-    grads:copy(grads * k)
-    return extra * k
-  end
-  return extra
+local step, params, grads
+if opts.clip == 0 then
+  local opt = opts.optim == 'adam' and nn.optim.adam { learningRate = opts.lr }
+              or nn.optim.sgd { learningRate = opts.lr }
+  step = nn.compile { model = model, criterion = crit, optimizer = opt }
+else
+  params, grads = model:getParameters()
 end
 
--- one pass; train = true: SGD steps.  Returns the perplexity.
+-- one Torch7 step with the flat gradient clipped to norm opts.clip
+local function clipped_step(x, y)
+  local out = model:forward(x)
+  local loss = crit:forward(out, y)
+  model:zeroGradParameters()
+  model:backward(x, crit:backward(out, y))
+  local norm = math.sqrt(tgl.sum(tgl.sqr(grads)):get())
+  if norm > opts.clip then grads:copy(grads * (opts.clip / norm)) end
+  model:updateParameters(opts.lr)
+  return loss
+end
+
+-- one pass; train = true: a training step per chunk.  Returns the
+-- perplexity (the chunks' mean NLL, before each step's update).
 local function pass(chunks, train)
   if train then model:training() else model:evaluate() end
   lstm:forget()
   local nll = 0
   for _, c in ipairs(chunks) do
-    local x = embed(c.x)
-    local out = model:forward(x)
-    local loss = crit:forward(out, c.y)          -- the chunk's mean NLL
-    nll = nll + loss
-    if train then
-      model:zeroGradParameters()
-      local gi = model:backward(x, crit:backward(out, c.y))
-      gi = clip_grads(gi)
-      model:updateParameters(opts.lr)
-      embed_step(c.x, gi, opts.lr)
+    if not train then
+      nll = nll + crit:forward(model:forward(c.x), c.y)
+    elseif step then
+      nll = nll + step:step(c.x, c.y)
+    else
+      nll = nll + clipped_step(c.x, c.y)
     end
   end
   return math.exp(nll / #chunks)

@@ -6,7 +6,9 @@
 -- one sequence (seqlen x inputSize), seqlen 1, batchfirst, remember/forget
 -- and userPrevOutput/userPrevCell, reset's layout, errors naming the module
 -- and the user's line, and an LSTM followed by a Linear per step inside a
--- Sequential.
+-- Sequential; nn.compile's steps over chunks with remember() equal the
+-- eager Torch7 loop (the state carried by the step's hooks and updates);
+-- examples/lstm_lm.lua trains (nn.compile with sgd and adam, --clip).
 tgl = tgl or require 'tgl'
 local tgl = tgl
 local nn = require 'nn'
@@ -442,39 +444,109 @@ describe('nn sequence modules (LSTM, GRU, RNN)', function()
   end)
 end)
 
-describe('examples/lstm_lm.lua', function()
-  it('trains on a small corpus and its validation perplexity falls', function()
-    local dir = os.tmpname()
-    os.remove(dir)
-    os.execute('mkdir -p ' .. dir)
-    -- sentences that follow a pattern a model can learn: word k then k+1
-    local words = { 'a', 'b', 'c', 'd', 'e', 'f', 'g' }
-    local function text(n, start)
-      local lines = {}
-      for k = 1, n do
-        local s, w = {}, (k * 3 + start) % 7
-        for j = 1, 4 + k % 3 do s[j] = words[(w + j) % 7 + 1] end
-        lines[k] = table.concat(s, ' ')
+describe('nn.compile with a sequence module that remembers', function()
+  local saved_floatX
+  before_each(function() saved_floatX = tgl.config.floatX; tgl.config.floatX = 'float64'; tgl.manual_seed(11) end)
+  after_each(function() tgl.config.floatX = saved_floatX end)
+
+  -- LookupTable(7, 3) -> LSTM/GRU(3, 4):remember() -> View(-1, 4) -> Linear(4, 7) -> LogSoftMax
+  local function lm(kind)
+    local rec = nn[kind](3, 4):remember('both')
+    return nn.Sequential():add(nn.LookupTable(7, 3)):add(rec):add(nn.View(-1, 4))
+                          :add(nn.Linear(4, 7)):add(nn.LogSoftMax()), rec
+  end
+  -- chunks of seqlen 3 x batch 2 and their next words
+  local function chunk(k)
+    local x, y = {}, {}
+    for t = 1, 3 do
+      x[t] = {}
+      for b = 1, 2 do
+        x[t][b] = (k * 5 + t * 3 + b * 2) % 7 + 1
+        y[#y + 1] = (k * 5 + t * 3 + b * 2 + 1) % 7 + 1
       end
-      return table.concat(lines, '\n') .. '\n'
     end
-    local function write(path, s)
-      local f = assert(io.open(path, 'w'))
-      f:write(s)
-      f:close()
-    end
-    write(dir .. '/train.txt', text(300, 0))
-    write(dir .. '/valid.txt', text(60, 1))
-    local bin = os.getenv('TGL_BIN') or arg[-1]
-    local p = io.popen(('%q examples/lstm_lm.lua --data %s --epochs 3 --words 0 --hidden 16 --emb 8 '
-                        .. '--batch 4 --seqlen 6 --lr 0.5 2>&1'):format(bin, dir))
-    local out = p:read('*a')
-    p:close()
-    os.execute('rm -rf ' .. dir)
-    local ppl = {}
-    for v in out:gmatch('epoch %d  train ppl +[%d.]+  valid ppl +([%d.]+)') do ppl[#ppl + 1] = tonumber(v) end
-    assert(#ppl == 3, out)
-    assert(ppl[3] < ppl[1] * 0.8, out)
-    assert(out:match('RESULT train_ppl=[%d.]+ valid_ppl=[%d.]+ first_valid_ppl=[%d.]+ words_per_s=%d+'), out)
-  end)
+    return tgl.array(x, 'int64'), tgl.array(y, 'int64')
+  end
+
+  for _, case in ipairs({ { 'LSTM', 'sgd', { learningRate = 0.5 } },
+                           { 'LSTM', 'adam', { learningRate = 0.05 } },
+                           { 'GRU', 'sgd', { learningRate = 0.5, momentum = 0.9 } } }) do
+    it(('%s with %s: steps over chunks carry the state as the eager loop does (4 chunks)')
+       :format(case[1], case[2]), function()
+      local optim = require 'optim'
+      local model, rec = lm(case[1])
+      local ref, rref = lm(case[1])
+      local a, b = model:parameters(), ref:parameters()
+      for i = 1, #a do b[i]:copy(a[i]) end
+      local crit = nn.ClassNLLCriterion()
+      local cfg = {}
+      for k, v in pairs(case[3]) do cfg[k] = v end
+      local step = nn.compile { model = model, criterion = crit, optimizer = nn.optim[case[2]](cfg) }
+      -- the reference: Torch7's idiom, forward/backward over getParameters
+      local params, grads = ref:getParameters()
+      local state = {}
+      for k = 1, 4 do
+        local x, y = chunk(k)
+        local function feval()
+          grads:zero()
+          local out = ref:forward(x)
+          local loss = crit:forward(out, y)
+          ref:backward(x, crit:backward(out, y))
+          return loss, grads
+        end
+        local _, fs = optim[case[2]](feval, params, case[3], state)
+        assert.near(fs[1], step:step(x, y), 1e-12)
+      end
+      a, b = model:parameters(), ref:parameters()
+      for i = 1, #a do assert.is_true(maxdiff(a[i], b[i]) < 1e-12) end
+      -- the next forward starts from the last step's state in both (and
+      -- that state matters: a forgotten one gives another output)
+      local x = chunk(5)
+      local o1, o2 = model:forward(x):clone(), ref:forward(x):clone()
+      assert.is_true(maxdiff(o1, o2) < 1e-12)
+      rec:forget()
+      assert.is_true(maxdiff(model:forward(x), o1) > 1e-6)
+    end)
+  end
+end)
+
+describe('examples/lstm_lm.lua', function()
+  -- nn.compile with sgd, nn.compile with adam, and the eager loop with
+  -- the gradient clipped (--clip)
+  for _, flags in ipairs({ '--lr 0.5', '--optim adam --lr 0.004', '--clip 5 --lr 0.5' }) do
+    it('trains on a small corpus and its validation perplexity falls (' .. flags .. ')', function()
+      local dir = os.tmpname()
+      os.remove(dir)
+      os.execute('mkdir -p ' .. dir)
+      -- sentences that follow a pattern a model can learn: word k then k+1
+      local words = { 'a', 'b', 'c', 'd', 'e', 'f', 'g' }
+      local function text(n, start)
+        local lines = {}
+        for k = 1, n do
+          local s, w = {}, (k * 3 + start) % 7
+          for j = 1, 4 + k % 3 do s[j] = words[(w + j) % 7 + 1] end
+          lines[k] = table.concat(s, ' ')
+        end
+        return table.concat(lines, '\n') .. '\n'
+      end
+      local function write(path, s)
+        local f = assert(io.open(path, 'w'))
+        f:write(s)
+        f:close()
+      end
+      write(dir .. '/train.txt', text(300, 0))
+      write(dir .. '/valid.txt', text(60, 1))
+      local bin = os.getenv('TGL_BIN') or arg[-1]
+      local p = io.popen(('%q examples/lstm_lm.lua --data %s --epochs 3 --words 0 --hidden 16 --emb 8 '
+                          .. '--batch 4 --seqlen 6 %s 2>&1'):format(bin, dir, flags))
+      local out = p:read('*a')
+      p:close()
+      os.execute('rm -rf ' .. dir)
+      local ppl = {}
+      for v in out:gmatch('epoch %d  train ppl +[%d.]+  valid ppl +([%d.]+)') do ppl[#ppl + 1] = tonumber(v) end
+      assert(#ppl == 3, out)
+      assert(ppl[3] < ppl[1] * 0.8, out)
+      assert(out:match('RESULT train_ppl=[%d.]+ valid_ppl=[%d.]+ first_valid_ppl=[%d.]+ words_per_s=%d+'), out)
+    end)
+  end
 end)

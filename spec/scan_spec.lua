@@ -407,6 +407,39 @@ describe('tgl.scan values and gradients', function()
     end
   end)
 
+  it('expression non-sequences (slices of a shared matrix, W * 2): values and gradients against the unrolled loop', function()
+    -- h_t = tanh(x_t Wx + h_{t-1} Wh + b) with Wx, Wh rows of one shared W
+    -- (SeqLSTM's layout) and Wh listed as a non-sequence; the gradient of
+    -- W gathers both slices' parts
+    local x, h0 = tgl.dmatrix('x'), tgl.dvector('h0')
+    local W = tgl.shared(f64 { { 0.3, -0.2 }, { 0.1, 0.4 }, { 0.6, 0.2 }, { -0.5, 0.3 }, { 0.2, 0.1 } }, 'W')
+    local b = tgl.shared(f64 { 0.05, -0.1 }, 'b')
+    local Wx, Wh = W[{ { 1, 3 } }], W[{ { 4, 5 } }]
+    local out = tgl.scan { fn = function(xt, hp, wh, w2) return tgl.tanh(xt:dot(Wx) + hp:dot(wh) + b + w2) end,
+                           sequences = { x }, outputs_info = { h0 }, non_sequences = { Wh, b * 2 }, name = 'slices' }
+    local hs, h = {}, h0
+    for t = 1, 4 do h = tgl.tanh(x[t]:dot(Wx) + h:dot(Wh) + b + b * 2); hs[t] = h end
+    local xv = f64 { { 0.1, 0.2, -0.3 }, { 0.4, -0.1, 0.2 }, { -0.2, 0.3, 0.5 }, { 0.3, 0.1, -0.4 } }
+    check_vs_unrolled({ x, h0 }, { xv, f64 { 0.1, -0.2 } }, { { out, tgl.stack(hs) } }, { x, h0, W, b })
+    -- finite differences, the matrix an input of the function
+    local err = tgl.verify_grad(function(w, xs)
+      return tgl.scan { fn = function(xt, hp, wh) return tgl.tanh(xt:dot(w[{ { 1, 3 } }]) + hp:dot(wh)) end,
+                        sequences = { xs }, outputs_info = { f64 { 0.1, -0.2 } }, non_sequences = { w[{ { 4, 5 } }] } }
+    end, { W:get_value(), xv })
+    assert.is_true(err < 1e-6)
+  end)
+
+  it('an expression non-sequence reading a variable the step updates sees each step\'s value', function()
+    local x = tgl.dvector('x')
+    local s = tgl.shared(f64 { 1, 2 }, 's')
+    local out, ups = tgl.scan { fn = function(xt, s2) return tgl.sum(s2) * xt, { { s, s + 1 } } end,
+                                sequences = { x }, non_sequences = { s * 2 }, name = 'upd' }
+    local f = tgl.compile { inputs = { x }, outputs = out, updates = ups }
+    -- s: {1,2} -> {2,3} -> {3,4}; outputs 2*(1+2)*1, 2*(2+3)*2, 2*(3+4)*3
+    assert_close({ 6, 20, 42 }, f({ 1, 2, 3 }))
+    assert_close({ 4, 5 }, s:get_value())
+  end)
+
   it('updates to shared variables inside fn: loop state, applied by compile; each step sees the previous value', function()
     local x = tgl.dvector('x')
     local c = tgl.shared(tgl.array(0, 'int64'), 'c')

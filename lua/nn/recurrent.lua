@@ -204,6 +204,9 @@ return function(nn)
       local z = tgl.switch(tgl.eq(t, t), 0.0, 0.0):astype(x.dtype)
       for k = 1, nstates do init[k] = z end
     end
+    -- Wh, a slice of weight, listed as a non-sequence: the scan gives it
+    -- its own placeholder, so the gradient loop accumulates a Wh-sized
+    -- buffer, not zeros of the whole weight at every step (doc/scan.md)
     local outs = tgl.scan { fn = step, sequences = { Z }, outputs_info = init,
                             non_sequences = { Wh }, name = nn.type(self):gsub('^nn%.', '') }
     if nstates == 1 then outs = { outs } end

@@ -220,11 +220,25 @@ function M.scan(opts)
       args[#args + 1] = p
     end
   end
+  -- A non-sequence that is an expression (W[{rows}], W * 2) gets its own
+  -- placeholder: the loop reads its value, computed once before the loop,
+  -- and the backward scan accumulates the gradient of that value (one
+  -- GEMM over the steps for a product) rather than of the leaves it reads
+  -- (zeros of the whole of W added into at every step).  Leaves (shared
+  -- variables, outer inputs) and constants are passed as they are: the
+  -- engine makes the leaves the body reads non-sequences itself.
   local nonseqs, nns = as_list(opts.non_sequences)
+  local NS = {}
   for j = 1, nns do
     local w = nonseqs[j]
     if w == nil then fail('non_sequences %d is nil', j) end
-    args[#args + 1] = is_var(w) and w or graph.as_node(w, fname)
+    w = is_var(w) and w or graph.as_node(w, fname)
+    if w.kind == 'apply' then
+      local ph = same_placeholder(w, var_name(w, 'nonseq' .. j))
+      NS[#NS + 1] = { x = w, ph = ph }
+      w = ph
+    end
+    args[#args + 1] = w
   end
 
   -- The body.  What fn returns is told apart by kind: outputs (a value, or
@@ -310,6 +324,27 @@ function M.scan(opts)
 
   -- Shared variables the step updates: loop state (placeholder in the body).
   local U = {}
+  if #updates > 0 and #NS > 0 then
+    -- an expression non-sequence may read a variable the step updates,
+    -- whose value changes from step to step: the body reads the
+    -- expressions themselves again, and the updated variables in them
+    -- become the loop's state below
+    local roots = {}
+    for _, o in ipairs(outs) do roots[#roots + 1] = o end
+    for _, u in ipairs(updates) do roots[#roots + 1] = u[2] end
+    if cond then roots[#roots + 1] = cond end
+    local nr, nf = #roots, #NS
+    local rin, rout = node_list(nr), node_list(nr)
+    local fa, ta = node_list(nf), node_list(nf)
+    for i = 1, nr do rin[i - 1] = roots[i].n end
+    for i = 1, nf do fa[i - 1], ta[i - 1] = NS[i].ph.n, NS[i].x.n end
+    check(C.tgl_clone_replace(core.ctx, nr, rin, nf, fa, ta, rout), fname)
+    local i = 0
+    for k = 1, #outs do i = i + 1; outs[k] = graph.wrap_node(rout[i - 1]) end
+    for k = 1, #updates do i = i + 1; updates[k] = { updates[k][1], graph.wrap_node(rout[i - 1]) } end
+    if cond then cond = graph.wrap_node(rout[nr - 1]) end
+    NS = {}
+  end
   if #updates > 0 then
     local from, to = {}, {}
     for k, u in ipairs(updates) do
@@ -374,6 +409,9 @@ function M.scan(opts)
     if not info_at[k] then nofb[#nofb + 1] = k; inner_out[#inner_out + 1] = outs[k] end
   end
   if cond then inner_out[#inner_out + 1] = cond end
+  -- the expression non-sequences, after every other inner input
+  local ns_nodes = {}
+  for j, w in ipairs(NS) do ns_nodes[j] = w.x; inner_in[#inner_in + 1] = w.ph end
 
   local n_steps = opts.n_steps
   if type(n_steps) == 'number' then
@@ -418,7 +456,7 @@ function M.scan(opts)
   spec.rec_ntaps = ints(rec_ntaps)
   spec.rec_taps = ints(rec_taps)
   spec.nnofb = #nofb
-  spec.nnonseq = 0
+  spec.nnonseq = #NS
   spec.has_until = cond and 1 or 0
   spec.reverse = 0
   spec.truncate_gradient = tg
@@ -427,7 +465,7 @@ function M.scan(opts)
   spec.n_steps = n_steps and n_steps.n or nil
   spec.seqs = nodes(seq_nodes)
   spec.inits = nodes(rec_inits)
-  spec.nonseqs = nil
+  spec.nonseqs = #NS > 0 and nodes(ns_nodes) or nil
   -- the updated variables' outputs hold their initial value, then every
   -- step (TGL_SCAN_KEEP_WITH_INIT), for the final value below
   for k = 1, #rec_inits + #nofb do keep[k] = (k > #R and k <= #rec_inits) and 3 or 0 end
