@@ -325,22 +325,10 @@ end)
 -- ---------------------------------------------------------------------------
 -- the modules
 
--- Central difference of f() in element i of a (changed in place and
--- restored, so compiled functions that borrow it see the change).
-local function fd(f, a, i)
-  local flat = a:reshape(a:nelement())
-  local e = 1e-6
-  local v = flat:get(i)
-  flat:set(v + e, i); local lp = f()
-  flat:set(v - e, i); local lm = f()
-  flat:set(v, i)
-  return (lp - lm) / (2 * e)
-end
+local fd = S.fd_at   -- central difference of f() in element i of a
 
 describe('nn.BatchNormalization and nn.SpatialBatchNormalization', function()
-  local saved_floatX
-  before_each(function() saved_floatX = tgl.config.floatX; tgl.config.floatX = 'float64'; tgl.manual_seed(21) end)
-  after_each(function() tgl.config.floatX = saved_floatX end)
+  S.float64(21)
 
   it("have Torch7's defaults, fields and text", function()
     local m = nn.BatchNormalization(5)

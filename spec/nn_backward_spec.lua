@@ -7,20 +7,15 @@
 tgl = tgl or require 'tgl'
 local tgl = tgl
 local nn = require 'nn'
-
-local function maxdiff(a, b)
-  assert.same(a:shape(), b:shape())
-  return tgl.max(tgl.abs(a:astype('float64') - b:astype('float64'))):get()
-end
+local S = dofile('spec/support.lua')
+local maxdiff = S.maxdiff
 
 local function mlp()
   return nn.Sequential():add(nn.Linear(5, 7)):add(nn.Tanh()):add(nn.Linear(7, 3)):add(nn.LogSoftMax())
 end
 
 describe('nn backward', function()
-  local saved_floatX
-  before_each(function() saved_floatX = tgl.config.floatX; tgl.config.floatX = 'float64'; tgl.manual_seed(11) end)
-  after_each(function() tgl.config.floatX = saved_floatX end)
+  S.float64(11)
 
   -- gradInput and gradients of the MLP, explicitly
   local function explicit(m, x, g, scale)

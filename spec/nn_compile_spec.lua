@@ -12,28 +12,8 @@ tgl = tgl or require 'tgl'
 local tgl = tgl
 local nn = require 'nn'
 local optim = require 'optim'
-
-local function maxdiff(a, b)
-  assert.same(a:shape(), b:shape())
-  return tgl.max(tgl.abs(a:astype('float64') - b:astype('float64'))):get()
-end
-
-local function next_line() return debug.getinfo(2, 'l').currentline + 1 end
-
-local function labels(n, C)
-  local t = {}
-  for i = 1, n do t[i] = (i * 7) % C + 1 end
-  return tgl.array(t, 'int64')
-end
-
--- The parameters of `from` copied into `to` (same structure, arrays
--- matched by position in parameters(); a shared array copied once per
--- holder, the same values).
-local function copy_params(from, to)
-  local a, b = from:parameters(), to:parameters()
-  assert.equals(#a, #b)
-  for i = 1, #a do b[i]:copy(a[i]) end
-end
+local S = dofile('spec/support.lua')
+local maxdiff, next_line, labels, copy_params = S.maxdiff, S.next_line, S.labels, S.copy_params
 
 -- The reference: `steps` steps of Torch7's idiom over getParameters with
 -- optim[name] and config cfg; returns the losses and the model.
@@ -87,9 +67,7 @@ function Sum:graph(x)
 end
 
 describe('nn.compile with shared parameters', function()
-  local saved_floatX
-  before_each(function() saved_floatX = tgl.config.floatX; tgl.config.floatX = 'float64'; tgl.manual_seed(11) end)
-  after_each(function() tgl.config.floatX = saved_floatX end)
+  S.float64(11)
 
   -- a -> Tanh -> b (b a clone of a sharing weight and bias) -> LogSoftMax
   local function siamese(n, grads_too)
@@ -213,9 +191,7 @@ describe('nn.compile with shared parameters', function()
 end)
 
 describe('nn.compile with LookupTable', function()
-  local saved_floatX
-  before_each(function() saved_floatX = tgl.config.floatX; tgl.config.floatX = 'float64'; tgl.manual_seed(5) end)
-  after_each(function() tgl.config.floatX = saved_floatX end)
+  S.float64(5)
 
   -- LookupTable(6, 3 [, 0, maxNorm]) -> Reshape(12) -> Linear(12, 3) -> LogSoftMax
   local function lm(maxNorm)
@@ -397,9 +373,7 @@ describe('nn.compile: module state updates of one array', function()
 end)
 
 describe('nn.compile: what step:step sets', function()
-  local saved_floatX
-  before_each(function() saved_floatX = tgl.config.floatX; tgl.config.floatX = 'float64'; tgl.manual_seed(3) end)
-  after_each(function() tgl.config.floatX = saved_floatX end)
+  S.float64(3)
 
   it('model.output and criterion.output are the forward before the update; gradWeight is not written', function()
     local function make() return nn.Sequential():add(nn.Linear(3, 4)):add(nn.Tanh()):add(nn.Linear(4, 2)):add(nn.LogSoftMax()) end

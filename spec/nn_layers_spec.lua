@@ -9,26 +9,8 @@
 tgl = tgl or require 'tgl'
 local tgl = tgl
 local nn = require 'nn'
-
-local function maxdiff(a, b)
-  assert.same(a:shape(), b:shape())
-  return tgl.max(tgl.abs(a:astype('float64') - b:astype('float64'))):get()
-end
-
--- Central differences of f() (a number) in each element of array a.
-local function fd(f, a)
-  local eps = 1e-6
-  local flat = a:reshape(a:nelement())
-  local g = tgl.zeros(a:nelement()):astype('float64')
-  for i = 1, a:nelement() do
-    local v = flat:get(i)
-    flat:set(v + eps, i); local lp = f()
-    flat:set(v - eps, i); local lm = f()
-    flat:set(v, i)
-    g:set((lp - lm) / (2 * eps), i)
-  end
-  return g:reshape(a:shape())
-end
+local S = dofile('spec/support.lua')
+local maxdiff, fd = S.maxdiff, S.fd
 
 -- The element of a at the 1-based position list pos.
 local function at(a, pos) return a:get(unpack(pos)) end
@@ -68,9 +50,7 @@ local function err_of(f)
 end
 
 describe('nn layers (shape, lookup) and module methods', function()
-  local saved_floatX
-  before_each(function() saved_floatX = tgl.config.floatX; tgl.config.floatX = 'float64'; tgl.manual_seed(5) end)
-  after_each(function() tgl.config.floatX = saved_floatX end)
+  S.float64(5)
 
   it('Transpose: the swaps in order, setNumInputDims for batches, gradient', function()
     local x = tgl.randn(2, 3, 4)

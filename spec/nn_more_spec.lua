@@ -7,27 +7,8 @@
 tgl = tgl or require 'tgl'
 local tgl = tgl
 local nn = require 'nn'
-
-local function maxdiff(a, b)
-  assert.same(a:shape(), b:shape())
-  return tgl.max(tgl.abs(a:astype('float64') - b:astype('float64'))):get()
-end
-
--- Central differences of f() (a number) in each element of array a,
--- as an array of a's shape.
-local function fd(f, a)
-  local eps = 1e-6
-  local flat = a:reshape(a:nelement())
-  local g = tgl.zeros(a:nelement()):astype('float64')
-  for i = 1, a:nelement() do
-    local v = flat:get(i)
-    flat:set(v + eps, i); local lp = f()
-    flat:set(v - eps, i); local lm = f()
-    flat:set(v, i)
-    g:set((lp - lm) / (2 * eps), i)
-  end
-  return g:reshape(a:shape())
-end
+local S = dofile('spec/support.lua')
+local maxdiff, fd = S.maxdiff, S.fd
 
 -- An array from a Lua function of each element of a (host computation).
 local function map(a, fn)
@@ -38,9 +19,7 @@ local function map(a, fn)
 end
 
 describe('nn (more modules and criterions)', function()
-  local saved_floatX
-  before_each(function() saved_floatX = tgl.config.floatX; tgl.config.floatX = 'float64'; tgl.manual_seed(11) end)
-  after_each(function() tgl.config.floatX = saved_floatX end)
+  S.float64(11)
 
   -- a criterion's forward against want(x_i, t_i) summed (and averaged),
   -- its backward against finite differences of its forward

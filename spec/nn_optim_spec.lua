@@ -10,21 +10,9 @@ tgl = tgl or require 'tgl'
 local tgl = tgl
 local nn = require 'nn'
 local optim = require 'optim'
-
-local function maxdiff(a, b)
-  assert.same(a:shape(), b:shape())
-  return tgl.max(tgl.abs(a:astype('float64') - b:astype('float64'))):get()
-end
-
--- The line after the one calling it (for error locations).
-local function next_line() return debug.getinfo(2, 'l').currentline + 1 end
-
-local function flat_table(a)
-  local f = a:reshape(a:nelement())
-  local t = {}
-  for i = 1, a:nelement() do t[i] = f:get(i) end
-  return t
-end
+local S = dofile('spec/support.lua')
+local maxdiff, next_line, labels, copy_params = S.maxdiff, S.next_line, S.labels, S.copy_params
+local flat_table = S.flat   -- an array's elements as a flat Lua table
 
 -- The reference: one step of optimiser name on Lua tables x (updated) and
 -- g (the gradient), with state st (a Lua table, as Torch7's), in float64.
@@ -123,22 +111,8 @@ local function mlp(nin, nh, nout, dropout)
   return m:add(nn.Linear(nh, nout)):add(nn.LogSoftMax())
 end
 
--- The same model's parameters copied into another (same structure).
-local function copy_params(from, to)
-  local a, b = from:parameters(), to:parameters()
-  for i = 1, #a do b[i]:copy(a[i]) end
-end
-
-local function labels(n, C)
-  local t = {}
-  for i = 1, n do t[i] = (i * 7) % C + 1 end
-  return tgl.array(t, 'int64')
-end
-
 describe('nn.optim', function()
-  local saved_floatX
-  before_each(function() saved_floatX = tgl.config.floatX; tgl.config.floatX = 'float64'; tgl.manual_seed(5) end)
-  after_each(function() tgl.config.floatX = saved_floatX end)
+  S.float64(5)
 
   it('makes optimisers with Torch7 names and defaults; lr is learningRate', function()
     local o = nn.optim.sgd { lr = 0.5 }
@@ -184,9 +158,7 @@ describe('nn.optim', function()
 end)
 
 describe('nn.compile', function()
-  local saved_floatX
-  before_each(function() saved_floatX = tgl.config.floatX; tgl.config.floatX = 'float64'; tgl.manual_seed(7) end)
-  after_each(function() tgl.config.floatX = saved_floatX end)
+  S.float64(7)
 
   -- 3 steps of optimiser case c through nn.compile on a 3-5-4 MLP,
   -- against the reference formula applied to every parameter, with the
@@ -492,9 +464,7 @@ describe('nn.compile', function()
 end)
 
 describe("require 'optim' (Torch7's closure API)", function()
-  local saved_floatX
-  before_each(function() saved_floatX = tgl.config.floatX; tgl.config.floatX = 'float64'; tgl.manual_seed(9) end)
-  after_each(function() tgl.config.floatX = saved_floatX end)
+  S.float64(9)
 
   it('defines the global optim with sgd, adam, rmsprop, adagrad', function()
     assert.equals(optim, _G.optim)
@@ -509,7 +479,6 @@ describe("require 'optim' (Torch7's closure API)", function()
   end)
 
   it("is found by a script the host runs: require 'optim' as in Torch7", function()
-    local S = dofile('spec/support.lua')
     local out, err, code = S.run_process("require 'optim'\n"
       .. "local x = tgl.array({1, 2}, 'float64')\n"
       .. "local _, fs = optim.sgd(function(p) return 7, p * 1 end, x, {learningRate = 0.5})\n"

@@ -12,11 +12,8 @@
 tgl = tgl or require 'tgl'
 local tgl = tgl
 local nn = require 'nn'
-
-local function maxdiff(a, b)
-  assert.same(a:shape(), b:shape())
-  return tgl.max(tgl.abs(a:astype('float64') - b:astype('float64'))):get()
-end
+local S = dofile('spec/support.lua')
+local maxdiff, fd = S.maxdiff, S.fd
 
 local function sigmoid(v) return 1 / (1 + math.exp(-v)) end
 
@@ -84,22 +81,6 @@ local function reference(kind, m, x, h0, c0)
   return tgl.array(out, 'float64'), h, c
 end
 
--- Central differences of f() (a number) in each element of array a (its
--- elements changed in place and restored), as an array of a's shape.
-local function fd(f, a)
-  local eps = 1e-6
-  local flat = a:reshape(a:nelement())
-  local g = tgl.zeros(a:nelement(), { dtype = 'float64' })
-  for i = 1, a:nelement() do
-    local v = flat:get(i)
-    flat:set(v + eps, i); local lp = f()
-    flat:set(v - eps, i); local lm = f()
-    flat:set(v, i)
-    g:set((lp - lm) / (2 * eps), i)
-  end
-  return g:reshape(a:shape())
-end
-
 -- backward's gradInput, gradWeight and gradBias against finite
 -- differences of L = sum(forward(x) * gOut); before() runs before each
 -- forward (to set the initial state).
@@ -127,9 +108,7 @@ local KINDS = {
 local ORDER = { 'LSTM', 'GRU', 'RNN', 'ReLU' }
 
 describe('nn sequence modules (LSTM, GRU, RNN)', function()
-  local saved_floatX
-  before_each(function() saved_floatX = tgl.config.floatX; tgl.config.floatX = 'float64'; tgl.manual_seed(21) end)
-  after_each(function() tgl.config.floatX = saved_floatX end)
+  S.float64(21)
 
   it('layouts, fields, reset and printing as the rnn package (SeqLSTM, SeqGRU)', function()
     assert.equals(nn.LSTM, nn.SeqLSTM)
@@ -445,9 +424,7 @@ describe('nn sequence modules (LSTM, GRU, RNN)', function()
 end)
 
 describe('nn.compile with a sequence module that remembers', function()
-  local saved_floatX
-  before_each(function() saved_floatX = tgl.config.floatX; tgl.config.floatX = 'float64'; tgl.manual_seed(11) end)
-  after_each(function() tgl.config.floatX = saved_floatX end)
+  S.float64(11)
 
   -- LookupTable(7, 3) -> LSTM/GRU(3, 4):remember() -> View(-1, 4) -> Linear(4, 7) -> LogSoftMax
   local function lm(kind)

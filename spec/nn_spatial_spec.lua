@@ -7,30 +7,13 @@
 tgl = tgl or require 'tgl'
 local tgl = tgl
 local nn = require 'nn'
-
-local function maxdiff(a, b)
-  assert.same(a:shape(), b:shape())
-  return tgl.max(tgl.abs(a:astype('float64') - b:astype('float64'))):get()
-end
-
--- Central difference of f() in element i of the flat view of a (a is
--- changed in place and restored, so compiled functions see it).
-local function fd(f, a, i)
-  local flat = a:reshape(a:nelement())
-  local eps = 1e-6
-  local v = flat:get(i)
-  flat:set(v + eps, i); local lp = f()
-  flat:set(v - eps, i); local lm = f()
-  flat:set(v, i)
-  return (lp - lm) / (2 * eps)
-end
+local S = dofile('spec/support.lua')
+local maxdiff, fd = S.maxdiff, S.fd_at
 
 local function flatget(a, i) return a:reshape(a:nelement()):get(i) end
 
 describe('nn spatial', function()
-  local saved_floatX
-  before_each(function() saved_floatX = tgl.config.floatX; tgl.config.floatX = 'float64'; tgl.manual_seed(11) end)
-  after_each(function() tgl.config.floatX = saved_floatX end)
+  S.float64(11)
 
   it('prints as Torch7 and has its defaults', function()
     assert.equals('nn.SpatialConvolution(1 -> 20, 5x5)', tostring(nn.SpatialConvolution(1, 20, 5, 5)))

@@ -5,12 +5,8 @@
 tgl = tgl or require 'tgl'
 local tgl = tgl
 local nn = require 'nn'
-
--- Largest absolute difference between two arrays of the same shape.
-local function maxdiff(a, b)
-  assert.same(a:shape(), b:shape())
-  return tgl.max(tgl.abs(a:astype('float64') - b:astype('float64'))):get()
-end
+local S = dofile('spec/support.lua')
+local maxdiff = S.maxdiff
 
 local function mlp()
   return nn.Sequential():add(nn.Linear(4, 5)):add(nn.Tanh()):add(nn.Linear(5, 6)):add(nn.Sigmoid())
@@ -18,9 +14,7 @@ local function mlp()
 end
 
 describe('nn', function()
-  local saved_floatX
-  before_each(function() saved_floatX = tgl.config.floatX; tgl.config.floatX = 'float64'; tgl.manual_seed(7) end)
-  after_each(function() tgl.config.floatX = saved_floatX end)
+  S.float64(7)
 
   it("loads with require 'nn' and prints models as Torch7 does", function()
     assert.equals(nn, require('nn'))

@@ -8,11 +8,8 @@
 tgl = tgl or require 'tgl'
 local tgl = tgl
 local nn = require 'nn'
-
-local function maxdiff(a, b)
-  assert.same(a:shape(), b:shape())
-  return tgl.max(tgl.abs(a:astype('float64') - b:astype('float64'))):get()
-end
+local S = dofile('spec/support.lua')
+local maxdiff = S.maxdiff
 
 -- The leaves of an array or a nested table of arrays, depth-first.
 local function leaves(v, out)
@@ -57,15 +54,7 @@ local function check_grads(m, x, g)
   local gil = leaves(gi)
   local xl = leaves(x)
   assert.equals(#xl, #gil)
-  local eps = 1e-6
-  local function fd(a, i)
-    local flat = a:reshape(a:nelement())
-    local v = flat:get(i)
-    flat:set(v + eps, i); local lp = L()
-    flat:set(v - eps, i); local lm = L()
-    flat:set(v, i)
-    return (lp - lm) / (2 * eps)
-  end
+  local function fd(a, i) return S.fd_at(L, a, i) end
   for k, a in ipairs(xl) do
     local gf = gil[k]:reshape(gil[k]:nelement())
     for i = 1, a:nelement() do assert.near(fd(a, i), gf:get(i), 1e-7) end
@@ -79,9 +68,7 @@ local function check_grads(m, x, g)
 end
 
 describe('nn tables', function()
-  local saved_floatX
-  before_each(function() saved_floatX = tgl.config.floatX; tgl.config.floatX = 'float64'; tgl.manual_seed(3) end)
-  after_each(function() tgl.config.floatX = saved_floatX end)
+  S.float64(3)
 
   it('prints the branching containers as Torch7 does', function()
     local m = nn.Sequential()

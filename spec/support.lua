@@ -222,4 +222,68 @@ function M.check_forms(var, val, text, lines)
   end
 end
 
+-- ---------------------------------------------------------------------------
+-- What the nn specs share (spec/nn_*_spec.lua, batch_norm_spec.lua).
+
+-- Largest absolute difference between two arrays of the same shape (the
+-- shapes are asserted equal).
+function M.maxdiff(a, b)
+  local tgl = require 'tgl'
+  require('luassert').same(a:shape(), b:shape())
+  return tgl.max(tgl.abs(a:astype('float64') - b:astype('float64'))):get()
+end
+
+local FD_EPS = 1e-6
+
+-- Central difference of f() (a number) in element i of the flat view of
+-- array a (changed in place and restored, so compiled functions that
+-- borrow a see the change).
+function M.fd_at(f, a, i)
+  local flat = a:reshape(a:nelement())
+  local v = flat:get(i)
+  flat:set(v + FD_EPS, i); local lp = f()
+  flat:set(v - FD_EPS, i); local lm = f()
+  flat:set(v, i)
+  return (lp - lm) / (2 * FD_EPS)
+end
+
+-- Central differences of f() in every element of a, as a float64 array
+-- of a's shape.
+function M.fd(f, a)
+  local tgl = require 'tgl'
+  local n = a:nelement()
+  local g = tgl.zeros(n, { dtype = 'float64' })
+  for i = 1, n do g:set(M.fd_at(f, a, i), i) end
+  return g:reshape(a:shape())
+end
+
+-- For the calling describe block: before each test, floatX float64 and
+-- tgl.manual_seed(seed); after it, the old floatX back.
+function M.float64(seed)
+  local env = getfenv(2)
+  local tgl = require 'tgl'
+  local saved
+  env.before_each(function() saved = tgl.config.floatX; tgl.config.floatX = 'float64'; tgl.manual_seed(seed) end)
+  env.after_each(function() tgl.config.floatX = saved end)
+end
+
+-- The line after the one calling it (for error locations).
+function M.next_line() return debug.getinfo(2, 'l').currentline + 1 end
+
+-- n class labels in 1..C (int64), spread over the classes.
+function M.labels(n, C)
+  local t = {}
+  for i = 1, n do t[i] = (i * 7) % C + 1 end
+  return require('tgl').array(t, 'int64')
+end
+
+-- The parameters of `from` copied into `to` (same structure, arrays
+-- matched by position in parameters(); a shared array is copied once per
+-- holder, the same values).
+function M.copy_params(from, to)
+  local a, b = from:parameters(), to:parameters()
+  require('luassert').equals(#a, #b)
+  for i = 1, #a do b[i]:copy(a[i]) end
+end
+
 return M
