@@ -12,6 +12,7 @@ local common = require 'mlp_common'
 local stats = require 'stats'
 local svg = require 'svg'
 local base_compare = require 'base_compare'
+local rr = require 'rate_report'
 
 local csv_path, meta_path, md_path, svg_path = arg[1], arg[2], arg[3], arg[4]
 assert(csv_path and meta_path and md_path and svg_path,
@@ -21,11 +22,7 @@ assert(csv_path and meta_path and md_path and svg_path,
 local rows = require('csv').read(csv_path)
 
 -- The run's facts (key,value; values may hold no commas).
-local meta, meta_order = {}, {}
-for line in io.lines(meta_path) do
-  local k, v = line:match('^([^,]+),(.*)$')
-  if k and k ~= 'key' then meta[k] = v; meta_order[#meta_order + 1] = k end
-end
+local meta, meta_order = require('peer_common').read_meta(meta_path)
 
 -- Columns: the systems' variants in a fixed order, those present.
 local ORDER = {
@@ -62,29 +59,10 @@ local has_base = false
 for _, s in ipairs(systems) do if is_base(s) then has_base = true end end
 
 -- cell[threads][model][batch][system] = row
-local cell, threads_list, tseen = {}, {}, {}
-local batches, bseen = {}, {}
-for _, r in ipairs(rows) do
-  if not tseen[r.threads] then tseen[r.threads] = true; threads_list[#threads_list + 1] = r.threads end
-  if not bseen[r.batch] then bseen[r.batch] = true; batches[#batches + 1] = r.batch end
-  cell[r.threads] = cell[r.threads] or {}
-  cell[r.threads][r.model] = cell[r.threads][r.model] or {}
-  cell[r.threads][r.model][r.batch] = cell[r.threads][r.model][r.batch] or {}
-  cell[r.threads][r.model][r.batch][r.system .. '/' .. r.variant] = r
-end
-table.sort(threads_list); table.sort(batches)
-local models = {}
-for _, m in ipairs(common.MODEL_NAMES) do
-  for _, r in ipairs(rows) do if r.model == m then models[#models + 1] = m; break end end
-end
+local cell, threads_list, batches = rr.grid(rows)
+local models = rr.models(rows, common.MODEL_NAMES)
 
-local function fmt_rate(v)
-  if not v then return '—' end
-  if v >= 1e6 then return (('%.2f'):format(v / 1e6):gsub('%.?0+$', '')) .. 'M' end
-  if v >= 1e5 then return ('%.0fk'):format(v / 1e3) end
-  if v >= 1e4 then return ('%.1fk'):format(v / 1e3) end
-  return ('%.0f'):format(v)
-end
+local function fmt_rate(v) return rr.fmt_rate(v) end
 
 local out = {}
 local function w(...) out[#out + 1] = table.concat({ ... }) end
@@ -121,18 +99,7 @@ for _, k in ipairs(meta_order) do
   if s and s ~= 'tgl' and s ~= 'tgl@base' then peers[#peers + 1] = s .. ' ' .. meta[k] end
 end
 w('- Peers: ', #peers > 0 and table.concat(peers, ', ') or 'none')
-for _, k in ipairs(meta_order) do
-  local s = k:match('^missing%.(.+)$')
-  if s then w('- Missing: **', s, '** — ', meta[k]) end
-  local sv = k:match('^missing_variant%.(.+)$')
-  if sv then w('- Missing variant: **', sv, '** — ', meta[k]) end
-end
-if meta.load_before then
-  w('- Load average (1, 5, 15 min) before the run: ', meta.load_before, '; after: ', meta.load_after or '?',
-    meta.load_max and ('; highest 1-min figure seen between processes: ' .. meta.load_max) or '',
-    meta.run_seconds and ('; the run took ' .. meta.run_seconds .. ' s') or '',
-    ' (other work on the machine skews the figures, the 2-thread ones most)')
-end
+rr.write_missing_and_load(w, meta, meta_order)
 if (tonumber(meta.budget) or 0) > 0 then
   if has_spread then
     w('- Check passes cut after ', meta.budget, ' s (`--budget`): see the `check_examples` column of mlp.csv')
@@ -328,28 +295,13 @@ print(table.concat(out, '\n'))
 
 -- The chart: one panel per (threads, model); groups = batch sizes; one bar
 -- per system variant; log scale (svg.bar_panels).
-local panels = {}
-for ti, t in ipairs(threads_list) do
-  for mi, m in ipairs(models) do
-    local groups = {}
-    for _, B in ipairs(batches) do
-      local c = cell[t] and cell[t][m] and cell[t][m][B] or {}
-      local bars = {}
-      for si, s in ipairs(systems) do
-        local r = c[s]
-        if r then
-          bars[si] = { v = r.examples_per_s, min = r.eps_min, max = r.eps_max, color = COLOR[s],
-                       title = ('%s, %s, batch %d, %d thread(s): %s examples/s%s'):format(
-                         label(s), m, B, t, fmt_rate(r.examples_per_s), has_spread and
-                         (' (%s–%s)'):format(fmt_rate(r.eps_min), fmt_rate(r.eps_max)) or '') }
-        end
-      end
-      groups[#groups + 1] = { label = 'batch ' .. B, bars = bars }
-    end
-    panels[#panels + 1] = { col = mi, row = ti, groups = groups,
-                            title = ('%s — %d thread%s'):format(common.MODEL_LABEL[m], t, t == 1 and '' or 's') }
-  end
-end
+local panels = rr.panels(
+  { cell = cell, threads_list = threads_list, models = models, batches = batches, systems = systems, color = COLOR },
+  function(s, r, m, B, t)
+    return ('%s, %s, batch %d, %d thread(s): %s examples/s%s'):format(label(s), m, B, t, fmt_rate(r.examples_per_s),
+      has_spread and (' (%s–%s)'):format(fmt_rate(r.eps_min), fmt_rate(r.eps_max)) or '')
+  end,
+  function(m, t) return ('%s — %d thread%s'):format(common.MODEL_LABEL[m], t, t == 1 and '' or 's') end)
 local legend = {}
 for i, s in ipairs(systems) do legend[i] = { label(s), COLOR[s] } end
 svg.bar_panels(svg_path, {

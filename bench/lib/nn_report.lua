@@ -10,6 +10,7 @@ package.path = (arg[0]:match('^(.*)/[^/]*$') or '.') .. '/?.lua;' .. package.pat
 local stats = require 'stats'
 local svg = require 'svg'
 local nnc = require 'nn_common'
+local rr = require 'rate_report'
 
 local csv_path, meta_path, md_path, svg_path = arg[1], arg[2], arg[3], arg[4]
 assert(csv_path and meta_path and md_path, 'usage: tgl bench/lib/nn_report.lua nn.csv nn_meta.csv nn.md [nn.svg]')
@@ -17,11 +18,7 @@ svg_path = svg_path or md_path:gsub('%.md$', '') .. '.svg'
 local svg_name = svg_path:match('([^/]*)$')
 
 local rows = require('csv').read(csv_path)
-local meta, meta_order = {}, {}
-for line in io.lines(meta_path) do
-  local k, v = line:match('^([^,]+),(.*)$')
-  if k and k ~= 'key' then meta[k] = v; meta_order[#meta_order + 1] = k end
-end
+local meta, meta_order = require('peer_common').read_meta(meta_path)
 
 local ORDER = { 'torch7/nn', 'tgl/t7script', 'tgl/eager', 'tgl/compile', 'torch/eager' }
 local LABEL = {
@@ -44,29 +41,11 @@ do
 end
 local function label(s) return LABEL[s] or s end
 
-local cell, threads_list, batches, seen_t, seen_b = {}, {}, {}, {}, {}
-for _, r in ipairs(rows) do
-  r.median, r.min, r.max = r.examples_per_s, r.eps_min, r.eps_max
-  if not seen_t[r.threads] then seen_t[r.threads] = true; threads_list[#threads_list + 1] = r.threads end
-  if not seen_b[r.batch] then seen_b[r.batch] = true; batches[#batches + 1] = r.batch end
-  local c = cell
-  for _, k in ipairs({ r.threads, r.model, r.batch }) do c[k] = c[k] or {}; c = c[k] end
-  c[r.system .. '/' .. r.variant] = r
-end
-table.sort(threads_list); table.sort(batches)
-local models = {}
-for _, m in ipairs(nnc.MODEL_NAMES) do
-  for _, r in ipairs(rows) do if r.model == m then models[#models + 1] = m; break end end
-end
+for _, r in ipairs(rows) do r.median, r.min, r.max = r.examples_per_s, r.eps_min, r.eps_max end  -- for stats.overlap
+local cell, threads_list, batches = rr.grid(rows)
+local models = rr.models(rows, nnc.MODEL_NAMES)
 
-local function fmt_rate(v)
-  if not v then return '—' end
-  if v >= 1e6 then return (('%.2f'):format(v / 1e6):gsub('%.?0+$', '')) .. 'M' end
-  if v >= 1e5 then return ('%.0fk'):format(v / 1e3) end
-  if v >= 1e4 then return ('%.1fk'):format(v / 1e3) end
-  if v >= 100 then return ('%.0f'):format(v) end
-  return ('%.1f'):format(v)
-end
+local function fmt_rate(v) return rr.fmt_rate(v, true) end
 local function ratio(a, b)
   if not (a and b) then return '—' end
   local flagged = a.spread_pct > stats.FLAG_PCT or b.spread_pct > stats.FLAG_PCT
@@ -108,18 +87,7 @@ w('- Peers: ', #peers > 0 and table.concat(peers, ', ') or 'none')
 if meta.torch7_prefix then
   w('- Torch7 from `TORCH7_PREFIX=', meta.torch7_prefix, '`', meta.torch7_commits and (' (' .. meta.torch7_commits .. ')') or '')
 end
-for _, k in ipairs(meta_order) do
-  local s = k:match('^missing%.(.+)$')
-  if s then w('- Missing: **', s, '** — ', meta[k]) end
-  local sv = k:match('^missing_variant%.(.+)$')
-  if sv then w('- Missing variant: **', sv, '** — ', meta[k]) end
-end
-if meta.load_before then
-  w('- Load average (1, 5, 15 min) before the run: ', meta.load_before, '; after: ', meta.load_after or '?',
-    meta.load_max and ('; highest 1-min figure seen between processes: ' .. meta.load_max) or '',
-    meta.run_seconds and ('; the run took ' .. meta.run_seconds .. ' s') or '',
-    ' (other work on the machine skews the figures, the 2-thread ones most)')
-end
+rr.write_missing_and_load(w, meta, meta_order)
 local cores = tonumber((meta.cpu or ''):match('%((%d+) cores'))
 local lmax = math.max(tonumber((meta.load_before or ''):match('^%S+')) or 0, tonumber(meta.load_max) or 0)
 if cores and lmax > cores then
@@ -209,28 +177,15 @@ f:write(table.concat(out, '\n'), '\n')
 f:close()
 print(table.concat(out, '\n'))
 
-local panels = {}
-for ti, t in ipairs(threads_list) do
-  for mi, m in ipairs(models) do
-    local groups = {}
-    for _, B in ipairs(batches) do
-      local c = cell[t] and cell[t][m] and cell[t][m][B] or {}
-      local bars = {}
-      for si, s in ipairs(systems) do
-        local r = c[s]
-        if r then
-          bars[si] = { v = r.examples_per_s, min = r.eps_min, max = r.eps_max, color = COLOR[s],
-                       title = ('%s, %s, batch %d, %d thread(s): %s examples/s (%s–%s)'):format(label(s), m, B, t,
-                         fmt_rate(r.examples_per_s), fmt_rate(r.eps_min), fmt_rate(r.eps_max)) }
-        end
-      end
-      groups[#groups + 1] = { label = 'batch ' .. B, bars = bars }
-    end
-    panels[#panels + 1] = { col = mi, row = ti, groups = groups,
-                            title = ('%s — %d thread%s'):format(m == 'cnn' and 'LeNet-style CNN' or nnc.MODEL_LABEL[m],
-                                                               t, t == 1 and '' or 's') }
-  end
-end
+local panels = rr.panels(
+  { cell = cell, threads_list = threads_list, models = models, batches = batches, systems = systems, color = COLOR },
+  function(s, r, m, B, t)
+    return ('%s, %s, batch %d, %d thread(s): %s examples/s (%s–%s)'):format(label(s), m, B, t,
+      fmt_rate(r.examples_per_s), fmt_rate(r.eps_min), fmt_rate(r.eps_max))
+  end,
+  function(m, t)
+    return ('%s — %d thread%s'):format(m == 'cnn' and 'LeNet-style CNN' or nnc.MODEL_LABEL[m], t, t == 1 and '' or 's')
+  end)
 local legend = {}
 for i, s in ipairs(systems) do legend[i] = { label(s), COLOR[s] } end
 svg.bar_panels(svg_path, {

@@ -31,14 +31,15 @@ function M.parse_args(args, opts, usage_text)
   return opts
 end
 
--- The run's <name>_meta.csv as a table key -> value.
+-- The run's <name>_meta.csv as a table key -> value (values may hold no
+-- commas), and the list of its keys in the file's order.
 function M.read_meta(path)
-  local meta = {}
+  local meta, order = {}, {}
   for line in io.lines(path) do
     local k, v = line:match('^([^,]+),(.*)$')
-    if k and k ~= 'key' then meta[k] = v end
+    if k and k ~= 'key' then meta[k] = v; order[#order + 1] = k end
   end
-  return meta
+  return meta, order
 end
 
 -- stats.describe() with the run's repeats and min_time.
