@@ -260,12 +260,7 @@ return function(nn)
       -- checkpoint (which builds its graphs later) draws what the
       -- uninterrupted run drew
       local arr = tgl.zeros(unpack(shape)):astype(x.dtype)
-      local dev = tgl.config.device
-      tgl.config.device = 'cpu'
-      local ok, v = pcall(tgl.shared, arr, 'nn.Dropout.noise', { borrow = true })
-      tgl.config.device = dev
-      if not ok then error(v, 0) end
-      n = { arr = arr, var = v }
+      n = { arr = arr, var = require('nn.host_shared')(arr, 'nn.Dropout.noise') }
       self._noise[key] = n
     end
     self.noise = n.arr

@@ -94,14 +94,7 @@ return function(nn)
   end
 
   -- A shared variable borrowing arr, on the host as parameters are.
-  local function host_shared(arr, name)
-    local dev = tgl.config.device
-    tgl.config.device = 'cpu'
-    local ok, v = pcall(tgl.shared, arr, name, { borrow = true })
-    tgl.config.device = dev
-    if not ok then error(v, 0) end
-    return v
-  end
+  local host_shared = require 'nn.host_shared'
 
   -- The state arrays of batch size N and dtype dt (made on first use):
   -- init[k] the initial value of state k (h, c) for the next forward,

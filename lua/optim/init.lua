@@ -24,14 +24,7 @@ local cache = setmetatable({}, { __mode = 'k' })
 local function shape_of(a) return table.concat(a:shape(), 'x') end
 
 -- A shared variable borrowing array a, on the host (as nn's parameters).
-local function borrow(a, name)
-  local dev = tgl.config.device
-  tgl.config.device = 'cpu'
-  local ok, v = pcall(tgl.shared, a, name, { borrow = true })
-  tgl.config.device = dev
-  if not ok then error(v, 0) end
-  return v
-end
+local borrow = require 'nn.host_shared'
 
 -- The compiled update of optimiser name for x, the state's slot arrays
 -- and config c: inputs (dfdx, t, fresh, numeric config...), updates x and
