@@ -291,6 +291,23 @@ return function(nn)
     return unpack(res, 2)
   end
 
+  -- What step and evaluate do before compiling: the checks of x, the
+  -- model's graph for it and the target array; returns the graph entry
+  -- and the target.
+  local function prepare(self, fname, x, y)
+    check_input(fname, x)
+    local e = self:_graph(x, fname)
+    check(e, fname, x)
+    return e, self:_target(e, y, fname)
+  end
+
+  -- The loss as a number; model.output and criterion.output set.
+  local function outputs(self, loss, out)
+    loss = loss:get()
+    self.model.output, self.criterion.output = out, loss
+    return loss
+  end
+
   -- One training step on input x and target y: the loss before the
   -- update, as a Lua number.  model.output becomes the model's output
   -- and criterion.output the loss (before the update, as Torch7's feval
@@ -298,16 +315,10 @@ return function(nn)
   -- modules' output and gradInput, gradWeight and gradBias).
   function Step:step(x, y)
     local fname = 'step:step'
-    check_input(fname, x)
-    local e = self:_graph(x, fname)
-    check(e, fname, x)
-    local t = self:_target(e, y, fname)
+    local e, t = prepare(self, fname, x, y)
     local c = self.optimizer:_config(fname)
     local f = self:_function('step', e, t, c, fname)
-    local loss, out = run(self, e, fname, f, x, t, unpack(nn.optim._values(self.optimizer.name, c)))
-    loss = loss:get()
-    self.model.output, self.criterion.output = out, loss
-    return loss
+    return outputs(self, run(self, e, fname, f, x, t, unpack(nn.optim._values(self.optimizer.name, c))))
   end
 
   -- The loss (a number) and the model's output on x, y: nothing is
@@ -315,14 +326,9 @@ return function(nn)
   -- and criterion.output are set as by step.
   function Step:evaluate(x, y)
     local fname = 'step:evaluate'
-    check_input(fname, x)
-    local e = self:_graph(x, fname)
-    check(e, fname, x)
-    local t = self:_target(e, y, fname)
+    local e, t = prepare(self, fname, x, y)
     local f = self:_function('evaluate', e, t, nil, fname)
     local loss, out = run(self, e, fname, f, x, t)
-    loss = loss:get()
-    self.model.output, self.criterion.output = out, loss
-    return loss, out
+    return outputs(self, loss, out), out
   end
 end
