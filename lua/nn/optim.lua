@@ -137,12 +137,7 @@ return function(nn)
     weightDecays = 'per-element weight decays (config.weightDecays) are not supported',
   }
 
-  local function sorted_keys(t)
-    local out = {}
-    for k in pairs(t) do out[#out + 1] = k end
-    table.sort(out)
-    return out
-  end
+  local sorted_keys = require('tgl.core').sorted_keys     -- a table's keys, sorted
 
   -- The config with every field present (Torch7's defaults; `lr` is
   -- learningRate), checked: an unknown key, a wrong type or a NaN is an

@@ -352,12 +352,7 @@ return function(nn)
       end
       copies[#copies + 1] = { here, there }
     end
-    local function sorted(t)
-      local keys = {}
-      for k in pairs(t) do keys[#keys + 1] = k end
-      table.sort(keys)
-      return keys
-    end
+    local sorted = core.sorted_keys
     -- parameters must all be there; a state array is matched when both
     -- sides have it, and one the fresh module has not made yet (a buffer
     -- made by its first forward) is given to it

@@ -168,12 +168,14 @@ local function nearest_key(key, known)
   if best and bestd <= math.max(2, math.floor(#key / 3)) then return best end
 end
 
+-- A table's keys, sorted (lua/nn uses it too).
 local function sorted_keys(known)
   local keys = {}
   for k in pairs(known) do keys[#keys + 1] = k end
   table.sort(keys)
   return keys
 end
+core.sorted_keys = sorted_keys
 
 -- Does v have the type named by want ('number', 'string', 'boolean',
 -- 'table', 'function', 'array', 'variable', 'any'; alternatives joined
