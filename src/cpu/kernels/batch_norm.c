@@ -69,6 +69,42 @@ static bool rows_only(const bn_geom *g)
 /* Look at the interrupt flag about every 2^20 elements (per task). */
 #define BN_CHECK_EVERY (1 << 20)
 
+/* Elements per channel. */
+static int64_t per_channel(const bn_geom *g)
+{
+    return g->n[0] * g->n[2] * g->n[3] * g->n[4];
+}
+
+/* A task's check before its next channel: *work counts the elements since
+ * the last look (per each); true when the context or another task was
+ * interrupted (the job's flag *interrupted is then set): stop. */
+static bool stop_here(tgl_ctx *ctx, int *interrupted, int64_t *work, int64_t per)
+{
+    if ((*work += per) < BN_CHECK_EVERY)
+        return false;
+    *work = 0;
+    if (tgl_ctx_interrupted(ctx) || __atomic_load_n(interrupted, __ATOMIC_RELAXED)) {
+        __atomic_store_n(interrupted, 1, __ATOMIC_RELAXED);
+        return true;
+    }
+    return false;
+}
+
+/* Runs task over a job of x's geometry g on the context's pool: one task
+ * per thread (at most one per channel; *ntasks, which the tasks read, set
+ * first), or on the caller alone below 2^16 elements (a thread's wake-up
+ * costs more than the pass). */
+static void run_split(tgl_ctx *ctx, const bn_geom *g, int *ntasks, tgl_task_fn task, void *job)
+{
+    int64_t C = g->n[1], total = C * per_channel(g);
+    int threads = total >= (1 << 16) ? tgl_pool_threads(ctx) : 1;
+    *ntasks = (int)(C < threads ? (C > 0 ? C : 1) : threads);
+    if (*ntasks == 1)
+        task(job, 0);
+    else
+        tgl_pool_run(ctx, *ntasks, task, job);
+}
+
 /* One channel's shifted sums: s1 = sum (x - K), s2 = sum (x - K)^2. */
 #define STATS(T)                                                                          \
     static void stats_##T(const bn_geom *g, const T *x, int64_t c, double K, double *s1,  \
@@ -251,15 +287,10 @@ static void bn_task(void *arg, int t)
                              (const double *)j->scale + c0, (const double *)j->shift + c0);
         return;
     }
-    int64_t per = j->g.n[0] * j->g.n[2] * j->g.n[3] * j->g.n[4], work = 0;
+    int64_t per = per_channel(&j->g), work = 0;
     for (int64_t c = c0; c < c1; c++) {
-        if ((work += per) >= BN_CHECK_EVERY) {
-            work = 0;
-            if (tgl_ctx_interrupted(j->ctx) || __atomic_load_n(&j->interrupted, __ATOMIC_RELAXED)) {
-                __atomic_store_n(&j->interrupted, 1, __ATOMIC_RELAXED);
-                return;
-            }
-        }
+        if (stop_here(j->ctx, &j->interrupted, &work, per))
+            return;
         if (j->stats && j->f32)
             stats_float(&j->g, (const float *)j->x->data, c, j->K[c], &j->s1[c], &j->s2[c]);
         else if (j->stats)
@@ -275,18 +306,10 @@ static void bn_task(void *arg, int t)
     }
 }
 
-/* Runs the job on the pool: one task per thread (at most one per
- * channel), or on the caller alone below 2^16 elements (a thread's wake-up
- * costs more than the pass). */
+/* Runs the job on the pool (run_split). */
 static tgl_status bn_run(const tgl_node *n, tgl_array *const *in, bn_job *j)
 {
-    int64_t C = j->g.n[1], total = C * j->g.n[0] * j->g.n[2] * j->g.n[3] * j->g.n[4];
-    int threads = total >= (1 << 16) ? tgl_pool_threads(j->ctx) : 1;
-    j->ntasks = (int)(C < threads ? (C > 0 ? C : 1) : threads);
-    if (j->ntasks == 1)
-        bn_task(j, 0);
-    else
-        tgl_pool_run(j->ctx, j->ntasks, bn_task, j);
+    run_split(j->ctx, &j->g, &j->ntasks, bn_task, j);
     if (j->interrupted)
         return tgl_op_error(j->ctx, n, in, TGL_EINTERRUPT, "interrupted");
     return TGL_OK;
@@ -301,7 +324,7 @@ static tgl_status stats_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *const
     bn_job j = {.ctx = ctx, .stats = true, .f32 = x->dtype_id == TGL_FLOAT32, .x = x};
     geom_of(&x, 1, &j.g);
     j.rows = rows_only(&j.g);
-    int64_t C = j.g.n[1], per = j.g.n[0] * j.g.n[2] * j.g.n[3] * j.g.n[4];
+    int64_t C = j.g.n[1], per = per_channel(&j.g);
     double *buf = malloc(sizeof(double) * 3 * (size_t)(C > 0 ? C : 1));
     if (!buf)
         return tgl_op_error(ctx, n, in, TGL_ENOMEM, "out of memory (%" PRId64 " channels)", C);
@@ -518,15 +541,10 @@ static void grad_task(void *arg, int t)
                                 (const double *)j->D + c0);
         return;
     }
-    int64_t per = j->gx.n[0] * j->gx.n[2] * j->gx.n[3] * j->gx.n[4], work = 0;
+    int64_t per = per_channel(&j->gx), work = 0;
     for (int64_t c = c0; c < c1; c++) {
-        if ((work += per) >= BN_CHECK_EVERY) {
-            work = 0;
-            if (tgl_ctx_interrupted(j->ctx) || __atomic_load_n(&j->interrupted, __ATOMIC_RELAXED)) {
-                __atomic_store_n(&j->interrupted, 1, __ATOMIC_RELAXED);
-                return;
-            }
-        }
+        if (stop_here(j->ctx, &j->interrupted, &work, per))
+            return;
         if (!j->pass2 && j->f32)
             grad_sums_float(&j->gx, &j->gg, (const float *)xb, (const float *)gb, c, j->mean[c],
                             &j->sg[c], &j->sgx[c]);
@@ -546,13 +564,7 @@ static void grad_task(void *arg, int t)
 
 static void grad_run(grad_job *j)
 {
-    int64_t C = j->gx.n[1], total = C * j->gx.n[0] * j->gx.n[2] * j->gx.n[3] * j->gx.n[4];
-    int threads = total >= (1 << 16) ? tgl_pool_threads(j->ctx) : 1;
-    j->ntasks = (int)(C < threads ? (C > 0 ? C : 1) : threads);
-    if (j->ntasks == 1)
-        grad_task(j, 0);
-    else
-        tgl_pool_run(j->ctx, j->ntasks, grad_task, j);
+    run_split(j->ctx, &j->gx, &j->ntasks, grad_task, j);
 }
 
 /* in = x, g, mean, var [, w]; out = dx (x's shape), sg, sgx (C); p.f[0] =
@@ -568,7 +580,7 @@ static tgl_status grad_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *const 
     geom_of(arr, out[0] ? 3 : 2, gs);
     j.gx = gs[0], j.gg = gs[1], j.go = out[0] ? gs[2] : gs[1];
     j.rows = rows_only(&j.gx);
-    int64_t C = j.gx.n[1], per = j.gx.n[0] * j.gx.n[2] * j.gx.n[3] * j.gx.n[4];
+    int64_t C = j.gx.n[1], per = per_channel(&j.gx);
     size_t es = j.f32 ? sizeof(float) : sizeof(double), cc = (size_t)(C > 0 ? C : 1);
     char *buf = malloc(sizeof(double) * 3 * cc + es * 4 * cc);
     if (!buf)
