@@ -341,16 +341,7 @@ end)
 
 describe('nn.compile: module state updates of one array', function()
   it('two modules updating one shared state array without a chain: an error naming it, nothing changed', function()
-    local Count = nn.class('CompileSpecCount', nn.Module)
-    function Count:__init()
-      nn.Module.__init(self)
-      self.calls = tgl.array(0, 'float64')
-    end
-    function Count:graph(x)
-      local c = self:_var('calls')
-      nn._add_update(c, c + 1)
-      return x
-    end
+    S.count_module('CompileSpecCount')
     local c1 = nn.CompileSpecCount()
     local c2 = nn.CompileSpecCount():share(c1, 'calls')
     local model = nn.Sequential():add(nn.Linear(3, 2)):add(c1):add(c2):add(nn.LogSoftMax())

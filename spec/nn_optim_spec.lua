@@ -300,16 +300,7 @@ describe('nn.compile', function()
 
   it("includes the modules' state updates (nn._add_update) in the step, not in evaluate", function()
     -- a module that counts the forward calls of its compiled functions
-    local Count = nn.class('OptimSpecCount', nn.Module)
-    function Count:__init()
-      nn.Module.__init(self)
-      self.calls = tgl.array(0, 'float64')
-    end
-    function Count:graph(x)
-      local c = self:_var('calls')
-      nn._add_update(c, c + 1)
-      return x
-    end
+    S.count_module('OptimSpecCount')
     local model = nn.Sequential():add(nn.Linear(3, 2)):add(nn.OptimSpecCount()):add(nn.LogSoftMax())
     local step = nn.compile { model = model, criterion = nn.ClassNLLCriterion(), optimizer = nn.optim.adam {} }
     local x, y = tgl.randn(4, 3), labels(4, 2)

@@ -277,6 +277,24 @@ function M.labels(n, C)
   return require('tgl').array(t, 'int64')
 end
 
+-- A module class registered as nn.<name> that counts the calls of the
+-- compiled functions it is in: its array `calls` (0-d float64) goes up by
+-- one per call through a module state update (nn._add_update).
+function M.count_module(name)
+  local nn = require 'nn'
+  local Count = nn.class(name, nn.Module)
+  function Count:__init()
+    nn.Module.__init(self)
+    self.calls = require('tgl').array(0, 'float64')
+  end
+  function Count:graph(x)
+    local c = self:_var('calls')
+    nn._add_update(c, c + 1)
+    return x
+  end
+  return Count
+end
+
 -- The parameters of `from` copied into `to` (same structure, arrays
 -- matched by position in parameters(); a shared array is copied once per
 -- holder, the same values).

@@ -288,10 +288,7 @@ w('')
 w('![examples/s](mlp.svg)')
 w('')
 
-local f = assert(io.open(md_path, 'w'))
-f:write(table.concat(out, '\n'), '\n')
-f:close()
-print(table.concat(out, '\n'))
+rr.write_md(md_path, out)
 
 -- The chart: one panel per (threads, model); groups = batch sizes; one bar
 -- per system variant; log scale (svg.bar_panels).

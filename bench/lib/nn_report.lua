@@ -172,10 +172,7 @@ end
 w('')
 w('![examples/s](', svg_name, ')')
 w('')
-local f = assert(io.open(md_path, 'w'))
-f:write(table.concat(out, '\n'), '\n')
-f:close()
-print(table.concat(out, '\n'))
+rr.write_md(md_path, out)
 
 local panels = rr.panels(
   { cell = cell, threads_list = threads_list, models = models, batches = batches, systems = systems, color = COLOR },

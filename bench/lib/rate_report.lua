@@ -56,6 +56,14 @@ function M.write_missing_and_load(w, meta, meta_order)
   end
 end
 
+-- Writes the report's lines `out` to md_path and prints them.
+function M.write_md(md_path, out)
+  local f = assert(io.open(md_path, 'w'))
+  f:write(table.concat(out, '\n'), '\n')
+  f:close()
+  print(table.concat(out, '\n'))
+end
+
 -- The chart's panels: one per (threads, model), a group per batch size,
 -- a bar per system present in the cell: { v, min, max, color, title =
 -- bar_title(system, row, model, batch, threads) }; panel_title(model,
