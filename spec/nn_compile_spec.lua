@@ -19,13 +19,7 @@ local maxdiff, next_line, labels, copy_params = S.maxdiff, S.next_line, S.labels
 -- optim[name] and config cfg; returns the losses and the model.
 local function eager_steps(model, crit, x, y, name, cfg, steps)
   local params, grads = model:getParameters()
-  local function feval()
-    grads:zero()
-    local out = model:forward(x)
-    local loss = crit:forward(out, y)
-    model:backward(x, crit:backward(out, y))
-    return loss, grads
-  end
+  local feval = S.feval(model, crit, x, y, grads)
   local state, losses = {}, {}
   for i = 1, steps do
     local _, fs = optim[name](feval, params, cfg, state)

@@ -157,6 +157,17 @@ describe('nn.optim', function()
   end)
 end)
 
+-- One step of the eager loop: zeroGradParameters, forward, backward,
+-- updateParameters(lr); returns the loss before the update.
+local function eager_sgd_step(m, crit, x, y, lr)
+  m:zeroGradParameters()
+  local out = m:forward(x)
+  local l = crit:forward(out, y)
+  m:backward(x, crit:backward(out, y))
+  m:updateParameters(lr)
+  return l
+end
+
 describe('nn.compile', function()
   S.float64(7)
 
@@ -216,11 +227,7 @@ describe('nn.compile', function()
     local x, y = tgl.randn(8, 7), labels(8, 5)
     local step = nn.compile { model = model, criterion = crit, optimizer = nn.optim.sgd { lr = 0.3 } }
     for _ = 1, 3 do
-      eager:zeroGradParameters()
-      local out = eager:forward(x)
-      local l = crit:forward(out, y)
-      eager:backward(x, crit:backward(out, y))
-      eager:updateParameters(0.3)
+      local l = eager_sgd_step(eager, crit, x, y, 0.3)
       assert.near(l, step:step(x, y), 1e-13)
       local a, b = model:parameters(), eager:parameters()
       for i = 1, #a do assert.is_true(maxdiff(a[i], b[i]) < 1e-14) end
@@ -241,11 +248,7 @@ describe('nn.compile', function()
     local opt = nn.optim.sgd { lr = 0.2 }
     local step = nn.compile { model = model, criterion = crit, optimizer = opt }
     for _ = 1, 3 do
-      eager:zeroGradParameters()
-      local out = eager:forward(x)
-      local l = crit:forward(out, y)
-      eager:backward(x, crit:backward(out, y))
-      eager:updateParameters(0.2)
+      local l = eager_sgd_step(eager, crit, x, y, 0.2)
       assert.near(l, step:step(x, y), 1e-13)
     end
     local a, b = model:parameters(), eager:parameters()
@@ -335,11 +338,7 @@ describe('nn.compile', function()
       local x, y = tgl.randn(b, nin), labels(b, nout)
       local step = nn.compile { model = model, criterion = crit, optimizer = nn.optim.sgd { lr = lr } }
       for _ = 1, 2 do
-        eager:zeroGradParameters()
-        local out = eager:forward(x)
-        local l = crit:forward(out, y)
-        eager:backward(x, crit:backward(out, y))
-        eager:updateParameters(lr)
+        local l = eager_sgd_step(eager, crit, x, y, lr)
         assert.near(l, step:step(x, y), 1e-12)
       end
       local a, c = model:parameters(), eager:parameters()
@@ -574,13 +573,7 @@ describe("require 'optim' (Torch7's closure API)", function()
     local crit = nn.ClassNLLCriterion()
     local x, y = tgl.randn(7, 4), labels(7, 3)
     local params, gradParams = m1:getParameters()
-    local function feval()
-      gradParams:zero()
-      local out = m1:forward(x)
-      local loss = crit:forward(out, y)
-      m1:backward(x, crit:backward(out, y))
-      return loss, gradParams
-    end
+    local feval = S.feval(m1, crit, x, y, gradParams)
     local state = { learningRate = 0.05, beta1 = 0.8 }
     local step = nn.compile { model = m2, criterion = crit, optimizer = nn.optim.adam { learningRate = 0.05, beta1 = 0.8 } }
     for _ = 1, 3 do

@@ -295,6 +295,19 @@ function M.count_module(name)
   return Count
 end
 
+-- Torch7's feval for optim over getParameters' flat arrays: zeroes grads,
+-- runs model and criterion forward and backward on x, y; returns the loss
+-- and grads.
+function M.feval(model, crit, x, y, grads)
+  return function()
+    grads:zero()
+    local out = model:forward(x)
+    local loss = crit:forward(out, y)
+    model:backward(x, crit:backward(out, y))
+    return loss, grads
+  end
+end
+
 -- The parameters of `from` copied into `to` (same structure, arrays
 -- matched by position in parameters(); a shared array is copied once per
 -- holder, the same values).
