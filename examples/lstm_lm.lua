@@ -66,19 +66,8 @@ tgl.manual_seed(opts.seed)
 -- the corpus: scripts/corpus.lua's fortunes files (built on first use, as
 -- examples/rnnlm.lua does), read by tgl.lm
 
-local root = script_dir == 'examples' and '.' or script_dir:match('^(.*)/examples$') or script_dir .. '/..'
 local dir = opts.data
-if dir == '' then
-  dir = (root == '.' and '' or root .. '/') .. 'build/data/fortunes'
-  local f = io.open(dir .. '/train.txt', 'rb')
-  if f then
-    f:close()
-  else
-    local cmd = ("'%s' '%s/scripts/corpus.lua' fortunes '%s'"):format(arg[-1] or 'tgl', root, dir)
-    print('building the corpus: ' .. cmd)
-    if os.execute(cmd) ~= 0 then cli.die('lstm_lm', nil, 'could not build the corpus (%s)', cmd) end
-  end
-end
+if dir == '' then dir = cli.fortunes('lstm_lm', script_dir) end
 local full = cli.try('lstm_lm', lm.vocab, dir .. '/train.txt')
 -- the --vocab most frequent words (tgl.lm sorts by count; </s> is id 1),
 -- <unk> for the rest

@@ -82,16 +82,7 @@ local argv = arg or {}
 if #argv == 0 then
   -- the demo: the fortunes corpus, RNNLM's usual settings, in the build
   -- directory of the checkout this script is in (from any working directory)
-  local root = script_dir == 'examples' and '.' or script_dir:match('^(.*)/examples$') or script_dir .. '/..'
-  local dir = (root == '.' and '' or root .. '/') .. 'build/data/fortunes'
-  local f = io.open(dir .. '/train.txt', 'rb')
-  if f then
-    f:close()
-  else
-    local cmd = ("'%s' '%s/scripts/corpus.lua' fortunes '%s'"):format(arg[-1] or 'tgl', root, dir)
-    print('building the corpus: ' .. cmd)
-    if os.execute(cmd) ~= 0 then die('could not build the corpus (%s)', cmd) end
-  end
+  local dir = cli.fortunes('rnnlm', script_dir)
   argv = { '-train', dir .. '/train.txt', '-valid', dir .. '/valid.txt', '-rnnlm',
            dir .. '/rnnlm.npz', '-hidden', '100', '-class', '100', '-bptt', '4',
            '-bptt-block', '10', '-test', dir .. '/test.txt' }

@@ -57,4 +57,22 @@ function M.parse_args(prog, args, opts, strings, usage, optional)
   return opts
 end
 
+-- The directory of scripts/corpus.lua's fortunes corpus in the build
+-- directory of the checkout the script is in (script_dir: the script's
+-- directory; from any working directory), built on first use; a failed
+-- build ends the program through M.die.
+function M.fortunes(prog, script_dir)
+  local root = script_dir == 'examples' and '.' or script_dir:match('^(.*)/examples$') or script_dir .. '/..'
+  local dir = (root == '.' and '' or root .. '/') .. 'build/data/fortunes'
+  local f = io.open(dir .. '/train.txt', 'rb')
+  if f then
+    f:close()
+  else
+    local cmd = ("'%s' '%s/scripts/corpus.lua' fortunes '%s'"):format(arg[-1] or 'tgl', root, dir)
+    print('building the corpus: ' .. cmd)
+    if os.execute(cmd) ~= 0 then M.die(prog, nil, 'could not build the corpus (%s)', cmd) end
+  end
+  return dir
+end
+
 return M
