@@ -4,7 +4,9 @@
 -- deferred in-place update into a borrowed variable (nn's parameters)
 -- when another array of the same call overlaps it (an input that is the
 -- variable's own array, or a view of the same flat array): the result
--- must be the one computed from the old values.
+-- must be the one computed from the old values; updateParameters (the
+-- axpy form over column views, and the elementwise form it falls back
+-- to for shared and strided weights).
 tgl = tgl or require 'tgl'
 local tgl = tgl
 local nn = require 'nn'
@@ -180,5 +182,64 @@ describe('a deferred in-place update into a borrowed variable', function()
       m3:backward(x, go)
       assert_close(m3.modules[1].gradWeight * 3, m1.modules[1].gradWeight, 'three backwards', 1e-10)
     end
+  end)
+end)
+
+describe('updateParameters', function()
+  -- every weight w - lr * (its gradients' sum), as computed here
+  local function check(m, lr, what)
+    local w, g = m:parameters()
+    local want, seen = {}, {}
+    for i, a in ipairs(w) do
+      if not seen[a] then seen[a] = { a = a, want = a:clone() } end
+      seen[a].want = seen[a].want - g[i] * lr
+    end
+    for _, s in pairs(seen) do want[#want + 1] = s end
+    m:updateParameters(lr)
+    for i, s in ipairs(want) do assert_close(s.want, s.a, what .. ': weight ' .. i) end
+  end
+
+  it('steps a plain model, a getParameters model and its flat array', function()
+    for _, flatten in ipairs({ false, true }) do
+      local m = mlp()
+      local p = flatten and m:getParameters() or nil
+      local x = tgl.randn(2, 5)
+      for step = 1, 3 do
+        train_grads(m, x)
+        local before = p and p:clone()
+        check(m, 0.1 * step, ('getParameters %s step %d'):format(tostring(flatten), step))
+        if p then
+          -- the flat array moved by -lr * the flat gradient
+          assert.is_true(tgl.max(tgl.abs(p - before)):get() > 0, 'flat parameters moved')
+        end
+      end
+    end
+  end)
+
+  it('steps a shared weight once per holder and a strided weight', function()
+    local a = nn.Linear(3, 3)
+    local b = a:clone('weight', 'bias')       -- shared weights, own gradients
+    local c = nn.Linear(3, 3)
+    c.weight = tgl.randn(3, 3):T()             -- a strided weight
+    local m = nn.Sequential():add(a):add(b):add(c)
+    local x = tgl.randn(2, 3)
+    m:zeroGradParameters()
+    m:forward(x)
+    m:backward(x, tgl.randn(2, 3))
+    check(m, 0.05, 'shared and strided')
+    check(m, 0.05, 'a second step')
+  end)
+
+  it('steps float32 parameters', function()
+    local m = mlp():float()
+    m:getParameters()
+    local x = tgl.randn(1, 5):astype('float32')
+    m:zeroGradParameters()
+    m:forward(x)
+    m:backward(x, tgl.randn(1, 3):astype('float32'))
+    local w, g = m.modules[1].weight:clone(), m.modules[1].gradWeight
+    local want = w - g * 0.5
+    m:updateParameters(0.5)
+    assert_close(want, m.modules[1].weight, 'float32 weight', 1e-6)
   end)
 end)

@@ -304,7 +304,9 @@ function Module:updateParameters(lr)
     nn._raise(('%s:updateParameters: the learning rate must be a number, got %s'):format(nn.type(self), type(lr)))
   end
   if not self:parameters() then return end
-  self:_paramFunction('update').f(lr)
+  local c = self:_paramFunction('update')
+  c.s:set(-lr, 1, 1)
+  c.f(lr, c.s)
 end
 
 function Module:training()
@@ -1095,27 +1097,81 @@ end
 
 -- The compiled update weight <- weight - lr * gradWeight of every
 -- parameter (kind 'update'; input: the learning rate).
+--
+-- Each weight that is a contiguous host array with one gradient (the
+-- usual case) is updated as a column: W(n x 1) + G(n x 1) . s, s the 1 x 1
+-- matrix holding -lr, over variables that borrow n x 1 views of the
+-- weight and gradient arrays.  That is a gemm accumulating into W's own
+-- buffer (a deferred update, doc/internals.md), which the gemm kernel
+-- runs as BLAS's rank-1 update over one column, an axpy: W is read and
+-- written once, G read once, and no new buffer is written and copied
+-- back as W - lr * G (a fused elementwise kernel) would be.  Other
+-- weights (shared by several modules, strided) keep that elementwise
+-- form: w - lr * (the sum of the gradients of every module holding w),
+-- as Torch7's updateParameters, which steps a shared weight once per
+-- module holding it.
+local function column(a)
+  local p = a.p
+  if p.device ~= CPU or bit.band(p.flags, CONTIGUOUS) == 0 or a:nelement() == 0 then return nil end
+  local v = a:reshape(a:nelement(), 1)
+  -- a view over the same memory, never a copy (the update must land in a)
+  if addr(v.p._data) ~= addr(p._data) then return nil end
+  return v
+end
+
 function Module:_paramFunction(kind)
   self._compiled = self._compiled or {}
   local c = self._compiled[kind]
   if c and still_valid(c) then return c end
   local slots = self:_paramSlots()
   local params, updates = {}, {}
-  local lr = tgl.tensor { dtype = slots[1][1][slots[1][2]].dtype, ndim = 0, name = 'lr' }
-  for _, s in ipairs(slots) do
-    local m, wf, gf = s[1], s[2], s[3]
+  local dtype = slots[1][1][slots[1][2]].dtype
+  local lr = tgl.tensor { dtype = dtype, ndim = 0, name = 'lr' }
+  local s = tgl.tensor { dtype = dtype, ndim = 2, name = 'minus_lr' }
+  for _, sl in ipairs(slots) do
+    local m, wf, gf = sl[1], sl[2], sl[3]
     params[#params + 1] = { m, wf, m[wf] }
     params[#params + 1] = { m, gf, m[gf] }
   end
-  -- one update per array (shared arrays appear in several modules):
-  -- w - lr * (the sum of the gradients of every module holding w), as
-  -- Torch7's updateParameters, which steps a shared weight once per
-  -- module holding it
-  for _, u in ipairs(nn._grouped(slots, 2, function(i) return slots[i][1]:_var(slots[i][3]) end)) do
-    updates[#updates + 1] = { u.var, u.var - lr * u.sum }
+  -- the holders of each weight array, in order
+  local groups, at = {}, {}
+  for i, sl in ipairs(slots) do
+    local w = sl[1][sl[2]]
+    if not at[w] then at[w] = { w = w, idx = {} }; groups[#groups + 1] = at[w] end
+    local idx = at[w].idx
+    idx[#idx + 1] = i
+  end
+  local views, dev = {}, tgl.config.device
+  for _, grp in ipairs(groups) do
+    local sl = slots[grp.idx[1]]
+    local m, wf, gf = sl[1], sl[2], sl[3]
+    local g = m[gf]
+    local wv = #grp.idx == 1 and g.dtype == grp.w.dtype and column(grp.w)
+    local gv = wv and column(g)
+    if wv and gv and gv:nelement() == wv:nelement() then
+      views[#views + 1] = wv
+      views[#views + 1] = gv
+      local name = nn.type(m) .. '.'
+      tgl.config.device = 'cpu'
+      local ok, W, G = pcall(function()
+        return tgl.shared(wv, name .. wf, { borrow = true }), tgl.shared(gv, name .. gf, { borrow = true })
+      end)
+      tgl.config.device = dev
+      if not ok then error(W, 0) end
+      updates[#updates + 1] = { W, W + tgl.dot(G, s) }
+    else
+      local v = m:_var(wf)
+      local sum
+      for _, i in ipairs(grp.idx) do
+        local t = slots[i][1]:_var(slots[i][3])
+        sum = sum and sum + t or t
+      end
+      updates[#updates + 1] = { v, v - lr * sum }
+    end
   end
   local name = nn.type(self):gsub('^nn%.', 'nn_') .. '_' .. kind
-  c = { params = params, f = tgl.compile { inputs = { lr }, updates = updates, name = name } }
+  c = { params = params, views = views, f = tgl.compile { inputs = { lr, s }, updates = updates, name = name } }
+  c.s = tgl.zeros({ 1, 1 }, { dtype = dtype })
   nn.compiled_count = nn.compiled_count + 1
   self._compiled[kind] = c
   return c
