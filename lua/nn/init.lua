@@ -261,10 +261,11 @@ local CPU, CONTIGUOUS = core.C.TGL_DEVICE_CPU, 1
 local function addr(p) return tonumber(ffi.cast('uintptr_t', p)) end
 
 function Module:zeroGradParameters()
-  if not self:parameters() then return end
   self._compiled = self._compiled or {}
   local c = self._compiled.zero
   if not (c and still_valid(c)) then
+    -- (the walk over the tree only when the cached list does not hold)
+    if not self:parameters() then return end
     c = { params = {}, grads = {} }
     -- a gradient array held by several modules (clone, share) is zeroed once
     local seen = {}
@@ -303,10 +304,14 @@ function Module:updateParameters(lr)
   if type(lr) ~= 'number' then
     nn._raise(('%s:updateParameters: the learning rate must be a number, got %s'):format(nn.type(self), type(lr)))
   end
-  if not self:parameters() then return end
-  local c = self:_paramFunction('update')
+  local c = self._compiled and self._compiled.update
+  if not (c and still_valid(c)) then
+    if not self:parameters() then return end
+    c = self:_paramFunction('update')
+  end
+  c.lr:set(lr)
   c.s:set(-lr, 1, 1)
-  c.f(lr, c.s)
+  c.f(c.lr, c.s)
 end
 
 function Module:training()
@@ -1020,6 +1025,11 @@ local function compile_grad(self, kind, b, xs, in_s, gradOutput, fwd, scale_one)
   inputs[#inputs + 1] = scale
   local name = nn.type(self):gsub('^nn%.', 'nn_') .. '_' .. kind
   c.f = tgl.compile { inputs = inputs, outputs = outs, updates = updates, name = name }
+  -- nn checked the arrays (check_value) and the function was built for
+  -- their dtypes and ranks, which the engine checks again: no Lua-side
+  -- conversion per call.  The scale is passed as c.scale, a 0-d array.
+  c.f.trust_input = true
+  c.scale = tgl.zeros({}, { dtype = sdt })
   nn.compiled_count = nn.compiled_count + 1
   return c
 end
@@ -1030,8 +1040,8 @@ local function fwd_key(self, input) return 'forward:' .. value_key(input) .. ':'
 -- 'acc' (accumulation only) or 'accupdate' (weight -= lr * gradient,
 -- Torch7's accUpdateGradParameters).  input and gradOutput: arrays or tables
 -- of arrays (checked by the caller).
-function Module:_function(kind, input, gradOutput, scale_one)
-  local key = kind == 'forward' and fwd_key(self, input)
+function Module:_function(kind, input, gradOutput, scale_one, fkey)
+  local key = kind == 'forward' and (fkey or fwd_key(self, input))
               or kind .. (scale_one and '1' or '') .. ':' .. value_key(input) .. ':' .. value_key(gradOutput)
                  .. ':' .. mode_key(self)
   self._compiled = self._compiled or {}
@@ -1064,6 +1074,7 @@ function Module:_function(kind, input, gradOutput, scale_one)
     for i, u in ipairs(nn._merged_updates(self, b.updates)) do updates[i] = { u[1], u[2] } end
     c.f = tgl.compile { inputs = xs, outputs = outs, updates = updates,
                         name = nn.type(self):gsub('^nn%.', 'nn_') .. '_forward' }
+    c.f.trust_input = true
     nn.compiled_count = nn.compiled_count + 1
   else
     c = compile_grad(self, kind, b, xs, in_s, gradOutput, nil, scale_one)
@@ -1171,6 +1182,8 @@ function Module:_paramFunction(kind)
   end
   local name = nn.type(self):gsub('^nn%.', 'nn_') .. '_' .. kind
   c = { params = params, views = views, f = tgl.compile { inputs = { lr, s }, updates = updates, name = name } }
+  c.f.trust_input = true
+  c.lr = tgl.zeros({}, { dtype = dtype })
   c.s = tgl.zeros({ 1, 1 }, { dtype = dtype })
   nn.compiled_count = nn.compiled_count + 1
   self._compiled[kind] = c
@@ -1249,11 +1262,12 @@ end
 
 function Module:updateOutput(input)
   local leaves = check_value(nn.type(self) .. ':forward', 'the input', input)
-  local c = self:_function('forward', input)
+  local fkey = fwd_key(self, input)
+  local c = self:_function('forward', input, nil, nil, fkey)
   self._lastForward = nil
   local results = run(self, 'forward', c, leaves, leaves)
   -- kept for backward (Module:_reuse): what this forward was on and gave
-  self._lastForward = { inputs = leaves, key = fwd_key(self, input), c = c, results = results }
+  self._lastForward = { inputs = leaves, key = fkey, c = c, results = results }
   return fill(self, c, 'output', results)
 end
 
@@ -1274,7 +1288,8 @@ local function run_backward(self, kind, what, input, gradOutput, scale)
   for i, v in ipairs(leaves) do args[i] = v end
   for _, v in ipairs(results or {}) do args[#args + 1] = v end
   for _, v in ipairs(gleaves) do args[#args + 1] = v end
-  args[#args + 1] = scale
+  c.scale:set(scale)
+  args[#args + 1] = c.scale
   return c, run(self, what, c, leaves, args)
 end
 
@@ -1353,6 +1368,7 @@ function Criterion:_function(kind, input, target)
   local loss = self:graph(x, t)
   local out = kind == 'forward' and loss or tgl.grad(loss, x)
   c = tgl.compile { inputs = { x, t }, outputs = out, name = nn.type(self):gsub('^nn%.', 'nn_') .. '_' .. kind }
+  c.trust_input = true   -- both arrays, checked by nn, of the dtypes the key names
   nn.compiled_count = nn.compiled_count + 1
   self._compiled[key] = c
   return c
