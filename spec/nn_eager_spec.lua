@@ -230,6 +230,19 @@ describe('updateParameters', function()
     check(m, 0.05, 'a second step')
   end)
 
+  it('steps a weight that torch\'s resize moved to new memory', function()
+    require 'torch'
+    local m = nn.Linear(3, 3)
+    local x = tgl.randn(2, 3)
+    m:zeroGradParameters()
+    m:forward(x)
+    m:backward(x, tgl.randn(2, 3))
+    check(m, 0.1, 'first step')
+    m.weight:resize(10)      -- another count: new memory
+    m.weight:resize(3, 3)    -- and again
+    check(m, 0.1, 'after the resizes')
+  end)
+
   it('steps float32 parameters', function()
     local m = mlp():float()
     m:getParameters()

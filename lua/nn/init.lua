@@ -300,12 +300,24 @@ function Module:zeroGradParameters()
   if start then ffi.fill(ffi.cast('void *', start), stop - start) end
 end
 
+-- True when every n x 1 view the update was built on (Module:_paramFunction)
+-- still covers its array's memory: an array resized in place (torch's
+-- resize) has moved, and the update is built again.
+local function views_hold(c)
+  for _, v in ipairs(c.views) do
+    local a, w = v[1].p, v[2].p
+    if addr(a._data) ~= addr(w._data) or a._size ~= w._size then return false end
+  end
+  return true
+end
+
 function Module:updateParameters(lr)
   if type(lr) ~= 'number' then
     nn._raise(('%s:updateParameters: the learning rate must be a number, got %s'):format(nn.type(self), type(lr)))
   end
   local c = self._compiled and self._compiled.update
-  if not (c and still_valid(c)) then
+  if not (c and still_valid(c) and views_hold(c)) then
+    if c then self._compiled.update = nil end
     if not self:parameters() then return end
     c = self:_paramFunction('update')
   end
@@ -1160,8 +1172,8 @@ function Module:_paramFunction(kind)
     local wv = #grp.idx == 1 and g.dtype == grp.w.dtype and column(grp.w)
     local gv = wv and column(g)
     if wv and gv and gv:nelement() == wv:nelement() then
-      views[#views + 1] = wv
-      views[#views + 1] = gv
+      views[#views + 1] = { grp.w, wv }
+      views[#views + 1] = { g, gv }
       local name = nn.type(m) .. '.'
       tgl.config.device = 'cpu'
       local ok, W, G = pcall(function()
