@@ -98,6 +98,17 @@ describe('zeroGradParameters', function()
 end)
 
 describe('a deferred in-place update into a borrowed variable', function()
+  -- a variable borrowing a host array, made as nn makes its parameters'
+  -- (on the cpu device also under TGL_DEVICE=sim, where a function
+  -- copies it in and writes its update back)
+  local function borrowed(arr, name)
+    local dev = tgl.config.device
+    tgl.config.device = 'cpu'
+    local v = tgl.shared(arr, name, { borrow = true })
+    tgl.config.device = dev
+    return v
+  end
+
   -- W <- W + a . b, the gemm accumulating into W's buffer; W borrows arr
   -- (the user holds arr, as nn's modules hold their parameters).
   local function build(W)
@@ -108,7 +119,7 @@ describe('a deferred in-place update into a borrowed variable', function()
 
   it('is right when the inputs are other arrays, and the borrowed array sees it', function()
     local arr = tgl.randn(3, 3)
-    local W = tgl.shared(arr, 'W', { borrow = true })
+    local W = borrowed(arr, 'W')
     local f = build(W)
     local a, b = tgl.randn(3, 2), tgl.randn(2, 3)
     local want = arr + a:dot(b)
@@ -121,7 +132,7 @@ describe('a deferred in-place update into a borrowed variable', function()
 
   it('reads the old values when an input is the variable\'s own array', function()
     local arr = tgl.randn(3, 3)
-    local W = tgl.shared(arr, 'W', { borrow = true })
+    local W = borrowed(arr, 'W')
     local f = build(W)
     local a = tgl.randn(3, 3)
     for call = 1, 3 do
@@ -140,8 +151,8 @@ describe('a deferred in-place update into a borrowed variable', function()
     local flatarr = tgl.randn(18)
     local w1 = flatarr[{ { 1, 9 } }]:reshape({ 3, 3 })
     local w2 = flatarr[{ { 10, 18 } }]:reshape({ 3, 3 })
-    local W1 = tgl.shared(w1, 'W1', { borrow = true })
-    local W2 = tgl.shared(w2, 'W2', { borrow = true })
+    local W1 = borrowed(w1, 'W1')
+    local W2 = borrowed(w2, 'W2')
     local a = tgl.tensor { dtype = 'float64', ndim = 2, name = 'a' }
     local b = tgl.tensor { dtype = 'float64', ndim = 2, name = 'b' }
     local f = tgl.compile { inputs = { a, b },
