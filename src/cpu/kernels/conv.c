@@ -47,21 +47,6 @@ static geom geom_of(const tgl_node *n, const int64_t *xs, const int64_t *ws, con
     return g;
 }
 
-/* With stride 1 along the width, output column j reads input column
- * j + off: [j0, j1) are the columns inside the image (0 <= j0 <= j1 <= Wo). */
-static inline void run_of(const geom *g, int64_t off, int64_t *j0, int64_t *j1)
-{
-    int64_t a = off < 0 ? -off : 0, b = g->W - off;
-    if (a > g->Wo)
-        a = g->Wo;
-    if (b > g->Wo)
-        b = g->Wo;
-    if (b < a)
-        b = a;
-    *j0 = a;
-    *j1 = b;
-}
-
 /* The im2col path once the per-group product Og x K x L has 256 or more
  * multiply-adds (and its sizes fit BLAS's int).  Measured (float32, one
  * thread, one image, per call including the call's overhead): direct is
@@ -180,17 +165,6 @@ static bool unrolled_is_x(const geom *g)
                             memset(r, 0, (size_t)g->Wo * sizeof(T));                           \
                             continue;                                                          \
                         }                                                                      \
-                        if (g->sw == 1) {                                                      \
-                            /* stride 1: the row is a run of x's row, zeros where             \
-                             * the padding is (j in [j0, j1) reads x[ih, j + off]) */         \
-                            int64_t off = b * g->dw - g->pw, j0, j1;                           \
-                            run_of(g, off, &j0, &j1);                                          \
-                            memset(r, 0, (size_t)j0 * sizeof(T));                              \
-                            memcpy(r + j0, xc + ih * g->W + j0 + off,                          \
-                                   (size_t)(j1 - j0) * sizeof(T));                             \
-                            memset(r + j1, 0, (size_t)(g->Wo - j1) * sizeof(T));               \
-                            continue;                                                          \
-                        }                                                                      \
                         for (int64_t j = 0; j < g->Wo; j++) {                                  \
                             int64_t iw = j * g->sw - g->pw + b * g->dw;                        \
                             r[j] = iw >= 0 && iw < g->W ? xc[ih * g->W + iw] : (T)0;           \
@@ -211,16 +185,6 @@ static bool unrolled_is_x(const geom *g)
                         int64_t ih = i * g->sh - g->ph + a * g->dh;                            \
                         if (ih < 0 || ih >= g->H)                                              \
                             continue;                                                          \
-                        if (g->sw == 1) {                                                      \
-                            /* stride 1: one run, added without a test per element */         \
-                            int64_t off = b * g->dw - g->pw, j0, j1;                           \
-                            run_of(g, off, &j0, &j1);                                          \
-                            T *restrict dst = xc + ih * g->W + off;                            \
-                            const T *restrict src = row + i * g->Wo;                           \
-                            for (int64_t j = j0; j < j1; j++)                                  \
-                                dst[j] += src[j];                                              \
-                            continue;                                                          \
-                        }                                                                      \
                         for (int64_t j = 0; j < g->Wo; j++) {                                  \
                             int64_t iw = j * g->sw - g->pw + b * g->dw;                        \
                             if (iw >= 0 && iw < g->W)                                          \
