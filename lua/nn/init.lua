@@ -231,11 +231,19 @@ end
 -- place (views stay views).  The update is a compiled function with
 -- updates (built on first use and cached like forward's), whose generated
 -- kernels run over the arrays' own storage; an eager expression per
--- parameter costs several times more for a large layer.  The zeros are
--- copied from a zero array kept for the purpose (nn._zeros): one memory
--- copy per gradient, half the traffic of a compiled function's (its
--- fused kernel writes a new buffer that is then copied into the
--- variable's), exactly 0 even where the gradient was NaN.
+-- parameter costs several times more for a large layer.
+--
+-- zeroGradParameters writes zero bytes over each gradient's memory (a
+-- memset: all-zero bytes are 0 in every dtype tgl has), one call per run
+-- of gradients lying end to end in memory: after getParameters they are
+-- views of one flat array, so the whole model is one memset, as Torch7's
+-- gradParameters:zero().  Only writes, no reads: about half the memory
+-- traffic of a copy from a zero array and a third of a compiled
+-- function's (its fused kernel writes a new buffer that is then copied
+-- in); exactly 0 even where the gradient was NaN.  A gradient that is not
+-- a contiguous host array (a strided view the user assigned) is copied
+-- from a zero array instead (nn._zeros).  The addresses are read at each
+-- call, never cached: a resize may move an array's data.
 local zero_src = {}
 function nn._zeros(dtype, shape)
   local n = 1
@@ -248,12 +256,17 @@ function nn._zeros(dtype, shape)
   return z[{ { 1, n } }]:reshape(shape)
 end
 
+local ffi = core.ffi
+local CPU, CONTIGUOUS = core.C.TGL_DEVICE_CPU, 1
+local function addr(p) return tonumber(ffi.cast('uintptr_t', p)) end
+
 function Module:zeroGradParameters()
-  if not self:parameters() then return end
   self._compiled = self._compiled or {}
   local c = self._compiled.zero
   if not (c and still_valid(c)) then
-    c = { params = {}, pairs = {} }
+    -- (the walk over the tree only when the cached list does not hold)
+    if not self:parameters() then return end
+    c = { params = {}, grads = {} }
     -- a gradient array held by several modules (clone, share) is zeroed once
     local seen = {}
     for _, s in ipairs(self:_paramSlots()) do
@@ -261,20 +274,56 @@ function Module:zeroGradParameters()
       c.params[#c.params + 1] = { s[1], s[3], g }
       if g:nelement() > 0 and not seen[g] then
         seen[g] = true
-        c.pairs[#c.pairs + 1] = { g, nn._zeros(g.dtype, g:shape()) }
+        c.grads[#c.grads + 1] = g
       end
     end
     self._compiled.zero = c
   end
-  for _, p in ipairs(c.pairs) do p[1]:copy(p[2]) end
+  -- runs of contiguous host memory, merged while each gradient starts
+  -- where the last one ended
+  local start, stop = nil, nil
+  for _, g in ipairs(c.grads) do
+    local p = g.p
+    if p.device == CPU and bit.band(p.flags, CONTIGUOUS) ~= 0 then
+      local a = addr(p._data)
+      local n = tonumber(p._size) * tonumber(core.C.tgl_dtype_size(p.dtype_id))
+      if start and a == stop then
+        stop = a + n
+      else
+        if start then ffi.fill(ffi.cast('void *', start), stop - start) end
+        start, stop = a, a + n
+      end
+    else
+      g:copy(nn._zeros(g.dtype, g:shape()))
+    end
+  end
+  if start then ffi.fill(ffi.cast('void *', start), stop - start) end
+end
+
+-- True when every n x 1 view the update was built on (Module:_paramFunction)
+-- still covers its array's memory: an array resized in place (torch's
+-- resize) has moved, and the update is built again.
+local function views_hold(c)
+  for _, v in ipairs(c.views) do
+    local a, w = v[1].p, v[2].p
+    if addr(a._data) ~= addr(w._data) or a._size ~= w._size then return false end
+  end
+  return true
 end
 
 function Module:updateParameters(lr)
   if type(lr) ~= 'number' then
     nn._raise(('%s:updateParameters: the learning rate must be a number, got %s'):format(nn.type(self), type(lr)))
   end
-  if not self:parameters() then return end
-  self:_paramFunction('update').f(lr)
+  local c = self._compiled and self._compiled.update
+  if not (c and still_valid(c) and views_hold(c)) then
+    if c then self._compiled.update = nil end
+    if not self:parameters() then return end
+    c = self:_paramFunction('update')
+  end
+  c.lr:set(lr)
+  c.s:set(-lr, 1, 1)
+  c.f(c.lr, c.s)
 end
 
 function Module:training()
@@ -988,6 +1037,11 @@ local function compile_grad(self, kind, b, xs, in_s, gradOutput, fwd, scale_one)
   inputs[#inputs + 1] = scale
   local name = nn.type(self):gsub('^nn%.', 'nn_') .. '_' .. kind
   c.f = tgl.compile { inputs = inputs, outputs = outs, updates = updates, name = name }
+  -- nn checked the arrays (check_value) and the function was built for
+  -- their dtypes and ranks, which the engine checks again: no Lua-side
+  -- conversion per call.  The scale is passed as c.scale, a 0-d array.
+  c.f.trust_input = true
+  c.scale = tgl.zeros({}, { dtype = sdt })
   nn.compiled_count = nn.compiled_count + 1
   return c
 end
@@ -998,8 +1052,8 @@ local function fwd_key(self, input) return 'forward:' .. value_key(input) .. ':'
 -- 'acc' (accumulation only) or 'accupdate' (weight -= lr * gradient,
 -- Torch7's accUpdateGradParameters).  input and gradOutput: arrays or tables
 -- of arrays (checked by the caller).
-function Module:_function(kind, input, gradOutput, scale_one)
-  local key = kind == 'forward' and fwd_key(self, input)
+function Module:_function(kind, input, gradOutput, scale_one, fkey)
+  local key = kind == 'forward' and (fkey or fwd_key(self, input))
               or kind .. (scale_one and '1' or '') .. ':' .. value_key(input) .. ':' .. value_key(gradOutput)
                  .. ':' .. mode_key(self)
   self._compiled = self._compiled or {}
@@ -1032,6 +1086,7 @@ function Module:_function(kind, input, gradOutput, scale_one)
     for i, u in ipairs(nn._merged_updates(self, b.updates)) do updates[i] = { u[1], u[2] } end
     c.f = tgl.compile { inputs = xs, outputs = outs, updates = updates,
                         name = nn.type(self):gsub('^nn%.', 'nn_') .. '_forward' }
+    c.f.trust_input = true
     nn.compiled_count = nn.compiled_count + 1
   else
     c = compile_grad(self, kind, b, xs, in_s, gradOutput, nil, scale_one)
@@ -1065,27 +1120,83 @@ end
 
 -- The compiled update weight <- weight - lr * gradWeight of every
 -- parameter (kind 'update'; input: the learning rate).
+--
+-- Each weight that is a contiguous host array with one gradient (the
+-- usual case) is updated as a column: W(n x 1) + G(n x 1) . s, s the 1 x 1
+-- matrix holding -lr, over variables that borrow n x 1 views of the
+-- weight and gradient arrays.  That is a gemm accumulating into W's own
+-- buffer (a deferred update, doc/internals.md), which the gemm kernel
+-- runs as BLAS's rank-1 update over one column, an axpy: W is read and
+-- written once, G read once, and no new buffer is written and copied
+-- back as W - lr * G (a fused elementwise kernel) would be.  Other
+-- weights (shared by several modules, strided) keep that elementwise
+-- form: w - lr * (the sum of the gradients of every module holding w),
+-- as Torch7's updateParameters, which steps a shared weight once per
+-- module holding it.
+local function column(a)
+  local p = a.p
+  if p.device ~= CPU or bit.band(p.flags, CONTIGUOUS) == 0 or a:nelement() == 0 then return nil end
+  local v = a:reshape(a:nelement(), 1)
+  -- a view over the same memory, never a copy (the update must land in a)
+  if addr(v.p._data) ~= addr(p._data) then return nil end
+  return v
+end
+
 function Module:_paramFunction(kind)
   self._compiled = self._compiled or {}
   local c = self._compiled[kind]
   if c and still_valid(c) then return c end
   local slots = self:_paramSlots()
   local params, updates = {}, {}
-  local lr = tgl.tensor { dtype = slots[1][1][slots[1][2]].dtype, ndim = 0, name = 'lr' }
-  for _, s in ipairs(slots) do
-    local m, wf, gf = s[1], s[2], s[3]
+  local dtype = slots[1][1][slots[1][2]].dtype
+  local lr = tgl.tensor { dtype = dtype, ndim = 0, name = 'lr' }
+  local s = tgl.tensor { dtype = dtype, ndim = 2, name = 'minus_lr' }
+  for _, sl in ipairs(slots) do
+    local m, wf, gf = sl[1], sl[2], sl[3]
     params[#params + 1] = { m, wf, m[wf] }
     params[#params + 1] = { m, gf, m[gf] }
   end
-  -- one update per array (shared arrays appear in several modules):
-  -- w - lr * (the sum of the gradients of every module holding w), as
-  -- Torch7's updateParameters, which steps a shared weight once per
-  -- module holding it
-  for _, u in ipairs(nn._grouped(slots, 2, function(i) return slots[i][1]:_var(slots[i][3]) end)) do
-    updates[#updates + 1] = { u.var, u.var - lr * u.sum }
+  -- the holders of each weight array, in order
+  local groups, at = {}, {}
+  for i, sl in ipairs(slots) do
+    local w = sl[1][sl[2]]
+    if not at[w] then at[w] = { w = w, idx = {} }; groups[#groups + 1] = at[w] end
+    local idx = at[w].idx
+    idx[#idx + 1] = i
+  end
+  local views, dev = {}, tgl.config.device
+  for _, grp in ipairs(groups) do
+    local sl = slots[grp.idx[1]]
+    local m, wf, gf = sl[1], sl[2], sl[3]
+    local g = m[gf]
+    local wv = #grp.idx == 1 and g.dtype == grp.w.dtype and column(grp.w)
+    local gv = wv and column(g)
+    if wv and gv and gv:nelement() == wv:nelement() then
+      views[#views + 1] = { grp.w, wv }
+      views[#views + 1] = { g, gv }
+      local name = nn.type(m) .. '.'
+      tgl.config.device = 'cpu'
+      local ok, W, G = pcall(function()
+        return tgl.shared(wv, name .. wf, { borrow = true }), tgl.shared(gv, name .. gf, { borrow = true })
+      end)
+      tgl.config.device = dev
+      if not ok then error(W, 0) end
+      updates[#updates + 1] = { W, W + tgl.dot(G, s) }
+    else
+      local v = m:_var(wf)
+      local sum
+      for _, i in ipairs(grp.idx) do
+        local t = slots[i][1]:_var(slots[i][3])
+        sum = sum and sum + t or t
+      end
+      updates[#updates + 1] = { v, v - lr * sum }
+    end
   end
   local name = nn.type(self):gsub('^nn%.', 'nn_') .. '_' .. kind
-  c = { params = params, f = tgl.compile { inputs = { lr }, updates = updates, name = name } }
+  c = { params = params, views = views, f = tgl.compile { inputs = { lr, s }, updates = updates, name = name } }
+  c.f.trust_input = true
+  c.lr = tgl.zeros({}, { dtype = dtype })
+  c.s = tgl.zeros({ 1, 1 }, { dtype = dtype })
   nn.compiled_count = nn.compiled_count + 1
   self._compiled[kind] = c
   return c
@@ -1163,11 +1274,12 @@ end
 
 function Module:updateOutput(input)
   local leaves = check_value(nn.type(self) .. ':forward', 'the input', input)
-  local c = self:_function('forward', input)
+  local fkey = fwd_key(self, input)
+  local c = self:_function('forward', input, nil, nil, fkey)
   self._lastForward = nil
   local results = run(self, 'forward', c, leaves, leaves)
   -- kept for backward (Module:_reuse): what this forward was on and gave
-  self._lastForward = { inputs = leaves, key = fwd_key(self, input), c = c, results = results }
+  self._lastForward = { inputs = leaves, key = fkey, c = c, results = results }
   return fill(self, c, 'output', results)
 end
 
@@ -1188,7 +1300,8 @@ local function run_backward(self, kind, what, input, gradOutput, scale)
   for i, v in ipairs(leaves) do args[i] = v end
   for _, v in ipairs(results or {}) do args[#args + 1] = v end
   for _, v in ipairs(gleaves) do args[#args + 1] = v end
-  args[#args + 1] = scale
+  c.scale:set(scale)
+  args[#args + 1] = c.scale
   return c, run(self, what, c, leaves, args)
 end
 
@@ -1267,6 +1380,7 @@ function Criterion:_function(kind, input, target)
   local loss = self:graph(x, t)
   local out = kind == 'forward' and loss or tgl.grad(loss, x)
   c = tgl.compile { inputs = { x, t }, outputs = out, name = nn.type(self):gsub('^nn%.', 'nn_') .. '_' .. kind }
+  c.trust_input = true   -- both arrays, checked by nn, of the dtypes the key names
   nn.compiled_count = nn.compiled_count + 1
   self._compiled[key] = c
   return c

@@ -108,6 +108,53 @@ void tgl_frame_recycle(tgl_frame *fr, tgl_array *a)
     tgl_array_release(a);
 }
 
+/* The bytes [lo, hi) an array's elements span (strides may be 0 or
+ * negative). */
+static void extent(const tgl_array *a, uintptr_t *lo, uintptr_t *hi)
+{
+    int64_t first = 0, last = 0;
+    for (int d = 0; d < a->ndim; d++) {
+        int64_t span = (a->shape[d] - 1) * a->strides[d];
+        if (span < 0)
+            first += span;
+        else
+            last += span;
+    }
+    size_t es = tgl_dtype_size(a->dtype_id);
+    *lo = (uintptr_t)a->data + (uintptr_t)(first * (int64_t)es);
+    *hi = (uintptr_t)a->data + (uintptr_t)((last + 1) * (int64_t)es);
+}
+
+/* Whether deferred update ins may write over a, its variable's value
+ * held in slot src, although a has owners outside the run (the user's
+ * box of a borrowed array, as nn's parameters are; views of it, as
+ * getParameters' flat arrays).  Nobody outside reads it while the run
+ * goes on, and commit_update would write the new value into this same
+ * memory anyway; what must not happen is an array the run still reads
+ * overlapping it, so every other slot is checked (another slot holding a
+ * itself, a view of it, an input sharing its storage). */
+static bool deferred_writable(const tgl_frame *fr, const tgl_instr *ins, int32_t src,
+                              const tgl_array *a)
+{
+    const tgl_program *prog = fr->prog;
+    if (ins->update < 0 || a != prog->upd_var[ins->update]->value || a->size == 0)
+        return false;
+    uintptr_t lo, hi;
+    extent(a, &lo, &hi);
+    for (int32_t s = 0; s < prog->nslots; s++) {
+        const tgl_array *f = fr->slot[s];
+        if (s == src || !f || f->storage != a->storage || f->size == 0)
+            continue;
+        if (f == a)
+            return false;
+        uintptr_t flo, fhi;
+        extent(f, &flo, &fhi);
+        if (flo < hi && lo < fhi)
+            return false;
+    }
+    return true;
+}
+
 /* The buffer for output slot dst of the given shape: last call's buffer
  * when nobody else holds it (cvm_nogc), the in-place input's buffer when
  * the plan allows and nobody else holds it, a pooled one, else a new one. */
@@ -124,8 +171,10 @@ static tgl_status take_buffer(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins,
         /* A deferred update may write over its shared variable's value,
          * held by the variable and the slot, and by nobody else. */
         int owners = ins->update >= 0 ? 2 : 1;
-        if (a && a->refcount == owners && a->storage->refcount == 1 && a->dtype_id == dtype &&
-            tgl_array_has_shape(a, ndim, shape) && (a->flags & TGL_ARRAY_CONTIGUOUS)) {
+        if (a && a->dtype_id == dtype && tgl_array_has_shape(a, ndim, shape) &&
+            (a->flags & TGL_ARRAY_CONTIGUOUS) &&
+            ((a->refcount == owners && a->storage->refcount == 1) ||
+             deferred_writable(fr, ins, ins->in[inplace], a))) {
             /* Move: the input slot is not read again (plan.c). */
             tgl_frame_recycle(fr, o);
             *dst = a;
