@@ -168,7 +168,7 @@ static void span(int64_t off, int64_t s, int64_t n, int64_t Ho, int64_t *t0, int
      * tap (a, b), 0 outside the image; xg is the group's first channel, ld the               \
      * row stride of col (several images' blocks side by side).  The patches                  \
      * inside the image are found per tap (span), so the rows are plain                       \
-     * copies (memcpy at stride 1) with zero-filled ends. */                                   \
+     * copies with zero-filled ends. */                                                        \
     static void im2col_##S(const geom *g, const T *xg, T *col, int64_t ld)                    \
     {                                                                                          \
         for (int64_t c = 0; c < g->Cg; c++)                                                    \
@@ -189,8 +189,9 @@ static void span(int64_t off, int64_t s, int64_t n, int64_t Ho, int64_t *t0, int
                             xg + (c * g->H + i * g->sh + a * g->dh - g->ph) * g->W + off;      \
                         if (j0 > 0)                                                            \
                             memset(r, 0, (size_t)j0 * sizeof(T));                              \
-                        if (g->sw == 1)                                                        \
-                            memcpy(r + j0, xr + j0, (size_t)(j1 - j0) * sizeof(T));            \
+                        if (g->sw == 1) /* short rows: a loop beats memcpy's call */           \
+                            for (int64_t j = j0; j < j1; j++)                                  \
+                                r[j] = xr[j];                                                  \
                         else                                                                   \
                             for (int64_t j = j0; j < j1; j++)                                  \
                                 r[j] = xr[j * g->sw];                                          \
