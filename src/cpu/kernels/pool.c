@@ -199,19 +199,20 @@ static bool fast22(const pool_geom *g, const pool_strides *xs, const pool_stride
 
 #define FAST22(T)                                                                        \
     /* The window at p (its top left; rows ld apart): 0..3 for its argmax in             \
-     * row-major order, -1 when it holds a NaN; *m its maximum. */                       \
+     * row-major order, -1 when it holds a NaN; *m its maximum.  Without                 \
+     * branches (as argmax_T, for the same reason; gcc turns a select of both            \
+     * value and index into a jump): the maximum by max instructions, then the           \
+     * first of the four equal to it, the lowest set bit of their mask. */               \
     static inline int max22_##T(const T *p, int64_t ld, T *m)                            \
     {                                                                                    \
         T a = p[0], b = p[1], c = p[ld], d = p[ld + 1];                                  \
-        if (a != a || b != b || c != c || d != d)                                        \
+        if ((a != a) | (b != b) | (c != c) | (d != d))                                   \
             return -1;                                                                   \
-        int k = 0;                                                                       \
-        T v = a;                                                                         \
-        if (b > v) v = b, k = 1;                                                         \
-        if (c > v) v = c, k = 2;                                                         \
-        if (d > v) v = d, k = 3;                                                         \
+        T m1 = b > a ? b : a, m2 = d > c ? d : c, v = m2 > m1 ? m2 : m1;                 \
+        unsigned e = (unsigned)(a == v) | (unsigned)(b == v) << 1 |                      \
+                     (unsigned)(c == v) << 2 | 8u;                                       \
         *m = v;                                                                          \
-        return k;                                                                        \
+        return __builtin_ctz(e);                                                         \
     }                                                                                    \
     /* max_pool2d on one plane. */                                                       \
     static void max22_plane_##T(const pool_geom *g, const T *xp, const pool_strides *xs, \
@@ -220,10 +221,17 @@ static bool fast22(const pool_geom *g, const pool_strides *xs, const pool_stride
         for (int64_t i = 0; i < g->Ho; i++) {                                            \
             const T *xr = xp + 2 * i * xs->h;                                            \
             T *yr = yp + i * ys->h;                                                      \
+            int nan = 0;                                                                 \
             for (int64_t j = 0; j < g->Wo; j++) {                                        \
+                const T *p = xr + 2 * j;                                                 \
+                T a = p[0], b = p[1], c = p[xs->h], d = p[xs->h + 1];                    \
+                nan |= (a != a) | (b != b) | (c != c) | (d != d);                        \
+                T m1 = b > a ? b : a, m2 = d > c ? d : c;                                \
+                yr[j] = m2 > m1 ? m2 : m1;                                               \
+            }                                                                            \
+            for (int64_t j = 0; nan && j < g->Wo; j++) {                                 \
                 int64_t bh, bw;                                                          \
-                if (max22_##T(xr + 2 * j, xs->h, &yr[j]) < 0)                            \
-                    yr[j] = argmax_##T(g, xp, xs, i, j, &bh, &bw);                       \
+                yr[j] = argmax_##T(g, xp, xs, i, j, &bh, &bw);                           \
             }                                                                            \
         }                                                                                \
     }                                                                                    \
@@ -245,10 +253,8 @@ static bool fast22(const pool_geom *g, const pool_strides *xs, const pool_stride
                     argmax_##T(g, xp, xs, i, j, &bh, &bw);                               \
                     k = (int)((bh - 2 * i) * 2 + (bw - 2 * j));                          \
                 }                                                                        \
-                o0[2 * j] = k == 0 ? gv : 0;                                             \
-                o0[2 * j + 1] = k == 1 ? gv : 0;                                         \
-                o1[2 * j] = k == 2 ? gv : 0;                                             \
-                o1[2 * j + 1] = k == 3 ? gv : 0;                                         \
+                o0[2 * j] = o0[2 * j + 1] = o1[2 * j] = o1[2 * j + 1] = 0;               \
+                o0[(k >> 1) * os->h + 2 * j + (k & 1)] = gv; /* no branch on k */         \
             }                                                                            \
             for (int64_t w = 2 * g->Wo; w < g->W; w++)                                   \
                 o0[w] = o1[w] = 0;                                                       \
