@@ -261,9 +261,9 @@ static tgl_status dense(tgl_ctx *ctx, tgl_array *a, int dt, tgl_array **use, tgl
  * float32: it stays in a core's L2 cache while the product reads it). */
 #define CHUNK_ELEMS (1 << 18)
 /* When tasks run in parallel, each product stays below this many
- * multiply-adds: under the CPU backend's own split (4M), so that a task's
+ * multiply-adds: under the CPU backend's own split (2^22), so that a task's
  * product runs on the task's thread instead of waking more. */
-#define CHUNK_MACS (3 << 20)
+#define CHUNK_MACS ((1 << 22) - 1)
 
 typedef struct conv_task_out {
     tgl_status st;
