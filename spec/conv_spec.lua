@@ -142,7 +142,7 @@ end
 
 -- Checks both gradients of sum(conv2d(x, w) * r), compiled, against the
 -- plain loop with `threads` threads (the im2col path shares the batch out
--- over them, in chunks of images).
+-- over them).
 local function check_grads(xs, ws, o, dtype, threads, what)
   -- float32: gw sums thousands of products (N Ho Wo) in float32
   local tol = dtype == 'float64' and 1e-12 or 1e-4
@@ -341,11 +341,11 @@ describe('tgl.conv2d', function()
     assert.same({ 1, 2, 3, 3 }, f(x, tgl.zeros(2, 2, 3, 3, { dtype = 'float64' })):shape())
   end)
 
-  it('has gradients equal to the plain loop over threads and batch chunks', function()
+  it('has gradients equal to the plain loop over thread counts', function()
     math.randomseed(22)
     local cases = {
-      -- im2col: 3 images a chunk (K 100 x L 676), 7 images: chunks of 3, 3, 1
-      -- on one thread; 3 | 3, 1 on two; one image a task on more
+      -- im2col, 7 images shared over the threads: 7; 3 | 4; 2 | 2 | 3; one
+      -- image a task with 8 threads (7 tasks); gw summed over the tasks
       { { 7, 4, 30, 30 }, { 3, 4, 5, 5 }, O(1, 1, 0, 0, 1, 1, 1) },
       { { 5, 4, 9, 9 }, { 6, 2, 3, 3 }, O(2, 1, 1, 2, 1, 2, 2) },   -- groups, strided, padded
       { { 4, 3, 6, 6 }, { 5, 3, 1, 1 }, O(1, 1, 0, 0, 1, 1, 1) },   -- 1x1: x is the matrix

@@ -74,8 +74,14 @@ static bool unrolled_is_x(const geom *g)
  * (dilation times tap minus padding).  Empty when *t0 == *t1. */
 static void span(int64_t off, int64_t s, int64_t n, int64_t Ho, int64_t *t0, int64_t *t1)
 {
-    int64_t lo = off >= 0 ? 0 : (-off + s - 1) / s;
-    int64_t hi = n - off > 0 ? (n - off - 1) / s + 1 : 0;
+    int64_t lo, hi;
+    if (s == 1) { /* no divisions: called per tap and row of the unrolled matrix */
+        lo = off >= 0 ? 0 : -off;
+        hi = n - off > 0 ? n - off : 0;
+    } else {
+        lo = off >= 0 ? 0 : (-off + s - 1) / s;
+        hi = n - off > 0 ? (n - off - 1) / s + 1 : 0;
+    }
     if (hi > Ho)
         hi = Ho;
     if (lo > hi)
@@ -169,7 +175,8 @@ static void span(int64_t off, int64_t s, int64_t n, int64_t Ho, int64_t *t0, int
      * row stride of col (several images' blocks side by side).  The patches                  \
      * inside the image are found per tap (span), so the rows are plain                       \
      * copies with zero-filled ends. */                                                        \
-    static void im2col_##S(const geom *g, const T *xg, T *col, int64_t ld)                    \
+    static void im2col_##S(const geom *g, const T *restrict xg, T *restrict col,               \
+                           int64_t ld)                                                         \
     {                                                                                          \
         for (int64_t c = 0; c < g->Cg; c++)                                                    \
             for (int64_t a = 0; a < g->kH; a++) {                                              \
@@ -202,7 +209,8 @@ static void span(int64_t off, int64_t s, int64_t n, int64_t Ho, int64_t *t0, int
             }                                                                                  \
     }                                                                                          \
     /* The adjoint of im2col: each entry of col added to its image element. */                \
-    static void col2im_##S(const geom *g, const T *col, int64_t ld, T *xg)                    \
+    static void col2im_##S(const geom *g, const T *restrict col, int64_t ld,                   \
+                           T *restrict xg)                                                     \
     {                                                                                          \
         for (int64_t c = 0; c < g->Cg; c++)                                                    \
             for (int64_t a = 0; a < g->kH; a++) {                                              \
@@ -247,23 +255,20 @@ static tgl_status dense(tgl_ctx *ctx, tgl_array *a, int dt, tgl_array **use, tgl
 }
 
 /* ---- the im2col path -----------------------------------------------------
- * The batch is shared out over the context's threads (the CPU backend
- * only; BLAS stays single-threaded per call there), each task a contiguous
- * range of images with its own scratch.  A task goes through its images in
- * chunks of nb: the chunk's unrolled matrices side by side in one K x
- * (nb L) matrix, so each group takes one product per chunk instead of one
- * per image (LeNet's second layer: 50 x 500 by 500 x 64 per image, a thin
- * product that OpenBLAS runs far below its speed).  gy's blocks are
- * gathered into an Og x (nb L) matrix for the two gradients, and the
- * forward's product lands in such a matrix and is scattered into y. */
+ * One product per image and group.  The batch is shared out over the
+ * context's threads (the CPU backend only; its BLAS runs one thread per
+ * call), each task a contiguous range of images with its own scratch
+ * matrix; gw is summed per task and the partial sums added at the end.
+ * (Unrolling several images side by side into one wider product was
+ * measured too, on LeNet's layers and two small ones: never faster with
+ * OpenBLAS here, up to twice slower on the first layer — the wider matrix
+ * leaves the L1/L2 cache between im2col and the product — so each image's
+ * matrix is made just before its product reads it.) */
 #define MAX_TASKS 64
-/* A chunk's unrolled matrix holds at most this many elements (1 MiB of
- * float32: it stays in a core's L2 cache while the product reads it). */
-#define CHUNK_ELEMS (1 << 18)
-/* When tasks run in parallel, each product stays below this many
- * multiply-adds: under the CPU backend's own split (2^22), so that a task's
- * product runs on the task's thread instead of waking more. */
-#define CHUNK_MACS ((1 << 22) - 1)
+/* When tasks run in parallel, the per-image products are below this many
+ * multiply-adds: under the CPU backend's own split (2^22), so that a
+ * task's product runs on the task's thread instead of waking more. */
+#define TASK_MACS (1 << 22)
 
 typedef struct conv_task_out {
     tgl_status st;
@@ -276,43 +281,29 @@ typedef struct conv_job {
     const geom *g;
     int kind, dt;
     size_t es;
-    bool direct_x;          /* a 1x1 forward or gw: x is the matrix, one image a chunk */
+    bool direct_x;          /* a 1x1 forward or gw: x is the matrix                  */
     const char *A, *B;      /* the dense operands                                    */
     char *Y;                /* the output                                            */
-    int64_t K, L, nb;       /* rows of the unrolled matrix, its columns per image;
-                             * images per chunk                                      */
+    int64_t K, L;           /* the unrolled matrix: K x L per image and group        */
     int ntasks;
-    int64_t per_task;       /* scratch elements per task: col, then buf, then gw     */
-    int64_t buf_at, gw_at;  /* offsets of buf and of the gw partial in a task's part */
+    int64_t per_task;       /* scratch elements per task: col, then gw's partial     */
+    int64_t gw_at;          /* offset of the gw partial in a task's part             */
     char *scratch;
     conv_task_out *res;
 } conv_job;
 
-/* Tasks, chunk size and scratch layout for `threads` threads. */
+/* Tasks and scratch layout for `threads` threads. */
 static void plan(conv_job *j, int threads)
 {
     const geom *g = j->g;
     int64_t T = threads < 1 ? 1 : threads > MAX_TASKS ? MAX_TASKS : threads;
     if (T > g->N)
         T = g->N;
-    int64_t nb = CHUNK_ELEMS / (j->K * j->L);
-    if (T > 1 && nb > CHUNK_MACS / (g->Og * j->K * j->L))
-        nb = CHUNK_MACS / (g->Og * j->K * j->L);
-    int64_t per = (g->N + T - 1) / T;
-    if (nb > per)
-        nb = per;
-    if (nb < 1 || j->direct_x)
-        nb = 1;
-    /* The products' sizes must fit BLAS's int. */
-    while (nb > 1 && (j->K * j->L * nb > INT_MAX || g->Og * j->L * nb > INT_MAX))
-        nb /= 2;
+    if (g->Og * j->K * j->L >= TASK_MACS)
+        T = 1; /* products the backend splits itself */
     j->ntasks = (int)T;
-    j->nb = nb;
-    int64_t colsz = j->direct_x ? 0 : j->K * j->L * nb;
-    int64_t bufsz = nb > 1 ? g->Og * j->L * nb : 0;
-    j->buf_at = colsz;
-    j->gw_at = colsz + bufsz;
-    j->per_task = colsz + bufsz + (j->kind == K_GW && T > 1 ? g->O * j->K : 0);
+    j->gw_at = j->direct_x ? 0 : j->K * j->L;
+    j->per_task = j->gw_at + (j->kind == K_GW && T > 1 ? g->O * j->K : 0);
 }
 
 static void add_f32(float *y, const float *x, int64_t n)
@@ -338,80 +329,57 @@ static void conv_task(void *arg, int t)
     int64_t K = j->K, L = j->L;
     int64_t i_lo = g->N * t / j->ntasks, i_hi = g->N * (t + 1) / j->ntasks;
     char *part = j->scratch ? j->scratch + (size_t)(t * j->per_task) * es : NULL;
-    char *col = part, *buf = part ? part + (size_t)j->buf_at * es : NULL;
+    char *col = part;
     /* gw: task 0 sums into the output, the others into their partials. */
     char *gw = j->kind == K_GW && t > 0 ? part + (size_t)j->gw_at * es : j->Y;
-    for (int64_t i0 = i_lo; i0 < i_hi; i0 += j->nb) {
-        if (tgl_ctx_interrupted(j->ctx)) {
-            res->st = TGL_EINTERRUPT;
-            return;
-        }
-        int64_t c = i_hi - i0 < j->nb ? i_hi - i0 : j->nb, ld = c * L;
+    for (int64_t i = i_lo; i < i_hi; i++)
         for (int64_t gi = 0; gi < g->G; gi++) {
-            /* Element offsets of image i0's group gi in x (or gx), in gy,
+            if (tgl_ctx_interrupted(j->ctx)) {
+                res->st = TGL_EINTERRUPT;
+                return;
+            }
+            /* Element offsets of image i's group gi in x (or gx), in gy,
              * and of group gi's rows in w (or gw). */
-            int64_t ox = (i0 * g->C + gi * g->Cg) * g->H * g->W, oy = (i0 * g->O + gi * g->Og) * L,
-                    ow = gi * g->Og * K, xstep = g->C * g->H * g->W, ystep = g->O * L;
+            int64_t ox = (i * g->C + gi * g->Cg) * g->H * g->W, oy = (i * g->O + gi * g->Og) * L,
+                    ow = gi * g->Og * K;
             const char *m = col;
             if (j->kind != K_GIN && j->direct_x)
                 m = j->A + ox * (int64_t)es;
+            else if (j->kind != K_GIN && f32)
+                im2col_f32(g, (const float *)j->A + ox, (float *)col, L);
             else if (j->kind != K_GIN)
-                for (int64_t q = 0; q < c; q++) {
-                    if (f32)
-                        im2col_f32(g, (const float *)j->A + ox + q * xstep, (float *)col + q * L, ld);
-                    else
-                        im2col_f64(g, (const double *)j->A + ox + q * xstep, (double *)col + q * L,
-                                   ld);
-                }
-            /* gy's blocks (Og x L per image) as one Og x (c L) matrix. */
-            const char *gy = j->kind == K_FWD ? NULL : j->kind == K_GW ? j->B : j->A;
-            if (gy && c > 1) {
-                for (int64_t o = 0; o < g->Og; o++)
-                    for (int64_t q = 0; q < c; q++)
-                        memcpy(buf + (size_t)(o * ld + q * L) * es,
-                               gy + (size_t)(oy + q * ystep + o * L) * es, (size_t)L * es);
-                gy = buf;
-            } else if (gy)
-                gy += oy * (int64_t)es;
+                im2col_f64(g, (const double *)j->A + ox, (double *)col, L);
             tgl_status st;
             switch (j->kind) {
-            case K_FWD: { /* y (Og x c L) = w_g (Og x K) . col (K x c L) */
-                char *y = c > 1 ? buf : j->Y + oy * (int64_t)es;
-                st = j->be->gemm(j->dt, false, false, (int)g->Og, (int)ld, (int)K, 1.0,
-                                 j->B + ow * (int64_t)es, (int)K, m, (int)ld, 0.0, y, (int)ld,
-                                 &res->e);
-                if (!st && c > 1)
-                    for (int64_t q = 0; q < c; q++)
-                        for (int64_t o = 0; o < g->Og; o++)
-                            memcpy(j->Y + (size_t)(oy + q * ystep + o * L) * es,
-                                   buf + (size_t)(o * ld + q * L) * es, (size_t)L * es);
+            case K_FWD: /* y_ig (Og x L) = w_g (Og x K) . col (K x L) */
+                st = j->be->gemm(j->dt, false, false, (int)g->Og, (int)L, (int)K, 1.0,
+                                 j->B + ow * (int64_t)es, (int)K, m, (int)L, 0.0,
+                                 j->Y + oy * (int64_t)es, (int)L, &res->e);
+                break;
+            case K_GW: /* gw_g (Og x K) (+)= gy_ig (Og x L) . col^T (L x K) */
+                st = j->be->gemm(j->dt, false, true, (int)g->Og, (int)K, (int)L, 1.0,
+                                 j->B + oy * (int64_t)es, (int)L, m, (int)L,
+                                 i == i_lo ? 0.0 : 1.0, gw + ow * (int64_t)es, (int)K, &res->e);
+                break;
+            default: { /* col (K x L) = w_g^T (K x Og) . gy_ig (Og x L), folded into gx */
+                char *gx = j->Y + ox * (int64_t)es;
+                st = j->be->gemm(j->dt, true, false, (int)K, (int)L, (int)g->Og, 1.0,
+                                 j->B + ow * (int64_t)es, (int)K, j->A + oy * (int64_t)es, (int)L,
+                                 0.0, col, (int)L, &res->e);
+                if (!st)
+                    memset(gx, 0, (size_t)(g->Cg * g->H * g->W) * es);
+                if (!st && f32)
+                    col2im_f32(g, (const float *)col, L, (float *)gx);
+                else if (!st)
+                    col2im_f64(g, (const double *)col, L, (double *)gx);
                 break;
             }
-            case K_GW: /* gw_g (Og x K) (+)= gy (Og x c L) . col^T (c L x K) */
-                st = j->be->gemm(j->dt, false, true, (int)g->Og, (int)K, (int)ld, 1.0, gy, (int)ld,
-                                 m, (int)ld, i0 == i_lo ? 0.0 : 1.0, gw + ow * (int64_t)es, (int)K,
-                                 &res->e);
-                break;
-            default: /* col (K x c L) = w_g^T (K x Og) . gy (Og x c L), folded into gx */
-                st = j->be->gemm(j->dt, true, false, (int)K, (int)ld, (int)g->Og, 1.0,
-                                 j->B + ow * (int64_t)es, (int)K, gy, (int)ld, 0.0, col, (int)ld,
-                                 &res->e);
-                for (int64_t q = 0; !st && q < c; q++) {
-                    char *gx = j->Y + (size_t)(ox + q * xstep) * es;
-                    memset(gx, 0, (size_t)(g->Cg * g->H * g->W) * es);
-                    if (f32)
-                        col2im_f32(g, (const float *)col + q * L, ld, (float *)gx);
-                    else
-                        col2im_f64(g, (const double *)col + q * L, ld, (double *)gx);
-                }
-                break;
             }
             if (st) {
                 res->st = st;
                 return;
             }
         }
-    }
 }
 
 #define INTERRUPTED() tgl_op_error(ctx, n, in, TGL_EINTERRUPT, "interrupted")
@@ -462,8 +430,9 @@ static tgl_status conv_run(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in
         memset(out->data, 0, (size_t)out->size * es);
         goto done;
     }
-    conv_job j = {ctx, be, &g, kind, dt, es, unrolled_is_x(&g) && kind != K_GIN, a->data,
-                  b->data, out->data, g.Cg * g.kH * g.kW, g.Ho * g.Wo, 1, 1, 0, 0, 0, 0, NULL};
+    conv_job j = {.ctx = ctx, .be = be, .g = &g, .kind = kind, .dt = dt, .es = es,
+                  .direct_x = unrolled_is_x(&g) && kind != K_GIN, .A = a->data, .B = b->data,
+                  .Y = out->data, .K = g.Cg * g.kH * g.kW, .L = g.Ho * g.Wo};
     plan(&j, strcmp(be->name, "cpu") == 0 ? tgl_pool_threads(ctx) : 1);
     if (j.per_task > 0) {
         int64_t cs[1] = {j.per_task * j.ntasks};
