@@ -279,6 +279,9 @@ static tgl_status dense(tgl_ctx *ctx, tgl_array *a, int dt, tgl_array **use, tgl
  * multiply-adds: under the CPU backend's own split (2^22), so that a
  * task's product runs on the task's thread instead of waking more. */
 #define TASK_MACS (1 << 22)
+/* Threads are woken for a batch of at least this many multiply-adds (tens
+ * of microseconds of work; waking them costs about 10 us). */
+#define TASK_MIN (1 << 20)
 
 typedef struct conv_task_out {
     tgl_status st;
@@ -309,8 +312,9 @@ static void plan(conv_job *j, int threads)
     int64_t T = threads < 1 ? 1 : threads > MAX_TASKS ? MAX_TASKS : threads;
     if (T > g->N)
         T = g->N;
-    if (g->Og * j->K * j->L >= TASK_MACS)
-        T = 1; /* products the backend splits itself */
+    int64_t per_image = g->G * g->Og * j->K * j->L;
+    if (g->Og * j->K * j->L >= TASK_MACS || per_image * g->N < TASK_MIN)
+        T = 1; /* products the backend splits itself; work too small to wake threads for */
     j->ntasks = (int)T;
     j->gw_at = j->direct_x ? 0 : j->K * j->L;
     j->per_task = j->gw_at + (j->kind == K_GW && T > 1 ? g->O * j->K : 0);
