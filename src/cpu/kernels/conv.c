@@ -456,8 +456,9 @@ static tgl_status conv_run(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in
         tmp[2] = col;
         j.scratch = col->data;
     }
-    conv_task_out res[MAX_TASKS];
-    memset(res, 0, sizeof res);
+    conv_task_out res[MAX_TASKS]; /* only the tasks' entries set: 1 KiB each */
+    for (int t = 0; t < j.ntasks; t++)
+        res[t].st = TGL_OK, res[t].e.msg[0] = '\0';
     j.res = res;
     if (j.ntasks == 1)
         conv_task(&j, 0);
