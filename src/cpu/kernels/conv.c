@@ -90,9 +90,9 @@ static void span(int64_t off, int64_t s, int64_t n, int64_t Ho, int64_t *t0, int
     *t1 = hi;
 }
 
-/* im2col's and col2im's rows are short (8 elements on LeNet's second
- * layer): gcc would turn their copy loops into memmove calls, whose call
- * cost more than the copy (measured: 10% of a LeNet training step in
+/* im2col's rows are short (8 elements on LeNet's second layer): gcc
+ * would turn their copy loops into memmove calls, whose calls cost more
+ * than the copies (measured: 10% of a LeNet training step in
  * memmove).  Clang does not rewrite them. */
 #if defined(__GNUC__) && !defined(__clang__)
 #define SHORT_ROWS __attribute__((optimize("no-tree-loop-distribute-patterns")))
@@ -181,19 +181,19 @@ static void span(int64_t off, int64_t s, int64_t n, int64_t Ho, int64_t *t0, int
                 }                                                                              \
     }                                                                                          \
     /* col[(c kH + a) kW + b, i Wo + j] = the group's channel c at patch (i, j)'s              \
-     * tap (a, b), 0 outside the image; xg is the group's first channel, ld the               \
-     * row stride of col (several images' blocks side by side).  The patches                  \
-     * inside the image are found per tap (span), so the rows are plain                       \
-     * copies with zero-filled ends. */                                                        \
+     * tap (a, b), 0 outside the image; xg is the group's first channel.  The                  \
+     * patches inside the image are found per tap (span), so the rows are                      \
+     * plain copies with zero-filled ends. */                                                  \
     SHORT_ROWS static void im2col_##S(const geom *g, const T *restrict xg,                     \
-                                      T *restrict col, int64_t ld)                             \
+                                      T *restrict col)                                         \
     {                                                                                          \
+        int64_t L = g->Ho * g->Wo;                                                             \
         for (int64_t c = 0; c < g->Cg; c++)                                                    \
             for (int64_t a = 0; a < g->kH; a++) {                                              \
                 int64_t i0, i1;                                                                \
                 span(a * g->dh - g->ph, g->sh, g->H, g->Ho, &i0, &i1);                         \
                 for (int64_t b = 0; b < g->kW; b++) {                                          \
-                    T *row = col + ((c * g->kH + a) * g->kW + b) * ld;                         \
+                    T *row = col + ((c * g->kH + a) * g->kW + b) * L;                          \
                     int64_t off = b * g->dw - g->pw, j0, j1;                                   \
                     span(off, g->sw, g->W, g->Wo, &j0, &j1);                                   \
                     if (i0 > 0)                                                                \
@@ -202,16 +202,15 @@ static void span(int64_t off, int64_t s, int64_t n, int64_t Ho, int64_t *t0, int
                         memset(row + i1 * g->Wo, 0, (size_t)((g->Ho - i1) * g->Wo) * sizeof(T)); \
                     for (int64_t i = i0; i < i1; i++) {                                        \
                         T *r = row + i * g->Wo;                                                \
-                        const T *xr =                                                          \
-                            xg + (c * g->H + i * g->sh + a * g->dh - g->ph) * g->W + off;      \
+                        const T *xr = xg + (c * g->H + i * g->sh + a * g->dh - g->ph) * g->W;  \
                         if (j0 > 0)                                                            \
                             memset(r, 0, (size_t)j0 * sizeof(T));                              \
                         if (g->sw == 1) /* short rows: a loop beats memcpy's call */           \
                             for (int64_t j = j0; j < j1; j++)                                  \
-                                r[j] = xr[j];                                                  \
+                                r[j] = xr[j + off];                                            \
                         else                                                                   \
                             for (int64_t j = j0; j < j1; j++)                                  \
-                                r[j] = xr[j * g->sw];                                          \
+                                r[j] = xr[j * g->sw + off];                                    \
                         if (j1 < g->Wo)                                                        \
                             memset(r + j1, 0, (size_t)(g->Wo - j1) * sizeof(T));               \
                     }                                                                          \
@@ -219,26 +218,26 @@ static void span(int64_t off, int64_t s, int64_t n, int64_t Ho, int64_t *t0, int
             }                                                                                  \
     }                                                                                          \
     /* The adjoint of im2col: each entry of col added to its image element. */                \
-    static void col2im_##S(const geom *g, const T *restrict col, int64_t ld,                   \
-                           T *restrict xg)                                                     \
+    static void col2im_##S(const geom *g, const T *restrict col, T *restrict xg)               \
     {                                                                                          \
+        int64_t L = g->Ho * g->Wo;                                                             \
         for (int64_t c = 0; c < g->Cg; c++)                                                    \
             for (int64_t a = 0; a < g->kH; a++) {                                              \
                 int64_t i0, i1;                                                                \
                 span(a * g->dh - g->ph, g->sh, g->H, g->Ho, &i0, &i1);                         \
                 for (int64_t b = 0; b < g->kW; b++) {                                          \
-                    const T *row = col + ((c * g->kH + a) * g->kW + b) * ld;                   \
+                    const T *row = col + ((c * g->kH + a) * g->kW + b) * L;                    \
                     int64_t off = b * g->dw - g->pw, j0, j1;                                   \
                     span(off, g->sw, g->W, g->Wo, &j0, &j1);                                   \
                     for (int64_t i = i0; i < i1; i++) {                                        \
                         const T *r = row + i * g->Wo;                                          \
-                        T *xr = xg + (c * g->H + i * g->sh + a * g->dh - g->ph) * g->W + off;  \
+                        T *xr = xg + (c * g->H + i * g->sh + a * g->dh - g->ph) * g->W;        \
                         if (g->sw == 1)                                                        \
                             for (int64_t j = j0; j < j1; j++)                                  \
-                                xr[j] += r[j];                                                 \
+                                xr[j + off] += r[j];                                           \
                         else                                                                   \
                             for (int64_t j = j0; j < j1; j++)                                  \
-                                xr[j * g->sw] += r[j];                                         \
+                                xr[j * g->sw + off] += r[j];                                   \
                     }                                                                          \
                 }                                                                              \
             }                                                                                  \
@@ -360,9 +359,9 @@ static void conv_task(void *arg, int t)
             if (j->kind != K_GIN && j->direct_x)
                 m = j->A + ox * (int64_t)es;
             else if (j->kind != K_GIN && f32)
-                im2col_f32(g, (const float *)j->A + ox, (float *)col, L);
+                im2col_f32(g, (const float *)j->A + ox, (float *)col);
             else if (j->kind != K_GIN)
-                im2col_f64(g, (const double *)j->A + ox, (double *)col, L);
+                im2col_f64(g, (const double *)j->A + ox, (double *)col);
             tgl_status st;
             switch (j->kind) {
             case K_FWD: /* y_ig (Og x L) = w_g (Og x K) . col (K x L) */
@@ -383,9 +382,9 @@ static void conv_task(void *arg, int t)
                 if (!st)
                     memset(gx, 0, (size_t)(g->Cg * g->H * g->W) * es);
                 if (!st && f32)
-                    col2im_f32(g, (const float *)col, L, (float *)gx);
+                    col2im_f32(g, (const float *)col, (float *)gx);
                 else if (!st)
-                    col2im_f64(g, (const double *)col, L, (double *)gx);
+                    col2im_f64(g, (const double *)col, (double *)gx);
                 break;
             }
             }
