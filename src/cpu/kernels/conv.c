@@ -11,7 +11,9 @@
  *             (engine/backend.h; OpenBLAS on the CPU); grad_input multiplies
  *             into that matrix and folds it back, adding overlapping
  *             patches (col2im).  A 1x1 kernel with stride 1 and no padding
- *             needs no unrolling: the image is the matrix.
+ *             needs no unrolling: the image is the matrix.  On the CPU a
+ *             large batch is shared out over the context's threads
+ *             (engine/pool.h), each with its own scratch matrix.
  * use_gemm picks the path by the size of the per-group product (measured:
  * doc/symbolic.md, tgl.conv2d).
  *
@@ -21,7 +23,7 @@
  * the backend on the output's device (tgl_array_alloc_on; tgl_array_empty
  * would give host memory), because the backend's gemm takes only its own
  * memory: on sim a host buffer is refused ("not sim memory"), as a GPU's
- * BLAS would.  A block allocated inside the backend's call (kernels run
+ * BLAS would (and sim runs one task: only the CPU backend shares out).  A block allocated inside the backend's call (kernels run
  * inside it) is open to these loops for that call, so they fill and read
  * it directly.  Long loops check the interrupt flag once per image and
  * output channel (direct) or image and group (im2col).
