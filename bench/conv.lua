@@ -5,12 +5,20 @@
 -- multiply-adds per image and group, else direct loops), so this measures
 -- what users get.  Each figure is the median of R repeats of at least S
 -- seconds of calls, with the min–max over the repeats (bench/lib/stats.lua).
---   tgl bench/conv.lua [--repeats R] [--min-time S]     (default 5, 0.5)
+-- --cpu times with the process's CPU time (os.clock) instead of the wall
+-- clock: on a machine shared with other work it counts only this process's
+-- own time (one thread, so the two agree on an idle machine).
+--   tgl bench/conv.lua [--repeats R] [--min-time S] [--cpu]     (default 5, 0.5)
 package.path = (arg[0]:match('^(.*)/[^/]*$') or '.') .. '/lib/?.lua;' .. package.path
 local stats = require 'stats'
 local rest = stats.parse_args(arg)
+local clock, clock_name = tgl.time, 'wall clock'
+if rest[1] == '--cpu' then
+  clock, clock_name = os.clock, 'process CPU time'
+  table.remove(rest, 1)
+end
 if #rest > 0 then
-  io.stderr:write('usage: tgl bench/conv.lua [--repeats R] [--min-time S]\n')
+  io.stderr:write('usage: tgl bench/conv.lua [--repeats R] [--min-time S] [--cpu]\n')
   os.exit(2)
 end
 tgl.config.threads = 1
@@ -25,7 +33,7 @@ local LAYERS = {
     { padding = 1, groups = 16 } },
 }
 
-print(('tgl.conv2d, float32, 1 thread; %s'):format(stats.describe()))
+print(('tgl.conv2d, float32, 1 thread, %s; %s'):format(clock_name, stats.describe()))
 for _, l in ipairs(LAYERS) do
   local label, xs, ws, opts = l[1], l[2], l[3], l[4]
   local x = tgl.tensor { dtype = 'float32', ndim = 4, name = 'x' }
@@ -38,8 +46,8 @@ for _, l in ipairs(LAYERS) do
   local xa = tgl.randn(unpack(xs)):astype('float32')
   local wa = tgl.randn(unpack(ws)):astype('float32')
   local function run(f) return function(n) for _ = 1, n do f(xa, wa) end end end
-  local s1 = stats.measure(run(fwd), tgl.time, { warmup = 3 })
-  local s2 = stats.measure(run(both), tgl.time, { warmup = 3 })
+  local s1 = stats.measure(run(fwd), clock, { warmup = 3 })
+  local s2 = stats.measure(run(both), clock, { warmup = 3 })
   print(label)
   print(('  %-20s %s'):format('forward', stats.format(s1, '%9.3f', 1e3, 'ms/call')))
   print(('  %-20s %s'):format('forward + grads', stats.format(s2, '%9.3f', 1e3, 'ms/call')))

@@ -65,6 +65,44 @@ local function ref_conv(x, xs, w, ws, o)
   return y, { N, O, Ho, Wo }
 end
 
+-- The gradients of sum(conv2d(x, w) * r) by the plain loop: gx (flat, x's
+-- shape) and gw (flat, w's shape), from flat x, w and r (y's shape).
+local function ref_grads(x, xs, w, ws, r, o)
+  local N, C, H, W = xs[1], xs[2], xs[3], xs[4]
+  local O, Cg, kH, kW = ws[1], ws[2], ws[3], ws[4]
+  local sh, sw, ph, pw, dh, dw, G = o.sh, o.sw, o.ph, o.pw, o.dh, o.dw, o.G
+  local Ho = math.floor((H + 2 * ph - dh * (kH - 1) - 1) / sh) + 1
+  local Wo = math.floor((W + 2 * pw - dw * (kW - 1) - 1) / sw) + 1
+  local Og = O / G
+  local gx, gw = {}, {}
+  for k = 1, numel(xs) do gx[k] = 0 end
+  for k = 1, numel(ws) do gw[k] = 0 end
+  for n = 0, N - 1 do
+    for oc = 0, O - 1 do
+      local g = math.floor(oc / Og)
+      for i = 0, Ho - 1 do
+        for j = 0, Wo - 1 do
+          local rv = r[((n * O + oc) * Ho + i) * Wo + j + 1]
+          for c = 0, Cg - 1 do
+            for a = 0, kH - 1 do
+              for b = 0, kW - 1 do
+                local ih, iw = i * sh - ph + a * dh, j * sw - pw + b * dw
+                if ih >= 0 and ih < H and iw >= 0 and iw < W then
+                  local xk = ((n * C + g * Cg + c) * H + ih) * W + iw + 1
+                  local wk = ((oc * Cg + c) * kH + a) * kW + b + 1
+                  gx[xk] = gx[xk] + rv * w[wk]
+                  gw[wk] = gw[wk] + rv * x[xk]
+                end
+              end
+            end
+          end
+        end
+      end
+    end
+  end
+  return gx, gw
+end
+
 local function opts_of(o)
   return { stride = { o.sh, o.sw }, padding = { o.ph, o.pw }, dilation = { o.dh, o.dw }, groups = o.G }
 end
@@ -100,6 +138,29 @@ local function check_case(xs, ws, o, dtype, what)
   local got = f(xa, wa)
   assert.same(shape, got:shape(), what)
   assert_close(want, flat(got), tol, what .. ' (compiled)')
+end
+
+-- Checks both gradients of sum(conv2d(x, w) * r), compiled, against the
+-- plain loop with `threads` threads (the im2col path shares the batch out
+-- over them).
+local function check_grads(xs, ws, o, dtype, threads, what)
+  -- float32: gw sums thousands of products (N Ho Wo) in float32
+  local tol = dtype == 'float64' and 1e-12 or 1e-4
+  local xa, wa = rnd(xs, dtype), rnd(ws, dtype)
+  local x, w, r = var4(dtype, 'x'), var4(dtype, 'w'), var4(dtype, 'r')
+  local y = tgl.conv2d(x, w, opts_of(o))
+  local g = tgl.grad(tgl.sum(y * r), { x, w })
+  local f = tgl.compile { inputs = { x, w, r }, outputs = g }
+  local _, ys = ref_conv(flat(xa), xs, flat(wa), ws, o)
+  local ra = rnd(ys, dtype)
+  local wantx, wantw = ref_grads(flat(xa), xs, flat(wa), ws, flat(ra), o)
+  local saved = tgl.config.threads
+  tgl.config.threads = threads
+  local ok, gx, gw = pcall(f, xa, wa, ra)
+  tgl.config.threads = saved
+  assert(ok, gx)
+  assert_close(wantx, flat(gx), tol, what .. ' (gx)')
+  assert_close(wantw, flat(gw), tol, what .. ' (gw)')
 end
 
 local function desc(xs, ws, o)
@@ -278,6 +339,45 @@ describe('tgl.conv2d', function()
     assert.matches('built at', err)
     -- and the state is as it was: the same function runs on good inputs
     assert.same({ 1, 2, 3, 3 }, f(x, tgl.zeros(2, 2, 3, 3, { dtype = 'float64' })):shape())
+  end)
+
+  it('has gradients equal to the plain loop over thread counts', function()
+    math.randomseed(22)
+    local cases = {
+      -- im2col, 7 images shared over the threads (a batch of at least 2^20
+      -- multiply-adds): 7; 3 | 4; 2 | 2 | 3; one image a task with 8
+      -- threads (7 tasks); gw summed over the tasks
+      { { 7, 4, 30, 30 }, { 3, 4, 5, 5 }, O(1, 1, 0, 0, 1, 1, 1) },
+      { { 6, 4, 60, 60 }, { 8, 2, 3, 3 }, O(1, 2, 1, 2, 2, 1, 2) },  -- groups, strided, padded, dilated
+      { { 3, 16, 32, 32 }, { 24, 16, 1, 1 }, O(1, 1, 0, 0, 1, 1, 1) }, -- 1x1: x is the matrix
+      { { 5, 4, 9, 9 }, { 6, 2, 3, 3 }, O(2, 1, 1, 2, 1, 2, 2) },   -- small: on the calling thread
+      { { 3, 2, 5, 5 }, { 2, 2, 2, 2 }, O(1, 1, 0, 0, 1, 1, 1) },   -- direct (128)
+    }
+    for _, c in ipairs(cases) do
+      for _, th in ipairs { 1, 2, 3, 8 } do
+        for _, dt in ipairs { 'float64', 'float32' } do
+          check_grads(c[1], c[2], c[3], dt, th, ('%s %s, %d threads'):format(desc(c[1], c[2], c[3]), dt, th))
+        end
+      end
+    end
+  end)
+
+  it('has gradients equal to the plain loop on random configurations and threads (property)', function()
+    local cases = tonumber(os.getenv('TGL_PROP_CASES') or '') or 40
+    for seed = 1, cases do
+      math.randomseed(2000 + seed)
+      local R = math.random
+      local G = R(1, 3)
+      local Cg, Og = R(1, 3), R(1, 4)
+      local o = O(R(1, 3), R(1, 3), R(0, 2), R(0, 2), R(1, 2), R(1, 2), G)
+      local kH, kW = R(1, 4), R(1, 4)
+      local H = math.max(R(1, 9), o.dh * (kH - 1) + 1 - 2 * o.ph)
+      local W = math.max(R(1, 9), o.dw * (kW - 1) + 1 - 2 * o.pw)
+      local xs, ws = { R(1, 6), G * Cg, H, W }, { G * Og, Cg, kH, kW }
+      local dt = seed % 3 == 0 and 'float32' or 'float64'
+      local th = R(1, 4) -- (problems this small run on the calling thread whatever the count)
+      check_grads(xs, ws, o, dt, th, ('seed %d: %s %s, %d threads'):format(seed, desc(xs, ws, o), dt, th))
+    end
   end)
 
   it('matches the plain loop on random configurations (property)', function()

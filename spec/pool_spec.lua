@@ -207,6 +207,48 @@ describe('tgl.max_pool2d and tgl.avg_pool2d', function()
                          tgl.array({ 1, 10, 100, 1000 }, 'float64'):reshape({ 1, 2, 2 }))), 1e-15, 'avg grad')
   end)
 
+  it('2x2 stride 2 max pool (the kernel\'s fast path) equals the general loops: values, ties, NaN, odd sizes, gradients', function()
+    -- the fast path takes contiguous rows; a dimshuffled input (column
+    -- stride != 1) runs the general loops, which the tests above check
+    local state = 4242
+    local function rng(lo, hi)
+      state = (state * 16807) % 2147483647
+      return lo + state % (hi - lo + 1)
+    end
+    local function same(a, b, what)
+      assert(#a == #b, what .. ': sizes differ')
+      for k = 1, #a do
+        local ok = a[k] == b[k] or (a[k] ~= a[k] and b[k] ~= b[k])
+        if not ok then error(('%s: value %d is %.10g, the general loops give %.10g'):format(what, k, a[k], b[k]), 2) end
+      end
+    end
+    for c = 1, 40 do
+      local dtype = c % 2 == 0 and 'float32' or 'float64'
+      local H, W, P, N = rng(2, 9), rng(2, 9), rng(1, 3), rng(1, 2)
+      local ceil = rng(0, 3) == 0
+      local o = { kernel = 2, stride = 2, ceil_mode = ceil }
+      local t = {}
+      for k = 1, N * P * H * W do
+        -- small integers: ties in most windows; a few NaN
+        t[k] = rng(0, 30) == 0 and 0 / 0 or rng(-3, 3)
+      end
+      local what = ('%s x(%d,%d,%d,%d)%s'):format(dtype, N, P, H, W, ceil and ' ceil' or '')
+      local x = tgl.array(t, dtype):reshape({ N, P, H, W })
+      local v, w = tgl.tensor { dtype = dtype, ndim = 4 }, tgl.tensor { dtype = dtype, ndim = 4 }
+      local u = tgl.tensor { dtype = dtype, ndim = 4 }
+      local yv = tgl.max_pool2d(v, o)
+      local yw = tgl.max_pool2d(w:dimshuffle { 1, 2, 4, 3 }, o)
+      local f = tgl.compile { inputs = { v, w, u },
+                              outputs = { yv, yw, tgl.grad(tgl.sum(yv * u), v), tgl.grad(tgl.sum(yw * u), w) } }
+      local Ho, Wo = out_size(H, 2, 2, 0, ceil), out_size(W, 2, 2, 0, ceil)
+      local ut = {}
+      for k = 1, N * P * Ho * Wo do ut[k] = k end
+      local a, b, ga, gb = f(x, x:transpose(3, 4):contiguous(), tgl.array(ut, dtype):reshape({ N, P, Ho, Wo }))
+      same(flat(a), flat(b), what .. ' (values)')
+      same(flat(ga), flat(gb:transpose(3, 4)), what .. ' (gradient)')
+    end
+  end)
+
   it('passes NaN through max pool', function()
     local x = tgl.array({ 1, 0 / 0, 3, 4 }, 'float64'):reshape({ 1, 2, 2 })
     local y = tgl.max_pool2d(x, { kernel = 2 }):get(1, 1, 1)

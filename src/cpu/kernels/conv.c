@@ -11,7 +11,9 @@
  *             (engine/backend.h; OpenBLAS on the CPU); grad_input multiplies
  *             into that matrix and folds it back, adding overlapping
  *             patches (col2im).  A 1x1 kernel with stride 1 and no padding
- *             needs no unrolling: the image is the matrix.
+ *             needs no unrolling: the image is the matrix.  On the CPU a
+ *             large batch is shared out over the context's threads
+ *             (engine/pool.h), each with its own scratch matrix.
  * use_gemm picks the path by the size of the per-group product (measured:
  * doc/symbolic.md, tgl.conv2d).
  *
@@ -21,12 +23,13 @@
  * the backend on the output's device (tgl_array_alloc_on; tgl_array_empty
  * would give host memory), because the backend's gemm takes only its own
  * memory: on sim a host buffer is refused ("not sim memory"), as a GPU's
- * BLAS would.  A block allocated inside the backend's call (kernels run
+ * BLAS would (and sim runs one task: only the CPU backend shares out).  A block allocated inside the backend's call (kernels run
  * inside it) is open to these loops for that call, so they fill and read
  * it directly.  Long loops check the interrupt flag once per image and
  * output channel (direct) or image and group (im2col).
  */
 #include "cpu/kernels/kernels.h"
+#include "engine/pool.h"
 
 #include <limits.h>
 #include <string.h>
@@ -67,6 +70,37 @@ static bool unrolled_is_x(const geom *g)
 {
     return g->kH == 1 && g->kW == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0;
 }
+
+/* The outputs t in [*t0, *t1) of a row (or column) of Ho outputs whose
+ * input index t s + off lies inside [0, n): stride s, off the tap's offset
+ * (dilation times tap minus padding).  Empty when *t0 == *t1. */
+static void span(int64_t off, int64_t s, int64_t n, int64_t Ho, int64_t *t0, int64_t *t1)
+{
+    int64_t lo, hi;
+    if (s == 1) { /* no divisions: called per tap and row of the unrolled matrix */
+        lo = off >= 0 ? 0 : -off;
+        hi = n - off > 0 ? n - off : 0;
+    } else {
+        lo = off >= 0 ? 0 : (-off + s - 1) / s;
+        hi = n - off > 0 ? (n - off - 1) / s + 1 : 0;
+    }
+    if (hi > Ho)
+        hi = Ho;
+    if (lo > hi)
+        lo = hi;
+    *t0 = lo;
+    *t1 = hi;
+}
+
+/* im2col's rows are short (8 elements on LeNet's second layer): gcc
+ * would turn their copy loops into memmove calls, whose calls cost more
+ * than the copies (measured: 10% of a LeNet training step in
+ * memmove).  Clang does not rewrite them. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define SHORT_ROWS __attribute__((optimize("no-tree-loop-distribute-patterns")))
+#else
+#define SHORT_ROWS
+#endif
 
 /* ---- the loops, per dtype ---------------------------------------------- */
 
@@ -149,49 +183,66 @@ static bool unrolled_is_x(const geom *g)
                 }                                                                              \
     }                                                                                          \
     /* col[(c kH + a) kW + b, i Wo + j] = the group's channel c at patch (i, j)'s              \
-     * tap (a, b), 0 outside the image; xg is the group's first channel. */                   \
-    static void im2col_##S(const geom *g, const T *xg, T *col)                                 \
+     * tap (a, b), 0 outside the image; xg is the group's first channel.  The                  \
+     * patches inside the image are found per tap (span), so the rows are                      \
+     * plain copies with zero-filled ends. */                                                  \
+    SHORT_ROWS static void im2col_##S(const geom *g, const T *restrict xg,                     \
+                                      T *restrict col)                                         \
     {                                                                                          \
         int64_t L = g->Ho * g->Wo;                                                             \
         for (int64_t c = 0; c < g->Cg; c++)                                                    \
-            for (int64_t a = 0; a < g->kH; a++)                                                \
+            for (int64_t a = 0; a < g->kH; a++) {                                              \
+                int64_t i0, i1;                                                                \
+                span(a * g->dh - g->ph, g->sh, g->H, g->Ho, &i0, &i1);                         \
                 for (int64_t b = 0; b < g->kW; b++) {                                          \
                     T *row = col + ((c * g->kH + a) * g->kW + b) * L;                          \
-                    const T *xc = xg + c * g->H * g->W;                                        \
-                    for (int64_t i = 0; i < g->Ho; i++) {                                      \
-                        int64_t ih = i * g->sh - g->ph + a * g->dh;                            \
+                    int64_t off = b * g->dw - g->pw, j0, j1;                                   \
+                    span(off, g->sw, g->W, g->Wo, &j0, &j1);                                   \
+                    if (i0 > 0)                                                                \
+                        memset(row, 0, (size_t)(i0 * g->Wo) * sizeof(T));                      \
+                    if (i1 < g->Ho)                                                            \
+                        memset(row + i1 * g->Wo, 0, (size_t)((g->Ho - i1) * g->Wo) * sizeof(T)); \
+                    for (int64_t i = i0; i < i1; i++) {                                        \
                         T *r = row + i * g->Wo;                                                \
-                        if (ih < 0 || ih >= g->H) {                                            \
-                            memset(r, 0, (size_t)g->Wo * sizeof(T));                           \
-                            continue;                                                          \
-                        }                                                                      \
-                        for (int64_t j = 0; j < g->Wo; j++) {                                  \
-                            int64_t iw = j * g->sw - g->pw + b * g->dw;                        \
-                            r[j] = iw >= 0 && iw < g->W ? xc[ih * g->W + iw] : (T)0;           \
-                        }                                                                      \
+                        const T *xr = xg + (c * g->H + i * g->sh + a * g->dh - g->ph) * g->W;  \
+                        if (j0 > 0)                                                            \
+                            memset(r, 0, (size_t)j0 * sizeof(T));                              \
+                        if (g->sw == 1) /* short rows: a loop beats memcpy's call */           \
+                            for (int64_t j = j0; j < j1; j++)                                  \
+                                r[j] = xr[j + off];                                            \
+                        else                                                                   \
+                            for (int64_t j = j0; j < j1; j++)                                  \
+                                r[j] = xr[j * g->sw + off];                                    \
+                        if (j1 < g->Wo)                                                        \
+                            memset(r + j1, 0, (size_t)(g->Wo - j1) * sizeof(T));               \
                     }                                                                          \
                 }                                                                              \
+            }                                                                                  \
     }                                                                                          \
     /* The adjoint of im2col: each entry of col added to its image element. */                \
-    static void col2im_##S(const geom *g, const T *col, T *xg)                                 \
+    static void col2im_##S(const geom *g, const T *restrict col, T *restrict xg)               \
     {                                                                                          \
         int64_t L = g->Ho * g->Wo;                                                             \
         for (int64_t c = 0; c < g->Cg; c++)                                                    \
-            for (int64_t a = 0; a < g->kH; a++)                                                \
+            for (int64_t a = 0; a < g->kH; a++) {                                              \
+                int64_t i0, i1;                                                                \
+                span(a * g->dh - g->ph, g->sh, g->H, g->Ho, &i0, &i1);                         \
                 for (int64_t b = 0; b < g->kW; b++) {                                          \
                     const T *row = col + ((c * g->kH + a) * g->kW + b) * L;                    \
-                    T *xc = xg + c * g->H * g->W;                                              \
-                    for (int64_t i = 0; i < g->Ho; i++) {                                      \
-                        int64_t ih = i * g->sh - g->ph + a * g->dh;                            \
-                        if (ih < 0 || ih >= g->H)                                              \
-                            continue;                                                          \
-                        for (int64_t j = 0; j < g->Wo; j++) {                                  \
-                            int64_t iw = j * g->sw - g->pw + b * g->dw;                        \
-                            if (iw >= 0 && iw < g->W)                                          \
-                                xc[ih * g->W + iw] += row[i * g->Wo + j];                      \
-                        }                                                                      \
+                    int64_t off = b * g->dw - g->pw, j0, j1;                                   \
+                    span(off, g->sw, g->W, g->Wo, &j0, &j1);                                   \
+                    for (int64_t i = i0; i < i1; i++) {                                        \
+                        const T *r = row + i * g->Wo;                                          \
+                        T *xr = xg + (c * g->H + i * g->sh + a * g->dh - g->ph) * g->W;        \
+                        if (g->sw == 1)                                                        \
+                            for (int64_t j = j0; j < j1; j++)                                  \
+                                xr[j + off] += r[j];                                           \
+                        else                                                                   \
+                            for (int64_t j = j0; j < j1; j++)                                  \
+                                xr[j * g->sw + off] += r[j];                                   \
                     }                                                                          \
                 }                                                                              \
+            }                                                                                  \
     }
 
 CONV_LOOPS(float, f32)
@@ -212,6 +263,138 @@ static tgl_status dense(tgl_ctx *ctx, tgl_array *a, int dt, tgl_array **use, tgl
     tgl_status st = tgl_array_copy(ctx, a, dt, tmp);
     *use = *tmp;
     return st;
+}
+
+/* ---- the im2col path -----------------------------------------------------
+ * One product per image and group.  The batch is shared out over the
+ * context's threads (the CPU backend only; its BLAS runs one thread per
+ * call), each task a contiguous range of images with its own scratch
+ * matrix; gw is summed per task and the partial sums added at the end.
+ * (Unrolling several images side by side into one wider product was
+ * measured too, on LeNet's layers and two small ones: never faster with
+ * OpenBLAS here, up to twice slower on the first layer — the wider matrix
+ * leaves the L1/L2 cache between im2col and the product — so each image's
+ * matrix is made just before its product reads it.) */
+#define MAX_TASKS 64
+/* When tasks run in parallel, the per-image products are below this many
+ * multiply-adds: under the CPU backend's own split (2^22), so that a
+ * task's product runs on the task's thread instead of waking more. */
+#define TASK_MACS (1 << 22)
+/* Threads are woken for a batch of at least this many multiply-adds (tens
+ * of microseconds of work; waking them costs about 10 us). */
+#define TASK_MIN (1 << 20)
+
+typedef struct conv_task_out {
+    tgl_status st;
+    tgl_errbuf e;
+} conv_task_out;
+
+typedef struct conv_job {
+    tgl_ctx *ctx;
+    const tgl_backend *be;
+    const geom *g;
+    int kind, dt;
+    size_t es;
+    bool direct_x;          /* a 1x1 forward or gw: x is the matrix                  */
+    const char *A, *B;      /* the dense operands                                    */
+    char *Y;                /* the output                                            */
+    int64_t K, L;           /* the unrolled matrix: K x L per image and group        */
+    int ntasks;
+    int64_t per_task;       /* scratch elements per task: col, then gw's partial     */
+    int64_t gw_at;          /* offset of the gw partial in a task's part             */
+    char *scratch;
+    conv_task_out *res;
+} conv_job;
+
+/* Tasks and scratch layout for `threads` threads. */
+static void plan(conv_job *j, int threads)
+{
+    const geom *g = j->g;
+    int64_t T = threads < 1 ? 1 : threads > MAX_TASKS ? MAX_TASKS : threads;
+    if (T > g->N)
+        T = g->N;
+    int64_t per_image = g->G * g->Og * j->K * j->L;
+    if (g->Og * j->K * j->L >= TASK_MACS || per_image * g->N < TASK_MIN)
+        T = 1; /* products the backend splits itself; work too small to wake threads for */
+    j->ntasks = (int)T;
+    j->gw_at = j->direct_x ? 0 : j->K * j->L;
+    j->per_task = j->gw_at + (j->kind == K_GW && T > 1 ? g->O * j->K : 0);
+}
+
+static void add_f32(float *y, const float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] += x[i];
+}
+
+static void add_f64(double *y, const double *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] += x[i];
+}
+
+/* Task t: images [N t / T, N (t + 1) / T). */
+static void conv_task(void *arg, int t)
+{
+    conv_job *j = arg;
+    const geom *g = j->g;
+    conv_task_out *res = &j->res[t];
+    size_t es = j->es;
+    bool f32 = j->dt == TGL_FLOAT32;
+    int64_t K = j->K, L = j->L;
+    int64_t i_lo = g->N * t / j->ntasks, i_hi = g->N * (t + 1) / j->ntasks;
+    char *part = j->scratch ? j->scratch + (size_t)(t * j->per_task) * es : NULL;
+    char *col = part;
+    /* gw: task 0 sums into the output, the others into their partials. */
+    char *gw = j->kind == K_GW && t > 0 ? part + (size_t)j->gw_at * es : j->Y;
+    for (int64_t i = i_lo; i < i_hi; i++)
+        for (int64_t gi = 0; gi < g->G; gi++) {
+            if (tgl_ctx_interrupted(j->ctx)) {
+                res->st = TGL_EINTERRUPT;
+                return;
+            }
+            /* Element offsets of image i's group gi in x (or gx), in gy,
+             * and of group gi's rows in w (or gw). */
+            int64_t ox = (i * g->C + gi * g->Cg) * g->H * g->W, oy = (i * g->O + gi * g->Og) * L,
+                    ow = gi * g->Og * K;
+            const char *m = col;
+            if (j->kind != K_GIN && j->direct_x)
+                m = j->A + ox * (int64_t)es;
+            else if (j->kind != K_GIN && f32)
+                im2col_f32(g, (const float *)j->A + ox, (float *)col);
+            else if (j->kind != K_GIN)
+                im2col_f64(g, (const double *)j->A + ox, (double *)col);
+            tgl_status st;
+            switch (j->kind) {
+            case K_FWD: /* y_ig (Og x L) = w_g (Og x K) . col (K x L) */
+                st = j->be->gemm(j->dt, false, false, (int)g->Og, (int)L, (int)K, 1.0,
+                                 j->B + ow * (int64_t)es, (int)K, m, (int)L, 0.0,
+                                 j->Y + oy * (int64_t)es, (int)L, &res->e);
+                break;
+            case K_GW: /* gw_g (Og x K) (+)= gy_ig (Og x L) . col^T (L x K) */
+                st = j->be->gemm(j->dt, false, true, (int)g->Og, (int)K, (int)L, 1.0,
+                                 j->B + oy * (int64_t)es, (int)L, m, (int)L,
+                                 i == i_lo ? 0.0 : 1.0, gw + ow * (int64_t)es, (int)K, &res->e);
+                break;
+            default: { /* col (K x L) = w_g^T (K x Og) . gy_ig (Og x L), folded into gx */
+                char *gx = j->Y + ox * (int64_t)es;
+                st = j->be->gemm(j->dt, true, false, (int)K, (int)L, (int)g->Og, 1.0,
+                                 j->B + ow * (int64_t)es, (int)K, j->A + oy * (int64_t)es, (int)L,
+                                 0.0, col, (int)L, &res->e);
+                if (!st)
+                    memset(gx, 0, (size_t)(g->Cg * g->H * g->W) * es);
+                if (!st && f32)
+                    col2im_f32(g, (const float *)col, (float *)gx);
+                else if (!st)
+                    col2im_f64(g, (const double *)col, (double *)gx);
+                break;
+            }
+            }
+            if (st) {
+                res->st = st;
+                return;
+            }
+        }
 }
 
 #define INTERRUPTED() tgl_op_error(ctx, n, in, TGL_EINTERRUPT, "interrupted")
@@ -258,60 +441,44 @@ static tgl_status conv_run(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in
     const tgl_backend *be;
     if ((st = tgl_backend_check(ctx, tgl_op_name(n->op), out, &be)))
         goto done;
-    int64_t K = g.Cg * g.kH * g.kW, L = g.Ho * g.Wo;
-    bool direct_x = unrolled_is_x(&g) && kind != K_GIN;
-    if (!direct_x) {
-        int64_t cs[2] = {K, L};
-        if ((st = tgl_array_alloc_on(ctx, tgl_op_name(n->op), out->device, dt, 2, cs, false,
+    if (g.N == 0) { /* an empty batch: gw's sum is empty */
+        memset(out->data, 0, (size_t)out->size * es);
+        goto done;
+    }
+    conv_job j = {.ctx = ctx, .be = be, .g = &g, .kind = kind, .dt = dt, .es = es,
+                  .direct_x = unrolled_is_x(&g) && kind != K_GIN, .A = a->data, .B = b->data,
+                  .Y = out->data, .K = g.Cg * g.kH * g.kW, .L = g.Ho * g.Wo};
+    plan(&j, strcmp(be->name, "cpu") == 0 ? tgl_pool_threads(ctx) : 1);
+    if (j.per_task > 0) {
+        int64_t cs[1] = {j.per_task * j.ntasks};
+        if ((st = tgl_array_alloc_on(ctx, tgl_op_name(n->op), out->device, dt, 1, cs, false,
                                      &col)))
             goto done;
         tmp[2] = col;
+        j.scratch = col->data;
     }
-    /* col2im adds into gx; an empty batch leaves gw's sum empty. */
-    if (kind == K_GIN || g.N == 0)
-        memset(out->data, 0, (size_t)out->size * es);
-    char *A = a->data, *B = b->data, *Y = out->data, *Cl = col ? col->data : NULL;
-    for (int64_t i = 0; i < g.N; i++)
-        for (int64_t gi = 0; gi < g.G; gi++) {
-            if (tgl_ctx_interrupted(ctx)) {
-                st = INTERRUPTED();
-                goto done;
-            }
-            /* Element offsets of image i's group gi in x (or gx), in gy,
-             * and of group gi's rows in w (or gw). */
-            int64_t ox = (i * g.C + gi * g.Cg) * g.H * g.W, oy = (i * g.O + gi * g.Og) * L,
-                    ow = gi * g.Og * K;
-            tgl_errbuf e;
-            const void *m = Cl;
-            if (kind != K_GIN && direct_x)
-                m = A + ox * (int64_t)es;
-            else if (kind != K_GIN && f32)
-                im2col_f32(&g, (const float *)A + ox, (float *)Cl);
-            else if (kind != K_GIN)
-                im2col_f64(&g, (const double *)A + ox, (double *)Cl);
-            switch (kind) {
-            case K_FWD: /* y_ig (Og x L) = w_g (Og x K) . col (K x L) */
-                st = be->gemm(dt, false, false, (int)g.Og, (int)L, (int)K, 1.0, B + ow * (int64_t)es,
-                              (int)K, m, (int)L, 0.0, Y + oy * (int64_t)es, (int)L, &e);
-                break;
-            case K_GW: /* gw_g (Og x K) (+)= gy_ig (Og x L) . col^T (L x K) */
-                st = be->gemm(dt, false, true, (int)g.Og, (int)K, (int)L, 1.0, B + oy * (int64_t)es,
-                              (int)L, m, (int)L, i == 0 ? 0.0 : 1.0, Y + ow * (int64_t)es, (int)K,
-                              &e);
-                break;
-            default: /* col (K x L) = w_g^T (K x Og) . gy_ig (Og x L), folded into gx */
-                st = be->gemm(dt, true, false, (int)K, (int)L, (int)g.Og, 1.0, B + ow * (int64_t)es,
-                              (int)K, A + oy * (int64_t)es, (int)L, 0.0, Cl, (int)L, &e);
-                if (!st && f32)
-                    col2im_f32(&g, (const float *)Cl, (float *)Y + ox);
-                else if (!st)
-                    col2im_f64(&g, (const double *)Cl, (double *)Y + ox);
-                break;
-            }
-            if (st) {
-                st = tgl_op_error(ctx, n, in, st, "%s", e.msg);
-                goto done;
-            }
+    conv_task_out res[MAX_TASKS]; /* only the tasks' entries set: 1 KiB each */
+    for (int t = 0; t < j.ntasks; t++)
+        res[t].st = TGL_OK, res[t].e.msg[0] = '\0';
+    j.res = res;
+    if (j.ntasks == 1)
+        conv_task(&j, 0);
+    else
+        tgl_pool_run(ctx, j.ntasks, conv_task, &j);
+    for (int t = 0; t < j.ntasks && !st; t++) {
+        if (res[t].st == TGL_EINTERRUPT)
+            st = INTERRUPTED();
+        else if (res[t].st)
+            st = tgl_op_error(ctx, n, in, res[t].st, "%s", res[t].e.msg);
+    }
+    /* gw: the other tasks' partial sums added into task 0's. */
+    if (!st && kind == K_GW)
+        for (int t = 1; t < j.ntasks; t++) {
+            const char *p = j.scratch + (size_t)(t * j.per_task + j.gw_at) * es;
+            if (f32)
+                add_f32((float *)out->data, (const float *)p, out->size);
+            else
+                add_f64((double *)out->data, (const double *)p, out->size);
         }
 done:
     for (int i = 0; i < 3; i++)

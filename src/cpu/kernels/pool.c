@@ -185,6 +185,88 @@ POOL_PLANE(double)
 GRAD_PLANE(float)
 GRAD_PLANE(double)
 
+/* The common max pool, 2x2 windows at stride 2 that all lie inside the
+ * input (no padding, no clipped last window) over rows of unit stride:
+ * each window's four values compared straight, no window arithmetic (the
+ * LeNet layers' pooling took 3x longer through the general loops).  The
+ * values and the argmax follow argmax_T's rules (the first maximum in
+ * row-major order); a window holding a NaN is handed to argmax_T. */
+static bool fast22(const pool_geom *g, const pool_strides *xs, const pool_strides *os)
+{
+    return g->kH == 2 && g->kW == 2 && g->dH == 2 && g->dW == 2 && g->pH == 0 && g->pW == 0 &&
+           2 * g->Ho <= g->H && 2 * g->Wo <= g->W && xs->w == 1 && os->w == 1;
+}
+
+#define FAST22(T)                                                                        \
+    /* The window at p (its top left; rows ld apart): 0..3 for its argmax in             \
+     * row-major order, -1 when it holds a NaN; *m its maximum.  Without                 \
+     * branches (as argmax_T, for the same reason; gcc turns a select of both            \
+     * value and index into a jump): the maximum by max instructions, then the           \
+     * first of the four equal to it, the lowest set bit of their mask. */               \
+    static inline int max22_##T(const T *p, int64_t ld, T *m)                            \
+    {                                                                                    \
+        T a = p[0], b = p[1], c = p[ld], d = p[ld + 1];                                  \
+        if ((a != a) | (b != b) | (c != c) | (d != d))                                   \
+            return -1;                                                                   \
+        T m1 = b > a ? b : a, m2 = d > c ? d : c, v = m2 > m1 ? m2 : m1;                 \
+        unsigned e = (unsigned)(a == v) | (unsigned)(b == v) << 1 |                      \
+                     (unsigned)(c == v) << 2 | 8u;                                       \
+        *m = v;                                                                          \
+        return __builtin_ctz(e);                                                         \
+    }                                                                                    \
+    /* max_pool2d on one plane. */                                                       \
+    static void max22_plane_##T(const pool_geom *g, const T *xp, const pool_strides *xs, \
+                                T *yp, const pool_strides *ys)                           \
+    {                                                                                    \
+        for (int64_t i = 0; i < g->Ho; i++) {                                            \
+            const T *xr = xp + 2 * i * xs->h;                                            \
+            T *yr = yp + i * ys->h;                                                      \
+            int nan = 0;                                                                 \
+            for (int64_t j = 0; j < g->Wo; j++) {                                        \
+                const T *p = xr + 2 * j;                                                 \
+                T a = p[0], b = p[1], c = p[xs->h], d = p[xs->h + 1];                    \
+                nan |= (a != a) | (b != b) | (c != c) | (d != d);                        \
+                T m1 = b > a ? b : a, m2 = d > c ? d : c;                                \
+                yr[j] = m2 > m1 ? m2 : m1;                                               \
+            }                                                                            \
+            for (int64_t j = 0; nan && j < g->Wo; j++) {                                 \
+                int64_t bh, bw;                                                          \
+                yr[j] = argmax_##T(g, xp, xs, i, j, &bh, &bw);                           \
+            }                                                                            \
+        }                                                                                \
+    }                                                                                    \
+    /* max_pool2d_grad on one plane: each window's four entries written (g at           \
+     * the argmax, 0 elsewhere), the rows and columns no window covers zeroed. */       \
+    static void max22_grad_plane_##T(const pool_geom *g, const T *xp,                    \
+                                     const pool_strides *xs, const T *gp,                \
+                                     const pool_strides *gs, T *out,                     \
+                                     const pool_strides *os)                             \
+    {                                                                                    \
+        for (int64_t i = 0; i < g->Ho; i++) {                                            \
+            const T *xr = xp + 2 * i * xs->h;                                            \
+            T *o0 = out + 2 * i * os->h, *o1 = o0 + os->h;                               \
+            for (int64_t j = 0; j < g->Wo; j++) {                                        \
+                T gv = gp[i * gs->h + j * gs->w], m;                                     \
+                int k = max22_##T(xr + 2 * j, xs->h, &m);                                \
+                if (k < 0) {                                                             \
+                    int64_t bh, bw;                                                      \
+                    argmax_##T(g, xp, xs, i, j, &bh, &bw);                               \
+                    k = (int)((bh - 2 * i) * 2 + (bw - 2 * j));                          \
+                }                                                                        \
+                o0[2 * j] = o0[2 * j + 1] = o1[2 * j] = o1[2 * j + 1] = 0;               \
+                o0[(k >> 1) * os->h + 2 * j + (k & 1)] = gv; /* no branch on k */         \
+            }                                                                            \
+            for (int64_t w = 2 * g->Wo; w < g->W; w++)                                   \
+                o0[w] = o1[w] = 0;                                                       \
+        }                                                                                \
+        for (int64_t h = 2 * g->Ho; h < g->H; h++)                                       \
+            for (int64_t w = 0; w < g->W; w++)                                           \
+                out[h * os->h + w] = 0;                                                  \
+    }
+
+FAST22(float)
+FAST22(double)
+
 /* The kernels walk (plane, block of output rows) and look at the
  * interrupt flag every 2^16 input elements read or so: a large single
  * plane is interruptible too, many small ones cost one look per batch. */
@@ -202,6 +284,23 @@ static tgl_status pool_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *const 
     pool_strides xs = strides_of(x), ys = strides_of(out);
     bool max = n->op == TGL_OP_MAX_POOL2D;
     int64_t work = 0;
+    if (max && fast22(&g, &xs, &ys)) {
+        for (int64_t q = 0; q < g.planes; q++) {
+            if ((work += g.H * g.W) >= 1 << 16) {
+                work = 0;
+                if (tgl_ctx_interrupted(ctx))
+                    return tgl_op_error(ctx, n, in, TGL_EINTERRUPT, "interrupted");
+            }
+            int64_t xo = plane_off(&g, &xs, q), yo = plane_off(&g, &ys, q);
+            if (x->dtype_id == TGL_FLOAT32)
+                max22_plane_float(&g, (const float *)x->data + xo, &xs, (float *)out->data + yo,
+                                  &ys);
+            else
+                max22_plane_double(&g, (const double *)x->data + xo, &xs,
+                                   (double *)out->data + yo, &ys);
+        }
+        return TGL_OK;
+    }
     for (int64_t q = 0; q < g.planes; q++) {
         int64_t xo = plane_off(&g, &xs, q), yo = plane_off(&g, &ys, q);
         for (int64_t i0 = 0; i0 < g.Ho; i0 += POOL_ROWS) {
@@ -231,6 +330,26 @@ static tgl_status pool_grad_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *c
     pool_geom g = geom_of(n, x, gather ? out : gr);
     pool_strides xs = strides_of(x), gs = strides_of(gr), os = strides_of(out);
     int64_t work = 0;
+    if (n->op == TGL_OP_MAX_POOL2D_GRAD && fast22(&g, &xs, &os)) {
+        for (int64_t q = 0; q < g.planes; q++) {
+            if ((work += g.H * g.W) >= 1 << 16) {
+                work = 0;
+                if (tgl_ctx_interrupted(ctx))
+                    return tgl_op_error(ctx, n, in, TGL_EINTERRUPT, "interrupted");
+            }
+            int64_t xo = plane_off(&g, &xs, q), go = plane_off(&g, &gs, q),
+                    oo = plane_off(&g, &os, q);
+            if (x->dtype_id == TGL_FLOAT32)
+                max22_grad_plane_float(&g, (const float *)x->data + xo, &xs,
+                                       (const float *)gr->data + go, &gs,
+                                       (float *)out->data + oo, &os);
+            else
+                max22_grad_plane_double(&g, (const double *)x->data + xo, &xs,
+                                        (const double *)gr->data + go, &gs,
+                                        (double *)out->data + oo, &os);
+        }
+        return TGL_OK;
+    }
     for (int64_t q = 0; q < g.planes; q++) {
         int64_t xo = plane_off(&g, &xs, q), go = plane_off(&g, &gs, q),
                 oo = plane_off(&g, &os, q);
