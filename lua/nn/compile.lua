@@ -175,7 +175,7 @@ return function(nn)
     -- the criterion's graph reads what _target remembered of the shapes
     local loss = crit:graph(e.b.y, ts)
     local name = nn.type(self.model):gsub('^nn%.', 'nn_') .. '_' .. kind
-    f = { state = {} }
+    f = { state = {}, values = {} }
     if kind == 'evaluate' then
       f.f = tgl.compile { inputs = { e.x, ts }, outputs = { loss, e.b.y }, name = name }
     else
@@ -299,7 +299,8 @@ return function(nn)
     local t = self:_target(e, y, fname)
     local c = self.optimizer:_config(fname)
     local f = self:_function('step', e, t, c, fname)
-    local loss, out = run(self, e, fname, f, x, t, unpack(nn.optim._values(self.optimizer.name, c)))
+    local vals = nn.optim._value_arrays(self.optimizer.name, c, f.values)
+    local loss, out = run(self, e, fname, f, x, t, unpack(vals))
     loss = loss:get()
     self.model.output, self.criterion.output = out, loss
     return loss
