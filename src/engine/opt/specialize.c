@@ -6,6 +6,7 @@
  *   gemm_add     c + s a.b                          -> gemm(a, b, c; s, 1)
  *   gemm_sub     c - s a.b, s a.b - c               -> gemm(a, b, c; -s, 1 / s, -1)
  *   gemm_scale   s * a.b                            -> gemm(a, b; s)
+ *   dot_transposed (a.b)'                           -> b'.a'
  *                (each also makes gemv for matrix.vector and vector.matrix)
  *   ger_add      A + s x y'                         -> ger(A, x, y; s)
  *   ger_sub      A - s x y'                         -> ger(A, x, y; -s)
@@ -133,6 +134,41 @@ static tgl_node *gemm_acc(tgl_rewriter *rw, tgl_node *n)
     return NULL;
 }
 
+/* x' without a chain of views: the input of a transpose, else x's
+ * transpose. */
+static tgl_node *flip(tgl_ctx *ctx, tgl_node *x)
+{
+    if (is_op(x, TGL_OP_DIMSHUFFLE) && x->p.n == 2 && x->p.i[0] == 1 && x->p.i[1] == 0 &&
+        x->in[0]->type.ndim == 2)
+        return x->in[0];
+    return transposed(ctx, x);
+}
+
+/* (a.b)' -> b'.a': the product is computed in the layout its users read.
+ * A linear layer's weight gradient is the transpose of x'.g (the weight
+ * is out x in), and an elementwise pass reading a transposed matrix (the
+ * update W - lr g) walks it across rows: the transposes of the operands
+ * are BLAS flags, free.  Then W - s (g'.x) is one gemm when s is a
+ * constant (gemm_sub). */
+static tgl_node *dot_transposed(tgl_rewriter *rw, tgl_node *n)
+{
+    if (n->p.n != 2 || n->p.i[0] != 1 || n->p.i[1] != 0)
+        return NULL;
+    tgl_node *d = n->in[0];
+    if (!is_op(d, TGL_OP_DOT) || !single_use(rw, d) || !tgl_dtype_is_float(d->type.dtype) ||
+        d->in[0]->type.ndim != 2 || d->in[1]->type.ndim != 2)
+        return NULL;
+    tgl_node *bt = flip(rw->ctx, d->in[1]), *at = flip(rw->ctx, d->in[0]);
+    tgl_node *r = bt && at ? tgl_mk2(rw->ctx, TGL_OP_DOT, bt, at) : NULL;
+    if (r && !r->origin1) {
+        /* run-time errors (inner sizes) are the user's dot's */
+        r->origin1 = d->origin1 ? d->origin1 : (int16_t)(TGL_OP_DOT + 1);
+        if (!r->source && d->source)
+            r->source = strdup(d->source);
+    }
+    return r ? tgl_if_same_type(n, r) : NULL;
+}
+
 /* s * a.b: the scale goes into alpha. */
 static tgl_node *gemm_scale(tgl_rewriter *rw, tgl_node *n)
 {
@@ -236,6 +272,8 @@ static tgl_node *sparse_acc(tgl_rewriter *rw, tgl_node *n)
 const tgl_rule tgl_rules_specialize[] = {
     {"ger_add", TGL_OP_ADD, ger_acc, "A + s x y' -> ger(A, x, y; s)"},
     {"ger_sub", TGL_OP_SUB, ger_acc, "A - s x y' -> ger(A, x, y; -s)"},
+    {"dot_transposed", TGL_OP_DIMSHUFFLE, dot_transposed,
+     "(a.b)' -> b'.a' (the product in the layout its users read)"},
     {"gemm_add", TGL_OP_ADD, gemm_acc, "c + s a.b -> gemm(a, b, c; s, 1) (also gemv)"},
     {"gemm_sub", TGL_OP_SUB, gemm_acc, "c - s a.b -> gemm(a, b, c; -s, 1) (also gemv)"},
     {"gemm_scale", TGL_OP_MUL, gemm_scale, "s * a.b -> gemm(a, b; s) (also gemv)"},
