@@ -554,6 +554,18 @@ case { rule = 'gemm_sub', what = 'A.B - C',
   view = 'program', on = { 'gemm' }, off = { 'dot' }, text_on = { 'alpha=1 beta=-1' } }
 
 local LR = tgl.dscalar('lr')
+case { rule = 'gemm_sub', what = 'C - lr * A.B with lr an input: lr scales A, one gemm into C',
+  vars = { A, B, Cm, LR }, args = function() return { rd(3, 5), rd(5, 4), rd(3, 4), tgl.array(0.3, 'float64') } end,
+  build = function(a, b, c, lr) return c - lr * tgl.dot(a, b) end,
+  ref = function(a, b, c, lr) return c - tgl.dot(a, b) * lr:get() end,
+  view = 'program', on = { 'gemm' }, off = { 'dot' }, text_on = { 'alpha=-1 beta=1' } }
+
+case { rule = 'gemm_add', what = 'C + A.B * lr with lr an input (either order)',
+  vars = { A, B, Cm, LR }, args = function() return { rd(3, 5), rd(5, 4), rd(3, 4), tgl.array(-0.7, 'float64') } end,
+  build = function(a, b, c, lr) return tgl.dot(a, b) * lr + c end,
+  ref = function(a, b, c, lr) return c + tgl.dot(a, b) * lr:get() end,
+  view = 'program', on = { 'gemm' }, off = { 'dot' }, text_on = { 'alpha=1 beta=1' } }
+
 case { rule = 'dot_transposed', what = "C - lr (A'.B)' with lr an input: the product computed as B'.A, the update reads it by rows",
   vars = { A, B, Cm, LR }, args = function() return { rd(5, 3), rd(5, 4), rd(4, 3), tgl.array(0.3, 'float64') } end,
   build = function(a, b, c, lr) return c - lr * a:T():dot(b):T() end,

@@ -61,6 +61,25 @@ static bool as_product(tgl_rewriter *rw, tgl_node *n, product *p)
                 n = n->in[1 - k];
                 goto found;
             }
+        /* A runtime scalar (a learning rate given as an input: every axis
+         * broadcastable) times a matrix product scales the product's left
+         * factor instead, so the product still folds into one gemm:
+         * W - lr (g'.x) -> gemm(lr g', x, W; -1, 1).  The left factor of
+         * a weight gradient is the small one (batch x out). */
+        for (int k = 0; k < 2; k++) {
+            tgl_node *sc = n->in[k], *d = n->in[1 - k];
+            tgl_type st = sc->type;
+            if (st.ndim != 2 || st.bcast != 3u || st.dtype != d->type.dtype || !is_op(d, TGL_OP_DOT) ||
+                !single_use(rw, d) || !tgl_dtype_is_float(d->type.dtype) ||
+                d->in[0]->type.ndim != 2 || d->in[1]->type.ndim != 2 ||
+                d->in[0]->type.dtype != d->in[1]->type.dtype)
+                continue;
+            tgl_node *a = tgl_mk2(rw->ctx, TGL_OP_MUL, sc, d->in[0]);
+            if (!a || !tgl_type_eq(a->type, d->in[0]->type))
+                return false;
+            *p = (product){TGL_OP_GEMM, a, d->in[1], 1, d};
+            return true;
+        }
         return false;
     }
 found:
