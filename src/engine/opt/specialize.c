@@ -6,6 +6,9 @@
  *   gemm_add     c + s a.b                          -> gemm(a, b, c; s, 1)
  *   gemm_sub     c - s a.b, s a.b - c               -> gemm(a, b, c; -s, 1 / s, -1)
  *   gemm_scale   s * a.b                            -> gemm(a, b; s)
+ *                (gemm_add/gemm_sub with s a runtime scalar, every axis
+ *                broadcastable, and a matrix product: gemm(s a, b, c; ±1, 1),
+ *                the scale on the left factor)
  *   dot_transposed (a.b)'                           -> b'.a'
  *                (each also makes gemv for matrix.vector and vector.matrix)
  *   ger_add      A + s x y'                         -> ger(A, x, y; s)
