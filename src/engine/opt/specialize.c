@@ -22,9 +22,10 @@
  *
  * A product used by more than one node is left alone (folding it into
  * each user would compute it twice).  The SGD update W - lr * (x'.d)
- * becomes one gemm; the memory planner runs it in place when its
- * accumulator is an intermediate (shared variables are never overwritten,
- * so a weight update copies W into the output first).
+ * becomes one gemm (also with lr an input, and for a weight stored out x
+ * in, after dot_transposed); the memory planner runs it in place: over an
+ * intermediate accumulator, or over W itself as a deferred update
+ * (plan.c).
  */
 #include "engine/opt/opt.h"
 
