@@ -159,6 +159,37 @@ describe('nn.compile with shared parameters', function()
     for i = 1, 2 do assert.is_true(maxdiff(a[i], b[i]) < 1e-13) end
   end)
 
+  it('property: a learning rate changed between steps (repeats, back, zero) steps with each step\'s value', function()
+    -- the rate reaches the compiled step as a 0-d array nn.compile keeps
+    -- and writes only when the value changed (nn.optim._value_arrays)
+    for trial = 1, 4 do
+      tgl.manual_seed(200 + trial)
+      math.randomseed(200 + trial)
+      local function make() return nn.Sequential():add(nn.Linear(3, 4)):add(nn.Tanh()):add(nn.Linear(4, 3)):add(nn.LogSoftMax()) end
+      local model, ref = make(), make()
+      copy_params(model, ref)
+      local crit = nn.ClassNLLCriterion()
+      local opt = nn.optim.sgd { learningRate = 0.1 }
+      local step = nn.compile { model = model, criterion = crit, optimizer = opt }
+      local n
+      for i = 1, 10 do
+        local lr = ({ 0.1, 0.1, 0.3, 0, 0.1, 0.05 * trial })[math.random(6)]
+        opt.config.learningRate = lr
+        local x, y = tgl.randn(2 + i % 3, 3), labels(2 + i % 3, 3)
+        ref:zeroGradParameters()
+        local out = ref:forward(x)
+        local want = crit:forward(out, y)
+        ref:backward(x, crit:backward(out, y))
+        ref:updateParameters(lr)
+        assert.near(want, step:step(x, y), 1e-12)
+        local a, b = model:parameters(), ref:parameters()
+        for k = 1, #a do assert.is_true(maxdiff(a[k], b[k]) < 1e-13, ('trial %d step %d lr %g'):format(trial, i, lr)) end
+        if i == 3 then n = nn.compiled_count end
+      end
+      assert.equals(n, nn.compiled_count)
+    end
+  end)
+
   it('property: random siamese depths, sizes, batches and rates equal the flat loop', function()
     for trial = 1, 6 do
       tgl.manual_seed(100 + trial)

@@ -291,6 +291,40 @@ describe('nn', function()
     assert.matches('label 2.5 at position 2', err, 1, true)
   end)
 
+  it('property: labels of every dtype, strided, with one bad label at a random position, through forward and a compiled step', function()
+    -- (the labels are read through their pointer when the dtype allows:
+    -- the same errors and losses as element by element)
+    math.randomseed(77)
+    for trial = 1, 24 do
+      local dtype = ({ 'int64', 'int32', 'float64', 'float32' })[trial % 4 + 1]
+      local n, C = math.random(1, 9), math.random(2, 6)
+      local lab = {}
+      for i = 1, 2 * n do lab[i] = math.random(1, C) end
+      -- every other element of a vector of 2n: a strided view of n labels
+      local t = tgl.array(lab, dtype)[{ { 1, 2 * n, 2 } }]
+      local x = tgl.randn(n, C)
+      local nll = nn.ClassNLLCriterion()
+      local want = 0
+      for i = 1, n do want = want - x:get(i, lab[2 * i - 1]) end
+      assert.near(want / n, nll:forward(x, t), 1e-5)
+      local bad = math.random(1, n)
+      local v = ({ 0, C + 1, -3, 2.5 })[math.random(dtype:match('^float') and 4 or 3)]
+      lab[2 * bad - 1] = v
+      local tb = tgl.array(lab, dtype)[{ { 1, 2 * n, 2 } }]
+      local ok, err = pcall(nll.forward, nll, x, tb)
+      assert.is_false(ok)
+      assert.matches(('label %s at position %d is not in 1..%d'):format(tostring(v), bad, C), err, 1, true)
+      local m = nn.Linear(C, C)
+      local step = nn.compile { model = m, criterion = nn.ClassNLLCriterion(), optimizer = nn.optim.sgd { lr = 0.1 } }
+      local w0 = m.weight:clone()
+      ok, err = pcall(step.step, step, x, tb)
+      assert.is_false(ok)
+      assert.matches(('label %s at position %d'):format(tostring(v), bad), err, 1, true)
+      assert.equals(0, maxdiff(w0, m.weight))
+      assert.is_number(step:step(x, t))
+    end
+  end)
+
   it('compiles once per input shape and dtype and reuses the function', function()
     local m = nn.Sequential():add(nn.Linear(3, 2)):add(nn.Tanh())
     local n0 = nn.compiled_count

@@ -553,6 +553,37 @@ case { rule = 'gemm_sub', what = 'A.B - C',
   build = function(a, b, c) return tgl.dot(a, b) - c end,
   view = 'program', on = { 'gemm' }, off = { 'dot' }, text_on = { 'alpha=1 beta=-1' } }
 
+local LR = tgl.dscalar('lr')
+case { rule = 'gemm_sub', what = 'C - lr * A.B with lr an input: lr scales A, one gemm into C',
+  vars = { A, B, Cm, LR }, args = function() return { rd(3, 5), rd(5, 4), rd(3, 4), tgl.array(0.3, 'float64') } end,
+  build = function(a, b, c, lr) return c - lr * tgl.dot(a, b) end,
+  ref = function(a, b, c, lr) return c - tgl.dot(a, b) * lr:get() end,
+  view = 'program', on = { 'gemm' }, off = { 'dot' }, text_on = { 'alpha=-1 beta=1' } }
+
+case { rule = 'gemm_add', what = 'C + A.B * lr with lr an input (either order)',
+  vars = { A, B, Cm, LR }, args = function() return { rd(3, 5), rd(5, 4), rd(3, 4), tgl.array(-0.7, 'float64') } end,
+  build = function(a, b, c, lr) return tgl.dot(a, b) * lr + c end,
+  ref = function(a, b, c, lr) return c + tgl.dot(a, b) * lr:get() end,
+  view = 'program', on = { 'gemm' }, off = { 'dot' }, text_on = { 'alpha=1 beta=1' } }
+
+case { rule = 'dot_transposed', what = "C - lr (A'.B)' with lr an input: the product computed as B'.A, the update reads it by rows",
+  vars = { A, B, Cm, LR }, args = function() return { rd(5, 3), rd(5, 4), rd(4, 3), tgl.array(0.3, 'float64') } end,
+  build = function(a, b, c, lr) return c - lr * a:T():dot(b):T() end,
+  ref = function(a, b, c, lr) return c - tgl.dot(b:T(), a) * lr:get() end,
+  -- on: B' (one view, A'' is A); off: A' and the product's transpose
+  view = 'program', count = { dimshuffle = { 2, 3 } } }
+
+case { rule = 'dot_transposed', what = "C - 0.1 (A'.B)' (a linear layer's weight update): one gemm into C",
+  vars = { A, B, Cm }, args = function() return { rd(5, 3), rd(5, 4), rd(4, 3) } end,
+  build = function(a, b, c) return c - 0.1 * a:T():dot(b):T() end,
+  view = 'program', on = { 'gemm' }, off = { 'dot', 'fused' }, text_on = { 'alpha=-0.1 beta=1' } }
+
+case { rule = 'dot_transposed', what = "(A.B)' used twice: both read the one product",
+  vars = { A, B }, args = function() return { rd(4, 5), rd(5, 3) } end,
+  build = function(a, b) local t = tgl.dot(a, b):T(); return { tgl.exp(t), t * 2 } end,
+  ref = function(a, b) local t = tgl.dot(a, b):T(); return { tgl.exp(t), t * 2 } end,
+  view = 'program', count = { dot = { 1, 1 } } }
+
 case { rule = 'gemm_scale', what = '2 * A.B and A.B * 0.25',
   vars = { A, B, Cm }, args = function() return { rd(3, 5), rd(5, 4), rd(5, 4) } end,
   build = function(a, b, c) return { 2 * tgl.dot(a, b), tgl.dot(a, c) * 0.25 } end,

@@ -175,6 +175,83 @@ describe('the whole-step plan', function()
     bits_equal(W2:get_value(), W:get_value(), 'W after the errors')
   end)
 
+  -- The deferred update over a fused kernel (plan.c): b - lr g with a
+  -- runtime learning rate writes into b's own buffer, after the outputs.
+  local function in_place_lines(f)
+    local got = {}
+    for line in tgl.debugprint(f):gmatch('[^\n]+') do
+      local v = line:match('= fused#.*%[in place of (%w+)%]')
+      if v then got[v] = true end
+    end
+    return got
+  end
+
+  it('runs an update through a fused kernel in the variable\'s own buffer, with a runtime learning rate', function()
+    for _, how in ipairs({true, 'bound', false}) do
+      with_whole_step(how, function()
+        tgl.manual_seed(11)
+        local x, y, lr = tgl.matrix('x'), tgl.ivector('y'), tgl.scalar('lr')
+        local W0, b0 = tgl.randn(5, 3) * 0.1, tgl.randn(3) * 0.1
+        local W, b = tgl.shared(W0, 'W'), tgl.shared(b0, 'b')
+        local h = x:dot(W) + b
+        local cost = tgl.mean(tgl.categorical_crossentropy(tgl.softmax(h), y))
+        local gW, gb = unpack(tgl.grad(cost, {W, b}))
+        local f = tgl.compile{inputs = {x, y, lr}, outputs = {cost, h},
+                              updates = {{W, W - lr * gW}, {b, b - lr * gb}}}
+        local inpl = in_place_lines(f)
+        assert.is_true(inpl.b, 'b in place:\n' .. tgl.debugprint(f))
+        -- the eager twin: the same gradient, by hand (softmax - onehot) / B
+        local Wv, bv = W0, b0
+        for call = 1, 8 do
+          local B = call <= 5 and 4 or 2
+          local xa, ya, r = tgl.randn(B, 5), labels(B, 3), 0.05 * call
+          local c, hh = f(xa, ya, r)
+          local he = xa:dot(Wv) + bv
+          S.assert_close(he, hh, 1e-5, 1e-6, 'h, call ' .. call)
+          local p = tgl.softmax(he)
+          local onehot = tgl.zeros(B, 3)
+          for i = 1, B do onehot[{i, ya[i]}] = 1 end
+          local d = (p - onehot) / B
+          Wv = Wv - xa:T():dot(d) * r
+          bv = bv - tgl.sum(d, 1) * r
+          S.assert_close(Wv, W:get_value(), 1e-5, 1e-6, tostring(how) .. ' W, call ' .. call)
+          S.assert_close(bv, b:get_value(), 1e-5, 1e-6, tostring(how) .. ' b, call ' .. call)
+        end
+      end)
+    end
+  end)
+
+  it('checks every deferred update\'s shape before the first one writes: a failing call changes nothing', function()
+    for _, how in ipairs({true, 'bound', false}) do
+      with_whole_step(how, function()
+        local x, s = tgl.matrix('x'), tgl.vector('s')
+        local M = tgl.shared(tgl.array({{1, 2, 3}, {4, 5, 6}}), 'M')
+        local v = tgl.shared(tgl.array({1, 2, 3}), 'v')
+        local f = tgl.compile{inputs = {x, s}, updates = {{M, M - 0.5 * x}, {v, v + s}}}
+        local inpl = in_place_lines(f)
+        assert.is_true(inpl.M and inpl.v, tgl.debugprint(f))
+        local xa, sa = tgl.array({{2, 2, 2}, {0, 0, 4}}), tgl.array({1, 1, 1})
+        for _ = 1, 3 do f(xa, sa) end
+        -- (no array of M or v kept here: a second holder of the value
+        -- makes the update write a new buffer, and this is about the
+        -- in-place one)
+        local M0, v0 = tgl.array({{-2, -1, 0}, {4, 5, 0}}), tgl.array({4, 5, 6})
+        S.assert_close(M0, M:get_value(), 0, 0, 'M')
+        S.assert_close(v0, v:get_value(), 0, 0, 'v')
+        collectgarbage()
+        local ok, err = pcall(f, xa, tgl.array({1, 1, 1, 1}))
+        assert.is_false(ok)
+        assert.matches('4', tostring(err))
+        bits_equal(M0, M:get_value(), tostring(how) .. ': M after the failed call')
+        bits_equal(v0, v:get_value(), tostring(how) .. ': v after the failed call')
+        collectgarbage()
+        f(xa, sa)
+        S.assert_close(tgl.array({{-3, -2, -1}, {4, 5, -2}}), M:get_value(), 0, 0, 'M after')
+        S.assert_close(tgl.array({5, 6, 7}), v:get_value(), 0, 0, 'v after')
+      end)
+    end
+  end)
+
   it('hands out fresh outputs: a later call never writes into an earlier one', function()
     local x = tgl.matrix('x')
     local t = tgl.exp(x * 2) + 1

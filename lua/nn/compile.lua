@@ -180,7 +180,7 @@ return function(nn)
     -- the criterion's graph reads what _target remembered of the shapes
     local loss = crit:graph(e.b.y, ts)
     local name = nn.type(self.model):gsub('^nn%.', 'nn_') .. '_' .. kind
-    f = { state = {} }
+    f = { state = {}, values = {} }
     if kind == 'evaluate' then
       f.f = tgl.compile { inputs = { e.x, ts }, outputs = { loss, e.b.y }, name = name }
     else
@@ -318,7 +318,8 @@ return function(nn)
     local e, t = prepare(self, fname, x, y)
     local c = self.optimizer:_config(fname)
     local f = self:_function('step', e, t, c, fname)
-    return outputs(self, run(self, e, fname, f, x, t, unpack(nn.optim._values(self.optimizer.name, c))))
+    local vals = nn.optim._value_arrays(self.optimizer.name, c, f.values)
+    return outputs(self, run(self, e, fname, f, x, t, unpack(vals)))
   end
 
   -- The loss (a number) and the model's output on x, y: nothing is

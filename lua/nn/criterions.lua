@@ -5,9 +5,12 @@
 -- target on the host before the compiled function runs, so a bad label is
 -- an error that says which and why.  Loaded by nn/init.lua.
 local tgl = require 'tgl'
+local ffi = require 'ffi'
 
 return function(nn)
   local function is_int(v) return type(v) == 'number' and v == math.floor(v) end
+  local LABEL_CT = { int64 = 'const int64_t *', int32 = 'const int32_t *', float64 = 'const double *',
+                     float32 = 'const float *' }
 
   -- Labels as an int64 vector with one label per row of input, each in
   -- 1..C; input is a vector (one example) or a matrix (batch x C).
@@ -27,14 +30,39 @@ return function(nn)
       nn._raise(('%s: %d labels for %d examples (the target must be a vector with one label per row)')
             :format(fname, target:nelement(), n))
     end
-    target = target:reshape(n)
+    -- a vector of n is passed as it is (a compiled step then sees the
+    -- same array each call)
+    if target:dim() ~= 1 then target = target:reshape(n) end
     local t = target.dtype == 'int64' and target or target:astype('int64')
     local ignore = self.ignoreIndex
-    for i = 1, n do
-      local l = target:get(i)
-      if l ~= ignore and (not is_int(l) or l < 1 or l > C) then
-        nn._raise(('%s: label %s at position %d is not in 1..%d (labels count from 1, as in Torch7)')
-              :format(fname, tostring(l), i, C))
+    -- int64 labels on the host are read through their pointer (a get per
+    -- label costs more than a small model's whole step at batch 256); the
+    -- first bad one is then named by the loop below
+    local ok = false
+    local ct = LABEL_CT[target.dtype]
+    if ct and target.device == 'cpu' then
+      local p, st = ffi.cast(ct, target:data()), target:strides()[1] or 1
+      ok = true
+      if target.dtype == 'int64' then
+        for i = 0, n - 1 do
+          local l = p[i * st]
+          if l ~= ignore and (l < 1 or l > C) then ok = false; break end
+        end
+      else
+        for i = 0, n - 1 do
+          local l = tonumber(p[i * st])
+          -- (NaN fails l == floor(l))
+          if l ~= ignore and (l ~= math.floor(l) or l < 1 or l > C) then ok = false; break end
+        end
+      end
+    end
+    if not ok then
+      for i = 1, n do
+        local l = target:get(i)
+        if l ~= ignore and (not is_int(l) or l < 1 or l > C) then
+          nn._raise(('%s: label %s at position %d is not in 1..%d (labels count from 1, as in Torch7)')
+                :format(fname, tostring(l), i, C))
+        end
       end
     end
     return t

@@ -206,6 +206,29 @@ return function(nn)
     return out
   end
 
+  -- The same values as 0-d float64 arrays, kept in `keep` (the caller's
+  -- table, one per compiled step) and written only when a value changed:
+  -- a Lua number passed to a compiled function becomes a new array on
+  -- every call (about 2 us each: the five of sgd cost more than the
+  -- step of a small model), an array is passed as it is.  A value that
+  -- is not a number (a caller's mistake) is passed on for the compiled
+  -- function to name.
+  function optim._value_arrays(name, c, keep)
+    local out = keep.out
+    if not out then out = {}; keep.out, keep.last = out, {} end
+    local last = keep.last
+    for i, k in ipairs(DEFS[name].numeric) do
+      local v = c[k]
+      if type(v) ~= 'number' then
+        out[i], last[i] = v, nil
+      else
+        if not tgl.is_array(out[i]) then out[i], last[i] = tgl.array(v, 'float64'), v end
+        if last[i] ~= v then out[i]:set(v); last[i] = v end
+      end
+    end
+    return out
+  end
+
   -- The updates of one parameter: {{x, new x}, {s[slot], new}...}.
   -- value (default x): the parameter's value the step starts from, when
   -- a module's own update changes it first (a LookupTable's maxNorm

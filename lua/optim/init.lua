@@ -118,7 +118,8 @@ local function run(name, feval, x, config, state)
   local n = def.counter and (state[def.counter] or 0) or 0
   -- sgd's momentum buffer starts as a copy of the first gradient (Torch7:
   -- when state.dfdx does not exist yet)
-  local ok, err = pcall(e.f, dfdx, n, fresh.dfdx == true, unpack(nn.optim._values(name, c)))
+  e.values = e.values or {}
+  local ok, err = pcall(e.f, dfdx, n, fresh.dfdx == true, unpack(nn.optim._value_arrays(name, c, e.values)))
   if not ok then
     for slot in pairs(fresh) do state[slot] = nil end
     nn._raise(fname .. ': ' .. tostring(err))

@@ -339,7 +339,9 @@ tgl_status tgl_cvm_check_deferred(tgl_ctx *ctx, tgl_frame *fr)
     for (int32_t pc = prog->defer_start; pc < prog->ncode; pc++) {
         const tgl_instr *ins = &prog->code[pc];
         tgl_array *args[16];
-        if (ins->nin > 16 || ins->impl->view || ins->impl->shape_k || !ins->impl->shape)
+        /* Every deferred op is planned with one output (plan.c); a fused
+         * kernel's shape comes from its shape_k, through the same cache. */
+        if (ins->nin > 16 || ins->impl->view || (!ins->impl->shape && !ins->impl->shape_k))
             continue;
         for (int i = 0; i < ins->nin; i++)
             args[i] = fr->slot[ins->in[i]];

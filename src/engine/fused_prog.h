@@ -76,6 +76,15 @@ static inline tgl_fused_prog *tgl_fused_prog_of(const tgl_node *n)
  * backend.h's launch). */
 tgl_status tgl_fused_kernel_cached(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
                                    tgl_array *const *out, bool debug, void **cache);
+/* Whether output 0 of a FUSED node may overwrite input i: an elementwise
+ * program (element j of the output depends only on element j of the
+ * inputs) and an input of the output's type.  The op's inplace hook names
+ * the first such input; a deferred update (plan.c) wants the variable's. */
+static inline bool tgl_fused_may_overwrite(const tgl_node *n, int i)
+{
+    return tgl_fused_prog_of(n)->reduce_op < 0 && n->type.ndim > 0 && i >= 0 && i < n->nin &&
+           tgl_type_eq(n->in[i]->type, n->type);
+}
 /* The type of output k of a program (output 0 is the reduction's, if any). */
 static inline tgl_type tgl_fused_prog_out_type(const tgl_fused_prog *p, int k)
 {

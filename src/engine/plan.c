@@ -84,9 +84,24 @@ static tgl_status plan_deferred(tgl_ctx *ctx, tgl_program *prog)
         if (w < 0 || at < 0)
             continue;
         tgl_instr *ins = &prog->code[at];
-        if (ins->region != 0 || !ins->impl->inplace || ins->impl->view || ins->impl->shape_k)
+        /* An op whose kernel computes its output shape (a fused
+         * elementwise kernel: b - lr g) qualifies with one output: the
+         * CVM computes that shape before any deferred update runs
+         * (tgl_cvm_check_deferred, which reads at most 16 inputs), and
+         * takes the variable's buffer only when the shape is the
+         * variable's (take_buffer); otherwise the update writes a new
+         * buffer as any other would. */
+        if (ins->region != 0 || !ins->impl->inplace || ins->impl->view || ins->sub || ins->nin > 16 ||
+            (ins->impl->shape_k && ins->nouts != 1))
             continue;
         int i = ins->impl->inplace(ins->node);
+        if (ins->node->op == TGL_OP_FUSED) {
+            /* any input of the output's type will do: the variable's */
+            i = -1;
+            for (int kk = 0; kk < ins->nin && i < 0; kk++)
+                if (ins->in[kk] == w && tgl_fused_may_overwrite(ins->node, kk))
+                    i = kk;
+        }
         if (i < 0 || ins->in[i] != w || !tgl_type_eq(ins->node->type, prog->upd_var[k]->type))
             continue;
         /* The variable is read once here and by nothing later; nothing

@@ -373,10 +373,8 @@ static tgl_status fused_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *const *gout, t
 static int fused_inplace(const tgl_node *n)
 {
     /* A reduction's output is smaller than its inputs: never. */
-    if (tgl_fused_prog_of(n)->reduce_op >= 0 || n->type.ndim == 0)
-        return -1;
     for (int i = 0; i < n->nin; i++)
-        if (tgl_type_eq(n->in[i]->type, n->type) && n->in[i]->type.ndim > 0)
+        if (tgl_fused_may_overwrite(n, i))
             return i;
     return -1;
 }

@@ -6,6 +6,10 @@
  *   gemm_add     c + s a.b                          -> gemm(a, b, c; s, 1)
  *   gemm_sub     c - s a.b, s a.b - c               -> gemm(a, b, c; -s, 1 / s, -1)
  *   gemm_scale   s * a.b                            -> gemm(a, b; s)
+ *                (gemm_add/gemm_sub with s a runtime scalar, every axis
+ *                broadcastable, and a matrix product: gemm(s a, b, c; ±1, 1),
+ *                the scale on the left factor)
+ *   dot_transposed (a.b)'                           -> b'.a'
  *                (each also makes gemv for matrix.vector and vector.matrix)
  *   ger_add      A + s x y'                         -> ger(A, x, y; s)
  *   ger_sub      A - s x y'                         -> ger(A, x, y; -s)
@@ -18,9 +22,10 @@
  *
  * A product used by more than one node is left alone (folding it into
  * each user would compute it twice).  The SGD update W - lr * (x'.d)
- * becomes one gemm; the memory planner runs it in place when its
- * accumulator is an intermediate (shared variables are never overwritten,
- * so a weight update copies W into the output first).
+ * becomes one gemm (also with lr an input, and for a weight stored out x
+ * in, after dot_transposed); the memory planner runs it in place: over an
+ * intermediate accumulator, or over W itself as a deferred update
+ * (plan.c).
  */
 #include "engine/opt/opt.h"
 
@@ -60,6 +65,25 @@ static bool as_product(tgl_rewriter *rw, tgl_node *n, product *p)
                 n = n->in[1 - k];
                 goto found;
             }
+        /* A runtime scalar (a learning rate given as an input: every axis
+         * broadcastable) times a matrix product scales the product's left
+         * factor instead, so the product still folds into one gemm:
+         * W - lr (g'.x) -> gemm(lr g', x, W; -1, 1).  The left factor of
+         * a weight gradient is the small one (batch x out). */
+        for (int k = 0; k < 2; k++) {
+            tgl_node *sc = n->in[k], *d = n->in[1 - k];
+            tgl_type st = sc->type;
+            if (st.ndim != 2 || st.bcast != 3u || st.dtype != d->type.dtype || !is_op(d, TGL_OP_DOT) ||
+                !single_use(rw, d) || !tgl_dtype_is_float(d->type.dtype) ||
+                d->in[0]->type.ndim != 2 || d->in[1]->type.ndim != 2 ||
+                d->in[0]->type.dtype != d->in[1]->type.dtype)
+                continue;
+            tgl_node *a = tgl_mk2(rw->ctx, TGL_OP_MUL, sc, d->in[0]);
+            if (!a || !tgl_type_eq(a->type, d->in[0]->type))
+                return false;
+            *p = (product){TGL_OP_GEMM, a, d->in[1], 1, d};
+            return true;
+        }
         return false;
     }
 found:
@@ -131,6 +155,41 @@ static tgl_node *gemm_acc(tgl_rewriter *rw, tgl_node *n)
             return tgl_if_same_type(n, r) ? r : NULL;
     }
     return NULL;
+}
+
+/* x' without a chain of views: the input of a transpose, else x's
+ * transpose. */
+static tgl_node *flip(tgl_ctx *ctx, tgl_node *x)
+{
+    if (is_op(x, TGL_OP_DIMSHUFFLE) && x->p.n == 2 && x->p.i[0] == 1 && x->p.i[1] == 0 &&
+        x->in[0]->type.ndim == 2)
+        return x->in[0];
+    return transposed(ctx, x);
+}
+
+/* (a.b)' -> b'.a': the product is computed in the layout its users read.
+ * A linear layer's weight gradient is the transpose of x'.g (the weight
+ * is out x in), and an elementwise pass reading a transposed matrix (the
+ * update W - lr g) walks it across rows: the transposes of the operands
+ * are BLAS flags, free.  Then W - s (g'.x) is one gemm when s is a
+ * constant (gemm_sub). */
+static tgl_node *dot_transposed(tgl_rewriter *rw, tgl_node *n)
+{
+    if (n->p.n != 2 || n->p.i[0] != 1 || n->p.i[1] != 0)
+        return NULL;
+    tgl_node *d = n->in[0];
+    if (!is_op(d, TGL_OP_DOT) || !single_use(rw, d) || !tgl_dtype_is_float(d->type.dtype) ||
+        d->in[0]->type.ndim != 2 || d->in[1]->type.ndim != 2)
+        return NULL;
+    tgl_node *bt = flip(rw->ctx, d->in[1]), *at = flip(rw->ctx, d->in[0]);
+    tgl_node *r = bt && at ? tgl_mk2(rw->ctx, TGL_OP_DOT, bt, at) : NULL;
+    if (r && !r->origin1) {
+        /* run-time errors (inner sizes) are the user's dot's */
+        r->origin1 = d->origin1 ? d->origin1 : (int16_t)(TGL_OP_DOT + 1);
+        if (!r->source && d->source)
+            r->source = strdup(d->source);
+    }
+    return r ? tgl_if_same_type(n, r) : NULL;
 }
 
 /* s * a.b: the scale goes into alpha. */
@@ -236,6 +295,8 @@ static tgl_node *sparse_acc(tgl_rewriter *rw, tgl_node *n)
 const tgl_rule tgl_rules_specialize[] = {
     {"ger_add", TGL_OP_ADD, ger_acc, "A + s x y' -> ger(A, x, y; s)"},
     {"ger_sub", TGL_OP_SUB, ger_acc, "A - s x y' -> ger(A, x, y; -s)"},
+    {"dot_transposed", TGL_OP_DIMSHUFFLE, dot_transposed,
+     "(a.b)' -> b'.a' (the product in the layout its users read)"},
     {"gemm_add", TGL_OP_ADD, gemm_acc, "c + s a.b -> gemm(a, b, c; s, 1) (also gemv)"},
     {"gemm_sub", TGL_OP_SUB, gemm_acc, "c - s a.b -> gemm(a, b, c; -s, 1) (also gemv)"},
     {"gemm_scale", TGL_OP_MUL, gemm_scale, "s * a.b -> gemm(a, b; s) (also gemv)"},
