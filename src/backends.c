@@ -8,10 +8,16 @@
  */
 #include "cpu/backend_cpu.h"
 #include "sim/backend_sim.h"
+#ifdef TGL_WITH_CUDA
+#include "cuda/backend_cuda.h"
+#endif
 
-/* A CUDA backend goes in its slot when built; sim (a device for tests)
- * is in every build. */
+/* The CUDA backend is in its slot when built (TGL_WITH_CUDA); sim (a
+ * device for tests) is in every build. */
 const tgl_backend *const tgl_backends[TGL_NDEVICES] = {
     [TGL_DEVICE_CPU] = &tgl_backend_cpu,
     [TGL_DEVICE_SIM] = &tgl_backend_sim,
+#ifdef TGL_WITH_CUDA
+    [TGL_DEVICE_CUDA] = &tgl_backend_cuda,
+#endif
 };
