@@ -147,6 +147,37 @@ typedef struct tgl_cuda_driver {
 extern const tgl_cuda_driver tgl_cuda_driver_real; /* drv_cuda.c */
 extern const tgl_cuda_driver tgl_cuda_driver_emu;  /* drv_emu.c  */
 
+/* ---- the real driver's parts ------------------------------------------------- */
+
+/* nvrtc.c: source (whole) compiled with NVRTC into a cubin for sm_<arch>
+ * (90 for sm_90), with no device needed; *log: NVRTC's log (malloc'd, may
+ * be NULL).  The compile specs call it directly. */
+tgl_status tgl_cuda_nvrtc_compile(const char *source, const char *name, int arch, void **image,
+                                  size_t *len, char **log, tgl_errbuf *err);
+/* "nvrtc 13.0" (static text), for the cache key. */
+const char *tgl_cuda_nvrtc_version(void);
+
+/* drv_cuda.c: the stream everything runs on (a cudaStream_t). */
+void *tgl_cuda_real_stream(void);
+
+/* drv_cublas.c: cuBLAS on that stream, with the driver entries' meaning
+ * (the real driver's table points at these). */
+tgl_status tgl_cuda_cublas_gemm(int dtype, bool trans_a, bool trans_b, int m, int n, int k,
+                                double alpha, const void *a, int lda, const void *b, int ldb,
+                                double beta, void *c, int ldc, bool tf32, tgl_errbuf *err);
+tgl_status tgl_cuda_cublas_gemm_batched(int dtype, bool trans_a, bool trans_b, int m, int n,
+                                        int k, double alpha, const void *a, int lda,
+                                        int64_t stride_a, const void *b, int ldb,
+                                        int64_t stride_b, double beta, void *c, int ldc,
+                                        int64_t stride_c, int count, bool tf32, tgl_errbuf *err);
+tgl_status tgl_cuda_cublas_gemv(int dtype, bool trans, int rows, int cols, double alpha,
+                                const void *a, int lda, const void *x, int incx, double beta,
+                                void *y, int incy, tgl_errbuf *err);
+tgl_status tgl_cuda_cublas_ger(int dtype, int m, int n, double alpha, const void *x, int incx,
+                               const void *y, int incy, void *a, int lda, tgl_errbuf *err);
+tgl_status tgl_cuda_cublas_dot(int dtype, int n, const void *x, int incx, const void *y,
+                               int incy, void *out, tgl_errbuf *err);
+
 /* ---- runtime (runtime.c) ---------------------------------------------------- */
 
 /* The driver in use: the emulator when TGL_CUDA_EMU is set to a nonzero
