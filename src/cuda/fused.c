@@ -9,15 +9,22 @@
  * many operands for a launch's parameters) gets a kernel at tier 0: the
  * engine then runs the program's nodes' own kernels one by one
  * (engine/ops/fused.c's reference path, with the CUDA op kernels).  Any
- * other program is compiled at once (no background compiles: wait has
- * nothing to wait for) and runs at tier 2.  A source NVRTC rejects is a
- * tgl bug: the error (TGL_EINTERNAL) carries NVRTC's log.
+ * other program gets tier 2 at once, and its code at its first launch.
+ * A source NVRTC rejects is a tgl bug: the error (TGL_EINTERNAL, from
+ * that launch) carries NVRTC's log.
  *
- * One compile per program.  The backend's prepare takes one program, so
- * a function with k fused programs costs k NVRTC compiles the first time
- * (~0.15 s each); the disk cache makes later runs free.  render_cuda
- * takes n programs, so one compile per function would need a prepare
- * that sees the whole function (a change to engine/backend.h).
+ * One compile per function.  prepare takes one program, but compiling
+ * each alone costs one NVRTC run per program (~0.15 s; the emulator's
+ * host compiler, seconds).  So prepare only renders the program (to know
+ * its tier) and queues it; the first launch of any queued kernel renders
+ * every queued program into one source (render_cuda takes n) and
+ * compiles it once: compiling a function prepares all its programs
+ * before it runs any, so a function's kernels come from one compile.
+ * The queue's order is the preparation order, so the same script makes
+ * the same source, and the disk cache (modules.c) hits on the next run.
+ * No background compiles: wait has nothing to wait for.  A whole step
+ * (step.c) launches only kernels that have run once, so no compile
+ * happens inside a graph capture.
  *
  * Launch.  The space is the outputs' shape (a scalar: one axis of 1);
  * each operand's strides are the array's, in elements, and 0 on an
@@ -35,15 +42,92 @@
 #include "engine/fused_prog.h"
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 typedef struct cuda_kernel {
-    tgl_kernel_ref head; /* tier 0: no code; 2: f */
-    tgl_cuda_func *f;
+    tgl_kernel_ref head;          /* tier 0: no code; 2: f, or compiled at first launch */
+    tgl_cuda_func *f;             /* atomic: NULL until compiled                */
+    const tgl_fused_prog *prog;   /* outlives the kernel (backend.h)            */
+    struct cuda_kernel *prev, *next; /* the pending list, while f is NULL       */
     char symbol[40];
 } cuda_kernel;
+
+/* Kernels prepared and not compiled yet, in the order prepared (so the
+ * batch a function makes, and its cache key, is the same every run).
+ * The lock is held over a batch's compile, so a release waits for it
+ * rather than freeing a kernel the batch is using. */
+static struct {
+    pthread_mutex_t lock;
+    cuda_kernel *head, *tail;
+} P = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* At most this many programs in one source: NVRTC's time grows with it. */
+#define BATCH_MAX 128
+
+static void pending_remove(cuda_kernel *k)
+{
+    if (k->prev)
+        k->prev->next = k->next;
+    else if (P.head == k)
+        P.head = k->next;
+    if (k->next)
+        k->next->prev = k->prev;
+    else if (P.tail == k)
+        P.tail = k->prev;
+    k->prev = k->next = NULL;
+}
+
+/* Compiles the pending kernels, in batches, until k has its code (k is
+ * pending, or was compiled by another thread meanwhile). */
+static tgl_status compile_pending(const tgl_backend_opts *o, cuda_kernel *k, tgl_errbuf *err)
+{
+    tgl_status st = TGL_OK;
+    pthread_mutex_lock(&P.lock);
+    while (!st && !__atomic_load_n(&k->f, __ATOMIC_ACQUIRE)) {
+        /* The batch: k first, then the others in order, symbols once
+         * (programs that compute the same share a symbol and a kernel). */
+        cuda_kernel *batch[BATCH_MAX];
+        const tgl_fused_prog *ps[BATCH_MAX];
+        const char *syms[BATCH_MAX];
+        int n = 0, np = 0;
+        batch[n++] = k;
+        for (cuda_kernel *q = P.head; q && n < BATCH_MAX; q = q->next)
+            if (q != k)
+                batch[n++] = q;
+        for (int i = 0; i < n; i++) {
+            bool dup = false;
+            for (int j = 0; j < np && !dup; j++)
+                dup = strcmp(syms[j], batch[i]->symbol) == 0;
+            if (!dup) {
+                ps[np] = batch[i]->prog;
+                syms[np++] = batch[i]->symbol;
+            }
+        }
+        char *src = NULL;
+        tgl_errbuf rerr;
+        st = tgl_cgen_render_cuda(ps, syms, np, &src, &rerr);
+        if (st) {
+            st = tgl_errbuf_set(err, st == TGL_EINVAL ? TGL_EINTERNAL : st, "%s", rerr.msg);
+            break;
+        }
+        tgl_cuda_module *m;
+        st = tgl_cuda_module_from_source(o, src, "tgl_fused.cu", &m, err);
+        free(src);
+        for (int i = 0; i < n && !st; i++) {
+            tgl_cuda_func *f;
+            st = tgl_cuda_drv()->func(m, batch[i]->symbol, &f, err);
+            if (!st) {
+                __atomic_store_n(&batch[i]->f, f, __ATOMIC_RELEASE);
+                pending_remove(batch[i]);
+            }
+        }
+    }
+    pthread_mutex_unlock(&P.lock);
+    return st;
+}
 
 /* A launch cache (and a whole step's copy of one: step.c): what launch
  * decided from the operands' layouts.  key: each operand's shape and
@@ -60,6 +144,7 @@ typedef struct geometry {
 tgl_status tgl_cuda_fused_prepare(const tgl_backend_opts *o, const tgl_fused_prog *prog,
                                   tgl_kernel_ref **out, tgl_errbuf *err)
 {
+    (void)o; /* the options the compile reads are the first launch's */
     *out = NULL;
     if (!prog)
         return tgl_errbuf_set(err, TGL_EINVAL, "cuda: no fused program to prepare");
@@ -82,17 +167,23 @@ tgl_status tgl_cuda_fused_prepare(const tgl_backend_opts *o, const tgl_fused_pro
         free(k);
         return tgl_errbuf_set(err, st, "%s", rerr.msg);
     }
-    char name[64];
-    snprintf(name, sizeof name, "%s.cu", k->symbol);
-    tgl_cuda_module *m;
-    st = tgl_cuda_module_from_source(o, src, name, &m, err);
     free(src);
-    if (!st)
-        st = tgl_cuda_drv()->func(m, k->symbol, &k->f, err);
-    if (st) {
+    /* The device must be there now (a clear error at compile time);
+     * the code is compiled at the first launch, with every program
+     * prepared by then: one compile for a function's kernels. */
+    if ((st = tgl_cuda_ready(err))) {
         free(k);
         return st;
     }
+    k->prog = prog;
+    pthread_mutex_lock(&P.lock);
+    k->prev = P.tail;
+    if (P.tail)
+        P.tail->next = k;
+    else
+        P.head = k;
+    P.tail = k;
+    pthread_mutex_unlock(&P.lock);
     __atomic_store_n(&k->head.tier, 2, __ATOMIC_RELEASE);
     *out = &k->head;
     return TGL_OK;
@@ -100,13 +191,20 @@ tgl_status tgl_cuda_fused_prepare(const tgl_backend_opts *o, const tgl_fused_pro
 
 void tgl_cuda_fused_wait(tgl_kernel_ref *k)
 {
-    (void)k; /* compiles finish in prepare */
+    (void)k; /* no background compiles: a kernel compiles at its first launch */
 }
 
-void tgl_cuda_fused_release(tgl_kernel_ref *k)
+void tgl_cuda_fused_release(tgl_kernel_ref *ref)
 {
     /* The module stays in modules.c's table (other programs, later
      * prepares of this one, share it). */
+    cuda_kernel *k = (cuda_kernel *)ref;
+    if (!k)
+        return;
+    pthread_mutex_lock(&P.lock);
+    if (!__atomic_load_n(&k->f, __ATOMIC_ACQUIRE))
+        pending_remove(k);
+    pthread_mutex_unlock(&P.lock);
     free(k);
 }
 
@@ -164,15 +262,18 @@ static tgl_status launch_with(const cuda_kernel *k, const geometry *g, void *con
     return st;
 }
 
-/* The kernel of prog, ready to launch, or an error. */
-static tgl_status ready_kernel(const tgl_fused_prog *prog, const tgl_kernel_ref *ref,
-                               tgl_errbuf *err)
+/* The kernel of prog, ready to launch (compiled now, with the other
+ * pending ones, at its first launch), or an error. */
+static tgl_status ready_kernel(const tgl_backend_opts *o, const tgl_fused_prog *prog,
+                               tgl_kernel_ref *ref, tgl_errbuf *err)
 {
-    const cuda_kernel *k = (const cuda_kernel *)ref;
-    if (!k || __atomic_load_n(&k->head.tier, __ATOMIC_ACQUIRE) < 2 || !k->f)
+    cuda_kernel *k = (cuda_kernel *)ref;
+    if (!k || __atomic_load_n(&k->head.tier, __ATOMIC_ACQUIRE) < 2)
         return tgl_errbuf_set(err, TGL_EINTERNAL, "cuda: fused program %d has no kernel",
                               prog->id);
-    return TGL_OK;
+    if (__atomic_load_n(&k->f, __ATOMIC_ACQUIRE))
+        return TGL_OK;
+    return compile_pending(o, k, err);
 }
 
 tgl_status tgl_cuda_fused_launch_at(const struct tgl_fused_prog *prog, const void *geom,
@@ -180,8 +281,10 @@ tgl_status tgl_cuda_fused_launch_at(const struct tgl_fused_prog *prog, const voi
 {
     if (!prog || !geom || !ptrs)
         return tgl_errbuf_set(err, TGL_EINVAL, "cuda: fused launch: NULL argument");
-    const tgl_kernel_ref *ref = prog->kernel[TGL_DEVICE_CUDA];
-    tgl_status st = ready_kernel(prog, ref, err);
+    tgl_kernel_ref *ref = prog->kernel[TGL_DEVICE_CUDA];
+    /* (a whole step's geometry comes from a launch: the kernel has its
+     * code, and no options are needed to compile it) */
+    tgl_status st = ready_kernel(NULL, prog, ref, err);
     const geometry *g = geom;
     if (!st && g->nop != prog->nin + prog->nout)
         st = tgl_errbuf_set(err, TGL_EINTERNAL, "cuda: fused program %d: a geometry of %d "
@@ -278,7 +381,9 @@ tgl_status tgl_cuda_fused_launch(const tgl_backend_opts *o, const tgl_fused_prog
 {
     if (!prog || (!in && prog->nin > 0) || !out)
         return tgl_errbuf_set(err, TGL_EINVAL, "cuda: fused launch: NULL argument");
-    tgl_status st = ready_kernel(prog, ref, err);
+    if (o && o->interrupt && *o->interrupt)
+        return tgl_errbuf_set(err, TGL_EINTERRUPT, "interrupted");
+    tgl_status st = ready_kernel(o, prog, ref, err);
     if (st)
         return st;
     if (o && o->interrupt && *o->interrupt)
