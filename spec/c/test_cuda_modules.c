@@ -268,6 +268,50 @@ static void an_unwritable_cache_is_no_error(void **state)
     assert_int_equal(in_child(unwritable), 0);
 }
 
+/* Info and clear need no device: they count and delete the CUDA entries
+ * only (a CPU kernel's <key>.so and temporaries stay), and info creates
+ * nothing. */
+static void info_and_clear_touch_only_cuda_entries(void **state)
+{
+    (void)state;
+    tgl_backend_opts o = opts;
+    char dir[400], path[600], text[1000];
+    snprintf(dir, sizeof dir, "%s/info", cache_root);
+    o.cache_dir = dir;
+    tgl_errbuf err;
+    char *info = NULL;
+    assert_int_equal(tgl_cuda_cache_info(&o, &info, &err), TGL_OK);
+    snprintf(text, sizeof text,
+             "directory: %s (not created yet)\nentries: 0\nbytes: 0\nmax_bytes: %lld\n", dir,
+             (long long)o.cache_max_bytes);
+    assert_string_equal(info, text);
+    free(info);
+    struct stat st;
+    assert_int_not_equal(stat(dir, &st), 0);
+    assert_int_equal(mkdir(dir, 0755), 0);
+    const char *hex = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+    const char *names[] = {".cubin", ".emu.so", ".so", ".cubin.tmp.1.2"};
+    const int sizes[] = {100, 50, 70, 30};
+    for (int i = 0; i < 4; i++) {
+        snprintf(path, sizeof path, "%s/%s%s", dir, hex, names[i]);
+        FILE *f = fopen(path, "w");
+        assert_non_null(f);
+        for (int b = 0; b < sizes[i]; b++)
+            fputc('x', f);
+        fclose(f);
+    }
+    assert_int_equal(tgl_cuda_cache_info(&o, &info, &err), TGL_OK);
+    snprintf(text, sizeof text, "directory: %s\nentries: 2\nbytes: 150\nmax_bytes: %lld\n", dir,
+             (long long)o.cache_max_bytes);
+    assert_string_equal(info, text);
+    free(info);
+    assert_int_equal(tgl_cuda_cache_clear(&o, &err), TGL_OK);
+    for (int i = 0; i < 4; i++) {
+        snprintf(path, sizeof path, "%s/%s%s", dir, hex, names[i]);
+        assert_int_equal(access(path, F_OK) == 0, i >= 2);
+    }
+}
+
 /* ---- the library ------------------------------------------------------------------- */
 
 static int lib_errors(void)
@@ -455,6 +499,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(cache_hits_and_rebuilds),
         cmocka_unit_test(an_unwritable_cache_is_no_error),
+        cmocka_unit_test(info_and_clear_touch_only_cuda_entries),
         cmocka_unit_test(library_errors_are_clear),
         cmocka_unit_test(geometry_covers_and_is_bounded),
         cmocka_unit_test(fused_kernels_compute_on_the_device),
