@@ -16,8 +16,9 @@
  * receives a reused block is ordered after the last reader of its former
  * owner (cuda_int.h, "Ordering").  When the driver runs out of memory the
  * cache is returned to it (tgl_cuda_empty_cache) and the request retried
- * once.  One mutex guards the lists, the table of blocks in use (pointer
- * -> block, for tgl_cuda_free) and the statistics.
+ * once; a request larger than the whole device fails at once.  One mutex
+ * guards the lists, the table of blocks in use (pointer -> block, for
+ * tgl_cuda_free) and the statistics.
  */
 #include "cuda/cuda_int.h"
 
@@ -220,6 +221,10 @@ void *tgl_cuda_alloc(size_t n)
     const tgl_cuda_driver *drv = tgl_cuda_drv();
     pthread_mutex_lock(&A.lock);
     A.st.n_allocs++;
+    /* more than the device has never fits: no need to empty the cache or
+     * to ask the driver (the emulator's memory is the host's) */
+    if (cls >= 0 && devinfo.total_mem && size > devinfo.total_mem)
+        cls = -1;
     block *b = cls >= 0 ? A.free_list[cls] : NULL;
     if (b) {
         A.free_list[cls] = b->next;
