@@ -693,18 +693,6 @@ tgl_status tgl_cuda_be_ger(int dtype, int m, int n, double alpha, const void *x,
     return tgl_cuda_drv()->ger(dtype, m, n, alpha, x, incx, y, incy, a, lda, err);
 }
 
-/* The options a launch from an entry that sees no context reads: the
- * configuration's defaults (the module cache in $TGL_CACHE_DIR or
- * ~/.cache/tgl).  Only be_dot's float32 path launches with them. */
-static const tgl_backend_opts default_opts = {
-    .cc = "cc",
-    .cflags = "-O3 -march=native",
-    .cache_dir = "",
-    .compile = "sync",
-    .cache_max_bytes = (int64_t)256 << 20,
-    .exit_wait = 5,
-};
-
 /* float32 sums in double (engine/backend.h): this family's block kernel
  * on the two strided vectors; float64 is cuBLAS's ddot. */
 tgl_status tgl_cuda_be_dot(int dtype, int n, const void *x, int incx, const void *y, int incy,
@@ -719,5 +707,6 @@ tgl_status tgl_cuda_be_dot(int dtype, int n, const void *x, int incx, const void
     const float *xs = (const float *)x + (incx < 0 ? (int64_t)(n - 1) * -incx : 0);
     const float *ys = (const float *)y + (incy < 0 ? (int64_t)(n - 1) * -incy : 0);
     tgl_blas_prod_args a = {xs, ys, out, 1, 1, 1, n, 0, 0, incx, 0, incy, 0, 0, 0, 0, dtype, 0};
-    return tgl_cuda_lib_launch(&default_opts, "blas", "blas_prod_block", 1, 256, 0, &a, err);
+    /* No context here: the module cache's defaults (NULL options). */
+    return tgl_cuda_lib_launch(NULL, "blas", "blas_prod_block", 1, 256, 0, &a, err);
 }
