@@ -32,10 +32,14 @@
  * dots and uses this entry for float64 only (this entry stays the plain
  * cuBLAS dot for the driver table's callers).
  *
- * One cuBLAS handle for the process, made on first use (after the device
- * is up: every caller has passed tgl_cuda_ready) and bound to the stream.
- * Its settings (pointer mode, math mode) are per handle, so each call sets
- * what it needs under a mutex: two host threads may issue products at once.
+ * One cuBLAS handle for the process, bound to the stream, made by
+ * tgl_cuda_cublas_init when the real driver starts (else on first use;
+ * every caller has passed tgl_cuda_ready).  It gets a workspace of its own
+ * (WORKSPACE bytes, cudaMalloc'd once, outside tgl's allocator), so cuBLAS
+ * allocates nothing while a step is being captured as a CUDA Graph
+ * (step.c): an allocation inside a capture would end it.  Its settings
+ * (pointer mode, math mode) are per handle, so each call sets what it
+ * needs under a mutex: two host threads may issue products at once.
  */
 #include "cuda/cuda_int.h"
 
@@ -43,9 +47,15 @@
 #include <cuda_runtime_api.h>
 #include <pthread.h>
 
+/* cuBLAS's recommended workspace on Hopper (the size its own default
+ * pool uses there). */
+#define WORKSPACE ((size_t)32 << 20)
+
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static cublasHandle_t handle;        /* NULL until made                  */
 static cudaStream_t handle_stream;   /* the stream the handle is bound to */
+static bool handle_bound;            /* handle_stream is set              */
+static void *workspace;              /* WORKSPACE bytes, or NULL           */
 
 static tgl_status status_of(cublasStatus_t s)
 {
@@ -64,25 +74,51 @@ static tgl_status fail(tgl_errbuf *err, cublasStatus_t s, const char *what)
                           text ? text : "unknown cuBLAS error", (int)s);
 }
 
-/* Locks and returns the handle, made and bound to the stream; unlocked
- * again on failure (err set). */
-static tgl_status acquire(cublasPointerMode_t pmode, cublasMath_t math, tgl_errbuf *err)
+/* With the lock held: the handle made and bound to the driver's stream,
+ * with the workspace. */
+static tgl_status make_handle(tgl_errbuf *err)
 {
-    pthread_mutex_lock(&lock);
     cublasStatus_t s;
     if (!handle && (s = cublasCreate(&handle)) != CUBLAS_STATUS_SUCCESS) {
         handle = NULL;
-        pthread_mutex_unlock(&lock);
         return fail(err, s, "cublasCreate");
     }
     cudaStream_t stream = (cudaStream_t)tgl_cuda_real_stream();
-    if (stream != handle_stream || !handle_stream) {
-        if ((s = cublasSetStream(handle, stream)) != CUBLAS_STATUS_SUCCESS) {
-            pthread_mutex_unlock(&lock);
-            return fail(err, s, "cublasSetStream");
-        }
-        handle_stream = stream;
+    if (handle_bound && stream == handle_stream)
+        return TGL_OK;
+    if ((s = cublasSetStream(handle, stream)) != CUBLAS_STATUS_SUCCESS)
+        return fail(err, s, "cublasSetStream");
+    /* cublasSetStream puts the default workspace pool back: ours after it */
+    if (!workspace && cudaMalloc(&workspace, WORKSPACE) != cudaSuccess) {
+        (void)cudaGetLastError(); /* not sticky: cuBLAS's own pool then */
+        workspace = NULL;
     }
+    if (workspace && (s = cublasSetWorkspace(handle, workspace, WORKSPACE)) != CUBLAS_STATUS_SUCCESS)
+        return fail(err, s, "cublasSetWorkspace");
+    handle_stream = stream;
+    handle_bound = true;
+    return TGL_OK;
+}
+
+tgl_status tgl_cuda_cublas_init(tgl_errbuf *err)
+{
+    pthread_mutex_lock(&lock);
+    tgl_status st = make_handle(err);
+    pthread_mutex_unlock(&lock);
+    return st;
+}
+
+/* Locks and returns the handle, made and bound to the stream, in the
+ * modes asked for; unlocked again on failure (err set). */
+static tgl_status acquire(cublasPointerMode_t pmode, cublasMath_t math, tgl_errbuf *err)
+{
+    pthread_mutex_lock(&lock);
+    tgl_status st = make_handle(err);
+    if (st) {
+        pthread_mutex_unlock(&lock);
+        return st;
+    }
+    cublasStatus_t s;
     if ((s = cublasSetPointerMode(handle, pmode)) != CUBLAS_STATUS_SUCCESS ||
         (s = cublasSetMathMode(handle, math)) != CUBLAS_STATUS_SUCCESS) {
         pthread_mutex_unlock(&lock);
