@@ -204,7 +204,9 @@ describe('cuda products', function()
     it('float32 dot products sum in double and round once, as the cpu does: equal bit for bit', function()
       -- A float32 running sum would differ from the cpu's in the last bits
       -- on most of these; a double sum rounded once gives the cpu's value.
-      for _, n in ipairs({ 1000, 4097, 10000 }) do
+      -- (70000: few outputs of many products, summed by several blocks each
+      -- and then added in a second pass)
+      for _, n in ipairs({ 1000, 4097, 10000, 70000 }) do
         for _ = 1, 3 do
           local x, y = rand({ n }, 'float32'), rand({ n }, 'float32')
           assert.are.equal(tgl.dot(x, y):get(), tgl.dot(x:cuda(), y:cuda()):cpu():get())
@@ -264,11 +266,18 @@ describe('cuda products', function()
       end
     end)
 
-    it('a product of 1000 inner terms (the block kernel for integers; cuBLAS for floats)', function()
-      for _, dt in ipairs({ 'float64', 'float32', 'int64' }) do
+    it('long inner extents: 1000 (one block per output) and 70000 (split over blocks)', function()
+      for _, dt in ipairs({ 'float64', 'float32', 'int64', 'int32' }) do
         local a, da = operand(dt, 'slice', { 3, 1000 })
         local b, db = operand(dt, 'T', { 1000, 2 })
         check(tgl.dot(a, b), tgl.dot(da, db), maxabs(a) * maxabs(b) * 1000, dt .. ' k=1000')
+        local x, dx = operand(dt, 'step', { 70000 })
+        local y, dy = operand(dt, 'neg', { 70000 })
+        check(tgl.dot(x, y), tgl.dot(dx, dy), maxabs(x) * maxabs(y) * 70000, dt .. ' k=70000')
+        local p, dp = operand(dt, 'T', { 2, 70000 })
+        local q, dq = operand(dt, 'contig', { 2, 70000 })
+        check(tgl.batched_dot(p, q), tgl.batched_dot(dp, dq), maxabs(p) * maxabs(q) * 70000,
+              dt .. ' rows of 70000')
       end
     end)
   end)

@@ -220,26 +220,66 @@ static bool blas_ready(const tgl_array *a, bool batch)
 
 enum { PROD_MM, PROD_MV, PROD_VM, PROD_VV };
 
-/* The integer (or double-accumulated float) product kernels over batch
- * products C_b = A_b B_b (m x k by k x n), any strides: one thread per
- * output element for short sums, one block for long ones (dot products,
- * few outputs). */
-static tgl_status prod_kernel(const run *r, int dt, int64_t batch, const mat *A, int64_t as_b,
-                              const mat *B, int64_t bs_b, const mat *C, int64_t cs_b, int64_t k)
+/* Launches this family's product kernels for a (pointers, extents,
+ * strides, dtype; partial and nsplit are set here): one thread per output
+ * element for short sums; one block per output for long ones (dot
+ * products, few outputs); for very long sums into few outputs, nsplit
+ * blocks per output and a second pass adding their partial sums, so that
+ * a long dot product fills the device.  o: the launch options (NULL: the
+ * module cache's defaults). */
+static tgl_status prod_launch(const tgl_backend_opts *o, tgl_blas_prod_args *a, tgl_errbuf *e)
 {
-    tgl_blas_prod_args a = {A->p, B->p, C->p, batch, C->rows, C->cols, k,
-                            as_b, A->rs, A->cs, bs_b, B->rs, B->cs, cs_b, C->rs, C->cs, dt, 0};
-    int64_t total = batch * C->rows * C->cols;
+    int64_t total = a->batch * a->m * a->n, k = a->k;
+    a->partial = NULL;
+    a->nsplit = 1;
     if (total == 0)
         return TGL_OK;
+    const tgl_cuda_devinfo *info = tgl_cuda_info();
+    int64_t fill = 4 * (int64_t)(info && info->sm_count > 0 ? info->sm_count : 1);
+    if (k >= 65536 && total < fill) {
+        /* enough blocks to fill the device, each thread at least 16 products */
+        int64_t nsplit = (fill + total - 1) / total, most = (k + 4095) / 4096;
+        nsplit = nsplit < most ? nsplit : most;
+        if (nsplit >= 2) {
+            size_t bytes = (size_t)(total * nsplit) * 8;
+            void *partial = tgl_cuda_alloc(bytes);
+            if (!partial)
+                return tgl_errbuf_set(e, TGL_ENOMEM,
+                                      "cuda: out of device memory (%zu bytes of partial sums)",
+                                      bytes);
+            a->partial = partial;
+            a->nsplit = nsplit;
+            int64_t blocks = total * nsplit;
+            tgl_status st = tgl_cuda_lib_launch(o, "blas", "blas_prod_partial",
+                                                blocks < 65535 ? (unsigned)blocks : 65535, 256,
+                                                0, a, e);
+            if (!st)
+                st = tgl_cuda_lib_launch(o, "blas", "blas_prod_finish",
+                                         total < 65535 ? (unsigned)total : 65535, 128, 0, a, e);
+            tgl_cuda_free(partial); /* stream-ordered: after the kernels that read it */
+            return st;
+        }
+    }
     if (k >= 256 || (k >= 32 && total < 2048)) {
         unsigned block = k >= 256 ? 256 : 64;
         unsigned grid = total < 65535 ? (unsigned)total : 65535;
-        return launch(r, "blas_prod_block", grid, block, &a);
+        return tgl_cuda_lib_launch(o, "blas", "blas_prod_block", grid, block, 0, a, e);
     }
     unsigned grid, block;
     tgl_cuda_geometry(total, &grid, &block);
-    return launch(r, "blas_prod_thread", grid, block, &a);
+    return tgl_cuda_lib_launch(o, "blas", "blas_prod_thread", grid, block, 0, a, e);
+}
+
+/* The integer (or double-accumulated float) products C_b = A_b B_b
+ * (m x k by k x n, C's extents) over batch, any strides: prod_launch. */
+static tgl_status prod_kernel(const run *r, int dt, int64_t batch, const mat *A, int64_t as_b,
+                              const mat *B, int64_t bs_b, const mat *C, int64_t cs_b, int64_t k)
+{
+    tgl_blas_prod_args a = {A->p, B->p, C->p, NULL, batch, C->rows, C->cols, k,
+                            as_b, A->rs, A->cs, bs_b, B->rs, B->cs, cs_b, C->rs, C->cs, 1, dt, 0};
+    tgl_errbuf e;
+    tgl_status st = prod_launch(r->o, &a, &e);
+    return st ? fail(r, st, &e) : TGL_OK;
 }
 
 /* C = A . B with the driver's BLAS (dt float32 or float64; layouts checked
@@ -693,8 +733,8 @@ tgl_status tgl_cuda_be_ger(int dtype, int m, int n, double alpha, const void *x,
     return tgl_cuda_drv()->ger(dtype, m, n, alpha, x, incx, y, incy, a, lda, err);
 }
 
-/* float32 sums in double (engine/backend.h): this family's block kernel
- * on the two strided vectors; float64 is cuBLAS's ddot. */
+/* float32 sums in double (engine/backend.h): this family's product
+ * kernels on the two strided vectors; float64 is cuBLAS's ddot. */
 tgl_status tgl_cuda_be_dot(int dtype, int n, const void *x, int incx, const void *y, int incy,
                            void *out, tgl_errbuf *err)
 {
@@ -706,7 +746,8 @@ tgl_status tgl_cuda_be_dot(int dtype, int n, const void *x, int incx, const void
     /* BLAS's negative increment walks the vector from its far end. */
     const float *xs = (const float *)x + (incx < 0 ? (int64_t)(n - 1) * -incx : 0);
     const float *ys = (const float *)y + (incy < 0 ? (int64_t)(n - 1) * -incy : 0);
-    tgl_blas_prod_args a = {xs, ys, out, 1, 1, 1, n, 0, 0, incx, 0, incy, 0, 0, 0, 0, dtype, 0};
+    tgl_blas_prod_args a = {xs, ys, out, NULL, 1, 1, 1, n, 0, 0, incx, 0, incy, 0, 0, 0, 0, 1,
+                            dtype, 0};
     /* No context here: the module cache's defaults (NULL options). */
-    return tgl_cuda_lib_launch(NULL, "blas", "blas_prod_block", 1, 256, 0, &a, err);
+    return prod_launch(NULL, &a, err);
 }

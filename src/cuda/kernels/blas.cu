@@ -114,3 +114,69 @@ TGL_KERNEL(blas_prod_block, tgl_blas_prod_args)
     default: blas_prod_block_t<uint8_t, uint64_t>(a, su); break;
     }
 }
+
+/* Block `part` of output o sums products part*blockDim + t, stepping by
+ * nsplit*blockDim (coalesced along a unit-stride vector). */
+template <typename T, typename ACC>
+static __device__ void blas_prod_partial_t(const tgl_blas_prod_args &a, ACC *scratch)
+{
+    const T *A = (const T *)a.a, *B = (const T *)a.b;
+    ACC *P = (ACC *)a.partial;
+    const int64_t total = a.batch * a.m * a.n * a.nsplit;
+    const int64_t step = a.nsplit * blockDim.x;
+    for (int64_t q = blockIdx.x; q < total; q += gridDim.x) {
+        int64_t part = q % a.nsplit, o = q / a.nsplit;
+        int64_t j = o % a.n, t = o / a.n, i = t % a.m, b = t / a.m;
+        const T *pa = A + b * a.as_b + i * a.as_r;
+        const T *pb = B + b * a.bs_b + j * a.bs_c;
+        ACC s = 0;
+        for (int64_t p = part * blockDim.x + threadIdx.x; p < a.k; p += step)
+            s += (ACC)pa[p * a.as_c] * (ACC)pb[p * a.bs_r];
+        s = tgl_block_sum(s, scratch);
+        if (threadIdx.x == 0)
+            P[q] = s;
+    }
+}
+
+template <typename T, typename ACC>
+static __device__ void blas_prod_finish_t(const tgl_blas_prod_args &a, ACC *scratch)
+{
+    const ACC *P = (const ACC *)a.partial;
+    T *C = (T *)a.c;
+    const int64_t total = a.batch * a.m * a.n;
+    for (int64_t o = blockIdx.x; o < total; o += gridDim.x) {
+        int64_t j = o % a.n, t = o / a.n, i = t % a.m, b = t / a.m;
+        ACC s = 0;
+        for (int64_t p = threadIdx.x; p < a.nsplit; p += blockDim.x)
+            s += P[o * a.nsplit + p];
+        s = tgl_block_sum(s, scratch);
+        if (threadIdx.x == 0)
+            C[b * a.cs_b + i * a.cs_r + j * a.cs_c] = (T)s;
+    }
+}
+
+TGL_KERNEL(blas_prod_partial, tgl_blas_prod_args)
+{
+    __shared__ double sd[32];
+    __shared__ uint64_t su[32];
+    switch (a.dt) {
+    case TGL_BLAS_F32: blas_prod_partial_t<float, double>(a, sd); break;
+    case TGL_BLAS_F64: blas_prod_partial_t<double, double>(a, sd); break;
+    case TGL_BLAS_I32: blas_prod_partial_t<int32_t, uint64_t>(a, su); break;
+    case TGL_BLAS_I64: blas_prod_partial_t<int64_t, uint64_t>(a, su); break;
+    default: blas_prod_partial_t<uint8_t, uint64_t>(a, su); break;
+    }
+}
+
+TGL_KERNEL(blas_prod_finish, tgl_blas_prod_args)
+{
+    __shared__ double sd[32];
+    __shared__ uint64_t su[32];
+    switch (a.dt) {
+    case TGL_BLAS_F32: blas_prod_finish_t<float, double>(a, sd); break;
+    case TGL_BLAS_F64: blas_prod_finish_t<double, double>(a, sd); break;
+    case TGL_BLAS_I32: blas_prod_finish_t<int32_t, uint64_t>(a, su); break;
+    case TGL_BLAS_I64: blas_prod_finish_t<int64_t, uint64_t>(a, su); break;
+    default: blas_prod_finish_t<uint8_t, uint64_t>(a, su); break;
+    }
+}

@@ -51,15 +51,23 @@ typedef struct tgl_blas_scale_args {
  * (computed in uint64), floats accumulate in double and are rounded once.
  * _thread: one thread per output element (small k); _block: one block per
  * output element, the k products shared over the block's threads and
- * summed with tgl_block_sum (large k: dot products, row-wise dots). */
+ * summed with tgl_block_sum (large k: dot products, row-wise dots).
+ * For few outputs of very many products each (a long dot product), the
+ * sums are split over nsplit blocks per output: blas_prod_partial writes
+ * each block's sum (the accumulator: double or uint64, 8 bytes) to
+ * partial[o * nsplit + part], and blas_prod_finish (one block per output)
+ * adds an output's nsplit partial sums and stores the result; both
+ * orders are fixed, so the result is the same on every run. */
 typedef struct tgl_blas_prod_args {
     const void *a;
     const void *b;
     void *c;
+    void *partial;            /* nsplit accumulators per output (split) */
     int64_t batch, m, n, k;
     int64_t as_b, as_r, as_c; /* A: batch, row, column strides */
     int64_t bs_b, bs_r, bs_c; /* B */
     int64_t cs_b, cs_r, cs_c; /* C */
+    int64_t nsplit;           /* blocks per output (split)              */
     int32_t dt, pad_;
 } tgl_blas_prod_args;
 
