@@ -156,6 +156,9 @@ tgl_status tgl_cuda_nvrtc_compile(const char *source, const char *name, int arch
                                   size_t *len, char **log, tgl_errbuf *err);
 /* "nvrtc 13.0" (static text), for the cache key. */
 const char *tgl_cuda_nvrtc_version(void);
+/* The options tgl_cuda_nvrtc_compile passes after the architecture
+ * (static text), for the cache key. */
+const char *tgl_cuda_nvrtc_options(void);
 
 /* drv_cuda.c: the stream everything runs on (a cudaStream_t). */
 void *tgl_cuda_real_stream(void);
