@@ -418,14 +418,18 @@ static tgl_status reduce_run(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *
         a.chunk = ceil_div(a.rsize, a.nchunk);
         a.nchunk = ceil_div(a.rsize, a.chunk);
     }
-    void *part = NULL;
+    /* The partials: an array of the device's, freed (to the allocator's
+     * stream-ordered cache) right after the kernels that use it. */
+    tgl_array *part = NULL;
     if (a.nchunk > 1) {
-        part = tgl_cuda_alloc((size_t)(a.nout * a.nchunk) * 8);
-        if (!part)
-            return tgl_errbuf_set(err, TGL_ENOMEM,
-                                  "cuda: out of device memory (%lld partial sums)",
-                                  (long long)(a.nout * a.nchunk));
-        a.part = part;
+        int64_t np = a.nout * a.nchunk;
+        tgl_status ast = tgl_array_alloc_on(ctx, "cuda reduce", out->device,
+                                            tgl_dtype_is_float(x->dtype_id) ? TGL_FLOAT64
+                                                                            : TGL_INT64,
+                                            1, &np, false, &part);
+        if (ast)
+            return tgl_errbuf_set(err, ast, "%s", tgl_ctx_error(ctx));
+        a.part = part->data;
     }
     tgl_status st;
     int64_t items = a.nout * a.nchunk;
@@ -442,8 +446,7 @@ static tgl_status reduce_run(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *
         tgl_cuda_geometry(a.nout, &grid, &block);
         st = tgl_cuda_lib_launch(o, "core", "tgl_core_reduce_finish", grid, block, 0, &a, err);
     }
-    if (part)
-        tgl_cuda_free(part); /* stream-ordered: after the kernels that read it */
+    tgl_array_release(part);
     return st;
 }
 

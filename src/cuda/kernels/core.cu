@@ -152,8 +152,8 @@ TGL_KERNEL(tgl_core_convert, tgl_core_copy_args)
 template <typename A> static __device__ __forceinline__ A core_identity(int op);
 template <> __device__ __forceinline__ double core_identity<double>(int op)
 {
-    return op == TGL_CORE_SUM ? 0.0 : op == TGL_CORE_PROD ? 1.0 : op == TGL_CORE_MAX ? -INFINITY
-                                                                                     : INFINITY;
+    const double inf = __longlong_as_double(0x7ff0000000000000LL); /* no INFINITY under NVRTC */
+    return op == TGL_CORE_SUM ? 0.0 : op == TGL_CORE_PROD ? 1.0 : op == TGL_CORE_MAX ? -inf : inf;
 }
 template <> __device__ __forceinline__ long long core_identity<long long>(int op)
 {
