@@ -42,8 +42,13 @@
 #include <limits.h>
 #include <stdio.h>
 
-/* The most bytes of im2col scratch one call holds at a time. */
+/* The most bytes of im2col scratch one call holds at a time (a build
+ * option only so tests can force small chunks). */
+#ifdef TGL_CUDA_CONV_SCRATCH_BUDGET
+#define SCRATCH_BUDGET ((int64_t)(TGL_CUDA_CONV_SCRATCH_BUDGET))
+#else
 #define SCRATCH_BUDGET ((int64_t)256 << 20)
+#endif
 
 typedef struct kctx {
     tgl_ctx *ctx;
