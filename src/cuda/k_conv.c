@@ -7,18 +7,20 @@
  *
  * Convolution, per chunk of nb images (nb chosen so the unrolled matrix
  * stays under SCRATCH_BUDGET, at least one image):
- *   conv2d       im2col into col (nb, G, K, L), then per group one batched
- *                product over the images: y[n, g] (Og x L) = w_g (Og x K)
- *                . col[n, g] (K x L) (w shared: stride 0).  A 1x1 kernel
- *                with stride 1 and no padding reads x itself as col.
- *   grad_input   per group col[n, g] (K x L) = w_g^T . dy[n, g] (batched),
+ *   conv2d       im2col into col (nb, G, K, L), then y[n, g] (Og x L) =
+ *                w_g (Og x K) . col[n, g] (K x L) for every image and group,
+ *                batched over the images (w shared: stride 0) per group, or
+ *                over the groups per image when there are more groups than
+ *                images (depthwise).  A 1x1 kernel with stride 1 and no
+ *                padding reads x itself as col.
+ *   grad_input   col[n, g] (K x L) = w_g^T . dy[n, g], batched the same way,
  *                then col2im as a gather into gx (each element sums its own
  *                entries: deterministic, no atomics).  1x1/stride 1/no
- *                padding: the product writes gx directly.
+ *                padding: the products write gx directly.
  *   grad_weight  im2col into col (G, K, nb, L) and dy copied to (O, nb, L),
- *                so each group is ONE product over the whole chunk:
- *                gw_g (Og x K) (+)= dy_g (Og x nb L) . col_g^T, the chunks
- *                summed by beta = 1.
+ *                so each group is ONE product over the whole chunk, every
+ *                group in one batched call: gw_g (Og x K) (+)= dy_g (Og x
+ *                nb L) . col_g^T, the chunks summed by beta = 1.
  * Products through the driver's gemm (cuBLAS on the device; TF32 for
  * float32 when tgl_cuda_allow_tf32()).  x may have any strides (im2col
  * reads them); w and dy, the products' operands, are copied contiguous
@@ -134,6 +136,34 @@ static tgl_status gemm(const kctx *k, bool ta, bool tb, int64_t m, int64_t nn, i
     return st ? fail(k, st, &e) : TGL_OK;
 }
 
+/* One product per (group, image) of a G x nimg grid, operand X of
+ * (group gi, image n) at X + gi * xg + n * xn elements: batched over the
+ * longer side of the grid, looped over the shorter (per group over the
+ * images for ordinary convolutions, per image over the groups for
+ * depthwise ones), so the launches stay few either way. */
+typedef struct operand {
+    const char *p;
+    int64_t ld, g, n; /* leading dimension; element strides per group, per image */
+} operand;
+
+static tgl_status grid_gemm(const kctx *k, bool ta, bool tb, int64_t m, int64_t nn, int64_t kk,
+                            operand a, operand b, char *c, int64_t ldc, int64_t cg, int64_t cn,
+                            int64_t G, int64_t nimg)
+{
+    size_t es = k->es;
+    tgl_status st = TGL_OK;
+    bool by_group = G <= nimg; /* loop over groups, batch the images */
+    int64_t outer = by_group ? G : nimg, count = by_group ? nimg : G;
+    for (int64_t i = 0; i < outer && !st; i++) {
+        int64_t oa = by_group ? a.g : a.n, ob = by_group ? b.g : b.n, oc = by_group ? cg : cn;
+        int64_t sa = by_group ? a.n : a.g, sb = by_group ? b.n : b.g, sc = by_group ? cn : cg;
+        st = gemm(k, ta, tb, m, nn, kk, a.p + i * oa * (int64_t)es, a.ld, sa,
+                  b.p + i * ob * (int64_t)es, b.ld, sb, 0.0, c + i * oc * (int64_t)es, ldc, sc,
+                  count);
+    }
+    return st;
+}
+
 enum { K_FWD, K_GIN, K_GW };
 
 static tgl_status conv_run(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in, tgl_array *out,
@@ -177,18 +207,14 @@ static tgl_status conv_run(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in
     if (st)
         goto done;
     if (kind == K_FWD && one && tgl_array_is_contiguous(xa)) {
-        /* x[n, g] is the (Cg x L) matrix: every image in one batch. */
-        for (int64_t gi = 0; gi < G && !st; gi++)
-            st = gemm(&k, false, false, g.Og, L, K, B + gi * g.Og * K * es, K, 0,
-                      x + gi * g.Cg * L * es, L, g.C * L, 0.0, y + gi * g.Og * L * es, L,
-                      g.O * L, N);
+        /* x[n, g] is the (Cg x L) matrix: no unrolling. */
+        st = grid_gemm(&k, false, false, g.Og, L, K, (operand){B, K, g.Og * K, 0},
+                       (operand){x, L, g.Cg * L, g.C * L}, y, L, g.Og * L, g.O * L, G, N);
         goto done;
     }
     if (kind == K_GIN && one) { /* the product writes gx[n, g] (Cg x L) itself */
-        for (int64_t gi = 0; gi < G && !st; gi++)
-            st = gemm(&k, true, false, K, L, g.Og, B + gi * g.Og * K * es, K, 0,
-                      A + gi * g.Og * L * es, L, g.O * L, 0.0, y + gi * g.Cg * L * es, L,
-                      g.C * L, N);
+        st = grid_gemm(&k, true, false, K, L, g.Og, (operand){B, K, g.Og * K, 0},
+                       (operand){A, L, g.Og * L, g.O * L}, y, L, g.Cg * L, g.C * L, G, N);
         goto done;
     }
     int64_t per_image = G * K * L + (kind == K_GW ? g.O * L : 0);
@@ -216,16 +242,14 @@ static tgl_status conv_run(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in
         }
         switch (kind) {
         case K_FWD:
-            for (int64_t gi = 0; gi < G && !st; gi++)
-                st = gemm(&k, false, false, g.Og, L, K, B + gi * g.Og * K * es, K, 0,
-                          (char *)col + gi * K * L * es, L, G * K * L, 0.0,
-                          y + (n0 * g.O + gi * g.Og) * L * es, L, g.O * L, c);
+            st = grid_gemm(&k, false, false, g.Og, L, K, (operand){B, K, g.Og * K, 0},
+                           (operand){col, L, K * L, G * K * L}, y + n0 * g.O * L * es, L,
+                           g.Og * L, g.O * L, G, c);
             break;
         case K_GIN: {
-            for (int64_t gi = 0; gi < G && !st; gi++)
-                st = gemm(&k, true, false, K, L, g.Og, B + gi * g.Og * K * es, K, 0,
-                          A + (n0 * g.O + gi * g.Og) * L * es, L, g.O * L, 0.0,
-                          (char *)col + gi * K * L * es, L, G * K * L, c);
+            st = grid_gemm(&k, true, false, K, L, g.Og, (operand){B, K, g.Og * K, 0},
+                           (operand){A + n0 * g.O * L * es, L, g.Og * L, g.O * L}, col, L,
+                           K * L, G * K * L, G, c);
             tgl_conv_col2im_args ca = {.g = g, .col = col, .gx = y, .n0 = n0, .nb = c, .G = G};
             if (!st)
                 st = launch(&k, "conv_col2im", c * g.C * g.H * g.W, &ca);
@@ -240,10 +264,9 @@ static tgl_status conv_run(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in
                                       .s2 = gy->strides[2], .s3 = gy->strides[3], .swap01 = 1};
             if ((st = launch(&k, "conv_copy4", c * g.O * L, &cp)))
                 break;
-            for (int64_t gi = 0; gi < G && !st; gi++)
-                st = gemm(&k, false, true, g.Og, K, c * L, (char *)gyt + gi * g.Og * c * L * es,
-                          c * L, 0, (char *)col + gi * K * c * L * es, c * L, 0,
-                          n0 == 0 ? 0.0 : 1.0, y + gi * g.Og * K * es, K, 0, 1);
+            /* every group in one batch: gw_g (+)= dy_g . col_g^T */
+            st = gemm(&k, false, true, g.Og, K, c * L, gyt, c * L, g.Og * c * L, col, c * L,
+                      K * c * L, n0 == 0 ? 0.0 : 1.0, y, K, g.Og * K, G);
             break;
         }
         }
