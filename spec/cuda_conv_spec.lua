@@ -54,7 +54,8 @@ end
 local function rnd(shape, dtype, ties)
   local t = {}
   for k = 1, numel(shape) do t[k] = ties and math.random(0, 3) or 2 * math.random() - 1 end
-  return tgl.array(t, 'float64'):reshape(shape):astype(dtype)
+  -- on the host whatever tgl.config.device says (the emu: run sets cuda)
+  return tgl.array(t, 'float64'):reshape(shape):astype(dtype):cpu()
 end
 
 -- The same values as a host array and as a device array, both laid out as
@@ -223,7 +224,7 @@ describe('the CUDA conv family', function()
         if math.random(4) == 1 and numel(o.xs) > 0 then -- NaNs, set on both copies
           local t = flat(xh)
           for _ = 1, 3 do t[math.random(#t)] = 0 / 0 end
-          xh = tgl.array(t, 'float64'):reshape(o.xs):astype(dt)
+          xh = tgl.array(t, 'float64'):reshape(o.xs):astype(dt):cpu()
           xd = xh:cuda()
         end
         assert_near(tgl.max_pool2d(xh, o.max), tgl.max_pool2d(xd, o.max),
@@ -281,7 +282,7 @@ describe('the CUDA conv family', function()
       end
       math.randomseed(2205)
       local x = rnd({ 4, 3, 9, 9 }, dt)
-      local y = tgl.array({ 1, 3, 5, 2 }, 'int64')
+      local y = tgl.array({ 1, 3, 5, 2 }, 'int64'):cpu()
       -- the same initial parameters in both models
       local mc, md = model(), model()
       local pc, pd = mc:getParameters(), md:getParameters()
