@@ -113,7 +113,7 @@ static tgl_status dense(const kctx *k, const tgl_array *a, const char **p, void 
     tgl_conv_copy4_args c = {.src = a->data, .dst = *owned, .d0 = a->shape[0],
                              .d1 = a->shape[1], .d2 = a->shape[2], .d3 = a->shape[3],
                              .s0 = a->strides[0], .s1 = a->strides[1], .s2 = a->strides[2],
-                             .s3 = a->strides[3]};
+                             .s3 = a->strides[3], .idx32 = a->size <= INT32_MAX};
     *p = *owned;
     return launch(k, "conv_copy4", a->size, &c);
 }
@@ -232,7 +232,7 @@ static tgl_status conv_run(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in
             tgl_conv_im2col_args ia = {.g = g, .x = x, .xsn = xa->strides[0],
                                        .xsc = xa->strides[1], .xsh = xa->strides[2],
                                        .xsw = xa->strides[3], .col = col, .n0 = n0, .nb = c,
-                                       .G = G};
+                                       .G = G, .idx32 = c * G * K * L <= INT32_MAX};
             if (kind == K_FWD)
                 ia.sG = K * L, ia.sK = L, ia.sN = G * K * L;
             else
@@ -250,7 +250,8 @@ static tgl_status conv_run(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in
             st = grid_gemm(&k, true, false, K, L, g.Og, (operand){B, K, g.Og * K, 0},
                            (operand){A + n0 * g.O * L * es, L, g.Og * L, g.O * L}, col, L,
                            K * L, G * K * L, G, c);
-            tgl_conv_col2im_args ca = {.g = g, .col = col, .gx = y, .n0 = n0, .nb = c, .G = G};
+            tgl_conv_col2im_args ca = {.g = g, .col = col, .gx = y, .n0 = n0, .nb = c, .G = G,
+                                       .idx32 = c * g.C * g.H * g.W <= INT32_MAX};
             if (!st)
                 st = launch(&k, "conv_col2im", c * g.C * g.H * g.W, &ca);
             break;
@@ -261,7 +262,8 @@ static tgl_status conv_run(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in
             tgl_conv_copy4_args cp = {.src = (const char *)gy->data + n0 * gy->strides[0] * (int64_t)es,
                                       .dst = gyt, .d0 = c, .d1 = g.O, .d2 = g.Ho, .d3 = g.Wo,
                                       .s0 = gy->strides[0], .s1 = gy->strides[1],
-                                      .s2 = gy->strides[2], .s3 = gy->strides[3], .swap01 = 1};
+                                      .s2 = gy->strides[2], .s3 = gy->strides[3], .swap01 = 1,
+                                      .idx32 = c * g.O * L <= INT32_MAX};
             if ((st = launch(&k, "conv_copy4", c * g.O * L, &cp)))
                 break;
             /* every group in one batch: gw_g (+)= dy_g . col_g^T */
@@ -324,6 +326,8 @@ static void pool_setup(const tgl_node *n, tgl_array *const *in, const tgl_array 
     g->kH = n->p.i[0], g->kW = n->p.i[1], g->dH = n->p.i[2], g->dW = n->p.i[3];
     g->pH = n->p.i[4], g->pW = n->p.i[5];
     g->exclude_pad = (n->p.flags & TGL_POOL_EXCLUDE_PAD) != 0;
+    int64_t most = g->planes * (g->H * g->W > g->Ho * g->Wo ? g->H * g->W : g->Ho * g->Wo);
+    a->idx32 = most <= INT32_MAX;
     a->x = x->data;
     pool_strides(x, &a->xsn, &a->xsc, &a->xsh, &a->xsw);
     if (n->op != TGL_OP_MAX_POOL2D && n->op != TGL_OP_AVG_POOL2D) {

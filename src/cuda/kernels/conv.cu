@@ -16,79 +16,116 @@
 
 /* ---- convolution ------------------------------------------------------------ */
 
-template <typename T> static __device__ void im2col(const tgl_conv_im2col_args &a)
+/* The kernels split a flat index into coordinates by division; I is the
+ * type of that arithmetic: int32_t when the host says every index fits
+ * (idx32: 64-bit division costs several times more on the device), else
+ * int64_t.  Element addresses with strides are computed in 64 bits. */
+template <typename T, typename I> static __device__ void im2col_i(const tgl_conv_im2col_args &a)
 {
     const tgl_conv_geom &g = a.g;
     const T *x = (const T *)a.x;
     T *col = (T *)a.col;
-    const int64_t L = g.Ho * g.Wo, K = g.Cg * g.kH * g.kW;
-    const int64_t total = a.nb * a.G * K * L;
-    TGL_GRID_LOOP(t, total)
+    const I Wo = (I)g.Wo, kW = (I)g.kW, kH = (I)g.kH, G = (I)a.G;
+    const I L = (I)(g.Ho * g.Wo), K = (I)(g.Cg * g.kH * g.kW);
+    const int64_t total = a.nb * a.G * g.Cg * g.kH * g.kW * g.Ho * g.Wo;
+    TGL_GRID_LOOP(t64, total)
     {
         /* t in (n, gi, k, l) order, l fastest: writes run along l in both layouts. */
-        int64_t l = t % L, r = t / L;
-        int64_t k = r % K;
+        I t = (I)t64;
+        I l = t % L, r = t / L;
+        I k = r % K;
         r /= K;
-        int64_t gi = r % a.G, n = r / a.G;
-        int64_t i = l / g.Wo, j = l % g.Wo;
-        int64_t b = k % g.kW, ca = k / g.kW;
-        int64_t aa = ca % g.kH, c = ca / g.kH;
-        int64_t ih = i * g.sh - g.ph + aa * g.dh, iw = j * g.sw - g.pw + b * g.dw;
+        I gi = r % G, n = r / G;
+        I i = l / Wo, j = l % Wo;
+        I b = k % kW, ca = k / kW;
+        I aa = ca % kH, c = ca / kH;
+        int64_t ih = (int64_t)i * g.sh - g.ph + (int64_t)aa * g.dh;
+        int64_t iw = (int64_t)j * g.sw - g.pw + (int64_t)b * g.dw;
         T v = (T)0;
         if (ih >= 0 && ih < g.H && iw >= 0 && iw < g.W)
-            v = x[(a.n0 + n) * a.xsn + (gi * g.Cg + c) * a.xsc + ih * a.xsh + iw * a.xsw];
-        col[gi * a.sG + k * a.sK + n * a.sN + l] = v;
+            v = x[(a.n0 + n) * a.xsn + ((int64_t)gi * g.Cg + c) * a.xsc + ih * a.xsh + iw * a.xsw];
+        col[(int64_t)gi * a.sG + (int64_t)k * a.sK + (int64_t)n * a.sN + l] = v;
     }
 }
 
-template <typename T> static __device__ void col2im(const tgl_conv_col2im_args &a)
+template <typename T, typename I> static __device__ void col2im_i(const tgl_conv_col2im_args &a)
 {
     const tgl_conv_geom &g = a.g;
     const T *col = (const T *)a.col;
     T *gx = (T *)a.gx;
     const int64_t L = g.Ho * g.Wo, K = g.Cg * g.kH * g.kW;
     const int64_t total = a.nb * g.C * g.H * g.W;
-    TGL_GRID_LOOP(t, total)
+    const I W = (I)g.W, H = (I)g.H, C = (I)g.C, Cg = (I)g.Cg, kH = (I)g.kH, kW = (I)g.kW;
+    const I sh = (I)g.sh, sw = (I)g.sw, ph = (I)g.ph, pw = (I)g.pw, dh = (I)g.dh, dw = (I)g.dw;
+    const I Ho = (I)g.Ho, Wo = (I)g.Wo;
+    TGL_GRID_LOOP(t64, total)
     {
-        int64_t iw = t % g.W, r = t / g.W;
-        int64_t ih = r % g.H;
-        r /= g.H;
-        int64_t c = r % g.C, n = r / g.C;
-        int64_t gi = c / g.Cg, cc = c % g.Cg;
-        const T *cb = col + ((n * a.G + gi) * K + cc * g.kH * g.kW) * L;
+        I t = (I)t64;
+        I iw = t % W, r = t / W;
+        I ih = r % H;
+        r /= H;
+        I c = r % C, n = r / C;
+        I gi = c / Cg, cc = c % Cg;
+        const T *cb = col + (((int64_t)n * a.G + gi) * K + (int64_t)cc * kH * kW) * L;
         T s = (T)0;
-        for (int64_t aa = 0; aa < g.kH; aa++) {
-            int64_t th = ih + g.ph - aa * g.dh;
-            if (th < 0 || th % g.sh != 0 || th / g.sh >= g.Ho)
+        for (I aa = 0; aa < kH; aa++) {
+            I th = ih + ph - aa * dh;
+            if (th < 0 || th % sh != 0 || th / sh >= Ho)
                 continue;
-            int64_t oh = th / g.sh;
-            for (int64_t b = 0; b < g.kW; b++) {
-                int64_t tw = iw + g.pw - b * g.dw;
-                if (tw < 0 || tw % g.sw != 0 || tw / g.sw >= g.Wo)
+            I oh = th / sh;
+            for (I b = 0; b < kW; b++) {
+                I tw = iw + pw - b * dw;
+                if (tw < 0 || tw % sw != 0 || tw / sw >= Wo)
                     continue;
-                s += cb[(aa * g.kW + b) * L + oh * g.Wo + tw / g.sw];
+                s += cb[(int64_t)(aa * kW + b) * L + (int64_t)oh * Wo + tw / sw];
             }
         }
-        gx[(a.n0 * g.C) * g.H * g.W + t] = s;
+        gx[(a.n0 * g.C) * g.H * g.W + t64] = s;
     }
 }
 
-template <typename T> static __device__ void copy4(const tgl_conv_copy4_args &a)
+template <typename T, typename I> static __device__ void copy4_i(const tgl_conv_copy4_args &a)
 {
     const T *src = (const T *)a.src;
     T *dst = (T *)a.dst;
     const int64_t total = a.d0 * a.d1 * a.d2 * a.d3;
-    TGL_GRID_LOOP(t, total)
+    const I d0 = (I)a.d0, d1 = (I)a.d1, d2 = (I)a.d2, d3 = (I)a.d3;
+    TGL_GRID_LOOP(t64, total)
     {
-        int64_t i3 = t % a.d3, r = t / a.d3;
-        int64_t i2 = r % a.d2, i0, i1;
-        r /= a.d2;
+        I t = (I)t64;
+        I i3 = t % d3, r = t / d3;
+        I i2 = r % d2, i0, i1;
+        r /= d2;
         if (a.swap01)
-            i0 = r % a.d0, i1 = r / a.d0;
+            i0 = r % d0, i1 = r / d0;
         else
-            i1 = r % a.d1, i0 = r / a.d1;
-        dst[t] = src[i0 * a.s0 + i1 * a.s1 + i2 * a.s2 + i3 * a.s3];
+            i1 = r % d1, i0 = r / d1;
+        dst[t64] = src[i0 * a.s0 + i1 * a.s1 + i2 * a.s2 + i3 * a.s3];
     }
+}
+
+template <typename T> static __device__ void im2col(const tgl_conv_im2col_args &a)
+{
+    if (a.idx32)
+        im2col_i<T, int32_t>(a);
+    else
+        im2col_i<T, int64_t>(a);
+}
+
+template <typename T> static __device__ void col2im(const tgl_conv_col2im_args &a)
+{
+    if (a.idx32)
+        col2im_i<T, int32_t>(a);
+    else
+        col2im_i<T, int64_t>(a);
+}
+
+template <typename T> static __device__ void copy4(const tgl_conv_copy4_args &a)
+{
+    if (a.idx32)
+        copy4_i<T, int32_t>(a);
+    else
+        copy4_i<T, int64_t>(a);
 }
 
 TGL_KERNEL(conv_im2col_f32, tgl_conv_im2col_args) { im2col<float>(a); }
@@ -146,16 +183,18 @@ static __device__ T pool_argmax(const tgl_pool_geom &g, const T *xp, int64_t sh,
     return m;
 }
 
-/* max_pool2d / avg_pool2d: one thread per output element. */
-template <typename T> static __device__ void pool_fwd(const tgl_pool_args &a)
+/* max_pool2d / avg_pool2d: one thread per output element.  I: the flat
+ * index's type, as for the convolution kernels. */
+template <typename T, typename I> static __device__ void pool_fwd_i(const tgl_pool_args &a)
 {
     const tgl_pool_geom &g = a.g;
-    const int64_t per = g.Ho * g.Wo;
+    const I per = (I)(g.Ho * g.Wo), Wo = (I)g.Wo, C = (I)g.C;
     T *out = (T *)a.out;
-    TGL_GRID_LOOP(t, g.planes * per)
+    TGL_GRID_LOOP(t, g.planes * g.Ho * g.Wo)
     {
-        int64_t q = t / per, r = t % per, i = r / g.Wo, j = r % g.Wo;
-        const T *xp = (const T *)a.x + (q / g.C) * a.xsn + (q % g.C) * a.xsc;
+        I ti = (I)t;
+        I q = ti / per, r = ti % per, i = r / Wo, j = r % Wo;
+        const T *xp = (const T *)a.x + (int64_t)(q / C) * a.xsn + (int64_t)(q % C) * a.xsc;
         int64_t h0, h1, w0, w1;
         if (a.is_max) {
             out[t] = pool_argmax<T>(g, xp, a.xsh, a.xsw, i, j, h0, w0);
@@ -172,41 +211,44 @@ template <typename T> static __device__ void pool_fwd(const tgl_pool_args &a)
 
 /* Each window's argmax as h W + w in its plane (for max_pool2d_grad), or,
  * for max_pool2d_gather, h read there: one thread per output element. */
-template <typename T> static __device__ void pool_argmax_k(const tgl_pool_args &a)
+template <typename T, typename I> static __device__ void pool_argmax_i(const tgl_pool_args &a)
 {
     const tgl_pool_geom &g = a.g;
-    const int64_t per = g.Ho * g.Wo;
-    TGL_GRID_LOOP(t, g.planes * per)
+    const I per = (I)(g.Ho * g.Wo), Wo = (I)g.Wo, C = (I)g.C;
+    TGL_GRID_LOOP(t, g.planes * g.Ho * g.Wo)
     {
-        int64_t q = t / per, r = t % per, i = r / g.Wo, j = r % g.Wo;
-        const T *xp = (const T *)a.x + (q / g.C) * a.xsn + (q % g.C) * a.xsc;
+        I ti = (I)t;
+        I q = ti / per, r = ti % per, i = r / Wo, j = r % Wo;
+        const int64_t qn = q / C, qc = q % C;
+        const T *xp = (const T *)a.x + qn * a.xsn + qc * a.xsc;
         int64_t bh, bw;
         pool_argmax<T>(g, xp, a.xsh, a.xsw, i, j, bh, bw);
         if (a.idx_out)
             a.idx_out[t] = bh * g.W + bw;
         else
-            ((T *)a.out)[t] = ((const T *)a.h)[(q / g.C) * a.hsn + (q % g.C) * a.hsc +
-                                               bh * a.hsh + bw * a.hsw];
+            ((T *)a.out)[t] = ((const T *)a.h)[qn * a.hsn + qc * a.hsc + bh * a.hsh + bw * a.hsw];
     }
 }
 
 /* max_pool2d_grad (is_max: g where the window's argmax, idx, is this
  * element) and avg_pool2d_grad (g / count): one thread per input element,
  * summing over the windows that cover it in row-major window order. */
-template <typename T> static __device__ void pool_grad(const tgl_pool_args &a)
+template <typename T, typename I> static __device__ void pool_grad_i(const tgl_pool_args &a)
 {
     const tgl_pool_geom &g = a.g;
-    const int64_t per = g.H * g.W;
+    const I per = (I)(g.H * g.W), W = (I)g.W, C = (I)g.C;
+    const I kH = (I)g.kH, kW = (I)g.kW, dH = (I)g.dH, dW = (I)g.dW, pH = (I)g.pH, pW = (I)g.pW;
     T *out = (T *)a.out;
-    TGL_GRID_LOOP(t, g.planes * per)
+    TGL_GRID_LOOP(t, g.planes * g.H * g.W)
     {
-        int64_t q = t / per, r = t % per, h = r / g.W, w = r % g.W;
-        const T *gp = (const T *)a.h + (q / g.C) * a.hsn + (q % g.C) * a.hsc;
+        I ti = (I)t;
+        I q = ti / per, r = ti % per, h = r / W, w = r % W;
+        const T *gp = (const T *)a.h + (int64_t)(q / C) * a.hsn + (int64_t)(q % C) * a.hsc;
         /* windows i with i dH - pH <= h < i dH - pH + kH */
-        int64_t hn = h + g.pH - g.kH + 1, wn = w + g.pW - g.kW + 1;
-        int64_t i0 = hn <= 0 ? 0 : (hn + g.dH - 1) / g.dH;
-        int64_t j0 = wn <= 0 ? 0 : (wn + g.dW - 1) / g.dW;
-        int64_t i1 = (h + g.pH) / g.dH, j1 = (w + g.pW) / g.dW;
+        I hn = h + pH - kH + 1, wn = w + pW - kW + 1;
+        int64_t i0 = hn <= 0 ? 0 : (hn + dH - 1) / dH;
+        int64_t j0 = wn <= 0 ? 0 : (wn + dW - 1) / dW;
+        int64_t i1 = (h + pH) / dH, j1 = (w + pW) / dW;
         if (i1 > g.Ho - 1)
             i1 = g.Ho - 1;
         if (j1 > g.Wo - 1)
@@ -216,7 +258,7 @@ template <typename T> static __device__ void pool_grad(const tgl_pool_args &a)
             for (int64_t j = j0; j <= j1; j++) {
                 T gv = gp[i * a.hsh + j * a.hsw];
                 if (a.is_max) {
-                    if (a.idx[q * g.Ho * g.Wo + i * g.Wo + j] == r)
+                    if (a.idx[(int64_t)q * g.Ho * g.Wo + i * g.Wo + j] == r)
                         s += gv;
                 } else {
                     int64_t h0, h1, w0, w1;
@@ -225,6 +267,30 @@ template <typename T> static __device__ void pool_grad(const tgl_pool_args &a)
             }
         out[t] = s;
     }
+}
+
+template <typename T> static __device__ void pool_fwd(const tgl_pool_args &a)
+{
+    if (a.idx32)
+        pool_fwd_i<T, int32_t>(a);
+    else
+        pool_fwd_i<T, int64_t>(a);
+}
+
+template <typename T> static __device__ void pool_argmax_k(const tgl_pool_args &a)
+{
+    if (a.idx32)
+        pool_argmax_i<T, int32_t>(a);
+    else
+        pool_argmax_i<T, int64_t>(a);
+}
+
+template <typename T> static __device__ void pool_grad(const tgl_pool_args &a)
+{
+    if (a.idx32)
+        pool_grad_i<T, int32_t>(a);
+    else
+        pool_grad_i<T, int64_t>(a);
 }
 
 TGL_KERNEL(pool_fwd_f32, tgl_pool_args) { pool_fwd<float>(a); }

@@ -27,6 +27,7 @@ typedef struct tgl_conv_im2col_args {
     void *col;
     int64_t sG, sK, sN;
     int64_t n0, nb, G;
+    int32_t idx32, pad_; /* every flat index below 2^31: 32-bit index arithmetic */
 } tgl_conv_im2col_args;
 
 /* col2im as a gather: gx (contiguous, images [n0, n0 + nb)) gets, at each
@@ -37,6 +38,7 @@ typedef struct tgl_conv_col2im_args {
     const void *col;
     void *gx;
     int64_t n0, nb, G;
+    int32_t idx32, pad_; /* as im2col's */
 } tgl_conv_col2im_args;
 
 /* A 4-d strided copy into contiguous memory; with swap01 the result is laid
@@ -46,7 +48,7 @@ typedef struct tgl_conv_copy4_args {
     void *dst;
     int64_t d0, d1, d2, d3;
     int64_t s0, s1, s2, s3;
-    int32_t swap01, pad_;
+    int32_t swap01, idx32; /* idx32: as im2col's */
 } tgl_conv_copy4_args;
 
 /* Pooling (engine/ops/pool.c): planes (n, c) of H x W pooled to Ho x Wo.
@@ -66,7 +68,8 @@ typedef struct tgl_pool_args {
     const int64_t *idx; /* max grad: each window's argmax (h W + w), pooled layout */
     void *out;         /* contiguous                                               */
     int64_t *idx_out;  /* the argmax kernel's output                               */
-    int32_t is_max, pad_;
+    int32_t is_max;
+    int32_t idx32;     /* every flat index below 2^31: 32-bit index arithmetic   */
 } tgl_pool_args;
 
 #endif /* TGL_CUDA_CONV_CUH */
