@@ -107,7 +107,9 @@ static int team_for(int64_t rows, int64_t len, int64_t es, int64_t rs, unsigned 
         *grid = clamp_grid((rows + 7) / 8);
         return TGL_NNET_TEAM_WARP;
     }
-    *block = len >= 8192 ? 1024 : len >= 2048 ? 512 : 256;
+    /* at most 512: the float64 softmax takes 84 registers a thread, and
+     * 1024 threads of it would not fit an SM's 64K */
+    *block = len >= 2048 ? 512 : 256;
     *grid = clamp_grid(rows);
     return TGL_NNET_TEAM_BLOCK;
 }
@@ -418,7 +420,7 @@ static tgl_status bn_sums(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
         block = M >= 256 ? 256 : M >= 64 ? 128 : 32;
         grid = clamp_grid((C + 31) / 32);
     } else {
-        block = M >= 16384 ? 1024 : M >= 2048 ? 512 : 256;
+        block = M >= 2048 ? 512 : 256;
         grid = clamp_grid(C);
     }
     char s[64];

@@ -18,6 +18,15 @@
 
 #define NNET_FULL 0xffffffffu
 
+/* NVRTC has no <math.h>: the two special values from their bits where the
+ * prelude does not give them. */
+#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+#ifndef NAN
+#define NAN __int_as_float(0x7fffffff)
+#endif
+
 /* The larger of a and b, NaN winning (as the CPU's `v > m || v != v`). */
 static __device__ __forceinline__ double nnet_max2(double a, double b)
 {
