@@ -202,7 +202,9 @@ if blas_threads and tonumber(blas_threads) ~= opts.threads then
     blas_threads, opts.threads))
 end
 
-local function nosync() end      -- tgl's calls return when the work is done
+-- tgl's calls return when the work is done on the CPU; on a GPU they return
+-- once it is queued, and a chunk ends when the device has finished it.
+local nosync = stats.device_sync
 
 if opts.header then print(common.CSV_HEADER) end
 io.stdout:setvbuf('line')

@@ -35,6 +35,17 @@ function M.overlap(a, b)
   return a.min <= b.max and b.min <= a.max
 end
 
+-- Work on a GPU is asynchronous (a call returns once its kernels are
+-- queued): under tgl.config.device = 'cuda' a timing ends when the device
+-- has finished, so the figures are work done, not work queued.
+local function device_sync()
+  local tgl = package.loaded.tgl
+  if tgl and tgl.cuda and tgl.cuda.synchronize and tgl.config and tgl.config.device == 'cuda' then
+    tgl.cuda.synchronize()
+  end
+end
+M.device_sync = device_sync
+
 -- Times body(n) (n iterations of the work) for R repeats of at least
 -- min_time seconds each, after a warm-up.  n is found by doubling from 1
 -- until a run takes min_time / 4, then scaled up with a 20% margin.
@@ -44,11 +55,13 @@ function M.measure(body, clock, opts)
   opts = opts or {}
   local R, min_time = opts.repeats or M.REPEATS, opts.min_time or M.MIN_TIME
   body(opts.warmup or 1)
+  device_sync()
   collectgarbage()
   local n, dt = 1, 0
   while true do
     local t0 = clock()
     body(n)
+    device_sync()
     dt = clock() - t0
     if dt >= min_time / 4 or n >= 2 ^ 40 then break end
     n = n * 2
@@ -59,6 +72,7 @@ function M.measure(body, clock, opts)
     collectgarbage()
     local t0 = clock()
     body(n)
+    device_sync()
     local d = clock() - t0
     per[r], shortest = d / n, math.min(shortest, d)
   end

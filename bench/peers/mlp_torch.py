@@ -8,6 +8,9 @@ Variants:
            missing where torch has no torch.compile (Debian 12's 1.13)
 Threads: torch.set_num_threads(--threads) and set_num_interop_threads(1),
 plus OMP/OPENBLAS/MKL_NUM_THREADS in the environment.
+Device: TGL_BENCH_DEVICE=cuda runs on the GPU (data, weights and steps on
+the device; float32 products exact: TF32 off, as tgl's default; a chunk
+of steps ends with torch.cuda.synchronize()), for bench/gpu.sh.
 """
 import os
 import sys
@@ -37,12 +40,19 @@ class Eager:
         import torch.nn.functional as F
         self.F = F
         self.init = init
-        self.X = torch.from_numpy(X)
-        self.y = torch.from_numpy(y)
+        dev = self.device = os.environ.get('TGL_BENCH_DEVICE', 'cpu')
+        if dev == 'cuda':
+            if not torch.cuda.is_available():
+                raise common.Missing('torch has no CUDA device here')
+            torch.backends.cuda.matmul.allow_tf32 = False
+            torch.backends.cudnn.allow_tf32 = False
+        self.X = torch.from_numpy(X).to(dev)
+        self.y = torch.from_numpy(y).to(dev)
         self.B, self.lr = B, lr
         self.params = []
         for W, b in init:
-            self.params += [torch.tensor(W, requires_grad=True), torch.tensor(b, requires_grad=True)]
+            self.params += [torch.tensor(W, requires_grad=True, device=dev),
+                            torch.tensor(b, requires_grad=True, device=dev)]
         self.step = self.make_step()
 
     def make_step(self):
@@ -74,13 +84,14 @@ class Eager:
             step(X[k * B:(k + 1) * B], y[k * B:(k + 1) * B])
 
     def sync(self):
-        pass
+        if self.device == 'cuda':
+            self.torch.cuda.synchronize()
 
     def reset(self):
         with self.torch.no_grad():
             for l, (W, b) in enumerate(self.init):
-                self.params[2 * l].copy_(self.torch.from_numpy(W))
-                self.params[2 * l + 1].copy_(self.torch.from_numpy(b))
+                self.params[2 * l].copy_(self.torch.from_numpy(W).to(self.device))
+                self.params[2 * l + 1].copy_(self.torch.from_numpy(b).to(self.device))
 
     def eval_loss(self):
         with self.torch.no_grad():

@@ -156,6 +156,9 @@ tgl_status tgl_cuda_nvrtc_compile(const char *source, const char *name, int arch
                                   size_t *len, char **log, tgl_errbuf *err);
 /* "nvrtc 13.0" (static text), for the cache key. */
 const char *tgl_cuda_nvrtc_version(void);
+/* The options tgl_cuda_nvrtc_compile passes after the architecture
+ * (static text), for the cache key. */
+const char *tgl_cuda_nvrtc_options(void);
 
 /* drv_cuda.c: the stream everything runs on (a cudaStream_t). */
 void *tgl_cuda_real_stream(void);
@@ -205,6 +208,14 @@ typedef struct tgl_cuda_mem_stats {
 void tgl_cuda_memory_stats(tgl_cuda_mem_stats *s);
 /* Returns every cached (free) block to the driver. */
 void tgl_cuda_empty_cache(void);
+
+/* While a graph capture is in progress (step.c), blocks given back with
+ * tgl_cuda_free are held instead of reused, since every replay of the
+ * captured work reads them: hold_end returns what was held (NULL: none),
+ * which the graph keeps until hold_release gives it back to the cache. */
+void tgl_cuda_hold_begin(void);
+void *tgl_cuda_hold_end(void);
+void tgl_cuda_hold_release(void *held);
 
 /* Formats "cuda: <what>: <driver's message>" into err; returns st. */
 tgl_status tgl_cuda_fail(tgl_errbuf *err, tgl_status st, const char *fmt, ...)
@@ -303,6 +314,14 @@ tgl_status tgl_cuda_fused_launch(const tgl_backend_opts *o, const struct tgl_fus
                                  tgl_kernel_ref *k, tgl_array *const *in, tgl_array *const *out,
                                  void **cache, tgl_errbuf *err);
 void tgl_cuda_fused_launch_cache_free(void *cache);
+/* For whole steps (step.c): a copy of the geometry a launch cache holds
+ * (what launch decided from the operands' layouts; NULL when out of
+ * memory or the cache holds none), its release, and a launch of prog's
+ * kernel with that geometry over the operands at ptrs[0..nin+nout). */
+void *tgl_cuda_fused_geometry_dup(const void *launch_cache);
+void tgl_cuda_fused_geometry_free(void *geometry);
+tgl_status tgl_cuda_fused_launch_at(const struct tgl_fused_prog *prog, const void *geometry,
+                                    void *const *ptrs, tgl_errbuf *err);
 
 /* modules.c: the disk cache of compiled modules. */
 tgl_status tgl_cuda_cache_clear(const tgl_backend_opts *o, tgl_errbuf *err);

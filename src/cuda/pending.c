@@ -79,13 +79,15 @@ W tgl_status tgl_cuda_fused_launch(const tgl_backend_opts *o, const struct tgl_f
 W void tgl_cuda_fused_launch_cache_free(void *cache) { (void)cache; }
 W tgl_status tgl_cuda_cache_clear(const tgl_backend_opts *o, tgl_errbuf *err) { return TGL_OK; }
 W tgl_status tgl_cuda_cache_info(const tgl_backend_opts *o, char **text, tgl_errbuf *err) { PENDING(err); }
-W bool tgl_cuda_step_inlinable(const struct tgl_fused_prog *prog, const void *launch_cache,
-                             size_t *scratch_bytes) { return false; }
-W tgl_status tgl_cuda_step_prepare(const tgl_backend_opts *o, const tgl_step_item *items, int n,
-                                 tgl_kernel_ref **out, tgl_errbuf *err) { PENDING(err); }
-W int tgl_cuda_step_run(tgl_kernel_ref *k, void *const *D, void *env, tgl_step_cb cb) { return TGL_STEP_NOT_READY; }
-W void tgl_cuda_step_free(tgl_kernel_ref *k) { (void)k; }
 W const tgl_cuda_driver tgl_cuda_driver_real = {.name = "cuda-pending"};
 W const tgl_cuda_driver tgl_cuda_driver_emu = {.name = "emu-pending"};
 W const tgl_backend_opts *tgl_cuda_opts(tgl_ctx *ctx) { return &ctx->backend_opts; }
 
+W void *tgl_cuda_fused_geometry_dup(const void *launch_cache) { return NULL; }
+W void tgl_cuda_fused_geometry_free(void *geometry) { (void)geometry; }
+W tgl_status tgl_cuda_fused_launch_at(const struct tgl_fused_prog *prog, const void *geometry,
+                                    void *const *ptrs, tgl_errbuf *err) { PENDING(err); }
+W void tgl_cuda_hold_begin(void) {}
+W void *tgl_cuda_hold_end(void) { return NULL; }
+W void tgl_cuda_hold_release(void *held) { (void)held; }
+W const tgl_cuda_driver *tgl_cuda_drv(void) { return &tgl_cuda_driver_real; }

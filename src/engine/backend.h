@@ -100,9 +100,23 @@ typedef struct tgl_step_item {
     int32_t pc;                   /* the instruction, for the source's comments */
     int32_t timed;                /* profile: cb(env, TGL_STEP_CB_START + i)
                                      before the kernel, TGL_STEP_CB_END + i after */
+    int32_t fixed;                /* nonzero: the op reads and writes only the
+                                     step's own buffers (and views of them),
+                                     the same addresses on every run, so its
+                                     device work may be captured and replayed
+                                     (a CUDA Graph); zero: it follows the
+                                     caller's arrays or makes fresh ones     */
 } tgl_step_item;
 #define TGL_STEP_CB_START (1 << 24)
 #define TGL_STEP_CB_END (2 << 24)
+/* For a backend that replays recorded device work (a CUDA Graph): cb(env,
+ * TGL_STEP_CB_PIN + i) remembers the addresses and layouts of item i's
+ * operands that are not the step's own buffers (a shared variable's
+ * value, a view of one); cb(env, TGL_STEP_CB_SAME + i) then returns 0
+ * while they are all as remembered, 1 when any changed (or none was
+ * remembered).  Only for items with `fixed` set. */
+#define TGL_STEP_CB_PIN (3 << 24)
+#define TGL_STEP_CB_SAME (4 << 24)
 
 typedef struct tgl_backend {
     const char *name; /* "cpu", "cuda"; part of the kernel cache key */

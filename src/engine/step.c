@@ -53,8 +53,14 @@
  * intermediate in a buffer of its own; past the cache that costs more in
  * misses (measured: -7% on a 784-500-10 MLP at batch 256, 4 MiB) than
  * the per-instruction work it saves, which only matters for small steps. */
-static int64_t step_max_bytes(void)
+static int64_t step_max_bytes(int device)
 {
+    /* A device with memory of its own (a GPU) has no such cache to fit
+     * in: what binding saves there is the host's work per instruction and,
+     * on CUDA, the launches a captured graph replays.  Its budget is a
+     * bound on the memory a step may keep between calls. */
+    if (device != TGL_DEVICE_CPU)
+        return (int64_t)1 << 30;
     static int64_t max;
     if (!max) {
         long l2 = -1;
@@ -70,6 +76,14 @@ static int64_t step_max_bytes(void)
 
 enum { STEP_FIXED, STEP_DYNAMIC, STEP_VIEW };
 
+/* An operand's address and layout as a backend's replay recorded it
+ * (TGL_STEP_CB_PIN). */
+typedef struct step_pin {
+    int32_t slot, ndim;
+    const void *data;
+    int64_t shape[TGL_MAX_DIMS], strides[TGL_MAX_DIMS];
+} step_pin;
+
 /* A view of a caller's array (STEP_VIEW): the last base it was made from
  * (held, so its address cannot come back as another array) and the view;
  * reused while the base is the same array with the same data and layout,
@@ -77,6 +91,9 @@ enum { STEP_FIXED, STEP_DYNAMIC, STEP_VIEW };
 typedef struct tgl_step_op {
     int32_t pc;
     int32_t mode;            /* STEP_FIXED, STEP_DYNAMIC or STEP_VIEW        */
+    struct step_pin *pin;    /* TGL_STEP_CB_PIN: its operands that are not
+                                fixed buffers, as last pinned (NULL: none) */
+    int32_t npin;
     int64_t *check;          /* an op whose shapes follow from values (a
                                 slice with computed bounds): per output its
                                 ndim and sizes when bound (NULL: none)      */
@@ -175,6 +192,7 @@ static void step_drop(tgl_frame *fr, bool keep)
         tgl_array_release(s->op[i].base);
         tgl_array_release(s->op[i].view);
         free(s->op[i].check);
+        free(s->op[i].pin);
     }
     gen_free(s);
     free(s->slot_fixed);
@@ -483,7 +501,7 @@ static tgl_status bind_run(tgl_ctx *ctx, tgl_frame *fr, bool inner, int32_t to)
         }
     }
     free(dyn);
-    if (st || s->bytes > step_max_bytes()) {
+    if (st || s->bytes > step_max_bytes(fr->prog->device)) {
         free(late);
         /* an error (the call fails as on the CVM), or too large to keep:
          * what ran stays in the slots as the CVM's */
@@ -590,10 +608,56 @@ typedef struct step_env {
 #define PROF_START TGL_STEP_CB_START
 #define PROF_END TGL_STEP_CB_END
 
+/* TGL_STEP_CB_PIN / TGL_STEP_CB_SAME for op k: the operands of a fixed
+ * op that are not fixed buffers. */
+static int pin_op(tgl_frame *fr, tgl_step *s, int32_t k, bool check)
+{
+    tgl_step_op *op = &s->op[k];
+    const tgl_instr *ins = &fr->prog->code[op->pc];
+    int n = ins->nin + ins->nouts;
+    if (!check && !op->pin) {
+        op->pin = calloc((size_t)n + 1, sizeof *op->pin);
+        if (!op->pin)
+            return 1;
+    }
+    if (check && !op->pin)
+        return 1;
+    int32_t np = 0;
+    for (int j = 0; j < n; j++) {
+        int32_t sl = j < ins->nin ? ins->in[j] : ins->outs[j - ins->nin];
+        if (sl < 0 || s->slot_fixed[sl])
+            continue;
+        const tgl_array *a = fr->slot[sl];
+        if (!a)
+            return 1;
+        step_pin *p = &op->pin[np++];
+        size_t nd = sizeof(int64_t) * (size_t)a->ndim;
+        if (check) {
+            if (np > op->npin || p->slot != sl || p->data != a->data || p->ndim != a->ndim ||
+                memcmp(p->shape, a->shape, nd) != 0 || memcmp(p->strides, a->strides, nd) != 0)
+                return 1;
+        } else {
+            p->slot = sl;
+            p->ndim = a->ndim;
+            p->data = a->data;
+            memcpy(p->shape, a->shape, nd);
+            memcpy(p->strides, a->strides, nd);
+        }
+    }
+    if (check)
+        return np == op->npin ? 0 : 1;
+    op->npin = np;
+    return 0;
+}
+
 static int step_cb(void *envp, int i)
 {
     step_env *e = envp;
     tgl_step *s = e->s;
+    if (i >= TGL_STEP_CB_SAME)
+        return pin_op(e->fr, s, i - TGL_STEP_CB_SAME, true);
+    if (i >= TGL_STEP_CB_PIN)
+        return pin_op(e->fr, s, i - TGL_STEP_CB_PIN, false);
     if (i >= PROF_END) {
         int32_t k = i - PROF_END, pc = s->op[k].pc;
         e->fr->ins_ns[pc] += tgl_now_ns() - s->prof_t0[k];
@@ -637,7 +701,7 @@ static bool record(tgl_frame *fr, tgl_step *s, int32_t i)
     int32_t pc = s->op[i].pc;
     const tgl_instr *ins = &prog->code[pc];
     tgl_step_item *it = &s->item[i];
-    *it = (tgl_step_item){.scratch = -1, .pc = pc};
+    *it = (tgl_step_item){.scratch = -1, .pc = pc, .fixed = s->op[i].mode == STEP_FIXED};
     s->caller_begin[i + 1] = s->ncaller;
     size_t scratch_elem = 0;
     if (s->op[i].mode != STEP_FIXED || ins->node->op != TGL_OP_FUSED ||
