@@ -85,6 +85,7 @@ static void pending_remove(cuda_kernel *k)
 static tgl_status compile_pending(const tgl_backend_opts *o, cuda_kernel *k, tgl_errbuf *err)
 {
     tgl_status st = TGL_OK;
+    bool alone = false; /* after a batch failed: k by itself */
     pthread_mutex_lock(&P.lock);
     while (!st && !__atomic_load_n(&k->f, __ATOMIC_ACQUIRE)) {
         /* The batch: k first, then the others in order, symbols once
@@ -94,7 +95,7 @@ static tgl_status compile_pending(const tgl_backend_opts *o, cuda_kernel *k, tgl
         const char *syms[BATCH_MAX];
         int n = 0, np = 0;
         batch[n++] = k;
-        for (cuda_kernel *q = P.head; q && n < BATCH_MAX; q = q->next)
+        for (cuda_kernel *q = P.head; q && n < BATCH_MAX && !alone; q = q->next)
             if (q != k)
                 batch[n++] = q;
         for (int i = 0; i < n; i++) {
@@ -109,13 +110,20 @@ static tgl_status compile_pending(const tgl_backend_opts *o, cuda_kernel *k, tgl
         char *src = NULL;
         tgl_errbuf rerr;
         st = tgl_cgen_render_cuda(ps, syms, np, &src, &rerr);
-        if (st) {
+        if (st)
             st = tgl_errbuf_set(err, st == TGL_EINVAL ? TGL_EINTERNAL : st, "%s", rerr.msg);
-            break;
-        }
-        tgl_cuda_module *m;
-        st = tgl_cuda_module_from_source(o, src, "tgl_fused.cu", &m, err);
+        tgl_cuda_module *m = NULL;
+        if (!st)
+            st = tgl_cuda_module_from_source(o, src, "tgl_fused.cu", &m, err);
         free(src);
+        if (st && n > 1) {
+            /* Another queued program may be what failed: k alone, so one
+             * bad program does not stop every kernel queued with it (it
+             * fails at its own launch). */
+            alone = true;
+            st = TGL_OK;
+            continue;
+        }
         for (int i = 0; i < n && !st; i++) {
             tgl_cuda_func *f;
             st = tgl_cuda_drv()->func(m, batch[i]->symbol, &f, err);
