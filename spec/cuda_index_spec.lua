@@ -307,7 +307,9 @@ describe('cuda inc_subtensor (basic regions)', function()
       check(dt .. ' inc column', function(a, v) return tgl.inc_subtensor(a[{ {}, 1 }], v) end, { x, rand_array(dt, { 4 }) })
       check(dt .. ' inc negative step', function(a, v) return tgl.inc_subtensor(a[{ { -1, 1, -2 }, { 5, 1, -1 } }], v) end,
             { x, rand_array(dt, { 2, 5 }) })
-      check(dt .. ' set broadcast row', function(a, v) return tgl.set_subtensor(a[{ { 2, 3 } }], v:dimshuffle({ 'x', 1 })) end,
+      check(dt .. ' set rows', function(a, v) return tgl.set_subtensor(a[{ { 2, 3 } }], v) end,
+            { x, rand_array(dt, { 2, 5 }) })
+      check(dt .. ' inc broadcast row', function(a, v) return tgl.inc_subtensor(a[{ { 2, 3 } }], v:dimshuffle({ 'x', 1 })) end,
             { x, rand_array(dt, { 5 }) })
       check(dt .. ' inc on a transposed x', function(a, v) return tgl.inc_subtensor(a:T()[{ { 2, 4 }, 3 }], v) end,
             { x, rand_array(dt, { 3 }) })
@@ -393,11 +395,15 @@ describe('cuda indexing gradients', function()
   end)
 
   it('passes verify_grad on the device', function()
-    local ia = tgl.array({ 2, 2, -1, 1 }, 'int64')
+    -- repeated positions where they add (x[idx], inc); distinct ones where
+    -- they set (a repeated set's v gradient is Theano's, not the finite
+    -- difference: engine/ops/subtensor.c)
+    local rep, dis = tgl.array({ 2, 2, -1, 1 }, 'int64'), tgl.array({ 3, 1 }, 'int64')
     on('cuda', function()
-      tgl.verify_grad(function(a, v)
-        return tgl.sum(tgl.set_subtensor(a[{ ia }], v) * 1.5) + tgl.sum(a[{ ia }] ^ 2)
-      end, { rand_array('float64', { 3, 2 }), rand_array('float64', { 4, 2 }) })
+      tgl.verify_grad(function(a, v, w)
+        return tgl.sum(tgl.set_subtensor(a[{ dis }], v) * 1.5) + tgl.sum(a[{ rep }] ^ 2)
+            + tgl.sum(tgl.inc_subtensor(a[{ rep }], w) ^ 2)
+      end, { rand_array('float64', { 3, 2 }), rand_array('float64', { 2, 2 }), rand_array('float64', { 4, 2 }) })
     end)
   end)
 end)
