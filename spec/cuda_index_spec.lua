@@ -394,6 +394,35 @@ describe('cuda indexing gradients', function()
     end
   end)
 
+  it('runs an embedding-style training step (lookup, one_hot, scatter of the gradient) as the cpu, across a bad index', function()
+    local function run(device)
+      return on(device, function()
+        local E = tgl.shared(tgl.array({ { 0.1, 0.2 }, { 0.3, -0.4 }, { 0.5, 0.6 }, { -0.7, 0.8 } }), 'E')
+        local i, y = tgl.lvector('i'), tgl.lvector('y')
+        local h = E[{ i }]
+        local cost = tgl.sum(h ^ 2) + tgl.sum(tgl.one_hot(y, 2) * h)
+        local f = tgl.compile { inputs = { i, y }, outputs = cost, updates = { { E, E - tgl.grad(cost, E) * 0.1 } } }
+        local out = {}
+        for k = 1, 4 do
+          out[k] = f(tgl.array({ 1, 3, 3, -1 }, 'int64'), tgl.array({ 1, 2, 2, 1 }, 'int64'))
+        end
+        out.err = words(message(f, tgl.array({ 1, 5 }, 'int64'), tgl.array({ 1, 2 }, 'int64')), 'adv_subtensor')
+        out.after = E:get_value():cpu()  -- the failed call changed nothing
+        for k = 5, 7 do
+          out[k] = f(tgl.array({ 2, 2, 4, 1 }, 'int64'), tgl.array({ 2, 2, 1, 1 }, 'int64'))
+        end
+        out.E = E:get_value():cpu()
+        return out
+      end)
+    end
+    local want, got = run('cpu'), run('cuda')
+    for k = 1, 7 do same(want[k], got[k], 'call ' .. k) end
+    assert.are.equal(want.err, got.err)
+    assert.matches('index 5 is out of range for axis 1 of size 4', got.err, 1, true)
+    same(want.after, got.after, 'E after the failed call')
+    same(want.E, got.E, 'E at the end')
+  end)
+
   it('passes verify_grad on the device', function()
     -- repeated positions where they add (x[idx], inc); distinct ones where
     -- they set (a repeated set's v gradient is Theano's, not the finite
