@@ -521,6 +521,31 @@ describe('cuda products', function()
     end
   end)
 
+  describe('config.allow_tf32', function()
+    it('float32 products stay within TF32 accuracy when allowed, exact to float32 when not', function()
+      local a, da = operand('float32', 'T', { 40, 64 })
+      local b, db = operand('float32', 'contig', { 64, 30 })
+      local want = tgl.dot(a, b)
+      local scale = maxabs(a) * maxabs(b) * 64
+      local was = tgl.config.allow_tf32
+      assert.is_false(was)                       -- exact by default (API.md)
+      local ok, err = pcall(function()
+        tgl.config.allow_tf32 = true
+        -- TF32 keeps 10 bits of each operand: 2^-10 relative per product
+        local got = tgl.dot(da, db):cpu()
+        assert.is_nil(S.mismatch(want, got, { abs = scale * 2 ^ -9, rel = 0 }))
+        tgl.config.allow_tf32 = false
+        check(want, tgl.dot(da, db), scale, 'float32 without tf32')
+        -- float64 never uses TF32
+        tgl.config.allow_tf32 = true
+        local a64, b64 = a:astype('float64'), b:astype('float64')
+        check(tgl.dot(a64, b64), tgl.dot(a64:cuda(), b64:cuda()), scale, 'float64 with tf32 allowed')
+      end)
+      tgl.config.allow_tf32 = was
+      if not ok then error(err, 0) end
+    end)
+  end)
+
   describe('gradients of products on the device', function()
     it('tgl.grad through dot (matrix.matrix, matrix.vector, vector.vector) and batched_dot matches the cpu', function()
       for _, dt in ipairs(FLOATS) do
