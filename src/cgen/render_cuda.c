@@ -164,7 +164,23 @@ static void kernel(tgl_cgen_expr *x, tgl_sb *b, const char *symbol)
     }
     tgl_sb_printf(b, "        }\n");
     body(x, b, at, "        ");
-    tgl_sb_printf(b, "    }\n}\n\n");
+    tgl_sb_printf(b, "    }\n}\n");
+    /* The emulated GPU (cuda/drv_emu.c) calls a kernel through
+     * <symbol>__emu(params) and copies its parameters, sized by
+     * <symbol>__emu_psizes, into a captured graph; a CUDA compile sees
+     * none of it. */
+    tgl_sb_printf(b, "#ifdef TGL_CUDA_EMU\n"
+                     "extern \"C\" const unsigned long long %s__emu_psizes[] = "
+                     "{sizeof(tgl_cuda_space)",
+                  symbol);
+    for (int j = 0; j < nop; j++)
+        tgl_sb_printf(b, ", sizeof(tgl_cuda_operand)");
+    tgl_sb_printf(b, ", 0};\nextern \"C\" void %s__emu(void **p)\n{\n"
+                     "    %s(*(const tgl_cuda_space *)p[0]",
+                  symbol, symbol);
+    for (int j = 0; j < nop; j++)
+        tgl_sb_printf(b, ", *(const tgl_cuda_operand *)p[%d]", j + 1);
+    tgl_sb_printf(b, ");\n}\n#endif\n\n");
     free(at);
 }
 

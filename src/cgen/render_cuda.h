@@ -19,6 +19,11 @@
  * k of every operand, or 0 for an input the program broadcasts on every
  * axis) when the strides say so, checked by the kernel itself; else it
  * finds each operand's offset from the strides.
+ *
+ * Under TGL_CUDA_EMU (the emulated GPU, cuda/drv_emu.c) each kernel also
+ * has extern "C" void <symbol>__emu(void **params), which calls it with
+ * the same parameter array, and <symbol>__emu_psizes, the parameters'
+ * sizes (0-terminated).
  */
 #ifndef TGL_CGEN_RENDER_CUDA_H
 #define TGL_CGEN_RENDER_CUDA_H

@@ -22,10 +22,13 @@ typedef unsigned long long uint64_t;
 
 /* TGL_KERNEL(symbol, Args) { ... }: a kernel taking one struct of
  * parameters by value, read as `a`.  On the emulator the same body is a
- * host function, reached through symbol__emu(void **params). */
+ * host function, reached through symbol__emu(void **params), and
+ * symbol__emu_psizes gives the parameters' sizes (a graph capture copies
+ * them: kernels/emu_prelude.h). */
 #ifdef TGL_CUDA_EMU
 #define TGL_KERNEL(sym, Args)                                                                 \
     static void sym##__body(const Args &a);                                                   \
+    extern "C" const unsigned long long sym##__emu_psizes[] = {sizeof(Args), 0};              \
     extern "C" void sym##__emu(void **p) { sym##__body(*(const Args *)p[0]); }                \
     static void sym##__body(const Args &a)
 #else
