@@ -43,14 +43,22 @@ local function sampled(op_index, case_index)
   return not SAMPLE or (op_index + case_index) % 5 == 0
 end
 
-local function on_cuda(fn)
+local function on_device(device, fn)
   local was = tgl.config.device
-  tgl.config.device = 'cuda'
+  tgl.config.device = device
   local res = { pcall(fn) }
   tgl.config.device = was
   if not res[1] then error(res[2], 0) end
   return unpack(res, 2, table.maxn(res))
 end
+local function on_cuda(fn) return on_device('cuda', fn) end
+-- The references: compiled for the cpu even where TGL_DEVICE=cuda (the
+-- emu: list) makes cuda the default.
+local function on_cpu(fn) return on_device('cpu', fn) end
+
+-- Device allocations so far: a compiled function's results come back to
+-- the host, so a test that its work ran on the device counts these.
+local function device_allocs() return tgl.cuda.memory_stats().n_allocs end
 
 local function host(a)
   if a.device ~= 'cpu' then return a:cpu() end
@@ -246,6 +254,7 @@ describe('the CUDA elementwise kernel (one-node programs)', function()
 
   it('gives the cpu values in functions compiled with FAST_COMPILE, broadcast patterns included', function()
     local r = S.new_rng(2202)
+    local allocs = device_allocs()
     for oi, name in ipairs(ops) do
       local k = arity(name)
       for di, dt in ipairs({ 'float32', 'float64', 'int32' }) do
@@ -273,6 +282,7 @@ describe('the CUDA elementwise kernel (one-node programs)', function()
         ::next::
       end
     end
+    assert.is_true(device_allocs() > allocs, 'the compiled functions ran nothing on the device')
   end)
 end)
 
@@ -383,15 +393,16 @@ describe('the CUDA reductions', function()
 
   it('in compiled functions: sum/max over axes, mean (axes_size), argmax, on cuda', function()
     local r = S.new_rng(2206)
+    local allocs = device_allocs()
     for _, dt in ipairs({ 'float32', 'float64' }) do
       local x = tgl.tensor { dtype = dt, ndim = 3, name = 'x' }
       local outs = { tgl.sum(x, { 1, 3 }), tgl.max(x, 2, { keepdims = true }), tgl.mean(x, { 2, 3 }),
                      tgl.argmax(x, 3), tgl.prod(x, 1), tgl.min(x) }
       local f = on_cuda(function() return tgl.compile { inputs = { x }, outputs = outs, mode = 'FAST_COMPILE' } end)
-      local fc = tgl.compile { inputs = { x }, outputs = outs, mode = 'FAST_COMPILE' }
+      local fc = on_cpu(function() return tgl.compile { inputs = { x }, outputs = outs, mode = 'FAST_COMPILE' } end)
       for _, shape in ipairs({ { 3, 4, 5 }, { 1, 7, 2 }, { 2, 0, 3 } }) do
         local xa = rand_array(r, shape, dt)
-        local ok, w = pcall(function() return { fc(xa) } end)
+        local ok, w = pcall(function() return { on_cpu(function() return fc(xa) end) } end)
         if ok then
           local g = { on_cuda(function() return f(xa) end) }
           for i = 1, #w do same(w[i], g[i], ('%s output %d %s'):format(dt, i, S.shape_str(shape))) end
@@ -401,6 +412,7 @@ describe('the CUDA reductions', function()
         end
       end
     end
+    assert.is_true(device_allocs() > allocs, 'the compiled functions ran nothing on the device')
   end)
 end)
 
@@ -440,13 +452,17 @@ describe('the CUDA shape kernels', function()
     local f = on_cuda(function()
       return tgl.compile { inputs = { x, a, b, s, n }, outputs = outs, mode = 'FAST_COMPILE' }
     end)
-    local fc = tgl.compile { inputs = { x, a, b, s, n }, outputs = outs, mode = 'FAST_COMPILE' }
+    local fc = on_cpu(function()
+      return tgl.compile { inputs = { x, a, b, s, n }, outputs = outs, mode = 'FAST_COMPILE' }
+    end)
     local xa = tgl.randn(2, 3, 4):astype('float32')
+    local allocs = device_allocs()
     for _, args in ipairs({ { -1.5, 3, 0.25, 5 }, { 10, 0, -0.7, 0 }, { 0.1, 0.2, 0.3, 1 } }) do
-      local w = { fc(xa, unpack(args)) }
+      local w = { on_cpu(function() return fc(xa, unpack(args)) end) }
       local g = { on_cuda(function() return f(xa, unpack(args)) end) }
       for i = 1, #w do same(w[i], g[i], 'output ' .. i .. ' for ' .. table.concat(args, ',')) end
     end
+    assert.is_true(device_allocs() > allocs, 'the compiled function ran nothing on the device')
   end)
 
   it('fill_like eagerly in every dtype, with zero and non-zero values', function()
