@@ -362,6 +362,23 @@ describe('the CUDA reductions', function()
     same(tgl.array({ 1, 1, 1 }, 'int64'), tgl.prod(e:astype('int32'):cuda(), 1), 'int prod of no rows')
   end)
 
+  it('long reductions over several axes of views (the block-per-output layout, chunked) equal the cpu', function()
+    local seed, cases = S.prop_seed_and_cases(2209, 60)
+    local r = S.new_rng(seed)
+    for case = 1, cases do
+      local shape = { r.int(1, 40), r.int(1, 6), r.int(20, 70) }
+      local dt = ({ 'float32', 'float64', 'int64', 'bool' })[r.int(1, 4)]
+      local opname = ({ 'sum', 'prod', 'max', 'min' })[r.int(1, 4)]
+      if opname == 'prod' and dt ~= 'bool' then dt = 'float64' end
+      local view = VIEW_NAMES[r.int(1, #VIEW_NAMES)]
+      local x, xd = make_input(r, shape, dt, view, { small = opname == 'prod', nan = r.chance(0.2) })
+      local axes = ({ { 1, 3 }, { 3 }, { 2, 3 }, { 1, 2, 3 }, { 1 } })[r.int(1, 5)]
+      local what = ('case %d (seed %d): %s of %s %s %s over %s'):format(case, seed, opname, view, dt,
+        S.shape_str(shape), table.concat(axes, ','))
+      same(REDUCE[opname](x, axes), REDUCE[opname](xd, axes), what)
+    end
+  end)
+
   it('argmax and argmin: 1-based, the first of equal values, the first NaN', function()
     local seed, cases = S.prop_seed_and_cases(2205, 200)
     local r = S.new_rng(seed)
