@@ -286,6 +286,29 @@ describe('class_xent and its deltas on cuda', function()
     end)
   end
 
+  it('gives the deltas (class_xent_delta parts 0 and 1) as the cpu, strided h and weights', function()
+    for _, dtype in ipairs({ 'float32', 'float64' }) do
+      for _, sz in ipairs({ { 1, 1, 3 }, { 9, 5, 33 }, { 30, 12, 300 }, { 2, 3, 1030 } }) do
+        local T, C, H = sz[1], sz[2], sz[3]
+        local cls, tgt, owner = problem(T, C)
+        local K = #owner
+        local h, Wc, Ws = tensor(dtype, 2, 'h'), tensor(dtype, 2, 'Wc'), tensor(dtype, 2, 'Ws')
+        local c, t, o = tgl.lvector('c'), tgl.lvector('t'), tgl.lvector('o')
+        -- h transposed, Wc with every other column, Ws's rows reversed
+        local args = { h:T(), Wc[{ {}, { 1, -1, 2 } }], Ws[{ { -1, 1, -1 } }], c, t, o }
+        local outs = { lm.class_xent(unpack(args)) }
+        for part = 0, 1 do
+          outs[#outs + 1] = G.apply('class_xent_delta', 'class_xent_delta', args, 6, { i = { part } })
+        end
+        -- (owners and targets index the rows of the view Ws)
+        both({ h, Wc, Ws, c, t, o }, outs,
+             { randn({ H, T }, dtype), randn({ C, 2 * H }, dtype), randn({ K, H }, dtype),
+               tgl.array(cls, 'int64'), tgl.array(tgt, 'int64'), tgl.array(owner, 'int64') },
+             dtype, ('class_xent_delta %s T%d C%d H%d'):format(dtype, T, C, H))
+      end
+    end
+  end)
+
   it('reads strided index vectors and gives the cpu errors for bad ones', function()
     local dtype = 'float64'
     local h, Wc, Ws = tgl.dmatrix('h'), tgl.dmatrix('Wc'), tgl.dmatrix('Ws')
