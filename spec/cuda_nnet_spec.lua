@@ -343,7 +343,10 @@ end)
 
 describe('batch normalisation on cuda', function()
   tgl.manual_seed(14)
-  local SH = { { 1, 3 }, { 60, 10 }, { 7, 40 }, { 3, 2, 5, 4 }, { 4, 3, 7 }, { 2, 3, 2, 3, 2 }, { 2, 5, 33, 33 } }
+  -- (the last two: few channels of many elements, which the kernels
+  -- split into parts per channel)
+  local SH = { { 1, 3 }, { 60, 10 }, { 7, 40 }, { 3, 2, 5, 4 }, { 4, 3, 7 }, { 2, 3, 2, 3, 2 },
+               { 2, 5, 33, 33 }, { 5000, 3 }, { 4, 2, 64, 64 } }
 
   for _, dtype in ipairs({ 'float32', 'float64' }) do
     it(dtype .. ': statistics, training and evaluation forms and their gradients as the cpu', function()
