@@ -165,6 +165,11 @@ void *tgl_cuda_real_stream(void);
 
 /* drv_cublas.c: cuBLAS on that stream, with the driver entries' meaning
  * (the real driver's table points at these). */
+/* Makes the cuBLAS handle, bound to the stream, with its own workspace:
+ * the real driver's init calls it once the stream exists, so that no
+ * handle or workspace is made while a graph is being captured (the
+ * products make the handle on first use otherwise).  Idempotent. */
+tgl_status tgl_cuda_cublas_init(tgl_errbuf *err);
 tgl_status tgl_cuda_cublas_gemm(int dtype, bool trans_a, bool trans_b, int m, int n, int k,
                                 double alpha, const void *a, int lda, const void *b, int ldb,
                                 double beta, void *c, int ldc, bool tf32, tgl_errbuf *err);

@@ -81,6 +81,12 @@ static tgl_status real_init(tgl_cuda_devinfo *info, tgl_errbuf *err)
         return fail(err, e, "reading the CUDA runtime's version");
     if ((e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking)) != cudaSuccess)
         return fail(err, e, "creating the stream (cudaStreamCreateWithFlags)");
+    /* cuBLAS's handle and workspace now, never inside a graph capture; a
+     * device whose cuBLAS cannot start is no use to tgl (products are
+     * everywhere) */
+    tgl_status st = tgl_cuda_cublas_init(err);
+    if (st)
+        return st;
     memset(info, 0, sizeof *info);
     snprintf(info->name, sizeof info->name, "%s", p.name);
     info->cc_major = p.major;

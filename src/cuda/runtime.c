@@ -16,7 +16,11 @@
  * receives a reused block is ordered after the last reader of its former
  * owner (cuda_int.h, "Ordering").  When the driver runs out of memory the
  * cache is returned to it (tgl_cuda_empty_cache) and the request retried
- * once; a request larger than the whole device fails at once.  One mutex
+ * once; a request larger than the whole device fails at once.  While a
+ * graph capture is under way (step.c) freed blocks are held for the graph
+ * instead (tgl_cuda_hold_begin/_end), since its replays still use them,
+ * and return to the cache with the graph (tgl_cuda_hold_release).  Held
+ * blocks count in `reserved`, not in `allocated`.  One mutex
  * guards the lists, the table of blocks in use (pointer -> block, for
  * tgl_cuda_free) and the statistics.
  */
@@ -121,6 +125,8 @@ static struct {
     block **used;       /* hash table of blocks handed out, by pointer */
     size_t nbuckets;    /* a power of two, or 0 before the first block */
     size_t nused;
+    int holding;        /* a graph capture is under way: frees go to held */
+    block *held;        /* blocks freed while holding                    */
     tgl_cuda_mem_stats st;
 } A = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
@@ -280,8 +286,11 @@ void tgl_cuda_free(void *p)
     pthread_mutex_lock(&A.lock);
     block *b = used_remove(p);
     if (b) {
-        b->next = A.free_list[b->cls];
-        A.free_list[b->cls] = b;
+        /* during a capture the graph's replays still read the block: held
+         * for the graph, not reusable (tgl_cuda_hold_*) */
+        block **list = A.holding ? &A.held : &A.free_list[b->cls];
+        b->next = *list;
+        *list = b;
         A.st.allocated -= (int64_t)b->size;
         A.st.n_frees++;
     }
@@ -289,6 +298,34 @@ void tgl_cuda_free(void *p)
     if (!b)
         fprintf(stderr, "tgl: cuda: freeing %p, which the allocator did not hand out "
                         "(ignored; a bug in tgl)\n", p);
+}
+
+void tgl_cuda_hold_begin(void)
+{
+    pthread_mutex_lock(&A.lock);
+    A.holding = 1;
+    pthread_mutex_unlock(&A.lock);
+}
+
+void *tgl_cuda_hold_end(void)
+{
+    pthread_mutex_lock(&A.lock);
+    A.holding = 0;
+    block *held = A.held;
+    A.held = NULL;
+    pthread_mutex_unlock(&A.lock);
+    return held;
+}
+
+void tgl_cuda_hold_release(void *held)
+{
+    pthread_mutex_lock(&A.lock);
+    for (block *b = held, *next; b; b = next) {
+        next = b->next;
+        b->next = A.free_list[b->cls];
+        A.free_list[b->cls] = b;
+    }
+    pthread_mutex_unlock(&A.lock);
 }
 
 void tgl_cuda_memory_stats(tgl_cuda_mem_stats *s)
