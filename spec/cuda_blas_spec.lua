@@ -201,15 +201,25 @@ describe('cuda products', function()
       end)
     end
 
-    it('float32 dot products sum in double and round once, as the cpu does: equal bit for bit', function()
-      -- A float32 running sum would differ from the cpu's in the last bits
-      -- on most of these; a double sum rounded once gives the cpu's value.
+    it('float32 dot products sum in double and round once: equal bit for bit to the float64 sum rounded', function()
+      -- engine/backend.h: float32 dots accumulate in double.  A float32
+      -- running sum differs from the double sum rounded once in the last
+      -- bits on most of these.  (The reference is the float64 product of
+      -- the same numbers rounded to float32, not the cpu's float32 dot:
+      -- OpenBLAS's dsdot on this machine sums in float32, see the cases
+      -- above for that comparison within 1e-5.)  The cpu's row-wise
+      -- batched_dot sums in double itself: equal bit for bit.
+      local ffi = require 'ffi'
+      local function f32(v) return tonumber(ffi.new('float[1]', v)[0]) end
       -- (70000: few outputs of many products, summed by several blocks each
       -- and then added in a second pass)
       for _, n in ipairs({ 1000, 4097, 10000, 70000 }) do
         for _ = 1, 3 do
           local x, y = rand({ n }, 'float32'), rand({ n }, 'float32')
-          assert.are.equal(tgl.dot(x, y):get(), tgl.dot(x:cuda(), y:cuda()):cpu():get())
+          local exact = tgl.dot(x:astype('float64'), y:astype('float64')):get()
+          local got = tgl.dot(x:cuda(), y:cuda()):cpu()
+          assert.are.equal('float32', got.dtype)
+          assert.are.equal(f32(exact), got:get())
         end
         local a, b = rand({ 3, n }, 'float32'), rand({ 3, n }, 'float32')
         assert.are.same(tgl.batched_dot(a, b):totable(), tgl.batched_dot(a:cuda(), b:cuda()):cpu():totable())
@@ -218,7 +228,7 @@ describe('cuda products', function()
       local a = tgl.array({ 1, 1e-8, 1e-8, 1e-8, 1e-8, 1e-8, 1e-8, 1e-8, 1e-8, 1e-8, 1e-8 }, 'float32')
       local ones = tgl.ones(11, { dtype = 'float32' })
       local got = tgl.dot(a:cuda(), ones:cuda()):cpu():get()
-      assert.are.equal(tgl.dot(a, ones):get(), got)
+      assert.are.equal(f32(tgl.dot(a:astype('float64'), ones:astype('float64')):get()), got)
       assert.is_true(got > 1)
     end)
 
@@ -509,6 +519,31 @@ describe('cuda products', function()
         assert.is_true(cases >= 25)
       end)
     end
+  end)
+
+  describe('config.allow_tf32', function()
+    it('float32 products stay within TF32 accuracy when allowed, exact to float32 when not', function()
+      local a, da = operand('float32', 'T', { 40, 64 })
+      local b, db = operand('float32', 'contig', { 64, 30 })
+      local want = tgl.dot(a, b)
+      local scale = maxabs(a) * maxabs(b) * 64
+      local was = tgl.config.allow_tf32
+      assert.is_false(was)                       -- exact by default (API.md)
+      local ok, err = pcall(function()
+        tgl.config.allow_tf32 = true
+        -- TF32 keeps 10 bits of each operand: 2^-10 relative per product
+        local got = tgl.dot(da, db):cpu()
+        assert.is_nil(S.mismatch(want, got, { abs = scale * 2 ^ -9, rel = 0 }))
+        tgl.config.allow_tf32 = false
+        check(want, tgl.dot(da, db), scale, 'float32 without tf32')
+        -- float64 never uses TF32
+        tgl.config.allow_tf32 = true
+        local a64, b64 = a:astype('float64'), b:astype('float64')
+        check(tgl.dot(a64, b64), tgl.dot(a64:cuda(), b64:cuda()), scale, 'float64 with tf32 allowed')
+      end)
+      tgl.config.allow_tf32 = was
+      if not ok then error(err, 0) end
+    end)
   end)
 
   describe('gradients of products on the device', function()

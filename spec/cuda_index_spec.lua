@@ -307,7 +307,9 @@ describe('cuda inc_subtensor (basic regions)', function()
       check(dt .. ' inc column', function(a, v) return tgl.inc_subtensor(a[{ {}, 1 }], v) end, { x, rand_array(dt, { 4 }) })
       check(dt .. ' inc negative step', function(a, v) return tgl.inc_subtensor(a[{ { -1, 1, -2 }, { 5, 1, -1 } }], v) end,
             { x, rand_array(dt, { 2, 5 }) })
-      check(dt .. ' set broadcast row', function(a, v) return tgl.set_subtensor(a[{ { 2, 3 } }], v:dimshuffle({ 'x', 1 })) end,
+      check(dt .. ' set rows', function(a, v) return tgl.set_subtensor(a[{ { 2, 3 } }], v) end,
+            { x, rand_array(dt, { 2, 5 }) })
+      check(dt .. ' inc broadcast row', function(a, v) return tgl.inc_subtensor(a[{ { 2, 3 } }], v:dimshuffle({ 'x', 1 })) end,
             { x, rand_array(dt, { 5 }) })
       check(dt .. ' inc on a transposed x', function(a, v) return tgl.inc_subtensor(a:T()[{ { 2, 4 }, 3 }], v) end,
             { x, rand_array(dt, { 3 }) })
@@ -392,12 +394,45 @@ describe('cuda indexing gradients', function()
     end
   end)
 
+  it('runs an embedding-style training step (lookup, one_hot, scatter of the gradient) as the cpu, across a bad index', function()
+    local function run(device)
+      return on(device, function()
+        local E = tgl.shared(tgl.array({ { 0.1, 0.2 }, { 0.3, -0.4 }, { 0.5, 0.6 }, { -0.7, 0.8 } }), 'E')
+        local i, y = tgl.lvector('i'), tgl.lvector('y')
+        local h = E[{ i }]
+        local cost = tgl.sum(h ^ 2) + tgl.sum(tgl.one_hot(y, 2) * h)
+        local f = tgl.compile { inputs = { i, y }, outputs = cost, updates = { { E, E - tgl.grad(cost, E) * 0.1 } } }
+        local out = {}
+        for k = 1, 4 do
+          out[k] = f(tgl.array({ 1, 3, 3, -1 }, 'int64'), tgl.array({ 1, 2, 2, 1 }, 'int64'))
+        end
+        out.err = words(message(f, tgl.array({ 1, 5 }, 'int64'), tgl.array({ 1, 2 }, 'int64')), 'adv_subtensor')
+        out.after = E:get_value():cpu()  -- the failed call changed nothing
+        for k = 5, 7 do
+          out[k] = f(tgl.array({ 2, 2, 4, 1 }, 'int64'), tgl.array({ 2, 2, 1, 1 }, 'int64'))
+        end
+        out.E = E:get_value():cpu()
+        return out
+      end)
+    end
+    local want, got = run('cpu'), run('cuda')
+    for k = 1, 7 do same(want[k], got[k], 'call ' .. k) end
+    assert.are.equal(want.err, got.err)
+    assert.matches('index 5 is out of range for axis 1 of size 4', got.err, 1, true)
+    same(want.after, got.after, 'E after the failed call')
+    same(want.E, got.E, 'E at the end')
+  end)
+
   it('passes verify_grad on the device', function()
-    local ia = tgl.array({ 2, 2, -1, 1 }, 'int64')
+    -- repeated positions where they add (x[idx], inc); distinct ones where
+    -- they set (a repeated set's v gradient is Theano's, not the finite
+    -- difference: engine/ops/subtensor.c)
+    local rep, dis = tgl.array({ 2, 2, -1, 1 }, 'int64'), tgl.array({ 3, 1 }, 'int64')
     on('cuda', function()
-      tgl.verify_grad(function(a, v)
-        return tgl.sum(tgl.set_subtensor(a[{ ia }], v) * 1.5) + tgl.sum(a[{ ia }] ^ 2)
-      end, { rand_array('float64', { 3, 2 }), rand_array('float64', { 4, 2 }) })
+      tgl.verify_grad(function(a, v, w)
+        return tgl.sum(tgl.set_subtensor(a[{ dis }], v) * 1.5) + tgl.sum(a[{ rep }] ^ 2)
+            + tgl.sum(tgl.inc_subtensor(a[{ rep }], w) ^ 2)
+      end, { rand_array('float64', { 3, 2 }), rand_array('float64', { 2, 2 }), rand_array('float64', { 4, 2 }) })
     end)
   end)
 end)

@@ -24,8 +24,14 @@ function tgl.cache_info()
   core.check(C.tgl_cache_info(core.ctx, text), 'cache_info')
   local s = ffi.string(text[0])
   C.tgl_free(text[0])
+  -- one block per backend with a kernel cache (cpu, then cuda in a CUDA
+  -- build), all in the same directory: their entries and bytes add up
   local info = {}
-  for k, v in s:gmatch('([%w_]+): ([^\n]*)') do info[k] = tonumber(v) or v end
+  for k, v in s:gmatch('([%w_]+): ([^\n]*)') do
+    v = tonumber(v) or v
+    if (k == 'entries' or k == 'bytes') and info[k] then info[k] = info[k] + v
+    elseif info[k] == nil then info[k] = v end
+  end
   return info
 end
 

@@ -66,7 +66,7 @@ static tgl_status status_of(cublasStatus_t s)
     }
 }
 
-/* err = "cuda: <what>: <cuBLAS's text> (<status name>)"; returns the status. */
+/* err = "cuda: <what>: <cuBLAS's text> (cuBLAS status <n>)"; returns the status. */
 static tgl_status fail(tgl_errbuf *err, cublasStatus_t s, const char *what)
 {
     const char *text = cublasGetStatusString(s);

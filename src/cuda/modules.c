@@ -608,7 +608,9 @@ tgl_status tgl_cuda_lib_launch(const tgl_backend_opts *o, const char *family, co
     tgl_status st = tgl_cuda_lib_func(o, family, symbol, &f, err);
     if (st)
         return st;
-    if (grid == 0 || block == 0 || block % 32 != 0 || block > 1024)
+    if (grid == 0)
+        return TGL_OK; /* no blocks: nothing to run (an empty input) */
+    if (block == 0 || block % 32 != 0 || block > 1024)
         return tgl_errbuf_set(err, TGL_EINTERNAL,
                               "cuda: %s: bad launch geometry (%u blocks of %u threads)", symbol,
                               grid, block);
@@ -663,12 +665,35 @@ tgl_status tgl_cuda_cache_clear(const tgl_backend_opts *o, tgl_errbuf *err)
     return st;
 }
 
+/* The cache directory's name without creating it: cache.c's rule (the
+ * setting, else $TGL_CACHE_DIR, else ~/.cache/tgl), for cache_info, which
+ * changes nothing on disk. */
+static int dir_name(const tgl_backend_opts *o, char *dir, size_t size)
+{
+    const char *env = getenv("TGL_CACHE_DIR"), *home = getenv("HOME");
+    int n;
+    if (o && o->cache_dir && o->cache_dir[0])
+        n = snprintf(dir, size, "%s", o->cache_dir);
+    else if (env && env[0])
+        n = snprintf(dir, size, "%s", env);
+    else if (home && home[0])
+        n = snprintf(dir, size, "%s/.cache/tgl", home);
+    else
+        return tgl_cache_dir(NULL, dir, size); /* the password file's home: cache.c */
+    if (n <= 0 || (size_t)n >= size)
+        return -1;
+    while (n > 1 && dir[n - 1] == '/')
+        dir[--n] = '\0';
+    return 0;
+}
+
 tgl_status tgl_cuda_cache_info(const tgl_backend_opts *o, char **text, tgl_errbuf *err)
 {
     char dir[1100];
-    tgl_status st = cache_dir(o, "tgl_cache_info", dir, sizeof dir, err);
-    if (st)
-        return st;
+    if (dir_name(o, dir, sizeof dir) != 0)
+        return tgl_errbuf_set(err, TGL_EIO,
+                              "tgl_cache_info: no cache directory (set cache_dir or "
+                              "$TGL_CACHE_DIR)");
     disk_entry *v;
     int n = list_entries(dir, &v);
     int64_t total = 0;
@@ -679,8 +704,10 @@ tgl_status tgl_cuda_cache_info(const tgl_backend_opts *o, char **text, tgl_errbu
     char *s = malloc(size);
     if (!s)
         return tgl_errbuf_set(err, TGL_ENOMEM, "tgl_cache_info: out of memory");
-    snprintf(s, size, "directory: %s\nentries: %d\nbytes: %" PRId64 "\nmax_bytes: %" PRId64 "\n",
-             dir, n < 0 ? 0 : n, total, o ? o->cache_max_bytes : (int64_t)0);
+    snprintf(s, size,
+             "directory: %s%s\nentries: %d\nbytes: %" PRId64 "\nmax_bytes: %" PRId64 "\n", dir,
+             n < 0 ? " (not created yet)" : "", n < 0 ? 0 : n, total,
+             o ? o->cache_max_bytes : (int64_t)0);
     *text = s;
     return TGL_OK;
 }

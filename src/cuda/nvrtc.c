@@ -16,7 +16,9 @@
  *                                 plain inline helpers in a family's .cuh);
  *   --fmad=false                  no contraction of a*b+c into one fused
  *                                 multiply-add: the CPU kernels (the
- *                                 reference the tests compare against)
+ *                                 reference the tests compare against;
+ *                                 the generated ones are built with
+ *                                 -ffp-contract=off, cgen/compile.c)
  *                                 round the product and the sum
  *                                 separately, and a contracted kernel
  *                                 differs from them in cancellations
