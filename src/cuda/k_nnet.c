@@ -400,10 +400,50 @@ static int64_t bn_per_channel(const tgl_nnet_bn_geom *q)
     return q->n[0] * q->n[2] * q->n[3] * q->n[4];
 }
 
-/* The per-channel sums (nnet.cuh) of x, or of g and g (x - mean). */
+/* How the per-channel sums run: the (N, C) layout or not, the block, and
+ * how many parts each channel is split into so that a few channels still
+ * fill the device (about 4 blocks per SM), with parts of at least 8
+ * elements per thread. */
+typedef struct bn_plan {
+    int32_t rows;
+    unsigned block, grid;
+    int64_t split;
+} bn_plan;
+
+static bn_plan bn_plan_of(const tgl_nnet_bn_geom *q)
+{
+    bn_plan pl;
+    int64_t C = q->n[1], M = bn_per_channel(q);
+    const tgl_cuda_devinfo *info = tgl_cuda_info();
+    int64_t want = 4 * (info && info->sm_count > 0 ? info->sm_count : 1);
+    pl.rows = q->n[2] == 1 && q->n[3] == 1 && q->n[4] == 1;
+    int64_t units, per; /* blocks without a split, and each one's elements */
+    if (pl.rows) {
+        pl.block = M >= 256 ? 256 : M >= 64 ? 128 : 32;
+        units = (C + 31) / 32;
+        per = M / (pl.block / 32); /* rows per warp */
+    } else {
+        pl.block = M >= 2048 ? 512 : 256;
+        units = C;
+        per = M / pl.block;
+    }
+    pl.split = 1;
+    if (units < want) {
+        int64_t by_fill = (want + units - 1) / units, by_work = per / 8;
+        pl.split = by_fill < by_work ? by_fill : by_work;
+        if (pl.split < 1)
+            pl.split = 1;
+    }
+    pl.grid = clamp_grid(units * pl.split);
+    return pl;
+}
+
+/* The per-channel sums (nnet.cuh) of x, or of g and g (x - mean), in
+ * pl->split parts each. */
 static tgl_status bn_sums(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
-                          const tgl_nnet_bn_geom *q, const tgl_array *x, const tgl_array *g,
-                          const tgl_array *mean, double *s1, double *s2, double *k)
+                          const tgl_nnet_bn_geom *q, const bn_plan *pl, const tgl_array *x,
+                          const tgl_array *g, const tgl_array *mean, double *s1, double *s2,
+                          double *k)
 {
     tgl_nnet_bn_sums_args a;
     memset(&a, 0, sizeof a);
@@ -413,18 +453,10 @@ static tgl_status bn_sums(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
     a.ms = mean ? mean->strides[0] : 0;
     a.s1 = s1, a.s2 = s2, a.k = k;
     a.geo = *q;
-    int64_t C = q->n[1], M = bn_per_channel(q);
-    a.rows = q->n[2] == 1 && q->n[3] == 1 && q->n[4] == 1;
-    unsigned grid, block;
-    if (a.rows) {
-        block = M >= 256 ? 256 : M >= 64 ? 128 : 32;
-        grid = clamp_grid((C + 31) / 32);
-    } else {
-        block = M >= 2048 ? 512 : 256;
-        grid = clamp_grid(C);
-    }
+    a.rows = pl->rows;
+    a.split = pl->split;
     char s[64];
-    return launch(ctx, n, in, sym(s, sizeof s, "bn_sums", is_f32(x)), grid, block, &a);
+    return launch(ctx, n, in, sym(s, sizeof s, "bn_sums", is_f32(x)), pl->grid, pl->block, &a);
 }
 
 static tgl_status bn_prep(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
@@ -470,14 +502,17 @@ static tgl_status stats_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *const
     tgl_status st = device_ready(ctx, n, in);
     if (st)
         return st;
+    bn_plan pl = bn_plan_of(&q);
+    int64_t P = C * pl.split;
     double *buf;
-    if ((st = scratch(ctx, n, in, sizeof(double) * 3 * (size_t)C, (void **)&buf)))
+    if ((st = scratch(ctx, n, in, sizeof(double) * (size_t)(2 * P + C), (void **)&buf)))
         return st;
-    st = bn_sums(ctx, n, in, &q, x, NULL, NULL, buf, buf + C, buf + 2 * C);
+    st = bn_sums(ctx, n, in, &q, &pl, x, NULL, NULL, buf, buf + P, buf + 2 * P);
     if (!st) {
         tgl_nnet_bn_prep_args a;
         memset(&a, 0, sizeof a);
-        a.s1 = buf, a.s2 = buf + C, a.k = buf + 2 * C;
+        a.s1 = buf, a.s2 = buf + P, a.k = buf + 2 * P;
+        a.split = pl.split;
         a.out0 = out[0] ? out[0]->data : NULL;
         a.out1 = out[1] ? out[1]->data : NULL;
         a.o0s = out[0] ? out[0]->strides[0] : 0;
@@ -542,16 +577,20 @@ static tgl_status grad_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *const 
     if (st)
         return st;
     size_t es = tgl_dtype_size(x->dtype_id);
+    bn_plan pl = bn_plan_of(&q);
+    int64_t P = C * pl.split;
     char *buf;
-    if ((st = scratch(ctx, n, in, (sizeof(double) * 2 + es * 4) * (size_t)C, (void **)&buf)))
+    if ((st = scratch(ctx, n, in, sizeof(double) * 2 * (size_t)P + es * 4 * (size_t)C,
+                      (void **)&buf)))
         return st;
-    double *s1 = (double *)buf, *s2 = s1 + C;
-    void *p = buf + sizeof(double) * 2 * (size_t)C;
-    st = bn_sums(ctx, n, in, &q, x, g, in[2], s1, s2, NULL);
+    double *s1 = (double *)buf, *s2 = s1 + P;
+    void *p = buf + sizeof(double) * 2 * (size_t)P;
+    st = bn_sums(ctx, n, in, &q, &pl, x, g, in[2], s1, s2, NULL);
     if (!st) {
         tgl_nnet_bn_prep_args a;
         memset(&a, 0, sizeof a);
         a.s1 = s1, a.s2 = s2;
+        a.split = pl.split;
         a.mean = in[2]->data, a.ms = in[2]->strides[0];
         a.var = in[3]->data, a.vs = in[3]->strides[0];
         if (n->nin == 5)

@@ -323,30 +323,33 @@ static __device__ __forceinline__ int64_t nnet_bn_off(const int64_t *s, int64_t 
     return i0 * s[0] + c * s[1] + i2 * s[2] + i3 * s[3] + i4 * s[4];
 }
 
-/* Per-channel sums (nnet.cuh).  The (N, C, R) layout: one block per
- * channel, the channel's elements in order (the innermost run is the
- * longest contiguous one: neighbouring threads read neighbouring
- * elements).  The (N, C) layout: a block per tile of 32 channels, lanes
- * across the channels of a row (one row is contiguous), warps down the
- * rows, the warps' sums added in shared memory. */
+/* Per-channel sums (nnet.cuh), each channel in `split` parts.  The
+ * (N, C, R) layout: one block per part of a channel, the part's elements
+ * in order (the innermost run is the longest contiguous one: neighbouring
+ * threads read neighbouring elements).  The (N, C) layout: a block per
+ * part of the rows of a tile of 32 channels, lanes across the channels of
+ * a row (one row is contiguous), warps down the rows, the warps' sums
+ * added in shared memory. */
 template <typename T> static __device__ void nnet_bn_sums(const tgl_nnet_bn_sums_args &a)
 {
     __shared__ double scratch[32];
     __shared__ double t1[32][33], t2[32][33];
     const T *x = (const T *)a.x, *g = (const T *)a.g;
     const tgl_nnet_bn_geom &q = a.geo;
-    const int64_t C = q.n[1];
+    const int64_t C = q.n[1], S = a.split;
     if (a.rows) {
         const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-        const int64_t ntiles = (C + 31) / 32;
-        for (int64_t tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
-            const int64_t c = tile * 32 + lane;
+        const int64_t ntiles = (C + 31) / 32, N = q.n[0], chunk = (N + S - 1) / S;
+        for (int64_t job = blockIdx.x; job < ntiles * S; job += gridDim.x) {
+            const int64_t tile = job / S, part = job % S;
+            const int64_t c = tile * 32 + lane, i0 = part * chunk;
+            const int64_t i1 = i0 + chunk < N ? i0 + chunk : N;
             const bool on = c < C;
             double K = 0, a1 = 0, a2 = 0;
             if (on)
                 K = g ? (double)((const T *)a.mean)[c * a.ms] : (double)x[c * q.xs[1]];
             if (on)
-                for (int64_t i = warp; i < q.n[0]; i += nw) {
+                for (int64_t i = i0 + warp; i < i1; i += nw) {
                     const double v = (double)x[i * q.xs[0] + c * q.xs[1]] - K;
                     if (g) {
                         const double gv = (double)g[i * q.gs[0] + c * q.gs[1]];
@@ -357,30 +360,30 @@ template <typename T> static __device__ void nnet_bn_sums(const tgl_nnet_bn_sums
                         a2 += v * v;
                     }
                 }
-            __syncthreads(); /* the previous tile's sums are read */
-            if (warp < 32) {
-                t1[warp][lane] = a1;
-                t2[warp][lane] = a2;
-            }
+            __syncthreads(); /* the previous job's sums are read */
+            t1[warp][lane] = a1;
+            t2[warp][lane] = a2;
             __syncthreads();
             if (warp == 0 && on) {
                 double s1 = 0, s2 = 0;
-                for (int w = 0; w < nw && w < 32; w++)
+                for (int w = 0; w < nw; w++)
                     s1 += t1[w][lane], s2 += t2[w][lane];
-                a.s1[c] = s1;
-                a.s2[c] = s2;
-                if (a.k)
+                a.s1[c * S + part] = s1;
+                a.s2[c * S + part] = s2;
+                if (a.k && part == 0)
                     a.k[c] = K;
             }
         }
         return;
     }
     const int64_t n4 = q.n[4], n3 = q.n[3], n2 = q.n[2];
-    const int64_t R = n2 * n3 * n4, M = q.n[0] * R;
-    for (int64_t c = blockIdx.x; c < C; c += gridDim.x) {
+    const int64_t R = n2 * n3 * n4, M = q.n[0] * R, chunk = (M + S - 1) / S;
+    for (int64_t job = blockIdx.x; job < C * S; job += gridDim.x) {
+        const int64_t c = job / S, part = job % S, e0 = part * chunk;
+        const int64_t e1 = e0 + chunk < M ? e0 + chunk : M;
         const double K = g ? (double)((const T *)a.mean)[c * a.ms] : (double)x[c * q.xs[1]];
         double a1 = 0, a2 = 0;
-        for (int64_t i = threadIdx.x; i < M; i += blockDim.x) {
+        for (int64_t i = e0 + threadIdx.x; i < e1; i += blockDim.x) {
             int64_t rem = i;
             const int64_t i4 = rem % n4;
             rem /= n4;
@@ -400,9 +403,9 @@ template <typename T> static __device__ void nnet_bn_sums(const tgl_nnet_bn_sums
         a1 = tgl_block_sum(a1, scratch);
         a2 = tgl_block_sum(a2, scratch);
         if (threadIdx.x == 0) {
-            a.s1[c] = a1;
-            a.s2[c] = a2;
-            if (a.k)
+            a.s1[job] = a1;
+            a.s2[job] = a2;
+            if (a.k && part == 0)
                 a.k[c] = K;
         }
     }
@@ -419,8 +422,13 @@ template <typename T> static __device__ void nnet_bn_prep(const tgl_nnet_bn_prep
     const int64_t C = a.C;
     TGL_GRID_LOOP(c, C)
     {
+        /* the channel's parts, added in order */
+        double s1 = 0, s2 = 0;
+        if (a.mode != 1)
+            for (int64_t k = 0; k < a.split; k++)
+                s1 += a.s1[c * a.split + k], s2 += a.s2[c * a.split + k];
         if (a.mode == 0) {
-            const double m = a.m, s1 = a.s1[c], v = (a.s2[c] - s1 * s1 / m) / m;
+            const double m = a.m, v = (s2 - s1 * s1 / m) / m;
             if (o0)
                 o0[c * a.o0s] = (T)(a.k[c] + s1 / m);
             if (o1)
@@ -436,7 +444,7 @@ template <typename T> static __device__ void nnet_bn_prep(const tgl_nnet_bn_prep
             p[C + c] = (T)scale;
             p[2 * C + c] = (T)shift;
         } else {
-            const double sg = a.s1[c], sgx = a.s2[c], m = a.m;
+            const double sg = s1, sgx = s2, m = a.m;
             const double ve = (double)var[c * a.vs] + a.eps;
             const double A = (w ? (double)w[c * a.wst] : 1.0) / sqrt(ve);
             if (o0)

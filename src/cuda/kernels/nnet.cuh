@@ -83,12 +83,15 @@ typedef struct tgl_nnet_bn_geom {
 /* Per-channel sums over x (and g): with g == NULL the statistics' shifted
  * sums s1 = sum (x - K), s2 = sum (x - K)^2 with K = x[0, c, 0..] (K
  * written to k); with g, s1 = sum g, s2 = sum g (x - mean[c]) (mean at
- * stride ms).  rows: the (N, C) layout (tiles of 32 channels). */
+ * stride ms).  Each channel's elements are split into `split` consecutive
+ * parts (so that few channels still fill the device): part s of channel c
+ * goes to s1[c * split + s] (s2 likewise), and the finishing kernel adds
+ * the parts in order.  rows: the (N, C) layout (tiles of 32 channels). */
 typedef struct tgl_nnet_bn_sums_args {
     const void *x, *g, *mean;
     double *s1, *s2, *k;
     tgl_nnet_bn_geom geo;
-    int64_t ms;
+    int64_t ms, split;
     int32_t rows;
     int32_t pad_;
 } tgl_nnet_bn_sums_args;
@@ -99,11 +102,11 @@ typedef struct tgl_nnet_bn_sums_args {
  *   mode 2 (grad):   p = (mean, A, B, D); out0 = sg, out1 = sgx
  * (each output may be NULL; o0s/o1s their strides). */
 typedef struct tgl_nnet_bn_prep_args {
-    const double *s1, *s2, *k;
+    const double *s1, *s2, *k;       /* s1, s2: `split` parts per channel */
     const void *mean, *var, *w, *b;
     void *out0, *out1;
     void *p;
-    int64_t C;
+    int64_t C, split;
     int64_t ms, vs, wst, bst, o0s, o1s;
     double m, eps;
     int32_t mode;
