@@ -101,6 +101,7 @@ const tgl_backend tgl_backend_cuda = {
     .launch_cache_free = tgl_cuda_fused_launch_cache_free,
     .step_inlinable = tgl_cuda_step_inlinable,
     .step_prepare = tgl_cuda_step_prepare,
+    .step_all_callbacks = true,
     .step_run = tgl_cuda_step_run,
     .step_free = tgl_cuda_step_free,
     .cache_clear = tgl_cuda_cache_clear,

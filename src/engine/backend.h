@@ -202,6 +202,10 @@ typedef struct tgl_backend {
      * ready, and stays 0 when there is none. */
     tgl_status (*step_prepare)(const tgl_backend_opts *o, const tgl_step_item *items, int n,
                                tgl_kernel_ref **out, tgl_errbuf *err);
+    /* Whether a whole step is worth making even when none of its kernels
+     * runs inline (all items call back): true for a backend that records
+     * and replays the device work the callbacks issue (CUDA Graphs). */
+    bool step_all_callbacks;
     /* Runs the prepared step k over D, the table of data pointers the
      * engine keeps, calling back into the engine (cb, with env) for what it
      * does not run itself: 0 when done, the nonzero status a callback

@@ -783,7 +783,8 @@ static void record_end(tgl_ctx *ctx, tgl_step *s)
         ninline += s->item[i].prog != NULL;
     tgl_errbuf e;
     s->gen = GEN_NEVER;
-    if (ninline == 0 || s->be->step_prepare(&ctx->backend_opts, s->item, s->nfirst, &s->code, &e)) {
+    if ((ninline == 0 && !s->be->step_all_callbacks) ||
+        s->be->step_prepare(&ctx->backend_opts, s->item, s->nfirst, &s->code, &e)) {
         for (int32_t i = 0; i < s->nfirst; i++)
             free((void *)s->item[i].data);
         gen_free(s);
@@ -798,9 +799,15 @@ static void record_end(tgl_ctx *ctx, tgl_step *s)
     s->gen = GEN_MADE;
 }
 
-/* Whether every fused kernel of the first part runs its optimized code. */
+/* Whether every fused kernel of the first part runs its final code: its
+ * optimized code, or, on a backend that compiles nothing in the
+ * background (no wait_compiles), whatever it has now (a program it does
+ * not compile stays at tier 0 and runs its nodes' kernels). */
 static bool kernels_final(const tgl_frame *fr, const tgl_step *s)
 {
+    const tgl_backend *be = tgl_backend_get(fr->prog->device);
+    if (be && !be->wait_compiles)
+        return true;
     for (int32_t i = 0; i < s->nfirst; i++) {
         const tgl_instr *ins = &fr->prog->code[s->op[i].pc];
         if (ins->node->op == TGL_OP_FUSED && tgl_backend_tier(tgl_fused_prog_of(ins->node), fr->prog->device) != 2)
