@@ -77,10 +77,13 @@ extern char **environ;
 #define STACK_BYTES ((size_t)(EMU_ASAN ? 512 : 128) * 1024)
 
 #if defined(__x86_64__)
-/* The switch saves what the System V ABI says a call preserves (rbx, rbp,
- * r12-r15, the SSE and x87 control words) on the old stack, stores the
- * stack pointer and loads the new one: a few nanoseconds, where
- * swapcontext makes a system call (the signal mask) at every switch. */
+/* The switch saves the registers the System V ABI says a call preserves
+ * (rbx, rbp, r12-r15) on the old stack, stores the stack pointer and loads
+ * the new one: a few nanoseconds, where swapcontext makes a system call
+ * (the signal mask) at every switch.  The SSE and x87 control words are
+ * not switched (saving them doubled the cost): nothing in a kernel or in
+ * the scheduler changes the rounding mode, and all threads run with the
+ * launching thread's. */
 #define EMU_ASM_SWITCH 1
 __attribute__((visibility("hidden"))) void tgl_emu_swap(void **save_sp, void *to_sp);
 __attribute__((visibility("hidden"))) void tgl_emu_start(void);
@@ -96,14 +99,8 @@ __asm__(".text\n"
         "    pushq %r13\n"
         "    pushq %r14\n"
         "    pushq %r15\n"
-        "    subq $8, %rsp\n"
-        "    stmxcsr (%rsp)\n"
-        "    fnstcw 4(%rsp)\n"
         "    movq %rsp, (%rdi)\n"
         "    movq %rsi, %rsp\n"
-        "    ldmxcsr (%rsp)\n"
-        "    fldcw 4(%rsp)\n"
-        "    addq $8, %rsp\n"
         "    popq %r15\n"
         "    popq %r14\n"
         "    popq %r13\n"
@@ -136,6 +133,7 @@ typedef struct emu_thread {
     unsigned warp_calls;           /* warp-wide calls so far: slot parity */
     unsigned long long slot[2];    /* the value posted to a warp-wide call */
     char *stack;                   /* STACK_BYTES, above a guard page     */
+    size_t top;                    /* where its frames start: staggered   */
     bool dirty;                    /* abandoned mid-kernel (ASan: frames) */
 #if EMU_ASM_SWITCH
     void *sp;
@@ -170,7 +168,6 @@ static struct {
     void **params;
 #if EMU_ASM_SWITCH
     void *sched_sp;
-    uint64_t fpu_words;         /* mxcsr | x87 control word << 32    */
 #else
     ucontext_t sched_uc;
 #endif
@@ -248,13 +245,14 @@ static void thread_reset(emu_thread *t)
     t->state = T_RUN;
     t->warp_calls = 0;
 #if EMU_ASM_SWITCH
-    uint64_t *s = (uint64_t *)(t->stack + STACK_BYTES - 80);
-    s[0] = E.fpu_words;
-    s[1] = s[2] = 0;                    /* r15, r14 */
-    s[3] = (uint64_t)(uintptr_t)thread_main; /* r13 */
-    s[4] = (uint64_t)(uintptr_t)t;           /* r12 */
-    s[5] = s[6] = 0;                    /* rbx, rbp */
-    s[7] = (uint64_t)(uintptr_t)tgl_emu_start;
+    /* What tgl_emu_swap pops, then its return address; the stack is
+     * 16-byte aligned after that return, as a call expects. */
+    uint64_t *s = (uint64_t *)(t->stack + t->top - 72);
+    s[0] = s[1] = 0;                         /* r15, r14 */
+    s[2] = (uint64_t)(uintptr_t)thread_main; /* r13 */
+    s[3] = (uint64_t)(uintptr_t)t;           /* r12 */
+    s[4] = s[5] = 0;                         /* rbx, rbp */
+    s[6] = (uint64_t)(uintptr_t)tgl_emu_start;
     t->sp = s;
 #else
     getcontext(&t->uc);
@@ -288,6 +286,10 @@ static bool threads_reserve(unsigned n)
         }
         mprotect(m, (size_t)page, PROT_NONE); /* an overflow faults here */
         t->stack = m + page;
+        /* The threads' stacks lie STACK_BYTES apart, so their hot frames
+         * would fall in the same cache sets; each starts 448 bytes (7
+         * lines) further down, modulo 4 KiB. */
+        t->top = STACK_BYTES - (size_t)E.nthreads * 448u % 4096u;
         E.threads[E.nthreads] = t;
     }
     return true;
@@ -477,13 +479,6 @@ static tgl_status run_launch(const tgl_cuda_func *f, const unsigned grid[3], uns
     }
     /* Shared memory is uninitialised on a device: garbage (NaN), not 0. */
     memset(E.dyn, 0xff, shmem);
-#if EMU_ASM_SWITCH
-    uint32_t mxcsr;
-    uint16_t fpucw;
-    __asm__ volatile("stmxcsr %0" : "=m"(mxcsr));
-    __asm__ volatile("fnstcw %0" : "=m"(fpucw));
-    E.fpu_words = mxcsr | (uint64_t)fpucw << 32;
-#endif
     E.st.block_dim = (tgl_emu_dim3){b, 1, 1};
     E.st.grid_dim = (tgl_emu_dim3){g[0], g[1], g[2]};
     E.st.dyn_shared = E.dyn;
