@@ -286,7 +286,7 @@ static void grid_loop_covers_n(void **state)
     tgl_cuda_func *f = func(lib, "k_fill");
     static const int64_t ns[] = {1, 31, 64, 257, 1000, 100003};
     static const unsigned grids[] = {1, 3, 1000}, blocks[] = {32, 64, 256, 1024};
-    double *in = dmalloc(100003 * sizeof(double)), *out = dmalloc(100003 * sizeof(double));
+    double *in = dmalloc(100003 * sizeof(double)), *out = dmalloc(100004 * sizeof(double));
     for (int64_t i = 0; i < 100003; i++)
         in[i] = (double)(i % 97) - 40.0;
     for (int full = 0; full < 2; full++) {
