@@ -14,7 +14,10 @@
  *             its bytes; loading writes them to a temporary file and
  *             dlopens it.  Under AddressSanitizer the objects are
  *             instrumented too (TGL_CUDA_EMU_SANITIZE=0: not), so a kernel
- *             reading out of bounds is reported where it does.
+ *             reading out of bounds is reported where it does.  With GCC
+ *             the prelude is precompiled once (a header and its .gch in
+ *             $TMPDIR/tgl-emu-pch-<uid>/; TGL_CUDA_EMU_PCH=0: not), which
+ *             halves a small kernel's compile.
  *   launches  blocks one after another on the calling thread, each thread
  *             of a block a coroutine with its own stack that switches only
  *             at __syncthreads, __syncwarp and the warp-wide calls; a warp
@@ -988,6 +991,114 @@ static void remove_dir(const char *dir)
     rmdir(dir);
 }
 
+/* The compiler and the flags of every compile into argv (header: the
+ * precompiled prelude's, no -shared); returns the count. */
+static int compile_args(char **argv, bool header)
+{
+    int k = 0;
+    for (; X.argv[k]; k++)
+        argv[k] = X.argv[k];
+    static const char *const flags[] = {"-std=c++17", "-O1", "-fPIC", "-fno-strict-aliasing",
+                                        "-g0", "-pipe"};
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
+        argv[k++] = (char *)flags[i];
+    argv[k++] = header ? (char *)"-xc++-header" : (char *)"-shared";
+    if (sanitize_objects()) {
+        argv[k++] = (char *)"-fsanitize=address,undefined";
+        argv[k++] = (char *)"-fno-sanitize-recover=undefined";
+        argv[k++] = (char *)"-fno-omit-frame-pointer";
+    }
+    return k;
+}
+
+/* What every source opens with. */
+static const char *prelude_text(void)
+{
+    return "#define TGL_CUDA_EMU 1\n#line 1 \"emu_prelude.h\"\n" TGL_CUDA_TEXT_emu_prelude_h
+           "\n";
+}
+
+/* The prelude precompiled, once per compiler, flags and prelude text
+ * (most of a small kernel's compile is the prelude's C++ headers): a
+ * header in $TMPDIR/tgl-emu-pch-<uid>/ with its .gch beside it, given to
+ * each compile with -include; GCC falls back to the header's text when
+ * the .gch does not fit.  NULL (no precompiled prelude: the text is
+ * pasted) with clang, with TGL_CUDA_EMU_PCH=0, or when making it failed. */
+static struct {
+    pthread_mutex_t mu;
+    bool tried;
+    char path[600];
+} P = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static bool write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return false;
+    bool ok = fputs(text, f) >= 0;
+    return fclose(f) == 0 && ok;
+}
+
+static char *prelude_pch(void)
+{
+    pthread_mutex_lock(&P.mu);
+    if (P.tried) {
+        pthread_mutex_unlock(&P.mu);
+        return P.path[0] ? P.path : NULL;
+    }
+    P.tried = true;
+    const char *env = getenv("TGL_CUDA_EMU_PCH");
+    if ((env && strcmp(env, "0") == 0) || strstr(X.version, "clang")) {
+        pthread_mutex_unlock(&P.mu);
+        return NULL;
+    }
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/tgl-emu-pch-%u", tmp_dir(), (unsigned)getuid());
+    struct stat sb;
+    if ((mkdir(dir, 0700) != 0 && errno != EEXIST) || lstat(dir, &sb) != 0 ||
+        !S_ISDIR(sb.st_mode) || sb.st_uid != getuid() || (sb.st_mode & 022)) {
+        pthread_mutex_unlock(&P.mu); /* not a directory of ours alone */
+        return NULL;
+    }
+    char *argv[MAX_CXX_ARGS + 24];
+    int k = compile_args(argv, true);
+    /* the name: the prelude, the compiler and the flags */
+    uint64_t h = 1469598103934665603ull;
+    const char *text = prelude_text();
+    for (const char *t = text; *t; t++)
+        h = (h ^ (unsigned char)*t) * 1099511628211ull;
+    for (int i = 0; i < k; i++)
+        for (const char *t = argv[i]; *t; t++)
+            h = (h ^ (unsigned char)*t) * 1099511628211ull;
+    for (const char *t = X.version; *t; t++)
+        h = (h ^ (unsigned char)*t) * 1099511628211ull;
+    char hdr[600], gch[620], tmp[660], log[620];
+    snprintf(hdr, sizeof hdr, "%s/emu_%016llx.h", dir, (unsigned long long)h);
+    snprintf(gch, sizeof gch, "%s.gch", hdr);
+    bool ok = access(hdr, R_OK) == 0 && access(gch, R_OK) == 0;
+    if (!ok) {
+        /* Made under temporary names and renamed: processes racing to make
+         * it each make a whole one. */
+        snprintf(tmp, sizeof tmp, "%s.%ld.tmp", hdr, (long)getpid());
+        ok = write_text(tmp, text) && rename(tmp, hdr) == 0;
+        if (ok) {
+            snprintf(tmp, sizeof tmp, "%s.%ld.tmp", gch, (long)getpid());
+            snprintf(log, sizeof log, "%s.%ld.log", hdr, (long)getpid());
+            argv[k++] = (char *)"-o";
+            argv[k++] = tmp;
+            argv[k++] = hdr;
+            argv[k] = NULL;
+            ok = run_to_file(argv, log) == 0 && rename(tmp, gch) == 0;
+            unlink(tmp);
+            unlink(log);
+        }
+    }
+    if (ok)
+        snprintf(P.path, sizeof P.path, "%s", hdr);
+    pthread_mutex_unlock(&P.mu);
+    return ok ? P.path : NULL;
+}
+
 static tgl_status emu_compile(const char *source, const char *name, void **image, size_t *len,
                               char **log, tgl_errbuf *err)
 {
@@ -1014,11 +1125,11 @@ static tgl_status emu_compile(const char *source, const char *name, void **image
     snprintf(src, sizeof src, "%s/kernel.cpp", dir);
     snprintf(obj, sizeof obj, "%s/kernel.so", dir);
     snprintf(logp, sizeof logp, "%s/compile.log", dir);
+    /* The prelude comes precompiled (-include) where it can, else as text. */
+    char *pch = prelude_pch();
     FILE *f = fopen(src, "w");
-    bool wrote = f && fprintf(f,
-                              "#define TGL_CUDA_EMU 1\n#line 1 \"emu_prelude.h\"\n%s\n"
-                              "#line 1 \"%s\"\n%s\n",
-                              TGL_CUDA_TEXT_emu_prelude_h, name, source) > 0;
+    bool wrote = f && fprintf(f, "%s#line 1 \"%s\"\n%s\n", pch ? "" : prelude_text(), name,
+                              source) > 0;
     if (f && fclose(f))
         wrote = false;
     if (!wrote) {
@@ -1027,17 +1138,10 @@ static tgl_status emu_compile(const char *source, const char *name, void **image
                               src);
     }
     char *argv[MAX_CXX_ARGS + 24];
-    int k = 0;
-    for (; X.argv[k]; k++)
-        argv[k] = X.argv[k];
-    static const char *const flags[] = {"-std=c++17", "-O1", "-fPIC", "-shared",
-                                        "-fno-strict-aliasing", "-g0", "-pipe"};
-    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
-        argv[k++] = (char *)flags[i];
-    if (sanitize_objects()) {
-        argv[k++] = (char *)"-fsanitize=address,undefined";
-        argv[k++] = (char *)"-fno-sanitize-recover=undefined";
-        argv[k++] = (char *)"-fno-omit-frame-pointer";
+    int k = compile_args(argv, false);
+    if (pch) {
+        argv[k++] = (char *)"-include";
+        argv[k++] = pch;
     }
     argv[k++] = (char *)"-o";
     argv[k++] = obj;
