@@ -158,6 +158,7 @@ struct tgl_cuda_func {
 struct tgl_cuda_module {
     void *dl;
     tgl_cuda_func *funcs;
+    char path[512]; /* the object's file, kept while loaded ("" : unlinked) */
 };
 
 /* The emulator: one launch at a time (mu), on the calling OS thread. */
@@ -1007,6 +1008,7 @@ static int compile_args(char **argv, bool header)
         argv[k++] = (char *)"-fsanitize=address,undefined";
         argv[k++] = (char *)"-fno-sanitize-recover=undefined";
         argv[k++] = (char *)"-fno-omit-frame-pointer";
+        argv[k++] = (char *)"-g1"; /* a report names the kernel's lines */
     }
     return k;
 }
@@ -1196,7 +1198,11 @@ static tgl_status emu_load(const void *image, size_t len, tgl_cuda_module **m, t
     }
     close(fd);
     void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    unlink(path);
+    /* A sanitizer's report reads the object's file for its symbols: kept
+     * until unload there. */
+    bool keep = dl && sanitize_objects();
+    if (!keep)
+        unlink(path);
     if (!dl) {
         const char *why = dlerror();
         return tgl_errbuf_set(err, TGL_EINVAL, "cuda emu: load: not a module for this emulator: %s",
@@ -1206,6 +1212,8 @@ static tgl_status emu_load(const void *image, size_t len, tgl_cuda_module **m, t
         (int (*)(tgl_emu_state *, unsigned, unsigned long long))dlsym(dl, "tgl_emu_bind");
     if (!bind || bind(&E.st, TGL_EMU_ABI, sizeof(tgl_emu_state)) != 0) {
         dlclose(dl);
+        if (keep)
+            unlink(path);
         return tgl_errbuf_set(err, TGL_EINVAL,
                               "cuda emu: load: the module was %s (emulator ABI %d)",
                               bind ? "built for another emulator" : "not built by the emulator",
@@ -1214,9 +1222,13 @@ static tgl_status emu_load(const void *image, size_t len, tgl_cuda_module **m, t
     tgl_cuda_module *mod = calloc(1, sizeof *mod);
     if (!mod) {
         dlclose(dl);
+        if (keep)
+            unlink(path);
         return tgl_errbuf_set(err, TGL_ENOMEM, "cuda emu: load: out of memory");
     }
     mod->dl = dl;
+    if (keep)
+        snprintf(mod->path, sizeof mod->path, "%s", path);
     *m = mod;
     return TGL_OK;
 }
@@ -1274,6 +1286,8 @@ static void emu_unload(tgl_cuda_module *m)
         free(q);
     }
     dlclose(m->dl);
+    if (m->path[0])
+        unlink(m->path);
     free(m);
 }
 
