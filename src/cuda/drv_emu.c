@@ -419,8 +419,9 @@ static bool run_block(unsigned nthr, char *msg, size_t msgsz)
     }
 }
 
-/* Dynamic shared memory per block, the real device's default limit. */
-#define MAX_DYN_SHARED (48 * 1024)
+/* Dynamic shared memory per block: what an sm_90 block may opt in to
+ * (the real driver opts in above the default 48 KiB). */
+#define MAX_DYN_SHARED (227 * 1024)
 
 static bool env_flag(const char *name)
 {
@@ -447,7 +448,7 @@ static tgl_status check_launch(const tgl_cuda_func *f, const unsigned grid[3], u
     if (shmem > MAX_DYN_SHARED)
         return tgl_errbuf_set(err, TGL_EINVAL,
                               "cuda emu: launch of %s: %zu bytes of dynamic shared memory "
-                              "(at most %d)",
+                              "(at most %d, an sm_90 block's limit)",
                               f->symbol, shmem, MAX_DYN_SHARED);
     if (f->psizes && f->psizes[0] && !args)
         return tgl_errbuf_set(err, TGL_EINVAL, "cuda emu: launch of %s: no parameters",
@@ -1130,7 +1131,12 @@ static tgl_status emu_compile(const char *source, const char *name, void **image
     /* The prelude comes precompiled (-include) where it can, else as text. */
     char *pch = prelude_pch();
     FILE *f = fopen(src, "w");
-    bool wrote = f && fprintf(f, "%s#line 1 \"%s\"\n%s\n", pch ? "" : prelude_text(), name,
+    char shown[200]; /* the name as a #line directive can carry it */
+    snprintf(shown, sizeof shown, "%s", name);
+    for (char *c = shown; *c; c++)
+        if (*c == '"' || *c == '\\' || *c == '\n' || *c == '\r')
+            *c = '_';
+    bool wrote = f && fprintf(f, "%s#line 1 \"%s\"\n%s\n", pch ? "" : prelude_text(), shown,
                               source) > 0;
     if (f && fclose(f))
         wrote = false;
@@ -1171,6 +1177,21 @@ static tgl_status emu_compile(const char *source, const char *name, void **image
     return st;
 }
 
+static bool write_all(int fd, const void *data, size_t len)
+{
+    const char *p = data;
+    while (len) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return false;
+        p += w;
+        len -= (size_t)w;
+    }
+    return true;
+}
+
 static tgl_status emu_load(const void *image, size_t len, tgl_cuda_module **m, tgl_errbuf *err)
 {
     *m = NULL;
@@ -1182,32 +1203,36 @@ static tgl_status emu_load(const void *image, size_t len, tgl_cuda_module **m, t
     if (fd < 0)
         return tgl_errbuf_set(err, TGL_EIO, "cuda emu: load: cannot make a file in %s: %s",
                               tmp_dir(), strerror(errno));
-    const char *p = image;
-    size_t left = len;
-    while (left) {
-        ssize_t w = write(fd, p, left);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0) {
-            close(fd);
-            unlink(path);
-            return tgl_errbuf_set(err, TGL_EIO, "cuda emu: load: cannot write %s", path);
-        }
-        p += w;
-        left -= (size_t)w;
-    }
+    bool wrote = write_all(fd, image, len);
     close(fd);
+    if (!wrote) {
+        unlink(path);
+        return tgl_errbuf_set(err, TGL_EIO, "cuda emu: load: cannot write %s", path);
+    }
     void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    char why[400];
+    snprintf(why, sizeof why, "%s", dl ? "" : dlerror());
     /* A sanitizer's report reads the object's file for its symbols: kept
      * until unload there. */
     bool keep = dl && sanitize_objects();
     if (!keep)
         unlink(path);
+#ifdef MFD_CLOEXEC
     if (!dl) {
-        const char *why = dlerror();
-        return tgl_errbuf_set(err, TGL_EINVAL, "cuda emu: load: not a module for this emulator: %s",
-                              why ? why : "dlopen failed");
+        /* A directory mounted noexec: the bytes in memory instead. */
+        int mfd = memfd_create("tgl-emu-module", MFD_CLOEXEC);
+        if (mfd >= 0) {
+            char fdpath[64];
+            snprintf(fdpath, sizeof fdpath, "/proc/self/fd/%d", mfd);
+            if (write_all(mfd, image, len))
+                dl = dlopen(fdpath, RTLD_NOW | RTLD_LOCAL);
+            close(mfd); /* the mapping stays */
+        }
     }
+#endif
+    if (!dl)
+        return tgl_errbuf_set(err, TGL_EINVAL, "cuda emu: load: not a module for this emulator: %s",
+                              why[0] ? why : "dlopen failed");
     int (*bind)(tgl_emu_state *, unsigned, unsigned long long) =
         (int (*)(tgl_emu_state *, unsigned, unsigned long long))dlsym(dl, "tgl_emu_bind");
     if (!bind || bind(&E.st, TGL_EMU_ABI, sizeof(tgl_emu_state)) != 0) {
