@@ -205,6 +205,7 @@ static const char kernels[] =
     "    a.out[6] = isnan(NAN) ? 1 : 0; a.out[7] = -INFINITY; a.out[8] = rsqrtf(4.0f);\n"
     "    a.out[9] = min(NAN, 1.0f); a.out[10] = __float2int_rz(3e10f);\n"
     "    a.out[11] = copysign(2.0, -0.0); a.out[12] = __popc(0xf0f0u);\n"
+    "    a.out[13] = (double)(llabs(-5LL) + abs(-3)) + fabs(-0.5f);\n"
     "}\n"
     /* lanes part at a shuffle: an error, never a hang */
     "struct BadArgs { int *out; };\n"
@@ -539,7 +540,7 @@ static void math_and_conversions(void **state)
 {
     (void)state;
     tgl_cuda_func *f = func(lib, "k_math");
-    double *out = dmalloc(13 * sizeof(double));
+    double *out = dmalloc(14 * sizeof(double));
     struct { double *out; } args = {out};
     launch_ok(f, 1, 32, 0, &args);
     assert_true(out[0] == (double)expf(1.0f));
@@ -555,6 +556,7 @@ static void math_and_conversions(void **state)
     assert_true(out[10] == 2147483647.0); /* saturates as the device does */
     assert_true(out[11] == -2.0);
     assert_true(out[12] == 8.0);
+    assert_true(out[13] == 8.5);
     D->free(out);
 }
 
