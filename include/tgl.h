@@ -552,7 +552,11 @@ TGL_API tgl_status tgl_scan(tgl_ctx *ctx, const tgl_scan_spec *spec, const char 
  *   whole_step       on | off | bound: bind straight-line programs to fixed
  *                    buffers (and generate their C, but for bound)
  *   device           cpu | sim (| cuda when built): where functions compiled
- *                    afterwards run and new shared variables live
+ *                    afterwards run and new shared variables live; cuda
+ *                    fails, leaving the setting as it was, when tgl was
+ *                    built without CUDA or no device can be used
+ *   allow_tf32       true | false (default): float32 products on the GPU
+ *                    may use TF32 (faster, about 10 mantissa bits)
  * Unknown keys and bad values fail with TGL_EINVAL. */
 TGL_API tgl_status tgl_config_set(tgl_ctx *ctx, const char *key, const char *value);
 /* The current value of a setting as text (NULL for an unknown key). */
@@ -719,6 +723,32 @@ TGL_API int tgl_cuda_built(void);
 TGL_API int tgl_cuda_device_count(void);
 /* The CUDA runtime version as "13.0", or "" without CUDA. */
 TGL_API const char *tgl_cuda_version(void);
+/* NULL when a CUDA device can be used (initialising it on the first call),
+ * else why not: "tgl was built without CUDA", or the driver's reason
+ * ("cuda: no CUDA device: ..."). */
+TGL_API const char *tgl_cuda_unavailable(void);
+/* The device's name ("NVIDIA H200"; the emulator's under TGL_CUDA_EMU),
+ * or NULL when no device can be used (tgl_cuda_unavailable says why). */
+TGL_API const char *tgl_cuda_device_name(void);
+/* Waits for everything issued to the GPU; fails with the device's error
+ * (a kernel's asynchronous failure) or when no device can be used. */
+TGL_API tgl_status tgl_cuda_synchronize(tgl_ctx *ctx);
+/* The CUDA caching allocator's figures: bytes, and counts of calls. */
+typedef struct tgl_cuda_mem_stats {
+    int64_t allocated;       /* bytes in blocks handed out now               */
+    int64_t reserved;        /* bytes held from the driver (incl. the cache) */
+    int64_t peak;            /* highest `allocated` since the start          */
+    int64_t n_allocs;        /* allocations served                           */
+    int64_t n_frees;         /* blocks given back                            */
+    int64_t n_cache_hits;    /* allocations served from the cache            */
+    int64_t n_driver_allocs; /* allocations that asked the driver            */
+    int64_t n_ooms;          /* allocations that failed (out of memory)      */
+} tgl_cuda_mem_stats;
+/* Fills *s (all zero without CUDA, or before the first allocation). */
+TGL_API void tgl_cuda_memory_stats(tgl_cuda_mem_stats *s);
+/* Returns the allocator's cached (free) blocks to the driver, so that
+ * `reserved` falls to `allocated`; nothing without CUDA. */
+TGL_API void tgl_cuda_empty_cache(void);
 
 #ifdef __cplusplus
 }

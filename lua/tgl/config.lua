@@ -13,6 +13,7 @@
 --   whole_step = true|false|'bound'  bind straight-line programs to fixed
 --     buffers after two calls on the same shapes, and generate their C;
 --     'bound' binds without generating
+--   allow_tf32 = true|false  float32 products on the GPU may use TF32
 --   cc, cflags, cache_dir, compile ('tiered'|'sync'|'tcc'|'cc')  text
 local core = require 'tgl.core'
 local ffi, C = core.ffi, core.C
@@ -65,6 +66,15 @@ local VALUE = {
   threads = { get = number },
   cache_max_bytes = { get = number },
   exit_wait = { get = number },
+  allow_tf32 = {
+    get = function(v) return v == 'true' end,
+    set = function(v)
+      if type(v) ~= 'boolean' then
+        core.argerror('config', 'allow_tf32 must be true or false, got %s', tostring(v))
+      end
+      return tostring(v)
+    end,
+  },
   whole_step = {
     get = function(v) return v == 'bound' and 'bound' or v == 'on' end,
     set = function(v)

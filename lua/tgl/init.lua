@@ -114,11 +114,33 @@ tgl.save = io_.save
 tgl.load = io_.load
 tgl.io = { save = io_.save, load = io_.load, read_idx = require('tgl.idx').read_idx }
 
--- devices
+-- devices (doc/devices.md)
+local MEM_STATS = { 'allocated', 'reserved', 'peak', 'n_allocs', 'n_frees', 'n_cache_hits',
+                    'n_driver_allocs', 'n_ooms' }
 tgl.cuda = {
   built = function() return C.tgl_cuda_built() ~= 0 end,
   is_available = function() return C.tgl_cuda_device_count() > 0 end,
   device_count = function() return tonumber(C.tgl_cuda_device_count()) end,
+  -- the caching allocator's figures, in bytes and counts (zeros without CUDA)
+  memory_stats = function()
+    local s = ffi.new('tgl_cuda_mem_stats')
+    C.tgl_cuda_memory_stats(s)
+    local t = {}
+    for _, k in ipairs(MEM_STATS) do t[k] = tonumber(s[k]) end
+    return t
+  end,
+  -- returns the allocator's cached blocks to the driver
+  empty_cache = function() C.tgl_cuda_empty_cache() end,
+  -- waits for the GPU; raises its error (a kernel's failure) if any
+  synchronize = function() core.check(C.tgl_cuda_synchronize(core.ctx), 'cuda.synchronize') end,
+  -- the GPU's name; raises why not when no device can be used
+  device_name = function()
+    local name = C.tgl_cuda_device_name()
+    if name == nil then
+      core.argerror('cuda.device_name', '%s', ffi.string(C.tgl_cuda_unavailable()))
+    end
+    return ffi.string(name)
+  end,
 }
 
 -- Versions of tgl and what it was built with, as a table.

@@ -40,7 +40,12 @@
     F(tgl_scan_spec, has_until) F(tgl_scan_spec, reverse)                 \
     F(tgl_scan_spec, truncate_gradient) F(tgl_scan_spec, inner_in)        \
     F(tgl_scan_spec, inner_out) F(tgl_scan_spec, n_steps) F(tgl_scan_spec, seqs) \
-    F(tgl_scan_spec, inits) F(tgl_scan_spec, nonseqs) F(tgl_scan_spec, keep)
+    F(tgl_scan_spec, inits) F(tgl_scan_spec, nonseqs) F(tgl_scan_spec, keep) \
+    S(tgl_cuda_mem_stats)                                                 \
+    F(tgl_cuda_mem_stats, allocated) F(tgl_cuda_mem_stats, reserved)      \
+    F(tgl_cuda_mem_stats, peak) F(tgl_cuda_mem_stats, n_allocs)           \
+    F(tgl_cuda_mem_stats, n_frees) F(tgl_cuda_mem_stats, n_cache_hits)    \
+    F(tgl_cuda_mem_stats, n_driver_allocs) F(tgl_cuda_mem_stats, n_ooms)
 
 #define DEFINES(D)                                                        \
     D(TGL_VERSION_MAJOR) D(TGL_VERSION_MINOR) D(TGL_VERSION_PATCH)        \

@@ -79,6 +79,7 @@ static void cuda_set_threads(int n)
 const tgl_backend tgl_backend_cuda = {
     .name = "cuda",
     .device = TGL_DEVICE_CUDA,
+    .ready = tgl_cuda_be_ready,
     .alloc = tgl_cuda_be_alloc,
     .free = tgl_cuda_be_free,
     .memset = tgl_cuda_be_memset,

@@ -165,6 +165,11 @@ void *tgl_cuda_real_stream(void);
 
 /* drv_cublas.c: cuBLAS on that stream, with the driver entries' meaning
  * (the real driver's table points at these). */
+/* Makes the cuBLAS handle, bound to the stream, with its own workspace:
+ * the real driver's init calls it once the stream exists, so that no
+ * handle or workspace is made while a graph is being captured (the
+ * products make the handle on first use otherwise).  Idempotent. */
+tgl_status tgl_cuda_cublas_init(tgl_errbuf *err);
 tgl_status tgl_cuda_cublas_gemm(int dtype, bool trans_a, bool trans_b, int m, int n, int k,
                                 double alpha, const void *a, int lda, const void *b, int ldb,
                                 double beta, void *c, int ldc, bool tf32, tgl_errbuf *err);
@@ -199,15 +204,8 @@ const tgl_cuda_devinfo *tgl_cuda_info(void);
 void *tgl_cuda_alloc(size_t n);
 /* Gives a block back to the cache (stream-ordered reuse: see above). */
 void tgl_cuda_free(void *p);
-typedef struct tgl_cuda_mem_stats {
-    int64_t allocated;   /* bytes in blocks handed out now          */
-    int64_t reserved;    /* bytes held from the driver (incl. cache) */
-    int64_t peak;        /* highest `allocated` since start/reset    */
-    int64_t n_allocs, n_frees, n_cache_hits, n_driver_allocs, n_ooms;
-} tgl_cuda_mem_stats;
-void tgl_cuda_memory_stats(tgl_cuda_mem_stats *s);
-/* Returns every cached (free) block to the driver. */
-void tgl_cuda_empty_cache(void);
+/* The statistics (tgl_cuda_mem_stats) and emptying the cache are public:
+ * tgl.h's tgl_cuda_memory_stats and tgl_cuda_empty_cache (runtime.c). */
 
 /* While a graph capture is in progress (step.c), blocks given back with
  * tgl_cuda_free are held instead of reused, since every replay of the
@@ -281,6 +279,7 @@ bool tgl_cuda_supports_elemwise(const struct tgl_node *n);
 /* ---- the backend table's entries, by file ------------------------------------ */
 
 /* runtime.c: memory and copies (engine/backend.h's entries). */
+tgl_status tgl_cuda_be_ready(tgl_errbuf *err); /* tgl_cuda_ready */
 void *tgl_cuda_be_alloc(size_t nbytes);
 void tgl_cuda_be_free(void *p);
 tgl_status tgl_cuda_be_memset(void *p, int byte, size_t n, tgl_errbuf *err);

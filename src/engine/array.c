@@ -225,6 +225,10 @@ static tgl_status new_storage(tgl_ctx *ctx, const char *fn, const tgl_backend *b
     void *base = s ? be->alloc(alloc) : NULL;
     if (!base) {
         free(s);
+        /* a device that cannot be used says why, rather than "out of memory" */
+        tgl_errbuf e;
+        if (be->ready && be->ready(&e) != TGL_OK)
+            return tgl_ctx_set_error(ctx, TGL_EINVAL, "%s: %s", fn, e.msg);
         return tgl_ctx_set_error(ctx, TGL_ENOMEM, "%s: out of memory allocating %zu bytes%s%s", fn,
                                  nbytes, be->device == TGL_DEVICE_CPU ? "" : " on ",
                                  be->device == TGL_DEVICE_CPU ? "" : be->name);

@@ -99,6 +99,7 @@ void tgl_backend_opts_sync(tgl_ctx *ctx)
     o->threads = ctx->config.threads;
     o->pool = &ctx->pool;
     o->interrupt = ctx->interrupt;
+    o->allow_tf32 = ctx->config.allow_tf32 != 0;
 }
 
 tgl_status tgl_array_require_host(tgl_ctx *ctx, const char *fn, const tgl_array *a)

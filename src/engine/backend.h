@@ -121,6 +121,9 @@ typedef struct tgl_step_item {
 typedef struct tgl_backend {
     const char *name; /* "cpu", "cuda"; part of the kernel cache key */
     int device;       /* the tgl_device it serves                    */
+    /* Whether the device can be used now, initialising it on the first
+     * call; a clear message when not (no GPU, no driver).  NULL: always. */
+    tgl_status (*ready)(tgl_errbuf *err);
 
     /* ---- memory: device addresses, sizes in bytes ---- */
     /* A block of nbytes (> 0, a multiple of TGL_ALIGN), TGL_ALIGN-aligned; NULL when out of memory. */

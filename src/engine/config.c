@@ -117,13 +117,26 @@ static tgl_status config_set(tgl_ctx *ctx, const char *key, const char *value)
         return TGL_OK;
     }
     if (strcmp(key, "device") == 0) {
-        /* Only devices this build has a backend for. */
+        /* Only devices this build has a backend for, and that can be used
+         * now (a build with CUDA on a machine without a GPU has the
+         * backend but no device): the setting stays as it was otherwise. */
         char names[128] = "";
         size_t used = 0;
         for (int d = 0; d < TGL_NDEVICES; d++) {
-            if (!tgl_backend_get(d))
+            const tgl_backend *be = tgl_backend_get(d);
+            if (!be) {
+                if (d == TGL_DEVICE_CUDA && !strcmp(value, tgl_device_name(d)))
+                    return tgl_ctx_set_error(ctx, TGL_EINVAL,
+                                             "tgl_config_set: device 'cuda': tgl was built "
+                                             "without CUDA");
                 continue;
+            }
             if (!strcmp(value, tgl_device_name(d))) {
+                tgl_errbuf e;
+                if (be->ready && be->ready(&e) != TGL_OK)
+                    return tgl_ctx_set_error(ctx, TGL_EINVAL,
+                                             "tgl_config_set: device '%s' cannot be used: %s",
+                                             value, e.msg);
                 c->device = d;
                 return TGL_OK;
             }
@@ -134,6 +147,12 @@ static tgl_status config_set(tgl_ctx *ctx, const char *key, const char *value)
         return tgl_ctx_set_error(ctx, TGL_EINVAL,
                                  "tgl_config_set: device must be one of this build's devices "
                                  "(%s), got '%s'", names, value);
+    }
+    if (strcmp(key, "allow_tf32") == 0) {
+        TGL_CHECK(!strcmp(value, "true") || !strcmp(value, "false"), TGL_EINVAL,
+                  "tgl_config_set: allow_tf32 must be true or false, got '%s'", value);
+        c->allow_tf32 = !strcmp(value, "true");
+        return TGL_OK;
     }
     if (strcmp(key, "compile") == 0) {
         TGL_CHECK(!strcmp(value, "tiered") || !strcmp(value, "sync") || !strcmp(value, "tcc") ||
@@ -183,6 +202,8 @@ const char *tgl_config_get(tgl_ctx *ctx, const char *key)
         return c->whole_step == 1 ? "on" : c->whole_step == 2 ? "bound" : "off";
     if (strcmp(key, "device") == 0)
         return tgl_device_name(c->device);
+    if (strcmp(key, "allow_tf32") == 0)
+        return c->allow_tf32 ? "true" : "false";
     if (strcmp(key, "compile") == 0)
         return c->compile;
     if (strcmp(key, "cc") == 0)
@@ -200,7 +221,7 @@ const char *tgl_config_get(tgl_ctx *ctx, const char *key)
  * handled above is missing here. */
 static const char *const config_keys[] = {
     "compile", "threads", "exclude", "cc", "cflags", "cache_dir", "cache_max_bytes",
-    "exit_wait", "whole_step", "device",
+    "exit_wait", "whole_step", "device", "allow_tf32",
 };
 
 int tgl_config_count(void)
@@ -246,20 +267,27 @@ void tgl_config_defaults(tgl_ctx *ctx)
         if (!v)
             continue;
         bool ok;
+        char why[TGL_ERRMSG_SIZE] = "";
         if (!vars[i].key)
             ok = !strcmp(v, "float32") || !strcmp(v, "float64");
         else if (!*v && strcmp(vars[i].key, "exclude") != 0)
             ok = false;   /* empty is a bad value, except TGL_EXCLUDE= (no rule off) */
         else if (!strcmp(vars[i].key, "exclude") && !rules_known(v))
             ok = false;
-        else if (!(ok = tgl_config_set(ctx, vars[i].key, v) == TGL_OK))
+        else if (!(ok = tgl_config_set(ctx, vars[i].key, v) == TGL_OK)) {
+            /* a device this build knows but cannot use now: say why */
+            if (!strcmp(vars[i].key, "device"))
+                for (int d = 0; d < TGL_NDEVICES; d++)
+                    if (!strcmp(v, tgl_device_name(d)))
+                        snprintf(why, sizeof why, " (%s)", tgl_ctx_error(ctx));
             tgl_ctx_clear_error(ctx);
+        }
         if (ok || used >= sizeof c->env_error - 1)
             continue;
         int n = snprintf(c->env_error + used, sizeof c->env_error - used,
-                         "%senvironment variable %s='%.*s%s' is not valid: expected %s",
+                         "%senvironment variable %s='%.*s%s' is not valid: expected %s%s",
                          used ? "\n" : "", vars[i].env, 64, v, strlen(v) > 64 ? "..." : "",
-                         vars[i].accepted);
+                         vars[i].accepted, why);
         used = n < 0 ? used : used + (size_t)n < sizeof c->env_error ? used + (size_t)n
                                                                      : sizeof c->env_error - 1;
     }

@@ -43,6 +43,7 @@ struct tgl_config {
     int whole_step;          /* step.c: 0 off, 1 bind and generate, 2 bind   */
     int device;              /* a tgl_device: where tgl_program_new puts
                                 programs, tgl_node_shared variables          */
+    int allow_tf32;          /* float32 products on a GPU may use TF32       */
     char env_error[2048];    /* bad TGL_* variables, one line each; "" none  */
 };
 
@@ -60,6 +61,7 @@ typedef struct tgl_backend_opts {
     int threads;             /* kernel threads in all; 0: one per online CPU */
     struct tgl_pool **pool;  /* the context's worker pool, made on first use */
     volatile int *interrupt; /* nonzero: stop with TGL_EINTERRUPT; may be NULL */
+    bool allow_tf32;         /* float32 products may use TF32 (a GPU's)      */
 } tgl_backend_opts;
 
 struct tgl_ctx {
