@@ -159,7 +159,27 @@ struct tgl_cuda_module {
     void *dl;
     tgl_cuda_func *funcs;
     char path[512]; /* the object's file, kept while loaded ("" : unlinked) */
+    struct tgl_cuda_module *next_kept, **prev_kept; /* the kept files' list */
 };
+
+/* The modules whose file is kept (under the sanitizers), unlinked at
+ * unload or at exit. */
+static pthread_mutex_t kept_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t kept_once = PTHREAD_ONCE_INIT;
+static struct tgl_cuda_module *kept;
+
+static void kept_cleanup(void)
+{
+    pthread_mutex_lock(&kept_mu);
+    for (struct tgl_cuda_module *m = kept; m; m = m->next_kept)
+        unlink(m->path);
+    pthread_mutex_unlock(&kept_mu);
+}
+
+static void kept_register(void)
+{
+    atexit(kept_cleanup);
+}
 
 /* The emulator: one launch at a time (mu), on the calling OS thread. */
 static struct {
@@ -1213,7 +1233,7 @@ static tgl_status emu_load(const void *image, size_t len, tgl_cuda_module **m, t
     char why[400];
     snprintf(why, sizeof why, "%s", dl ? "" : dlerror());
     /* A sanitizer's report reads the object's file for its symbols: kept
-     * until unload there. */
+     * until unload (or exit) there. */
     bool keep = dl && sanitize_objects();
     if (!keep)
         unlink(path);
@@ -1252,8 +1272,17 @@ static tgl_status emu_load(const void *image, size_t len, tgl_cuda_module **m, t
         return tgl_errbuf_set(err, TGL_ENOMEM, "cuda emu: load: out of memory");
     }
     mod->dl = dl;
-    if (keep)
+    if (keep) {
         snprintf(mod->path, sizeof mod->path, "%s", path);
+        pthread_once(&kept_once, kept_register);
+        pthread_mutex_lock(&kept_mu);
+        mod->next_kept = kept;
+        mod->prev_kept = &kept;
+        if (kept)
+            kept->prev_kept = &mod->next_kept;
+        kept = mod;
+        pthread_mutex_unlock(&kept_mu);
+    }
     *m = mod;
     return TGL_OK;
 }
@@ -1311,8 +1340,14 @@ static void emu_unload(tgl_cuda_module *m)
         free(q);
     }
     dlclose(m->dl);
-    if (m->path[0])
+    if (m->path[0]) {
+        pthread_mutex_lock(&kept_mu);
+        *m->prev_kept = m->next_kept;
+        if (m->next_kept)
+            m->next_kept->prev_kept = m->prev_kept;
+        pthread_mutex_unlock(&kept_mu);
         unlink(m->path);
+    }
     free(m);
 }
 
