@@ -14,7 +14,10 @@
  *             its bytes; loading writes them to a temporary file and
  *             dlopens it.  Under AddressSanitizer the objects are
  *             instrumented too (TGL_CUDA_EMU_SANITIZE=0: not), so a kernel
- *             reading out of bounds is reported where it does.
+ *             reading out of bounds is reported where it does.  With GCC
+ *             the prelude is precompiled once (a header and its .gch in
+ *             $TMPDIR/tgl-emu-pch-<uid>/; TGL_CUDA_EMU_PCH=0: not), which
+ *             halves a small kernel's compile.
  *   launches  blocks one after another on the calling thread, each thread
  *             of a block a coroutine with its own stack that switches only
  *             at __syncthreads, __syncwarp and the warp-wide calls; a warp
@@ -77,10 +80,13 @@ extern char **environ;
 #define STACK_BYTES ((size_t)(EMU_ASAN ? 512 : 128) * 1024)
 
 #if defined(__x86_64__)
-/* The switch saves what the System V ABI says a call preserves (rbx, rbp,
- * r12-r15, the SSE and x87 control words) on the old stack, stores the
- * stack pointer and loads the new one: a few nanoseconds, where
- * swapcontext makes a system call (the signal mask) at every switch. */
+/* The switch saves the registers the System V ABI says a call preserves
+ * (rbx, rbp, r12-r15) on the old stack, stores the stack pointer and loads
+ * the new one: a few nanoseconds, where swapcontext makes a system call
+ * (the signal mask) at every switch.  The SSE and x87 control words are
+ * not switched (saving them doubled the cost): nothing in a kernel or in
+ * the scheduler changes the rounding mode, and all threads run with the
+ * launching thread's. */
 #define EMU_ASM_SWITCH 1
 __attribute__((visibility("hidden"))) void tgl_emu_swap(void **save_sp, void *to_sp);
 __attribute__((visibility("hidden"))) void tgl_emu_start(void);
@@ -96,14 +102,8 @@ __asm__(".text\n"
         "    pushq %r13\n"
         "    pushq %r14\n"
         "    pushq %r15\n"
-        "    subq $8, %rsp\n"
-        "    stmxcsr (%rsp)\n"
-        "    fnstcw 4(%rsp)\n"
         "    movq %rsp, (%rdi)\n"
         "    movq %rsi, %rsp\n"
-        "    ldmxcsr (%rsp)\n"
-        "    fldcw 4(%rsp)\n"
-        "    addq $8, %rsp\n"
         "    popq %r15\n"
         "    popq %r14\n"
         "    popq %r13\n"
@@ -136,6 +136,7 @@ typedef struct emu_thread {
     unsigned warp_calls;           /* warp-wide calls so far: slot parity */
     unsigned long long slot[2];    /* the value posted to a warp-wide call */
     char *stack;                   /* STACK_BYTES, above a guard page     */
+    size_t top;                    /* where its frames start: staggered   */
     bool dirty;                    /* abandoned mid-kernel (ASan: frames) */
 #if EMU_ASM_SWITCH
     void *sp;
@@ -157,7 +158,28 @@ struct tgl_cuda_func {
 struct tgl_cuda_module {
     void *dl;
     tgl_cuda_func *funcs;
+    char path[512]; /* the object's file, kept while loaded ("" : unlinked) */
+    struct tgl_cuda_module *next_kept, **prev_kept; /* the kept files' list */
 };
+
+/* The modules whose file is kept (under the sanitizers), unlinked at
+ * unload or at exit. */
+static pthread_mutex_t kept_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t kept_once = PTHREAD_ONCE_INIT;
+static struct tgl_cuda_module *kept;
+
+static void kept_cleanup(void)
+{
+    pthread_mutex_lock(&kept_mu);
+    for (struct tgl_cuda_module *m = kept; m; m = m->next_kept)
+        unlink(m->path);
+    pthread_mutex_unlock(&kept_mu);
+}
+
+static void kept_register(void)
+{
+    atexit(kept_cleanup);
+}
 
 /* The emulator: one launch at a time (mu), on the calling OS thread. */
 static struct {
@@ -170,7 +192,6 @@ static struct {
     void **params;
 #if EMU_ASM_SWITCH
     void *sched_sp;
-    uint64_t fpu_words;         /* mxcsr | x87 control word << 32    */
 #else
     ucontext_t sched_uc;
 #endif
@@ -248,13 +269,14 @@ static void thread_reset(emu_thread *t)
     t->state = T_RUN;
     t->warp_calls = 0;
 #if EMU_ASM_SWITCH
-    uint64_t *s = (uint64_t *)(t->stack + STACK_BYTES - 80);
-    s[0] = E.fpu_words;
-    s[1] = s[2] = 0;                    /* r15, r14 */
-    s[3] = (uint64_t)(uintptr_t)thread_main; /* r13 */
-    s[4] = (uint64_t)(uintptr_t)t;           /* r12 */
-    s[5] = s[6] = 0;                    /* rbx, rbp */
-    s[7] = (uint64_t)(uintptr_t)tgl_emu_start;
+    /* What tgl_emu_swap pops, then its return address; the stack is
+     * 16-byte aligned after that return, as a call expects. */
+    uint64_t *s = (uint64_t *)(t->stack + t->top - 72);
+    s[0] = s[1] = 0;                         /* r15, r14 */
+    s[2] = (uint64_t)(uintptr_t)thread_main; /* r13 */
+    s[3] = (uint64_t)(uintptr_t)t;           /* r12 */
+    s[4] = s[5] = 0;                         /* rbx, rbp */
+    s[6] = (uint64_t)(uintptr_t)tgl_emu_start;
     t->sp = s;
 #else
     getcontext(&t->uc);
@@ -288,6 +310,10 @@ static bool threads_reserve(unsigned n)
         }
         mprotect(m, (size_t)page, PROT_NONE); /* an overflow faults here */
         t->stack = m + page;
+        /* The threads' stacks lie STACK_BYTES apart, so their hot frames
+         * would fall in the same cache sets; each starts 448 bytes (7
+         * lines) further down, modulo 4 KiB. */
+        t->top = STACK_BYTES - (size_t)E.nthreads * 448u % 4096u;
         E.threads[E.nthreads] = t;
     }
     return true;
@@ -413,8 +439,9 @@ static bool run_block(unsigned nthr, char *msg, size_t msgsz)
     }
 }
 
-/* Dynamic shared memory per block, the real device's default limit. */
-#define MAX_DYN_SHARED (48 * 1024)
+/* Dynamic shared memory per block: what an sm_90 block may opt in to
+ * (the real driver opts in above the default 48 KiB). */
+#define MAX_DYN_SHARED (227 * 1024)
 
 static bool env_flag(const char *name)
 {
@@ -441,7 +468,7 @@ static tgl_status check_launch(const tgl_cuda_func *f, const unsigned grid[3], u
     if (shmem > MAX_DYN_SHARED)
         return tgl_errbuf_set(err, TGL_EINVAL,
                               "cuda emu: launch of %s: %zu bytes of dynamic shared memory "
-                              "(at most %d)",
+                              "(at most %d, an sm_90 block's limit)",
                               f->symbol, shmem, MAX_DYN_SHARED);
     if (f->psizes && f->psizes[0] && !args)
         return tgl_errbuf_set(err, TGL_EINVAL, "cuda emu: launch of %s: no parameters",
@@ -477,13 +504,6 @@ static tgl_status run_launch(const tgl_cuda_func *f, const unsigned grid[3], uns
     }
     /* Shared memory is uninitialised on a device: garbage (NaN), not 0. */
     memset(E.dyn, 0xff, shmem);
-#if EMU_ASM_SWITCH
-    uint32_t mxcsr;
-    uint16_t fpucw;
-    __asm__ volatile("stmxcsr %0" : "=m"(mxcsr));
-    __asm__ volatile("fnstcw %0" : "=m"(fpucw));
-    E.fpu_words = mxcsr | (uint64_t)fpucw << 32;
-#endif
     E.st.block_dim = (tgl_emu_dim3){b, 1, 1};
     E.st.grid_dim = (tgl_emu_dim3){g[0], g[1], g[2]};
     E.st.dyn_shared = E.dyn;
@@ -993,6 +1013,115 @@ static void remove_dir(const char *dir)
     rmdir(dir);
 }
 
+/* The compiler and the flags of every compile into argv (header: the
+ * precompiled prelude's, no -shared); returns the count. */
+static int compile_args(char **argv, bool header)
+{
+    int k = 0;
+    for (; X.argv[k]; k++)
+        argv[k] = X.argv[k];
+    static const char *const flags[] = {"-std=c++17", "-O1", "-fPIC", "-fno-strict-aliasing",
+                                        "-g0", "-pipe"};
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
+        argv[k++] = (char *)flags[i];
+    argv[k++] = header ? (char *)"-xc++-header" : (char *)"-shared";
+    if (sanitize_objects()) {
+        argv[k++] = (char *)"-fsanitize=address,undefined";
+        argv[k++] = (char *)"-fno-sanitize-recover=undefined";
+        argv[k++] = (char *)"-fno-omit-frame-pointer";
+        argv[k++] = (char *)"-g1"; /* a report names the kernel's lines */
+    }
+    return k;
+}
+
+/* What every source opens with. */
+static const char *prelude_text(void)
+{
+    return "#define TGL_CUDA_EMU 1\n#line 1 \"emu_prelude.h\"\n" TGL_CUDA_TEXT_emu_prelude_h
+           "\n";
+}
+
+/* The prelude precompiled, once per compiler, flags and prelude text
+ * (most of a small kernel's compile is the prelude's C++ headers): a
+ * header in $TMPDIR/tgl-emu-pch-<uid>/ with its .gch beside it, given to
+ * each compile with -include; GCC falls back to the header's text when
+ * the .gch does not fit.  NULL (no precompiled prelude: the text is
+ * pasted) with clang, with TGL_CUDA_EMU_PCH=0, or when making it failed. */
+static struct {
+    pthread_mutex_t mu;
+    bool tried;
+    char path[600];
+} P = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static bool write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return false;
+    bool ok = fputs(text, f) >= 0;
+    return fclose(f) == 0 && ok;
+}
+
+static char *prelude_pch(void)
+{
+    pthread_mutex_lock(&P.mu);
+    if (P.tried) {
+        pthread_mutex_unlock(&P.mu);
+        return P.path[0] ? P.path : NULL;
+    }
+    P.tried = true;
+    const char *env = getenv("TGL_CUDA_EMU_PCH");
+    if ((env && strcmp(env, "0") == 0) || strstr(X.version, "clang")) {
+        pthread_mutex_unlock(&P.mu);
+        return NULL;
+    }
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/tgl-emu-pch-%u", tmp_dir(), (unsigned)getuid());
+    struct stat sb;
+    if ((mkdir(dir, 0700) != 0 && errno != EEXIST) || lstat(dir, &sb) != 0 ||
+        !S_ISDIR(sb.st_mode) || sb.st_uid != getuid() || (sb.st_mode & 022)) {
+        pthread_mutex_unlock(&P.mu); /* not a directory of ours alone */
+        return NULL;
+    }
+    char *argv[MAX_CXX_ARGS + 24];
+    int k = compile_args(argv, true);
+    /* the name: the prelude, the compiler and the flags */
+    uint64_t h = 1469598103934665603ull;
+    const char *text = prelude_text();
+    for (const char *t = text; *t; t++)
+        h = (h ^ (unsigned char)*t) * 1099511628211ull;
+    for (int i = 0; i < k; i++)
+        for (const char *t = argv[i]; *t; t++)
+            h = (h ^ (unsigned char)*t) * 1099511628211ull;
+    for (const char *t = X.version; *t; t++)
+        h = (h ^ (unsigned char)*t) * 1099511628211ull;
+    char hdr[600], gch[620], tmp[660], log[620];
+    snprintf(hdr, sizeof hdr, "%s/emu_%016llx.h", dir, (unsigned long long)h);
+    snprintf(gch, sizeof gch, "%s.gch", hdr);
+    bool ok = access(hdr, R_OK) == 0 && access(gch, R_OK) == 0;
+    if (!ok) {
+        /* Made under temporary names and renamed: processes racing to make
+         * it each make a whole one. */
+        snprintf(tmp, sizeof tmp, "%s.%ld.tmp", hdr, (long)getpid());
+        ok = write_text(tmp, text) && rename(tmp, hdr) == 0;
+        if (ok) {
+            snprintf(tmp, sizeof tmp, "%s.%ld.tmp", gch, (long)getpid());
+            snprintf(log, sizeof log, "%s.%ld.log", hdr, (long)getpid());
+            argv[k++] = (char *)"-o";
+            argv[k++] = tmp;
+            argv[k++] = hdr;
+            argv[k] = NULL;
+            ok = run_to_file(argv, log) == 0 && rename(tmp, gch) == 0;
+            unlink(tmp);
+            unlink(log);
+        }
+    }
+    if (ok)
+        snprintf(P.path, sizeof P.path, "%s", hdr);
+    pthread_mutex_unlock(&P.mu);
+    return ok ? P.path : NULL;
+}
+
 static tgl_status emu_compile(const char *source, const char *name, void **image, size_t *len,
                               char **log, tgl_errbuf *err)
 {
@@ -1019,11 +1148,16 @@ static tgl_status emu_compile(const char *source, const char *name, void **image
     snprintf(src, sizeof src, "%s/kernel.cpp", dir);
     snprintf(obj, sizeof obj, "%s/kernel.so", dir);
     snprintf(logp, sizeof logp, "%s/compile.log", dir);
+    /* The prelude comes precompiled (-include) where it can, else as text. */
+    char *pch = prelude_pch();
     FILE *f = fopen(src, "w");
-    bool wrote = f && fprintf(f,
-                              "#define TGL_CUDA_EMU 1\n#line 1 \"emu_prelude.h\"\n%s\n"
-                              "#line 1 \"%s\"\n%s\n",
-                              TGL_CUDA_TEXT_emu_prelude_h, name, source) > 0;
+    char shown[200]; /* the name as a #line directive can carry it */
+    snprintf(shown, sizeof shown, "%s", name);
+    for (char *c = shown; *c; c++)
+        if (*c == '"' || *c == '\\' || *c == '\n' || *c == '\r')
+            *c = '_';
+    bool wrote = f && fprintf(f, "%s#line 1 \"%s\"\n%s\n", pch ? "" : prelude_text(), shown,
+                              source) > 0;
     if (f && fclose(f))
         wrote = false;
     if (!wrote) {
@@ -1032,17 +1166,10 @@ static tgl_status emu_compile(const char *source, const char *name, void **image
                               src);
     }
     char *argv[MAX_CXX_ARGS + 24];
-    int k = 0;
-    for (; X.argv[k]; k++)
-        argv[k] = X.argv[k];
-    static const char *const flags[] = {"-std=c++17", "-O1", "-fPIC", "-shared",
-                                        "-fno-strict-aliasing", "-g0", "-pipe"};
-    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
-        argv[k++] = (char *)flags[i];
-    if (sanitize_objects()) {
-        argv[k++] = (char *)"-fsanitize=address,undefined";
-        argv[k++] = (char *)"-fno-sanitize-recover=undefined";
-        argv[k++] = (char *)"-fno-omit-frame-pointer";
+    int k = compile_args(argv, false);
+    if (pch) {
+        argv[k++] = (char *)"-include";
+        argv[k++] = pch;
     }
     argv[k++] = (char *)"-o";
     argv[k++] = obj;
@@ -1070,6 +1197,21 @@ static tgl_status emu_compile(const char *source, const char *name, void **image
     return st;
 }
 
+static bool write_all(int fd, const void *data, size_t len)
+{
+    const char *p = data;
+    while (len) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return false;
+        p += w;
+        len -= (size_t)w;
+    }
+    return true;
+}
+
 static tgl_status emu_load(const void *image, size_t len, tgl_cuda_module **m, tgl_errbuf *err)
 {
     *m = NULL;
@@ -1081,32 +1223,42 @@ static tgl_status emu_load(const void *image, size_t len, tgl_cuda_module **m, t
     if (fd < 0)
         return tgl_errbuf_set(err, TGL_EIO, "cuda emu: load: cannot make a file in %s: %s",
                               tmp_dir(), strerror(errno));
-    const char *p = image;
-    size_t left = len;
-    while (left) {
-        ssize_t w = write(fd, p, left);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0) {
-            close(fd);
-            unlink(path);
-            return tgl_errbuf_set(err, TGL_EIO, "cuda emu: load: cannot write %s", path);
-        }
-        p += w;
-        left -= (size_t)w;
-    }
+    bool wrote = write_all(fd, image, len);
     close(fd);
-    void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    unlink(path);
-    if (!dl) {
-        const char *why = dlerror();
-        return tgl_errbuf_set(err, TGL_EINVAL, "cuda emu: load: not a module for this emulator: %s",
-                              why ? why : "dlopen failed");
+    if (!wrote) {
+        unlink(path);
+        return tgl_errbuf_set(err, TGL_EIO, "cuda emu: load: cannot write %s", path);
     }
+    void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    char why[400];
+    snprintf(why, sizeof why, "%s", dl ? "" : dlerror());
+    /* A sanitizer's report reads the object's file for its symbols: kept
+     * until unload (or exit) there. */
+    bool keep = dl && sanitize_objects();
+    if (!keep)
+        unlink(path);
+#ifdef MFD_CLOEXEC
+    if (!dl) {
+        /* A directory mounted noexec: the bytes in memory instead. */
+        int mfd = memfd_create("tgl-emu-module", MFD_CLOEXEC);
+        if (mfd >= 0) {
+            char fdpath[64];
+            snprintf(fdpath, sizeof fdpath, "/proc/self/fd/%d", mfd);
+            if (write_all(mfd, image, len))
+                dl = dlopen(fdpath, RTLD_NOW | RTLD_LOCAL);
+            close(mfd); /* the mapping stays */
+        }
+    }
+#endif
+    if (!dl)
+        return tgl_errbuf_set(err, TGL_EINVAL, "cuda emu: load: not a module for this emulator: %s",
+                              why[0] ? why : "dlopen failed");
     int (*bind)(tgl_emu_state *, unsigned, unsigned long long) =
         (int (*)(tgl_emu_state *, unsigned, unsigned long long))dlsym(dl, "tgl_emu_bind");
     if (!bind || bind(&E.st, TGL_EMU_ABI, sizeof(tgl_emu_state)) != 0) {
         dlclose(dl);
+        if (keep)
+            unlink(path);
         return tgl_errbuf_set(err, TGL_EINVAL,
                               "cuda emu: load: the module was %s (emulator ABI %d)",
                               bind ? "built for another emulator" : "not built by the emulator",
@@ -1115,9 +1267,22 @@ static tgl_status emu_load(const void *image, size_t len, tgl_cuda_module **m, t
     tgl_cuda_module *mod = calloc(1, sizeof *mod);
     if (!mod) {
         dlclose(dl);
+        if (keep)
+            unlink(path);
         return tgl_errbuf_set(err, TGL_ENOMEM, "cuda emu: load: out of memory");
     }
     mod->dl = dl;
+    if (keep) {
+        snprintf(mod->path, sizeof mod->path, "%s", path);
+        pthread_once(&kept_once, kept_register);
+        pthread_mutex_lock(&kept_mu);
+        mod->next_kept = kept;
+        mod->prev_kept = &kept;
+        if (kept)
+            kept->prev_kept = &mod->next_kept;
+        kept = mod;
+        pthread_mutex_unlock(&kept_mu);
+    }
     *m = mod;
     return TGL_OK;
 }
@@ -1175,6 +1340,14 @@ static void emu_unload(tgl_cuda_module *m)
         free(q);
     }
     dlclose(m->dl);
+    if (m->path[0]) {
+        pthread_mutex_lock(&kept_mu);
+        *m->prev_kept = m->next_kept;
+        if (m->next_kept)
+            m->next_kept->prev_kept = m->prev_kept;
+        pthread_mutex_unlock(&kept_mu);
+        unlink(m->path);
+    }
     free(m);
 }
 

@@ -68,6 +68,7 @@ typedef struct tgl_emu_state {
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <limits>
 #include <type_traits>
