@@ -58,7 +58,7 @@ my %sym;
 for my $d (sort keys %feature) {
     for my $f (files_under("src/$d")) {
         my $c = code_of($f);
-        while ($c =~ /^(?!static\b|typedef\b|struct\b|union\b|enum\b|#)[A-Za-z_][^;{}()=#]*?\b(tgl_\w+)\s*[(=\[;]/mg) {
+        while ($c =~ /^(?!static\b|typedef\b|struct\b|union\b|enum\b|#|\w+:[^:])[A-Za-z_][^;{}()=#]*?\b(tgl_\w+)\s*[(=\[;]/mg) {  # (a goto label at column 0 declares nothing)
             my $s = $1;
             next if $f =~ /\.c$/ && $s =~ /^tgl_impl_/;  # catalog entries (ops.h declares them)
             $sym{$d}{$s} = 1;

@@ -257,7 +257,7 @@ const tgl_backend_opts *tgl_cuda_opts(tgl_ctx *ctx);
 tgl_status tgl_cuda_copy_strided(tgl_ctx *ctx, const tgl_array *src, tgl_array *dst,
                                  tgl_errbuf *err);
 /* *out = a when a is contiguous, else a new contiguous device copy (the
- * caller releases it with tgl_array_release: the ref is its own). */
+ * caller releases that reference: it is its own). */
 tgl_status tgl_cuda_contiguous(tgl_ctx *ctx, tgl_array *a, tgl_array **out, tgl_errbuf *err);
 
 /* ---- op kernels by family (k_*.c): tgl_op_kernel entries ------------------------ */
