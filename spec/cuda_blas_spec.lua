@@ -205,9 +205,8 @@ describe('cuda products', function()
       -- engine/backend.h: float32 dots accumulate in double.  A float32
       -- running sum differs from the double sum rounded once in the last
       -- bits on most of these.  (The reference is the float64 product of
-      -- the same numbers rounded to float32, not the cpu's float32 dot:
-      -- OpenBLAS's dsdot on this machine sums in float32, see the cases
-      -- above for that comparison within 1e-5.)  The cpu's row-wise
+      -- the same numbers rounded to float32; the cpu's float32 dot sums
+      -- in double too, spec/ops_spec.lua.)  The cpu's row-wise
       -- batched_dot sums in double itself: equal bit for bit.
       local ffi = require 'ffi'
       local function f32(v) return tonumber(ffi.new('float[1]', v)[0]) end
@@ -479,9 +478,8 @@ describe('cuda products', function()
 
       it(('gemv with an empty inner extent is beta c, %s'):format(dt), function()
         -- A (3,0).x (0) - c = -c: nothing to multiply, c scaled by beta -1
-        -- (the device computes beta c; the cpu kernel of this commit
-        -- leaves c unscaled here: BLAS's gemv returns at once on an empty
-        -- inner extent)
+        -- (BLAS's gemv returns at once on an empty inner extent; both
+        -- backends scale c themselves)
         local A, x, c = M('A'), V('x'), V('c')
         local f = on('cuda', function() return tgl.compile { inputs = { A, x, c }, outputs = { tgl.dot(A, x) - c } } end)
         assert.is_truthy(tgl.debugprint(f):find(' = gemv%('))

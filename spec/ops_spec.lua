@@ -1684,3 +1684,30 @@ describe('regressions (bugs found and fixed)', function()
     expect(a, 'float32', { { 1, 2, 3 }, { 4, 5, 6 } })
   end)
 end)
+
+describe('products at the edges', function()
+  it('A (3x0) . x (0) - c is -c (gemv with an empty inner extent scales c by beta)', function()
+    for _, dt in ipairs({ 'float32', 'float64' }) do
+      local A, x, c = tgl.matrix('A', dt), tgl.vector('x', dt), tgl.vector('c', dt)
+      local f = tgl.compile { inputs = { A, x, c }, outputs = { tgl.dot(A, x) - c } }
+      assert.is_truthy(tgl.debugprint(f):find(' = gemv%('))
+      local got = f(tgl.zeros(3, 0, { dtype = dt }), tgl.zeros(0, { dtype = dt }),
+                    tgl.array({ 1, -2, 3 }, dt))
+      assert.are.same({ -1, 2, -3 }, got:totable())
+    end
+  end)
+
+  it('a float32 dot product sums in double and rounds once', function()
+    local ffi = require 'ffi'
+    tgl.manual_seed(7)
+    for _, n in ipairs({ 1000, 4097 }) do
+      local x, y = tgl.randn(n, { dtype = 'float32' }), tgl.randn(n, { dtype = 'float32' })
+      local exact = tgl.dot(x:astype('float64'), y:astype('float64')):get()
+      local want = tonumber(ffi.new('float[1]', exact)[0])
+      assert.are.equal(want, tgl.dot(x, y):get())
+      -- a reversed view walks the vector from its far end
+      local xr, yr = x[{ { n, 1, -1 } }], y[{ { n, 1, -1 } }]
+      assert.are.equal(want, tgl.dot(xr, yr):get())
+    end
+  end)
+end)

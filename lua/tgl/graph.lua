@@ -798,15 +798,29 @@ local stats_fns = {}
 function M.batch_norm_stats(x)
   x = bn_x('batch_norm_stats', x)
   if not is_var(x) then
-    local key = dt_of(x) .. ':' .. nd_of(x) .. ':' .. tostring(config.device)
+    -- on the array's device, as every eager op runs (its results stay there)
+    local dev = x.device
+    local key = dt_of(x) .. ':' .. nd_of(x) .. ':' .. dev
     local f = stats_fns[key]
     if not f then
       local v = M.tensor{ dtype = DTYPE_NAME[dt_of(x)], ndim = nd_of(x), name = 'x' }
       local m, s = M.batch_norm_stats(v)
-      f = require('tgl.function').compile{ inputs = { v }, outputs = { m, s } }
+      local was = config.device
+      config.device = dev
+      local ok, res = pcall(require('tgl.function').compile, { inputs = { v }, outputs = { m, s } })
+      config.device = was
+      if not ok then error(res, 0) end
+      f = res
       stats_fns[key] = f
     end
-    return f(x)
+    local m, s = f(x)
+    local function back(a)  -- the function returns host arrays: to x's device
+      if a.p.device == x.p.device then return a end
+      local o = out_array()
+      check(C.tgl_array_to_device(core.ctx, a.p, x.p.device, o), 'batch_norm_stats')
+      return core.wrap(o[0])
+    end
+    return back(m), back(s)
   end
   C.tgl_graph_maybe_collect(ctx_raw)
   local ins = node_list(1)
