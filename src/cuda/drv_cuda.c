@@ -418,8 +418,10 @@ static tgl_status real_launch(tgl_cuda_func *f, const unsigned grid[3], unsigned
                                  "launching kernel '%s': it asks for %zu bytes of shared memory, "
                                  "the device allows %zu",
                                  f->name, shmem, shmem_optin);
-        e = cudaFuncSetAttribute((const void *)f->kernel,
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shmem);
+        /* the library API's own call for a cudaKernel_t (device 0, the
+         * one this driver uses) */
+        e = cudaKernelSetAttributeForDevice(f->kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            (int)shmem, 0);
         if (e != cudaSuccess) {
             snprintf(what, sizeof what,
                      "launching kernel '%.256s' (setting its shared memory to %zu bytes)", f->name,
