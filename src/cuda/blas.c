@@ -24,6 +24,7 @@
  */
 #include "cuda/cuda_int.h"
 #include "cuda/kernels/blas.cuh"
+#include "engine/ops/blas_layout.h"
 #include "engine/ops/ops.h"
 
 #include <limits.h>
@@ -143,82 +144,20 @@ static tgl_status dev_scale(const run *r, tgl_array *a, double beta)
     return launch(r, "blas_scale", grid, block, &s);
 }
 
-/* ---- matrix descriptors (as the CPU's blas.c) ------------------------------- */
+/* ---- matrix descriptors (engine/ops/blas_layout.h) ------------------------------- */
 
-/* A matrix view: element (i, j) at p + (i * rs + j * cs) elements.  Vectors
- * are 1 x k (a row) or k x 1 (a column). */
-typedef struct mat {
-    char *p;
-    int64_t rows, cols, rs, cs;
-} mat;
-
-/* How row-major BLAS reads m in place: trans 0 with ld = rs when cs is 1,
- * trans 1 with ld = cs when rs is 1.  A stride along an axis of extent 1
- * never matters.  False: a copy is needed. */
-static bool blas_layout(const mat *m, bool *trans, int64_t *ld)
-{
-    if (m->rows > INT_MAX || m->cols > INT_MAX)
-        return false;
-    int64_t rows1 = m->rows > 1 ? m->rows : 1, cols1 = m->cols > 1 ? m->cols : 1;
-    int64_t rs = m->rows <= 1 ? cols1 : m->rs, cs = m->cols <= 1 ? 1 : m->cs;
-    if (cs == 1 && rs >= cols1 && rs <= INT_MAX) {
-        *trans = false;
-        *ld = rs;
-        return true;
-    }
-    rs = m->rows <= 1 ? 1 : m->rs;
-    cs = m->cols <= 1 ? rows1 : m->cs;
-    if (rs == 1 && cs >= rows1 && cs <= INT_MAX) {
-        *trans = true;
-        *ld = cs;
-        return true;
-    }
-    return false;
-}
-
-/* The BLAS increment of a vector of len elements at stride s: positive
- * only (zero and negative increments mean other things to BLAS). */
-static bool blas_inc(int64_t len, int64_t s, int64_t *inc)
-{
-    *inc = len <= 1 ? 1 : s;
-    return len <= INT_MAX && *inc > 0 && *inc <= INT_MAX;
-}
-
-/* The matrix of a's last two axes, or a vector as a row (as_row) or column. */
-static mat mat_of(const tgl_array *a, bool as_row)
-{
-    mat m = {a->data, 1, 1, 0, 0};
-    int nd = a->ndim;
-    if (nd >= 2) {
-        m.rows = a->shape[nd - 2], m.cols = a->shape[nd - 1];
-        m.rs = a->strides[nd - 2], m.cs = a->strides[nd - 1];
-    } else if (nd == 1 && as_row) {
-        m.cols = a->shape[0], m.cs = a->strides[0];
-    } else if (nd == 1) {
-        m.rows = a->shape[0], m.rs = a->strides[0];
-    }
-    return m;
-}
+typedef tgl_blas_mat mat;
 
 /* Whether BLAS reads a's last two axes (or a as a vector) in place; with
  * batch, also a's first axis as a batch stride cuBLAS takes (not negative). */
 static bool blas_ready(const tgl_array *a, bool batch)
 {
-    bool t;
-    int64_t ld, inc;
-    if (a->ndim == 0)
-        return true;
-    if (a->ndim == 1)
-        return blas_inc(a->shape[0], a->strides[0], &inc);
-    if (batch && a->shape[0] > 1 && a->strides[0] < 0)
+    if (batch && a->ndim >= 2 && a->shape[0] > 1 && a->strides[0] < 0)
         return false;
-    mat m = mat_of(a, false);
-    return blas_layout(&m, &t, &ld);
+    return tgl_blas_ready(a);
 }
 
 /* ---- products on descriptors --------------------------------------------- */
-
-enum { PROD_MM, PROD_MV, PROD_VM, PROD_VV };
 
 /* Launches this family's product kernels for a (pointers, extents,
  * strides, dtype; partial and nsplit are set here): one thread per output
@@ -283,60 +222,30 @@ static tgl_status prod_kernel(const run *r, int dt, int64_t batch, const mat *A,
 }
 
 /* C = A . B with the driver's BLAS (dt float32 or float64; layouts checked
- * by blas_ready; k >= 1, C non-empty), the kind picking the BLAS level as
- * the CPU's kernel does. */
+ * by blas_ready; k >= 1, C non-empty): the call tgl_blas_plan picks, as
+ * for the CPU's kernel. */
 static tgl_status blas_product(const run *r, int dt, int kind, const mat *A, const mat *B,
                                const mat *C, int64_t k)
 {
-    bool ta = false, tb = false;
-    int64_t lda = 0, ldb = 0, inc_a = 0, inc_b = 0, inc_c = 0, inc;
-    /* A product with one row or one column is a matrix-vector product:
-     * gemv streams the matrix once. */
-    if (kind == PROD_MM && A->rows == 1 && B->cols > 1 && blas_inc(k, A->cs, &inc))
-        kind = PROD_VM;
-    else if (kind == PROD_MM && B->cols == 1 && A->rows > 1 && blas_inc(k, B->rs, &inc))
-        kind = PROD_MV;
-    if (kind == PROD_MM || kind == PROD_MV)
-        blas_layout(A, &ta, &lda);
-    if (kind == PROD_MM || kind == PROD_VM)
-        blas_layout(B, &tb, &ldb);
-    if (kind == PROD_VM || kind == PROD_VV)
-        blas_inc(k, A->cs, &inc_a);
-    if (kind == PROD_MV || kind == PROD_VV)
-        blas_inc(k, B->rs, &inc_b);
-    int m = (int)A->rows, n = (int)B->cols, kk = (int)k;
+    tgl_blas_call c = tgl_blas_plan(kind, A, B, C, k);
     tgl_errbuf e;
     tgl_status st;
-    switch (kind) {
-    case PROD_MM: {
-        int ldc = (int)(C->rows <= 1 ? (C->cols > 1 ? C->cols : 1) : C->rs);
-        st = r->drv->gemm(dt, ta, tb, m, n, kk, 1.0, A->p, (int)lda, B->p, (int)ldb, 0.0, C->p,
-                          ldc, r->tf32, &e);
+    switch (c.kind) {
+    case TGL_PROD_MM:
+        st = r->drv->gemm(dt, c.ta, c.tb, c.m, c.n, c.k, 1.0, A->p, c.lda, B->p, c.ldb, 0.0, C->p,
+                          c.ldc, r->tf32, &e);
         break;
-    }
-    case PROD_MV: {
-        /* A stored as itself (m x k) or as its transpose (k x m). */
-        blas_inc(m, C->rs, &inc_c);
-        int rows = ta ? kk : m, cols = ta ? m : kk;
-        st = r->drv->gemv(dt, ta, rows, cols, 1.0, A->p, (int)lda, B->p, (int)inc_b, 0.0, C->p,
-                          (int)inc_c, &e);
+    case TGL_PROD_MV:
+    case TGL_PROD_VM:
+        st = r->drv->gemv(dt, c.gtrans, c.rows, c.cols, 1.0, c.ga, c.glda, c.gx, c.incx, 0.0, C->p,
+                          c.incy, &e);
         break;
-    }
-    case PROD_VM: {
-        /* x.B = B' x: B stored as itself (k x n) needs the transpose,
-         * stored as its transpose (n x k) does not. */
-        blas_inc(n, C->cs, &inc_c);
-        int rows = tb ? n : kk, cols = tb ? kk : n;
-        st = r->drv->gemv(dt, !tb, rows, cols, 1.0, B->p, (int)ldb, A->p, (int)inc_a, 0.0, C->p,
-                          (int)inc_c, &e);
-        break;
-    }
     default:
         /* float32 accumulates in double: this family's kernel, not
          * cuBLAS's sdot; float64 is cuBLAS's ddot. */
         if (dt == TGL_FLOAT32)
             return prod_kernel(r, dt, 1, A, 0, B, 0, C, 0, k);
-        st = r->drv->dot(dt, kk, A->p, (int)inc_a, B->p, (int)inc_b, C->p, &e);
+        st = r->drv->dot(dt, c.k, A->p, c.inc_a, B->p, c.inc_b, C->p, &e);
         break;
     }
     return st ? fail(r, st, &e) : TGL_OK;
@@ -398,11 +307,12 @@ static tgl_status dot_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *
     tgl_array *a, *b, *ta = NULL, *tb = NULL, *c;
     if (!(st = prepare(&r, in[0], dt, false, &a, &ta)) &&
         !(st = prepare(&r, in[1], dt, false, &b, &tb)) && !(st = prepare_output(&r, out, &c))) {
-        int kind = a->ndim == 2 ? (b->ndim == 2 ? PROD_MM : PROD_MV)
-                                : (b->ndim == 2 ? PROD_VM : PROD_VV);
+        int kind = a->ndim == 2 ? (b->ndim == 2 ? TGL_PROD_MM : TGL_PROD_MV)
+                                : (b->ndim == 2 ? TGL_PROD_VM : TGL_PROD_VV);
         /* A vector a is a row, a vector b a column; the output of m.v is
          * a column, of v.m a row, of v.v 1 x 1. */
-        mat A = mat_of(a, true), B = mat_of(b, false), C = mat_of(c, kind == PROD_VM);
+        mat A = tgl_blas_mat_of(a, true), B = tgl_blas_mat_of(b, false);
+        mat C = tgl_blas_mat_of(c, kind == TGL_PROD_VM);
         int64_t k = a->shape[a->ndim - 1];
         if (k == 0)
             st = dev_zero(&r, c); /* BLAS with k 0 is not reliably a zero fill */
@@ -424,7 +334,7 @@ static tgl_status batched_products(const run *r, const tgl_array *a, const tgl_a
 {
     int dt = c->dtype_id;
     int64_t k = a->shape[2];
-    mat A = mat_of(a, false), B = mat_of(b, false), C = mat_of(c, false);
+    mat A = tgl_blas_mat_of(a, false), B = tgl_blas_mat_of(b, false), C = tgl_blas_mat_of(c, false);
     if (k == 0)
         return dev_zero(r, c);
     if (!tgl_dtype_is_float(dt))
@@ -432,8 +342,8 @@ static tgl_status batched_products(const run *r, const tgl_array *a, const tgl_a
                            c->strides[0], k);
     bool ta = false, tb = false;
     int64_t lda = 1, ldb = 1;
-    blas_layout(&A, &ta, &lda);
-    blas_layout(&B, &tb, &ldb);
+    tgl_blas_layout(&A, &ta, &lda);
+    tgl_blas_layout(&B, &tb, &ldb);
     int m = (int)C.rows, nn = (int)C.cols;
     int ldc = (int)(C.rows <= 1 ? (C.cols > 1 ? C.cols : 1) : C.rs);
     /* A batch axis of extent 1 has no stride that matters. */
@@ -499,32 +409,12 @@ static tgl_status batched_dot_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array 
 
 /* ---- gemm, gemv, ger (as the CPU's gemm.c) ------------------------------------- */
 
-/* How BLAS reads a strided matrix in place: row-major with a leading
- * dimension, possibly transposed.  False: a copy is needed. */
-static bool blas_view(const tgl_array *a, bool *trans, int *ld)
-{
-    int64_t r = a->shape[0], c = a->shape[1], l;
-    if (a->strides[1] == 1 || c <= 1) {
-        *trans = false;
-        l = a->strides[0] > c ? a->strides[0] : (c > 0 ? c : 1);
-        *ld = (int)(l <= INT_MAX ? l : 1);
-        return (a->strides[0] >= c || r <= 1) && l <= INT_MAX;
-    }
-    if (a->strides[0] == 1 || r <= 1) {
-        *trans = true;
-        l = a->strides[1] > r ? a->strides[1] : (r > 0 ? r : 1);
-        *ld = (int)(l <= INT_MAX ? l : 1);
-        return (a->strides[1] >= r || c <= 1) && l <= INT_MAX;
-    }
-    return false;
-}
-
 /* a itself when BLAS reads it in place, else a contiguous copy in *tmp. */
 static tgl_status readable(const run *r, tgl_array *a, tgl_array **use, tgl_array **tmp,
                            bool *trans, int *ld)
 {
     *tmp = NULL;
-    if (blas_view(a, trans, ld)) {
+    if (tgl_blas_view(a, trans, ld)) {
         *use = a;
         return TGL_OK;
     }

@@ -6,36 +6,19 @@
  * and skips the copy: the accumulation happens in place.
  */
 #include "cpu/kernels/kernels.h"
+#include "engine/ops/blas_layout.h"
 
 #include <stdint.h>
 #include <string.h>
 
 /* ---- layout helpers --------------------------------------------------- */
 
-/* How BLAS can read a strided matrix without a copy: row-major with a
- * leading dimension, possibly transposed.  False: a copy is needed. */
-static bool blas_view(const tgl_array *a, bool *trans, int *ld)
-{
-    int64_t r = a->shape[0], c = a->shape[1];
-    if (a->strides[1] == 1 || c <= 1) {
-        *trans = false;
-        *ld = (int)(a->strides[0] > c ? a->strides[0] : (c > 0 ? c : 1));
-        return a->strides[0] >= c || r <= 1;
-    }
-    if (a->strides[0] == 1 || r <= 1) {
-        *trans = true;
-        *ld = (int)(a->strides[1] > r ? a->strides[1] : (r > 0 ? r : 1));
-        return a->strides[1] >= r || c <= 1;
-    }
-    return false;
-}
-
 /* a itself when BLAS can read it, else a contiguous copy in *tmp. */
 static tgl_status readable(tgl_ctx *ctx, tgl_array *a, tgl_array **use, tgl_array **tmp,
                            bool *trans, int *ld)
 {
     *tmp = NULL;
-    if (blas_view(a, trans, ld)) {
+    if (tgl_blas_view(a, trans, ld)) {
         *use = a;
         return TGL_OK;
     }
