@@ -307,12 +307,8 @@ static tgl_status dot_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *
     tgl_array *a, *b, *ta = NULL, *tb = NULL, *c;
     if (!(st = prepare(&r, in[0], dt, false, &a, &ta)) &&
         !(st = prepare(&r, in[1], dt, false, &b, &tb)) && !(st = prepare_output(&r, out, &c))) {
-        int kind = a->ndim == 2 ? (b->ndim == 2 ? TGL_PROD_MM : TGL_PROD_MV)
-                                : (b->ndim == 2 ? TGL_PROD_VM : TGL_PROD_VV);
-        /* A vector a is a row, a vector b a column; the output of m.v is
-         * a column, of v.m a row, of v.v 1 x 1. */
-        mat A = tgl_blas_mat_of(a, true), B = tgl_blas_mat_of(b, false);
-        mat C = tgl_blas_mat_of(c, kind == TGL_PROD_VM);
+        mat A, B, C;
+        int kind = tgl_blas_dot_mats(a, b, c, &A, &B, &C);
         int64_t k = a->shape[a->ndim - 1];
         if (k == 0)
             st = dev_zero(&r, c); /* BLAS with k 0 is not reliably a zero fill */

@@ -92,6 +92,19 @@ static inline bool tgl_blas_ready(const tgl_array *a)
  * vector.vector (dot). */
 enum { TGL_PROD_MM, TGL_PROD_MV, TGL_PROD_VM, TGL_PROD_VV };
 
+/* dot's product kind for operands a and b (1-d or 2-d) and their
+ * descriptors, with output c: a vector a is a row, a vector b a column;
+ * the output of m.v is a column, of v.m a row, of v.v 1 x 1. */
+static inline int tgl_blas_dot_mats(const tgl_array *a, const tgl_array *b, const tgl_array *c,
+                                    tgl_blas_mat *A, tgl_blas_mat *B, tgl_blas_mat *C)
+{
+    int kind = a->ndim == 2 ? (b->ndim == 2 ? TGL_PROD_MM : TGL_PROD_MV)
+                            : (b->ndim == 2 ? TGL_PROD_VM : TGL_PROD_VV);
+    *A = tgl_blas_mat_of(a, true), *B = tgl_blas_mat_of(b, false);
+    *C = tgl_blas_mat_of(c, kind == TGL_PROD_VM);
+    return kind;
+}
+
 /* The arguments of the one BLAS call computing C = A . B. */
 typedef struct tgl_blas_call {
     int kind;          /* TGL_PROD_*, after the demotion below              */
