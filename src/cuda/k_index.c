@@ -151,49 +151,6 @@ static tgl_status v_as(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in, tg
     return st;
 }
 
-/* ---- shared with the CPU kernels' meaning ---------------------------------------- */
-
-/* src/cpu/kernels/subtensor.c's broadcast_v: strides broadcasting v
- * (right-aligned) over shape, 0 on missing and declared-broadcastable
- * axes; the same messages. */
-static tgl_status broadcast_v(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
-                              const tgl_array *v, tgl_type vt, int nd, const int64_t *shape,
-                              const char *what, int64_t *vs)
-{
-    int pad = nd - v->ndim;
-    if (pad < 0)
-        return tgl_op_error(ctx, n, in, TGL_ESHAPE, "v has more dimensions than %s", what);
-    for (int d = 0; d < nd; d++) {
-        int a = d - pad;
-        if (a < 0) {
-            vs[d] = 0;
-        } else if (v->shape[a] == shape[d]) {
-            vs[d] = v->strides[a];
-        } else if (v->shape[a] == 1 && tgl_type_bcast(vt, a)) {
-            vs[d] = 0;
-        } else {
-            return tgl_op_error(ctx, n, in, TGL_ESHAPE,
-                                "v has size %" PRId64 " on its axis %d where %s has size %" PRId64
-                                "%s",
-                                v->shape[a], a + 1, what, shape[d],
-                                v->shape[a] == 1 ? " (the axis is not declared broadcastable)"
-                                                 : "");
-        }
-    }
-    return TGL_OK;
-}
-
-/* out is x itself: the plan runs the update in place. */
-static bool same_buffer(const tgl_array *out, const tgl_array *x)
-{
-    if (out->data != x->data || out->ndim != x->ndim)
-        return false;
-    for (int d = 0; d < x->ndim; d++)
-        if (out->shape[d] > 1 && out->strides[d] != x->strides[d])
-            return false;
-    return true;
-}
-
 /* ---- INC_SUBTENSOR ------------------------------------------------------------- */
 
 static tgl_status inc_subtensor_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
@@ -210,13 +167,15 @@ static tgl_status inc_subtensor_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_arra
         return st;
     memset(&a, 0, sizeof a);
     /* the shape check first, on v as given: a bad v converts nothing */
-    if ((st = broadcast_v(ctx, n, in, in[1], n->in[1]->type, r.ndim, r.shape, "x[idx]", a.vs)))
+    if ((st = tgl_subtensor_broadcast_v(ctx, n, in, in[1], n->in[1]->type, r.ndim, r.shape,
+                                        "x[idx]", a.vs)))
         return st;
     if ((st = v_as(ctx, n, in, in[1], out->dtype_id, &v)) ||
-        (st = broadcast_v(ctx, n, in, v, n->in[1]->type, r.ndim, r.shape, "x[idx]", a.vs)) ||
+        (st = tgl_subtensor_broadcast_v(ctx, n, in, v, n->in[1]->type, r.ndim, r.shape, "x[idx]",
+                                        a.vs)) ||
         (st = on_device(ctx, in[0], &x)))
         goto done;
-    if (!same_buffer(out, x) && (st = dev_copy(ctx, n, in, out, x)))
+    if (!tgl_subtensor_same_buffer(out, x) && (st = dev_copy(ctx, n, in, out, x)))
         goto done;
     a.n = 1;
     for (int d = 0; d < r.ndim; d++) {
@@ -276,16 +235,9 @@ static tgl_status adv_index_error(tgl_ctx *ctx, const tgl_node *n, tgl_array *co
             return st;
         int64_t v = ix->dtype_id == TGL_INT32 ? u.i32 : u.i64;
         int axis = first + j;
-        int64_t len = in[0]->shape[axis];
-        if (v == 0)
-            return tgl_op_error(ctx, n, in, TGL_ESHAPE,
-                                "index 0 on axis %d: indices count from 1 (-1 is the last)",
-                                axis + 1);
-        int64_t i = v > 0 ? v - 1 : v + len;
-        if (i < 0 || i >= len)
-            return tgl_op_error(ctx, n, in, TGL_ESHAPE,
-                                "index %" PRId64 " is out of range for axis %d of size %" PRId64,
-                                v, axis + 1, len);
+        int64_t i;
+        if ((st = tgl_adv_index_check(ctx, n, in, axis, v, in[0]->shape[axis], &i)))
+            return st;
     }
     return tgl_op_error(ctx, n, in, TGL_EINTERNAL,
                         "cuda: the index check flagged position %" PRId64
@@ -472,14 +424,15 @@ static tgl_status adv_inc_subtensor_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_
         return drv_fail(ctx, n, in, st, &e);
     if ((st = tgl_adv_subtensor_plan(ctx, n, in, 2, &pl)))
         return st;
-    if ((st = broadcast_v(ctx, n, in, in[1], n->in[1]->type, pl.rnd, pl.rshape, "x[indices]",
-                          vs)))
+    if ((st = tgl_subtensor_broadcast_v(ctx, n, in, in[1], n->in[1]->type, pl.rnd, pl.rshape,
+                                        "x[indices]", vs)))
         return st;
-    bool inplace = same_buffer(out, in[0]);
+    bool inplace = tgl_subtensor_same_buffer(out, in[0]);
     /* The scatter runs on a contiguous target (the accumulators and the
      * winners are indexed by its offsets): out, or a copy written back. */
     if ((st = v_as(ctx, n, in, in[1], out->dtype_id, &v)) ||
-        (st = broadcast_v(ctx, n, in, v, n->in[1]->type, pl.rnd, pl.rshape, "x[indices]", vs)) ||
+        (st = tgl_subtensor_broadcast_v(ctx, n, in, v, n->in[1]->type, pl.rnd, pl.rshape,
+                                        "x[indices]", vs)) ||
         (st = on_device(ctx, in[0], &x)) || (st = index_arrays(ctx, in, 2, pl.lay.k, ix)))
         goto done;
     if (tgl_array_is_contiguous(out)) {

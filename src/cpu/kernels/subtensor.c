@@ -94,35 +94,6 @@ static bool block_apply(const tgl_ctx *ctx, int dt, bool add, int nd, const int6
     }
 }
 
-/* Strides that broadcast v (right-aligned) over shape[0..nd-1]: 0 on the
- * missing and declared-broadcastable axes.  vt is v's static type. */
-static tgl_status broadcast_v(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
-                              const tgl_array *v, tgl_type vt, int nd, const int64_t *shape,
-                              const char *what, int64_t *vs)
-{
-    int pad = nd - v->ndim;
-    if (pad < 0)
-        return tgl_op_error(ctx, n, in, TGL_ESHAPE, "v has more dimensions than %s", what);
-    for (int d = 0; d < nd; d++) {
-        int a = d - pad;
-        if (a < 0) {
-            vs[d] = 0;
-        } else if (v->shape[a] == shape[d]) {
-            vs[d] = v->strides[a];
-        } else if (v->shape[a] == 1 && tgl_type_bcast(vt, a)) {
-            vs[d] = 0;
-        } else {
-            return tgl_op_error(ctx, n, in, TGL_ESHAPE,
-                                "v has size %" PRId64 " on its axis %d where %s has size %" PRId64
-                                "%s",
-                                v->shape[a], a + 1, what, shape[d],
-                                v->shape[a] == 1 ? " (the axis is not declared broadcastable)"
-                                                 : "");
-        }
-    }
-    return TGL_OK;
-}
-
 /* v converted to dtype (a new reference: v itself when it has it). */
 static tgl_status as_dtype(tgl_ctx *ctx, tgl_array *v, int dtype, tgl_array **out)
 {
@@ -132,19 +103,6 @@ static tgl_status as_dtype(tgl_ctx *ctx, tgl_array *v, int dtype, tgl_array **ou
         return TGL_OK;
     }
     return tgl_array_copy(ctx, v, dtype, out);
-}
-
-/* out is x itself: the plan runs the update in place (x's buffer taken
- * over, or a shared variable's deferred update), so there is nothing to
- * copy. */
-static bool same_buffer(const tgl_array *out, const tgl_array *x)
-{
-    if (out->data != x->data || out->ndim != x->ndim)
-        return false;
-    for (int d = 0; d < x->ndim; d++)
-        if (out->shape[d] > 1 && out->strides[d] != x->strides[d])
-            return false;
-    return true;
 }
 
 static tgl_status inc_subtensor_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
@@ -158,8 +116,9 @@ static tgl_status inc_subtensor_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_arra
     if (!st)
         st = as_dtype(ctx, in[1], out->dtype_id, &v);
     if (!st)
-        st = broadcast_v(ctx, n, in, v, n->in[1]->type, r.ndim, r.shape, "x[idx]", vs);
-    if (!st && !same_buffer(out, in[0]))
+        st =
+            tgl_subtensor_broadcast_v(ctx, n, in, v, n->in[1]->type, r.ndim, r.shape, "x[idx]", vs);
+    if (!st && !tgl_subtensor_same_buffer(out, in[0]))
         st = tgl_array_assign(ctx, out, in[0]);
     if (!st && !block_apply(ctx, out->dtype_id, !(n->p.flags & TGL_INC_SET), r.ndim, r.shape,
                             at(out->data, r.offset, es), r.strides, v->data, vs, &rows))
@@ -197,16 +156,10 @@ static tgl_status adv_positions(tgl_ctx *ctx, const tgl_node *n, tgl_array *cons
             int64_t v = ix->dtype_id == TGL_INT32 ? ((const int32_t *)ix->data)[e]
                                                   : ((const int64_t *)ix->data)[e];
             int axis = first + j;
-            int64_t len = x->shape[axis];
-            if (v == 0)
-                return tgl_op_error(ctx, n, in, TGL_ESHAPE,
-                                    "index 0 on axis %d: indices count from 1 (-1 is the last)",
-                                    axis + 1);
-            int64_t i = v > 0 ? v - 1 : v + len;
-            if (i < 0 || i >= len)
-                return tgl_op_error(ctx, n, in, TGL_ESHAPE,
-                                    "index %" PRId64 " is out of range for axis %d of size %" PRId64,
-                                    v, axis + 1, len);
+            int64_t i;
+            tgl_status st = tgl_adv_index_check(ctx, n, in, axis, v, x->shape[axis], &i);
+            if (st)
+                return st;
             off += i * strides[axis];
         }
         pl->pos[b] = off;
@@ -288,10 +241,11 @@ static tgl_status adv_inc_subtensor_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_
     if (!st)
         st = as_dtype(ctx, in[1], out->dtype_id, &v);
     if (!st)
-        st = broadcast_v(ctx, n, in, v, n->in[1]->type, pl.rnd, pl.rshape, "x[indices]", vs);
+        st = tgl_subtensor_broadcast_v(ctx, n, in, v, n->in[1]->type, pl.rnd, pl.rshape,
+                                       "x[indices]", vs);
     if (!st)
         st = adv_positions(ctx, n, in, 2, &pl, out->strides);
-    if (!st && !same_buffer(out, in[0]))
+    if (!st && !tgl_subtensor_same_buffer(out, in[0]))
         st = tgl_array_assign(ctx, out, in[0]);
     if (!st)
         st = adv_walk(ctx, n, in, &pl, out->dtype_id, false, !(n->p.flags & TGL_INC_SET), out,

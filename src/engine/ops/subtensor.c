@@ -29,7 +29,10 @@
  * Resolving an index against arrays (tgl_subtensor_resolve,
  * tgl_adv_subtensor_plan: subtensor.h) is shared by the view and shape
  * functions here and the backends' kernels (src/cpu/kernels/subtensor.c
- * on the CPU), which do the copying, gathering and scattering.
+ * on the CPU), which do the copying, gathering and scattering; so are the
+ * kernels' checks of v's shape (tgl_subtensor_broadcast_v) and of index
+ * values (tgl_adv_index_check), so that every backend gives the same
+ * messages.
  */
 #include "engine/ops/subtensor.h"
 #include "engine/backend.h"
@@ -577,3 +580,45 @@ const tgl_opimpl tgl_impl_adv_inc_subtensor = {
     .infer = adv_infer, .shape = tgl_shape_of_first,
     .grad = update_grad, .inplace = inc_inplace,
 };
+
+tgl_status tgl_subtensor_broadcast_v(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
+                                     const tgl_array *v, tgl_type vt, int nd,
+                                     const int64_t *shape, const char *what, int64_t *vs)
+{
+    int pad = nd - v->ndim;
+    if (pad < 0)
+        return tgl_op_error(ctx, n, in, TGL_ESHAPE, "v has more dimensions than %s", what);
+    for (int d = 0; d < nd; d++) {
+        int a = d - pad;
+        if (a < 0) {
+            vs[d] = 0;
+        } else if (v->shape[a] == shape[d]) {
+            vs[d] = v->strides[a];
+        } else if (v->shape[a] == 1 && tgl_type_bcast(vt, a)) {
+            vs[d] = 0;
+        } else {
+            return tgl_op_error(ctx, n, in, TGL_ESHAPE,
+                                "v has size %" PRId64 " on its axis %d where %s has size %" PRId64
+                                "%s",
+                                v->shape[a], a + 1, what, shape[d],
+                                v->shape[a] == 1 ? " (the axis is not declared broadcastable)"
+                                                 : "");
+        }
+    }
+    return TGL_OK;
+}
+
+tgl_status tgl_adv_index_check(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in, int axis,
+                               int64_t v, int64_t len, int64_t *i)
+{
+    if (v == 0)
+        return tgl_op_error(ctx, n, in, TGL_ESHAPE,
+                            "index 0 on axis %d: indices count from 1 (-1 is the last)",
+                            axis + 1);
+    *i = v > 0 ? v - 1 : v + len;
+    if (*i < 0 || *i >= len)
+        return tgl_op_error(ctx, n, in, TGL_ESHAPE,
+                            "index %" PRId64 " is out of range for axis %d of size %" PRId64, v,
+                            axis + 1, len);
+    return TGL_OK;
+}

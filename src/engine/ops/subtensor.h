@@ -50,4 +50,31 @@ typedef struct tgl_adv_plan {
 tgl_status tgl_adv_subtensor_plan(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
                                   int nfixed, tgl_adv_plan *pl);
 
+/* Strides that broadcast v (right-aligned) over shape[0..nd-1] into vs: 0
+ * on the missing and declared-broadcastable axes (vt is v's static type);
+ * an error naming `what` (the indexed region: "x[idx]") otherwise.  The
+ * value check of INC_SUBTENSOR and ADV_INC_SUBTENSOR. */
+tgl_status tgl_subtensor_broadcast_v(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
+                                     const tgl_array *v, tgl_type vt, int nd,
+                                     const int64_t *shape, const char *what, int64_t *vs);
+
+/* The zero-based position of 1-based index value v (negative: from the
+ * end) on axis `axis` (0-based) of extent len, in *i; an error when it is
+ * 0 or out of range.  The index check of advanced indexing. */
+tgl_status tgl_adv_index_check(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in, int axis,
+                               int64_t v, int64_t len, int64_t *i);
+
+/* out is x itself (same data, same strides on every axis longer than 1):
+ * the plan runs the update in place (x's buffer taken over, or a shared
+ * variable's deferred update), so there is nothing to copy. */
+static inline bool tgl_subtensor_same_buffer(const tgl_array *out, const tgl_array *x)
+{
+    if (out->data != x->data || out->ndim != x->ndim)
+        return false;
+    for (int d = 0; d < x->ndim; d++)
+        if (out->shape[d] > 1 && out->strides[d] != x->strides[d])
+            return false;
+    return true;
+}
+
 #endif /* TGL_OPS_SUBTENSOR_H */
