@@ -225,10 +225,7 @@ static tgl_status adv_index_error(tgl_ctx *ctx, const tgl_node *n, tgl_array *co
     }
     for (int j = 0; j < k; j++) {
         const tgl_array *ix = in[nfixed + j];
-        int64_t e = 0;
-        for (int ja = 0; ja < ix->ndim; ja++)
-            if (ix->shape[ja] != 1)
-                e += bi[ja + bnd - ix->ndim] * ix->strides[ja];
+        int64_t e = tgl_adv_index_elem(ix, bi, bnd);
         union { int32_t i32; int64_t i64; } u;
         tgl_status st = tgl_array_read_elem(ctx, ix, e, &u);
         if (st)

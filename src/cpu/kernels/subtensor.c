@@ -149,10 +149,7 @@ static tgl_status adv_positions(tgl_ctx *ctx, const tgl_node *n, tgl_array *cons
         int64_t off = 0;
         for (int j = 0; j < k; j++) {
             const tgl_array *ix = in[nfixed + j];
-            int64_t e = 0;
-            for (int ja = 0; ja < ix->ndim; ja++)
-                if (ix->shape[ja] != 1)
-                    e += bi[ja + bnd - ix->ndim] * ix->strides[ja];
+            int64_t e = tgl_adv_index_elem(ix, bi, bnd);
             int64_t v = ix->dtype_id == TGL_INT32 ? ((const int32_t *)ix->data)[e]
                                                   : ((const int64_t *)ix->data)[e];
             int axis = first + j;

@@ -58,6 +58,18 @@ tgl_status tgl_subtensor_broadcast_v(tgl_ctx *ctx, const tgl_node *n, tgl_array 
                                      const tgl_array *v, tgl_type vt, int nd,
                                      const int64_t *shape, const char *what, int64_t *vs);
 
+/* The element offset, in index array ix, of position bi (bnd axes) of the
+ * broadcast index shape: ix is right-aligned and broadcasts on its size-1
+ * axes. */
+static inline int64_t tgl_adv_index_elem(const tgl_array *ix, const int64_t *bi, int bnd)
+{
+    int64_t e = 0;
+    for (int ja = 0; ja < ix->ndim; ja++)
+        if (ix->shape[ja] != 1)
+            e += bi[ja + bnd - ix->ndim] * ix->strides[ja];
+    return e;
+}
+
 /* The zero-based position of 1-based index value v (negative: from the
  * end) on axis `axis` (0-based) of extent len, in *i; an error when it is
  * 0 or out of range.  The index check of advanced indexing. */
