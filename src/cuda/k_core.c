@@ -453,20 +453,14 @@ static tgl_status reduce_run(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *
 static tgl_status reduce_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
                                 tgl_array *out)
 {
-    const tgl_array *x = in[0];
-    int op = n->op;
     if (out->size == 0)
         return TGL_OK;
-    int64_t rsize = 1;
-    for (int i = 0; i < n->p.n; i++)
-        rsize *= x->shape[n->p.i[i]];
-    if (rsize == 0 && (op == TGL_OP_MAX || op == TGL_OP_MIN))
-        return tgl_op_error(ctx, n, in, TGL_ESHAPE,
-                            "zero-size reduction (%s of no elements is undefined)",
-                            tgl_op_name(op));
+    tgl_status st = tgl_reduce_check_empty(ctx, n, in);
+    if (st)
+        return st;
     READY(ctx, n, in);
     tgl_errbuf err;
-    tgl_status st = reduce_run(ctx, n, in, out, &err);
+    st = reduce_run(ctx, n, in, out, &err);
     return st ? op_fail(ctx, n, in, st, &err) : TGL_OK;
 }
 
@@ -482,10 +476,9 @@ static tgl_status argmax_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *cons
     int64_t len = x->shape[axis];
     if (out->size == 0)
         return TGL_OK;
-    if (len == 0)
-        return tgl_op_error(ctx, n, in, TGL_ESHAPE,
-                            "zero-size reduction (axis %d is empty: no position to return)",
-                            axis + 1);
+    tgl_status st = tgl_argmax_check_empty(ctx, n, in);
+    if (st)
+        return st;
     READY(ctx, n, in);
     tgl_core_arg_args a;
     memset(&a, 0, sizeof a);
@@ -499,7 +492,6 @@ static tgl_status argmax_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *cons
     a.nk = kept_axes(x, 1u << axis, a.kshape, a.kstr);
     const tgl_backend_opts *o = tgl_cuda_opts(ctx);
     tgl_errbuf err;
-    tgl_status st;
     unsigned grid, block;
     /* Long scans: a block per output; short ones: a thread per output. */
     if (len >= 128) {

@@ -269,15 +269,11 @@ static tgl_status reduce_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *cons
     int op = n->op;
     if (n->p.n == 0)
         return tgl_array_assign(ctx, out, x);
-    int64_t rsize = 1;
-    for (int i = 0; i < n->p.n; i++)
-        rsize *= x->shape[n->p.i[i]];
     if (out->size == 0)
         return TGL_OK;
-    if (rsize == 0 && (op == TGL_OP_MAX || op == TGL_OP_MIN))
-        return tgl_op_error(ctx, n, in, TGL_ESHAPE,
-                            "zero-size reduction (%s of no elements is undefined)",
-                            tgl_op_name(op));
+    tgl_status st = tgl_reduce_check_empty(ctx, n, in);
+    if (st)
+        return st;
     bool isf = tgl_dtype_is_float(x->dtype_id);
     void *acc = malloc((size_t)out->size * 8);
     if (!acc)
@@ -291,7 +287,7 @@ static tgl_status reduce_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *cons
                                   : op == TGL_OP_MAX ? INT64_MIN : INT64_MAX;
     }
     /* An empty x leaves the identities: sum 0, prod 1. */
-    tgl_status st = x->size ? fold_all(ctx, n, in, out, acc) : TGL_OK;
+    st = x->size ? fold_all(ctx, n, in, out, acc) : TGL_OK;
     if (!st)
         store_acc(out, isf, acc);
     free(acc);
@@ -344,10 +340,9 @@ static tgl_status argmax_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *cons
     int64_t len = x->shape[axis];
     if (out->size == 0)
         return TGL_OK;
-    if (len == 0)
-        return tgl_op_error(ctx, n, in, TGL_ESHAPE,
-                            "zero-size reduction (axis %d is empty: no position to return)",
-                            axis + 1);
+    tgl_status st = tgl_argmax_check_empty(ctx, n, in);
+    if (st)
+        return st;
     /* One scan along the axis per output element; the odometer walks the
      * other axes of x and the matching axes of out. */
     tgl_odometer o = {0};

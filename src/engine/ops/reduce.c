@@ -236,3 +236,25 @@ const tgl_opimpl tgl_impl_axes_size = {
     .shape = axes_size_shape,
     .grad = no_grad,
 };
+
+tgl_status tgl_reduce_check_empty(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in)
+{
+    int64_t rsize = 1;
+    for (int i = 0; i < n->p.n; i++)
+        rsize *= in[0]->shape[n->p.i[i]];
+    if (rsize == 0 && (n->op == TGL_OP_MAX || n->op == TGL_OP_MIN))
+        return tgl_op_error(ctx, n, in, TGL_ESHAPE,
+                            "zero-size reduction (%s of no elements is undefined)",
+                            tgl_op_name(n->op));
+    return TGL_OK;
+}
+
+tgl_status tgl_argmax_check_empty(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in)
+{
+    int axis = (int)n->p.i[0];
+    if (in[0]->shape[axis] == 0)
+        return tgl_op_error(ctx, n, in, TGL_ESHAPE,
+                            "zero-size reduction (axis %d is empty: no position to return)",
+                            axis + 1);
+    return TGL_OK;
+}
