@@ -1,9 +1,10 @@
 /*
  * cgen_test.h — what spec/c/test_cgen.c and test_cgen_cache.c share: a
  * fixture whose context caches kernels in a fresh directory (with a cc
- * wrapper that counts compiles), a builder for fused programs by hand,
- * running them over arrays, edge-value inputs, and comparing with the
- * reference bit for bit (or within a few ulps for libm functions).
+ * wrapper that counts compiles), a builder for fused programs by hand
+ * (pb, on fprog_test.h's), running them over arrays, edge-value inputs,
+ * and comparing with the reference bit for bit (or within a few ulps for
+ * libm functions).
  *
  * These tests use the engine's internal headers, so they link the
  * engine's object files rather than the shared library (whose internals
@@ -32,6 +33,7 @@
 #include "cgen/cgint.h"
 #include "engine/ops/ops.h"
 #include "engine/pool.h"
+#include "fprog_test.h"
 
 /* ------------------------------------------------------------------------ */
 /* fixture: a context whose cache is a fresh directory                       */
@@ -175,41 +177,27 @@ typedef struct pb {
 static inline void pb_init(pb *b, int ndim)
 {
     memset(b, 0, sizeof *b);
-    b->p.ndim = ndim;
-    b->p.in_type = b->in_type;
-    b->p.code = b->code;
-    b->p.out_instr = b->out_instr;
-    b->p.out_type = b->out_type;
-    b->p.reduce_op = -1;
+    fp_bind(&b->p, ndim, b->in_type, b->code, b->out_instr, b->out_type);
 }
 
 static inline int pb_op(pb *b, int op, int dtype, int x, int y, int z)
 {
-    int i = b->p.ninstr++;
-    b->code[i] = (tgl_finstr){op, dtype, {x, y, z}, 0.0};
-    return i;
+    return fp_op(&b->p, op, dtype, x, y, z);
 }
 
 static inline int pb_in(pb *b, int dtype, uint32_t bcast)
 {
-    int j = b->p.nin++;
-    b->in_type[j] = (tgl_type){dtype, b->p.ndim, bcast};
-    return pb_op(b, TGL_FP_INPUT, dtype, j, -1, -1);
+    return fp_in(&b->p, dtype, bcast);
 }
 
 static inline int pb_const(pb *b, int dtype, double v)
 {
-    int i = pb_op(b, TGL_FP_CONST, dtype, -1, -1, -1);
-    b->code[i].value = v;
-    return i;
+    return fp_const(&b->p, dtype, v);
 }
 
 static inline int pb_out(pb *b, int instr)
 {
-    int k = b->p.nout++;
-    b->out_instr[k] = instr;
-    b->out_type[k] = (tgl_type){b->code[instr].dtype, b->p.ndim, 0};
-    return k;
+    return fp_out(&b->p, instr);
 }
 
 /* Output 0 reduced by op over mask. */

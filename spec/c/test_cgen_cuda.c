@@ -27,61 +27,7 @@
 
 #include "cgen/render_cuda.h"
 #include "engine/ops/elemwise_def.h"
-
-/* ---- programs by hand ---------------------------------------------------- */
-
-typedef struct prog {
-    tgl_fused_prog p;
-    tgl_type in_type[4];
-    tgl_finstr code[32];
-    int32_t out_instr[2];
-    tgl_type out_type[2];
-    char symbol[64];
-} prog;
-
-static void init(prog *b, int ndim, const char *fmt, ...)
-{
-    memset(b, 0, sizeof *b);
-    b->p.ndim = ndim;
-    b->p.in_type = b->in_type;
-    b->p.code = b->code;
-    b->p.out_instr = b->out_instr;
-    b->p.out_type = b->out_type;
-    b->p.reduce_op = -1;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(b->symbol, sizeof b->symbol, fmt, ap);
-    va_end(ap);
-}
-
-static int op_(prog *b, int op, int dtype, int x, int y, int z)
-{
-    assert_true(b->p.ninstr < (int)(sizeof b->code / sizeof b->code[0]));
-    int i = b->p.ninstr++;
-    b->code[i] = (tgl_finstr){op, dtype, {x, y, z}, 0.0};
-    return i;
-}
-
-static int in_(prog *b, int dtype, uint32_t bcast)
-{
-    int j = b->p.nin++;
-    b->in_type[j] = (tgl_type){dtype, b->p.ndim, bcast};
-    return op_(b, TGL_FP_INPUT, dtype, j, -1, -1);
-}
-
-static int const_(prog *b, int dtype, double v)
-{
-    int i = op_(b, TGL_FP_CONST, dtype, -1, -1, -1);
-    b->code[i].value = v;
-    return i;
-}
-
-static void out_(prog *b, int instr)
-{
-    int k = b->p.nout++;
-    b->out_instr[k] = instr;
-    b->out_type[k] = (tgl_type){b->code[instr].dtype, b->p.ndim, 0};
-}
+#include "fprog_test.h"
 
 /* ---- the sources ---------------------------------------------------------- */
 
@@ -91,19 +37,7 @@ static prog progs[MAXP];
 /* Renders progs[0..n) as one source; fails the test on an error. */
 static char *render(int n)
 {
-    const tgl_fused_prog *ps[MAXP];
-    const char *syms[MAXP];
-    for (int i = 0; i < n; i++) {
-        progs[i].p.id = i;
-        ps[i] = &progs[i].p;
-        syms[i] = progs[i].symbol;
-    }
-    tgl_errbuf err = {{0}};
-    char *src = NULL;
-    tgl_status st = tgl_cgen_render_cuda(ps, syms, n, &src, &err);
-    if (st)
-        fail_msg("rendering %d CUDA kernels: %s", n, err.msg);
-    return src;
+    return prog_render(progs, 0, n);
 }
 
 /* Every op but cast in every compute dtype of the floats (floats != 0) or
@@ -118,20 +52,11 @@ static int ops_programs(bool floats)
         if (tgl_dtype_is_float(dt) != floats)
             continue;
         for (int op = 0; op < TGL_NOPS; op++) {
-            const tgl_elemwise_def *d = tgl_elemwise_get(op);
-            if (!d || d->kind == TGL_EW_CAST || !tgl_elemwise_computes(d->kind, dt))
-                continue;
-            prog *b = &progs[n++];
-            init(b, 2, "k_%s_%s", tgl_op_name(op), tgl_dtype_name(dt));
-            bool sel = d->kind == TGL_EW_SELECT;
-            int v[3];
-            for (int a = 0; a < d->arity; a++)
-                v[a] = in_(b, sel && a == 0 ? TGL_BOOL : dt, a == 0 ? 0u : a == 1 ? 1u : 3u);
-            int rdt = d->kind == TGL_EW_CMP || d->kind == TGL_EW_LOGIC ? TGL_BOOL : dt;
-            out_(b, op_(b, op, rdt, v[0], d->arity > 1 ? v[1] : -1, d->arity > 2 ? v[2] : -1));
+            if (prog_elemwise_computes(op, dt))
+                prog_elemwise(&progs[n++], op, dt);
         }
         prog *b = &progs[n++];
-        init(b, 1, "k_consts_%s", tgl_dtype_name(dt));
+        prog_init(b, 1, "k_consts_%s", tgl_dtype_name(dt));
         static const double vals[] = {0.0, -0.0, 1.0, -1.0, 0.1, 1e300, -1e300, 2147483648.0,
                                       -9223372036854775808.0, 255.0, 256.0};
         int s = in_(b, dt, 0);
@@ -152,9 +77,7 @@ static int cast_programs(int n)
 {
     for (int from = 0; from < TGL_NDTYPES; from++)
         for (int to = 0; to < TGL_NDTYPES; to++) {
-            prog *b = &progs[n++];
-            init(b, 1, "k_cast_%s_%s", tgl_dtype_name(from), tgl_dtype_name(to));
-            out_(b, op_(b, TGL_OP_CAST, to, in_(b, from, 0), -1, -1));
+            prog_cast(&progs[n++], from, to);
         }
     return n;
 }
@@ -203,7 +126,7 @@ static void reductions_and_bad_programs_are_refused(void **state)
 {
     (void)state;
     prog *b = &progs[0];
-    init(b, 2, "k_sum");
+    prog_init(b, 2, "k_sum");
     out_(b, op_(b, TGL_OP_EXP, TGL_FLOAT32, in_(b, TGL_FLOAT32, 0), -1, -1));
     b->p.id = 7;
     b->p.reduce_op = TGL_OP_SUM;

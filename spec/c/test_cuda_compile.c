@@ -23,6 +23,7 @@
 #include "cgen/render_cuda.h"
 #include "cuda/cuda_int.h"
 #include "engine/ops/elemwise_def.h"
+#include "fprog_test.h"
 
 #define ARCH 90
 
@@ -105,63 +106,19 @@ static void every_family_compiles(void **state)
 
 /* ---- the fused kernels ----------------------------------------------------------- */
 
-typedef struct prog {
-    tgl_fused_prog p;
-    tgl_type in_type[4];
-    tgl_finstr code[32];
-    int32_t out_instr[2];
-    tgl_type out_type[2];
-    char symbol[64];
-} prog;
-
 #define MAXP 1024
 static prog progs[MAXP];
 
+/* progs[*n], the next program, initialised (prog_init). */
 static prog *init(int *n, int ndim, const char *fmt, ...)
 {
     assert_true(*n < MAXP);
     prog *b = &progs[(*n)++];
-    memset(b, 0, sizeof *b);
-    b->p.ndim = ndim;
-    b->p.in_type = b->in_type;
-    b->p.code = b->code;
-    b->p.out_instr = b->out_instr;
-    b->p.out_type = b->out_type;
-    b->p.reduce_op = -1;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(b->symbol, sizeof b->symbol, fmt, ap);
+    vprog_init(b, ndim, fmt, ap);
     va_end(ap);
     return b;
-}
-
-static int op_(prog *b, int op, int dtype, int x, int y, int z)
-{
-    assert_true(b->p.ninstr < (int)(sizeof b->code / sizeof b->code[0]));
-    int i = b->p.ninstr++;
-    b->code[i] = (tgl_finstr){op, dtype, {x, y, z}, 0.0};
-    return i;
-}
-
-static int in_(prog *b, int dtype, uint32_t bcast)
-{
-    int j = b->p.nin++;
-    b->in_type[j] = (tgl_type){dtype, b->p.ndim, bcast};
-    return op_(b, TGL_FP_INPUT, dtype, j, -1, -1);
-}
-
-static int const_(prog *b, int dtype, double v)
-{
-    int i = op_(b, TGL_FP_CONST, dtype, -1, -1, -1);
-    b->code[i].value = v;
-    return i;
-}
-
-static void out_(prog *b, int instr)
-{
-    int k = b->p.nout++;
-    b->out_instr[k] = instr;
-    b->out_type[k] = (tgl_type){b->code[instr].dtype, b->p.ndim, 0};
 }
 
 /* Every elementwise op but cast in every dtype it computes in, on 2-d
@@ -171,16 +128,10 @@ static int ops_programs(int n)
 {
     for (int dt = 0; dt < TGL_NDTYPES; dt++) {
         for (int op = 0; op < TGL_NOPS; op++) {
-            const tgl_elemwise_def *d = tgl_elemwise_get(op);
-            if (!d || d->kind == TGL_EW_CAST || !tgl_elemwise_computes(d->kind, dt))
+            if (!prog_elemwise_computes(op, dt))
                 continue;
-            prog *b = init(&n, 2, "k_%s_%s", tgl_op_name(op), tgl_dtype_name(dt));
-            bool sel = d->kind == TGL_EW_SELECT;
-            int v[3];
-            for (int a = 0; a < d->arity; a++)
-                v[a] = in_(b, sel && a == 0 ? TGL_BOOL : dt, a == 0 ? 0u : a == 1 ? 1u : 3u);
-            int rdt = d->kind == TGL_EW_CMP || d->kind == TGL_EW_LOGIC ? TGL_BOOL : dt;
-            out_(b, op_(b, op, rdt, v[0], d->arity > 1 ? v[1] : -1, d->arity > 2 ? v[2] : -1));
+            assert_true(n < MAXP);
+            prog_elemwise(&progs[n++], op, dt);
         }
         /* constants of every kind, two outputs */
         prog *b = init(&n, 1, "k_consts_%s", tgl_dtype_name(dt));
@@ -211,8 +162,8 @@ static int cast_programs(int n)
 {
     for (int from = 0; from < TGL_NDTYPES; from++)
         for (int to = 0; to < TGL_NDTYPES; to++) {
-            prog *b = init(&n, 1, "k_cast_%s_%s", tgl_dtype_name(from), tgl_dtype_name(to));
-            out_(b, op_(b, TGL_OP_CAST, to, in_(b, from, 0), -1, -1));
+            assert_true(n < MAXP);
+            prog_cast(&progs[n++], from, to);
         }
     return n;
 }
@@ -220,18 +171,7 @@ static int cast_programs(int n)
 /* progs[lo..hi) rendered as one source and compiled. */
 static void render_and_compile(int lo, int hi, const char *name)
 {
-    const tgl_fused_prog *ps[MAXP];
-    const char *syms[MAXP];
-    for (int i = lo; i < hi; i++) {
-        progs[i].p.id = i;
-        ps[i - lo] = &progs[i].p;
-        syms[i - lo] = progs[i].symbol;
-    }
-    tgl_errbuf err = {{0}};
-    char *src = NULL;
-    tgl_status st = tgl_cgen_render_cuda(ps, syms, hi - lo, &src, &err);
-    if (st)
-        fail_msg("rendering %d CUDA kernels: %s", hi - lo, err.msg);
+    char *src = prog_render(progs, lo, hi);
     assert_int_equal(count(src, "__global__ void "), hi - lo);
     compile(src, name);
     free(src);

@@ -28,6 +28,7 @@
 #include "cuda/cuda_int.h"
 #include "cuda_text_prelude_cuh.h"
 #include "engine/ops/elemwise_def.h"
+#include "fprog_test.h"
 
 static const tgl_cuda_driver *D = &tgl_cuda_driver_emu;
 
@@ -757,76 +758,12 @@ static void bad_launches_are_errors(void **state)
 
 /* ---- fused programs rendered by cgen/render_cuda.c ---------------------------------- */
 
-typedef struct prog {
-    tgl_fused_prog p;
-    tgl_type in_type[4];
-    tgl_finstr code[32];
-    int32_t out_instr[2];
-    tgl_type out_type[2];
-    char symbol[64];
-} prog;
-
-static void init(prog *b, int ndim, const char *fmt, ...)
-{
-    memset(b, 0, sizeof *b);
-    b->p.ndim = ndim;
-    b->p.in_type = b->in_type;
-    b->p.code = b->code;
-    b->p.out_instr = b->out_instr;
-    b->p.out_type = b->out_type;
-    b->p.reduce_op = -1;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(b->symbol, sizeof b->symbol, fmt, ap);
-    va_end(ap);
-}
-
-static int op_(prog *b, int op, int dtype, int x, int y, int z)
-{
-    assert_true(b->p.ninstr < 32);
-    int i = b->p.ninstr++;
-    b->code[i] = (tgl_finstr){op, dtype, {x, y, z}, 0.0};
-    return i;
-}
-
-static int in_(prog *b, int dtype, uint32_t bcast)
-{
-    int j = b->p.nin++;
-    b->in_type[j] = (tgl_type){dtype, b->p.ndim, bcast};
-    return op_(b, TGL_FP_INPUT, dtype, j, -1, -1);
-}
-
-static int const_(prog *b, int dtype, double v)
-{
-    int i = op_(b, TGL_FP_CONST, dtype, -1, -1, -1);
-    b->code[i].value = v;
-    return i;
-}
-
-static void out_(prog *b, int instr)
-{
-    int k = b->p.nout++;
-    b->out_instr[k] = instr;
-    b->out_type[k] = (tgl_type){b->code[instr].dtype, b->p.ndim, 0};
-}
-
 #define MAXP 512
 static prog progs[MAXP];
 
 static char *render(int n)
 {
-    const tgl_fused_prog *ps[MAXP];
-    const char *syms[MAXP];
-    for (int i = 0; i < n; i++) {
-        progs[i].p.id = i;
-        ps[i] = &progs[i].p;
-        syms[i] = progs[i].symbol;
-    }
-    tgl_errbuf err = {{0}};
-    char *src = NULL;
-    if (tgl_cgen_render_cuda(ps, syms, n, &src, &err))
-        fail_msg("rendering %d CUDA kernels: %s", n, err.msg);
-    return src;
+    return prog_render(progs, 0, n);
 }
 
 /* Every op of the table in every dtype it computes in, and every cast,
@@ -836,25 +773,12 @@ static void every_rendered_op_compiles(void **state)
     (void)state;
     int n = 0;
     for (int dt = 0; dt < TGL_NDTYPES; dt++)
-        for (int op = 0; op < TGL_NOPS; op++) {
-            const tgl_elemwise_def *d = tgl_elemwise_get(op);
-            if (!d || d->kind == TGL_EW_CAST || !tgl_elemwise_computes(d->kind, dt))
-                continue;
-            prog *b = &progs[n++];
-            init(b, 2, "k_%s_%s", tgl_op_name(op), tgl_dtype_name(dt));
-            bool sel = d->kind == TGL_EW_SELECT;
-            int v[3];
-            for (int a = 0; a < d->arity; a++)
-                v[a] = in_(b, sel && a == 0 ? TGL_BOOL : dt, a == 0 ? 0u : a == 1 ? 1u : 3u);
-            int rdt = d->kind == TGL_EW_CMP || d->kind == TGL_EW_LOGIC ? TGL_BOOL : dt;
-            out_(b, op_(b, op, rdt, v[0], d->arity > 1 ? v[1] : -1, d->arity > 2 ? v[2] : -1));
-        }
+        for (int op = 0; op < TGL_NOPS; op++)
+            if (prog_elemwise_computes(op, dt))
+                prog_elemwise(&progs[n++], op, dt);
     for (int from = 0; from < TGL_NDTYPES; from++)
-        for (int to = 0; to < TGL_NDTYPES; to++) {
-            prog *b = &progs[n++];
-            init(b, 1, "k_cast_%s_%s", tgl_dtype_name(from), tgl_dtype_name(to));
-            out_(b, op_(b, TGL_OP_CAST, to, in_(b, from, 0), -1, -1));
-        }
+        for (int to = 0; to < TGL_NDTYPES; to++)
+            prog_cast(&progs[n++], from, to);
     char *src = render(n);
     tgl_cuda_module *m = module(src, "every_op.cu", false);
     free(src);
@@ -887,28 +811,28 @@ static void rendered_programs_run(void **state)
     (void)state;
     /* 0: out = exp(x) * y + 1.5 (float64), y broadcast along axis 0 */
     prog *b = &progs[0];
-    init(b, 2, "f_expmul");
+    prog_init(b, 2, "f_expmul");
     int x = in_(b, TGL_FLOAT64, 0), y = in_(b, TGL_FLOAT64, 1u);
     out_(b, op_(b, TGL_OP_ADD, TGL_FLOAT64,
                 op_(b, TGL_OP_MUL, TGL_FLOAT64, op_(b, TGL_OP_EXP, TGL_FLOAT64, x, -1, -1), y, -1),
                 const_(b, TGL_FLOAT64, 1.5), -1));
     /* 1: int64 mod (Lua's sign) and pow, two outputs */
     b = &progs[1];
-    init(b, 1, "f_intops");
+    prog_init(b, 1, "f_intops");
     x = in_(b, TGL_INT64, 0);
     y = in_(b, TGL_INT64, 0);
     out_(b, op_(b, TGL_OP_MOD, TGL_INT64, x, y, -1));
     out_(b, op_(b, TGL_OP_POW, TGL_INT64, x, const_(b, TGL_INT64, 3), -1));
     /* 2: float32 sigmoid, then a saturating cast to int32, and maximum with NaN */
     b = &progs[2];
-    init(b, 1, "f_casts");
+    prog_init(b, 1, "f_casts");
     x = in_(b, TGL_FLOAT32, 0);
     out_(b, op_(b, TGL_OP_CAST, TGL_INT32, x, -1, -1));
     out_(b, op_(b, TGL_OP_MAXIMUM, TGL_FLOAT32, op_(b, TGL_OP_SIGMOID, TGL_FLOAT32, x, -1, -1),
                 const_(b, TGL_FLOAT32, 0.25), -1));
     /* 3: switch(c, a, clip(a, -1, 1)) on uint8 condition */
     b = &progs[3];
-    init(b, 1, "f_switch");
+    prog_init(b, 1, "f_switch");
     int c = in_(b, TGL_BOOL, 0);
     x = in_(b, TGL_FLOAT32, 0);
     out_(b, op_(b, TGL_OP_SWITCH, TGL_FLOAT32, c, x,
