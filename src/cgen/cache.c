@@ -22,7 +22,10 @@
  *
  * The functions here take no tgl_ctx (background compiles call them); the
  * public tgl_cache_clear and tgl_cache_info reach tgl_cgen_cache_clear and
- * tgl_cgen_cache_info through the CPU backend.
+ * tgl_cgen_cache_info through the CPU backend.  The CUDA backend keeps its
+ * modules in the same directory under other names (src/cuda/modules.c):
+ * listing, eviction, clearing and the info are the *_entries functions
+ * here, told which names are entries.
  */
 #include "cgen/cgint.h"
 
@@ -266,16 +269,21 @@ static int older(const void *a, const void *b)
     return strcmp(x->name, y->name);
 }
 
-/* Whether name is an entry: 64 hex digits and ".so". */
-static bool is_entry(const char *name)
+bool tgl_cache_is_key_file(const char *name, const char *ext)
 {
     size_t n = strlen(name);
-    if (n != TGL_CACHE_KEY_HEX + 3 || strcmp(name + TGL_CACHE_KEY_HEX, ".so") != 0)
+    if (n < TGL_CACHE_KEY_HEX || strcmp(name + TGL_CACHE_KEY_HEX, ext) != 0)
         return false;
     for (int i = 0; i < TGL_CACHE_KEY_HEX; i++)
         if (!((name[i] >= '0' && name[i] <= '9') || (name[i] >= 'a' && name[i] <= 'f')))
             return false;
     return true;
+}
+
+/* Whether name is an entry: 64 hex digits and ".so". */
+static bool is_entry(const char *name)
+{
+    return tgl_cache_is_key_file(name, ".so");
 }
 
 /* Whether name is a temporary of a compile (<key>.so.tmp.PID.* or
@@ -297,15 +305,16 @@ static bool temp_orphaned(const char *name)
     return (pid_t)pid != getpid() && kill((pid_t)pid, 0) != 0 && errno == ESRCH;
 }
 
-/* Lists dir's entries (malloc'd array in *out; count returned, -1 when dir
- * cannot be read).  With sweep, temporaries that no live process owns
- * (temp_orphaned: their writer died, or exited without its cleanup) and
- * those older than STALE_SECONDS are deleted.  A live process's fresh
- * temporary is a compile in progress, which renames it into place: even a
- * clear keeps it. */
-static int list_entries(const char *dir, entry **out, bool sweep, bool clear)
+/* Lists dir's entries, the files is_entry accepts (malloc'd array in *out;
+ * count returned, -1 when dir cannot be read).  With sweep, temporaries
+ * that no live process owns (temp_orphaned: their writer died, or exited
+ * without its cleanup) and those older than STALE_SECONDS are deleted.  A
+ * live process's fresh temporary is a compile in progress, which renames
+ * it into place: even a clear keeps it. */
+static int list_entries(const char *dir, entry **out, tgl_cache_entry_fn is_entry_fn, bool sweep)
 {
     DIR *d = opendir(dir);
+    *out = NULL;
     if (!d)
         return -1;
     entry *v = NULL;
@@ -313,7 +322,7 @@ static int list_entries(const char *dir, entry **out, bool sweep, bool clear)
     time_t now = time(NULL);
     char path[1200];
     for (struct dirent *e; (e = readdir(d));) {
-        bool ent = is_entry(e->d_name), tmp = !ent && is_temp(e->d_name);
+        bool ent = is_entry_fn(e->d_name), tmp = !ent && sweep && is_temp(e->d_name);
         if (!ent && !tmp)
             continue;
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
@@ -321,11 +330,12 @@ static int list_entries(const char *dir, entry **out, bool sweep, bool clear)
         if (stat(path, &st) != 0 || S_ISDIR(st.st_mode))
             continue; /* a directory at an entry's name is no entry: left alone */
         if (tmp) {
-            (void)clear;
-            if (sweep && (temp_orphaned(e->d_name) || now - st.st_mtim.tv_sec > STALE_SECONDS))
+            if (temp_orphaned(e->d_name) || now - st.st_mtim.tv_sec > STALE_SECONDS)
                 unlink(path);
             continue;
         }
+        if (strlen(e->d_name) >= sizeof v[0].name)
+            continue; /* no entry kind has a longer name */
         if (n == cap) {
             cap = cap ? cap * 2 : 64;
             entry *w = realloc(v, (size_t)cap * sizeof *v);
@@ -333,7 +343,7 @@ static int list_entries(const char *dir, entry **out, bool sweep, bool clear)
                 break;
             v = w;
         }
-        memcpy(v[n].name, e->d_name, TGL_CACHE_KEY_HEX + 4); /* is_entry: 67 chars + NUL */
+        snprintf(v[n].name, sizeof v[n].name, "%s", e->d_name);
         v[n].bytes = (int64_t)st.st_size;
         v[n].mtime = st.st_mtim;
         n++;
@@ -343,10 +353,11 @@ static int list_entries(const char *dir, entry **out, bool sweep, bool clear)
     return n;
 }
 
-void tgl_cache_evict(const char *dir, int64_t max_bytes, const char *keep)
+void tgl_cache_evict_entries(const char *dir, int64_t max_bytes, const char *keep,
+                             tgl_cache_entry_fn is_entry_fn, bool sweep)
 {
     entry *v = NULL;
-    int n = list_entries(dir, &v, true, false);
+    int n = list_entries(dir, &v, is_entry_fn, sweep);
     int64_t total = 0;
     for (int i = 0; i < n; i++)
         total += v[i].bytes;
@@ -364,17 +375,21 @@ void tgl_cache_evict(const char *dir, int64_t max_bytes, const char *keep)
     free(v);
 }
 
-/* ---- the host's --cache-clear and --cache-info ---------------------------------- */
-
-tgl_status tgl_cgen_cache_clear(const tgl_backend_opts *o, tgl_errbuf *err)
+void tgl_cache_evict(const char *dir, int64_t max_bytes, const char *keep)
 {
-    char dir[1100];
-    if (dir_name(o->cache_dir, dir, sizeof dir) != 0)
-        return tgl_errbuf_set(err, TGL_EIO,
-                              "tgl_cache_clear: no cache directory (set cache_dir or "
-                              "$TGL_CACHE_DIR)");
+    tgl_cache_evict_entries(dir, max_bytes, keep, is_entry, true);
+}
+
+int tgl_cache_dir_name(const char *configured, char *dir, size_t size)
+{
+    return dir_name(configured, dir, size);
+}
+
+tgl_status tgl_cache_clear_entries(const char *dir, tgl_cache_entry_fn is_entry_fn, bool sweep,
+                                   tgl_errbuf *err)
+{
     entry *v = NULL;
-    int n = list_entries(dir, &v, true, true);
+    int n = list_entries(dir, &v, is_entry_fn, sweep);
     if (n < 0)
         return errno == ENOENT
                    ? TGL_OK
@@ -392,15 +407,11 @@ tgl_status tgl_cgen_cache_clear(const tgl_backend_opts *o, tgl_errbuf *err)
     return st;
 }
 
-tgl_status tgl_cgen_cache_info(const tgl_backend_opts *o, char **text, tgl_errbuf *err)
+tgl_status tgl_cache_info_entries(const char *dir, tgl_cache_entry_fn is_entry_fn,
+                                  int64_t max_bytes, char **text, tgl_errbuf *err)
 {
-    char dir[1100];
-    if (dir_name(o->cache_dir, dir, sizeof dir) != 0)
-        return tgl_errbuf_set(err, TGL_EIO,
-                              "tgl_cache_info: no cache directory (set cache_dir or "
-                              "$TGL_CACHE_DIR)");
     entry *v = NULL;
-    int n = list_entries(dir, &v, false, false);
+    int n = list_entries(dir, &v, is_entry_fn, false);
     int64_t total = 0;
     for (int i = 0; i < n; i++)
         total += v[i].bytes;
@@ -411,7 +422,29 @@ tgl_status tgl_cgen_cache_info(const tgl_backend_opts *o, char **text, tgl_errbu
         return tgl_errbuf_set(err, TGL_ENOMEM, "tgl_cache_info: out of memory");
     snprintf(s, size,
              "directory: %s%s\nentries: %d\nbytes: %" PRId64 "\nmax_bytes: %" PRId64 "\n", dir,
-             n < 0 ? " (not created yet)" : "", n < 0 ? 0 : n, total, o->cache_max_bytes);
+             n < 0 ? " (not created yet)" : "", n < 0 ? 0 : n, total, max_bytes);
     *text = s;
     return TGL_OK;
+}
+
+/* ---- the host's --cache-clear and --cache-info ---------------------------------- */
+
+tgl_status tgl_cgen_cache_clear(const tgl_backend_opts *o, tgl_errbuf *err)
+{
+    char dir[1100];
+    if (dir_name(o->cache_dir, dir, sizeof dir) != 0)
+        return tgl_errbuf_set(err, TGL_EIO,
+                              "tgl_cache_clear: no cache directory (set cache_dir or "
+                              "$TGL_CACHE_DIR)");
+    return tgl_cache_clear_entries(dir, is_entry, true, err);
+}
+
+tgl_status tgl_cgen_cache_info(const tgl_backend_opts *o, char **text, tgl_errbuf *err)
+{
+    char dir[1100];
+    if (dir_name(o->cache_dir, dir, sizeof dir) != 0)
+        return tgl_errbuf_set(err, TGL_EIO,
+                              "tgl_cache_info: no cache directory (set cache_dir or "
+                              "$TGL_CACHE_DIR)");
+    return tgl_cache_info_entries(dir, is_entry, o->cache_max_bytes, text, err);
 }

@@ -106,4 +106,33 @@ void *tgl_cache_load_file(const char *path, const char *symbol, tgl_kernel_fn *f
  * crashed compiles left behind. */
 void tgl_cache_evict(const char *dir, int64_t max_bytes, const char *keep);
 
+/* The cache directory's name by tgl_cache_dir's rule, without creating it
+ * (for the info, which changes nothing on disk).  -1 when there is none. */
+int tgl_cache_dir_name(const char *configured, char *dir, size_t size);
+
+/* The files of another kind of entry in the same directory (the CUDA
+ * backend's modules, src/cuda/modules.c) go through the same listing,
+ * eviction, clearing and info, told apart by their names. */
+typedef bool (*tgl_cache_entry_fn)(const char *name);
+
+/* Whether name is a key (TGL_CACHE_KEY_HEX lowercase hex digits) followed
+ * by ext exactly. */
+bool tgl_cache_is_key_file(const char *name, const char *ext);
+
+/* tgl_cache_evict for the entries is_entry accepts; sweep: also delete
+ * the compile temporaries that no live process owns (the CPU's). */
+void tgl_cache_evict_entries(const char *dir, int64_t max_bytes, const char *keep,
+                             tgl_cache_entry_fn is_entry, bool sweep);
+
+/* Deletes the entries of dir that is_entry accepts (with sweep, the
+ * orphaned temporaries too); a directory not there has none.  Errors name
+ * tgl_cache_clear. */
+tgl_status tgl_cache_clear_entries(const char *dir, tgl_cache_entry_fn is_entry, bool sweep,
+                                   tgl_errbuf *err);
+
+/* The text of tgl_cache_info for the entries of dir that is_entry accepts
+ * (malloc'd in *text): directory, entries, bytes, max_bytes. */
+tgl_status tgl_cache_info_entries(const char *dir, tgl_cache_entry_fn is_entry,
+                                  int64_t max_bytes, char **text, tgl_errbuf *err);
+
 #endif /* TGL_CGINT_H */

@@ -44,7 +44,6 @@
 #include "cuda_family_texts.h"
 #include "cuda_text_prelude_cuh.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -218,18 +217,11 @@ static const char *entry_ext(void)
     return strcmp(tgl_cuda_drv()->name, "emu") == 0 ? ".emu.so" : ".cubin";
 }
 
-/* Whether name is a CUDA entry: 64 hex digits and ".cubin" or ".emu.so". */
+/* Whether name is a CUDA entry: 64 hex digits and ".cubin" or ".emu.so"
+ * (the listing, eviction, clearing and info are cache.c's, on these). */
 static bool is_entry(const char *name)
 {
-    size_t n = strlen(name);
-    if (n < TGL_CACHE_KEY_HEX ||
-        (strcmp(name + TGL_CACHE_KEY_HEX, ".cubin") != 0 &&
-         strcmp(name + TGL_CACHE_KEY_HEX, ".emu.so") != 0))
-        return false;
-    for (int i = 0; i < TGL_CACHE_KEY_HEX; i++)
-        if (!((name[i] >= '0' && name[i] <= '9') || (name[i] >= 'a' && name[i] <= 'f')))
-            return false;
-    return true;
+    return tgl_cache_is_key_file(name, ".cubin") || tgl_cache_is_key_file(name, ".emu.so");
 }
 
 /* Reads the entry at path: the image (malloc'd) when it is a regular
@@ -332,80 +324,6 @@ static int write_entry(const char *path, const void *image, size_t len, char *wh
     return 0;
 }
 
-typedef struct disk_entry {
-    char name[TGL_CACHE_KEY_HEX + 8];
-    int64_t bytes;
-    struct timespec mtime;
-} disk_entry;
-
-/* The CUDA entries of dir (malloc'd array in *out): their count, -1 when
- * dir cannot be read. */
-static int list_entries(const char *dir, disk_entry **out)
-{
-    DIR *d = opendir(dir);
-    *out = NULL;
-    if (!d)
-        return -1;
-    disk_entry *v = NULL;
-    int n = 0, cap = 0;
-    char path[1200];
-    for (struct dirent *e; (e = readdir(d));) {
-        if (!is_entry(e->d_name))
-            continue;
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        struct stat st;
-        if (stat(path, &st) != 0 || S_ISDIR(st.st_mode))
-            continue;
-        if (n == cap) {
-            cap = cap ? cap * 2 : 64;
-            disk_entry *w = realloc(v, (size_t)cap * sizeof *v);
-            if (!w)
-                break;
-            v = w;
-        }
-        snprintf(v[n].name, sizeof v[n].name, "%s", e->d_name);
-        v[n].bytes = (int64_t)st.st_size;
-        v[n].mtime = st.st_mtim;
-        n++;
-    }
-    closedir(d);
-    *out = v;
-    return n;
-}
-
-static int older(const void *a, const void *b)
-{
-    const disk_entry *x = a, *y = b;
-    if (x->mtime.tv_sec != y->mtime.tv_sec)
-        return x->mtime.tv_sec < y->mtime.tv_sec ? -1 : 1;
-    if (x->mtime.tv_nsec != y->mtime.tv_nsec)
-        return x->mtime.tv_nsec < y->mtime.tv_nsec ? -1 : 1;
-    return strcmp(x->name, y->name);
-}
-
-/* Deletes the oldest CUDA entries until they total at most max_bytes,
- * never the entry of key `keep`. */
-static void evict(const char *dir, int64_t max_bytes, const char *keep)
-{
-    disk_entry *v;
-    int n = list_entries(dir, &v);
-    int64_t total = 0;
-    for (int i = 0; i < n; i++)
-        total += v[i].bytes;
-    if (n > 0 && total > max_bytes) {
-        qsort(v, (size_t)n, sizeof *v, older);
-        char path[1200];
-        for (int i = 0; i < n && total > max_bytes; i++) {
-            if (strncmp(v[i].name, keep, TGL_CACHE_KEY_HEX) == 0)
-                continue;
-            snprintf(path, sizeof path, "%s/%s", dir, v[i].name);
-            if (unlink(path) == 0 || errno == ENOENT)
-                total -= v[i].bytes;
-        }
-    }
-    free(v);
-}
-
 static void warn_io(const char *dir, const char *why)
 {
     pthread_mutex_lock(&T.lock);
@@ -494,7 +412,8 @@ tgl_status tgl_cuda_module_from_source(const tgl_backend_opts *o, const char *so
             if (write_entry(path, image, len, why, sizeof why) != 0)
                 warn_io(dir, why);
             else
-                evict(dir, o ? o->cache_max_bytes : INT64_MAX, key);
+                tgl_cache_evict_entries(dir, o ? o->cache_max_bytes : INT64_MAX, key, is_entry,
+                                        false);
         } else if (!st) {
             warn_io("(none)", "no cache directory: set cache_dir or $TGL_CACHE_DIR");
         }
@@ -647,67 +566,15 @@ tgl_status tgl_cuda_cache_clear(const tgl_backend_opts *o, tgl_errbuf *err)
 {
     char dir[1100];
     tgl_status st = cache_dir(o, "tgl_cache_clear", dir, sizeof dir, err);
-    if (st)
-        return st;
-    disk_entry *v;
-    int n = list_entries(dir, &v);
-    if (n < 0)
-        return tgl_errbuf_set(err, TGL_EIO, "tgl_cache_clear: cannot read %s: %s", dir,
-                              strerror(errno));
-    char path[1200];
-    for (int i = 0; i < n; i++) {
-        snprintf(path, sizeof path, "%s/%s", dir, v[i].name);
-        if (unlink(path) != 0 && errno != ENOENT && !st)
-            st = tgl_errbuf_set(err, TGL_EIO, "tgl_cache_clear: cannot delete %s: %s", path,
-                                strerror(errno));
-    }
-    free(v);
-    return st;
-}
-
-/* The cache directory's name without creating it: cache.c's rule (the
- * setting, else $TGL_CACHE_DIR, else ~/.cache/tgl), for cache_info, which
- * changes nothing on disk. */
-static int dir_name(const tgl_backend_opts *o, char *dir, size_t size)
-{
-    const char *env = getenv("TGL_CACHE_DIR"), *home = getenv("HOME");
-    int n;
-    if (o && o->cache_dir && o->cache_dir[0])
-        n = snprintf(dir, size, "%s", o->cache_dir);
-    else if (env && env[0])
-        n = snprintf(dir, size, "%s", env);
-    else if (home && home[0])
-        n = snprintf(dir, size, "%s/.cache/tgl", home);
-    else
-        return tgl_cache_dir(NULL, dir, size); /* the password file's home: cache.c */
-    if (n <= 0 || (size_t)n >= size)
-        return -1;
-    while (n > 1 && dir[n - 1] == '/')
-        dir[--n] = '\0';
-    return 0;
+    return st ? st : tgl_cache_clear_entries(dir, is_entry, false, err);
 }
 
 tgl_status tgl_cuda_cache_info(const tgl_backend_opts *o, char **text, tgl_errbuf *err)
 {
     char dir[1100];
-    if (dir_name(o, dir, sizeof dir) != 0)
+    if (tgl_cache_dir_name(o ? o->cache_dir : NULL, dir, sizeof dir) != 0)
         return tgl_errbuf_set(err, TGL_EIO,
                               "tgl_cache_info: no cache directory (set cache_dir or "
                               "$TGL_CACHE_DIR)");
-    disk_entry *v;
-    int n = list_entries(dir, &v);
-    int64_t total = 0;
-    for (int i = 0; i < n; i++)
-        total += v[i].bytes;
-    free(v);
-    size_t size = strlen(dir) + 200;
-    char *s = malloc(size);
-    if (!s)
-        return tgl_errbuf_set(err, TGL_ENOMEM, "tgl_cache_info: out of memory");
-    snprintf(s, size,
-             "directory: %s%s\nentries: %d\nbytes: %" PRId64 "\nmax_bytes: %" PRId64 "\n", dir,
-             n < 0 ? " (not created yet)" : "", n < 0 ? 0 : n, total,
-             o ? o->cache_max_bytes : (int64_t)0);
-    *text = s;
-    return TGL_OK;
+    return tgl_cache_info_entries(dir, is_entry, o ? o->cache_max_bytes : (int64_t)0, text, err);
 }
