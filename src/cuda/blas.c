@@ -494,24 +494,19 @@ static tgl_status gemm_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *const 
         tgl_array_release(ta);
         return st;
     }
-    int64_t inc_a = a->strides[1];
+    /* gemv for one output row, ger for one inner index added to out
+     * (tgl_gemm_plan), else gemm. */
+    tgl_gemm_call c = tgl_gemm_plan(m, nn, k, beta, in[0], in[1], a, transb);
     tgl_errbuf e;
-    if (m == 1 && nn > 1 && (k == 1 || (inc_a > 0 && inc_a <= INT32_MAX))) {
-        /* One output row: out = alpha a.B + beta out is a gemv on B (B
-         * stored as itself, k x nn: transposed; as its transpose: not). */
-        int incx = k == 1 ? 1 : (int)inc_a;
-        int rows = transb ? nn : k, cols = transb ? k : nn;
-        st = r.drv->gemv(out->dtype_id, !transb, rows, cols, alpha, b->data, ldb, a->data, incx,
-                         beta, out->data, 1, &e);
-    } else if (k == 1 && beta == 1 && in[0]->strides[0] > 0 && in[0]->strides[0] <= INT32_MAX &&
-               in[1]->strides[1] > 0 && in[1]->strides[1] <= INT32_MAX) {
-        /* One inner index, added to out: a rank-1 update. */
-        st = r.drv->ger(out->dtype_id, m, nn, alpha, in[0]->data, (int)in[0]->strides[0],
-                        in[1]->data, (int)in[1]->strides[1], out->data, nn, &e);
-    } else {
+    if (c.kind == TGL_GEMM_GEMV)
+        st = r.drv->gemv(out->dtype_id, !transb, c.rows, c.cols, alpha, b->data, ldb, a->data,
+                         c.incx, beta, out->data, 1, &e);
+    else if (c.kind == TGL_GEMM_GER)
+        st = r.drv->ger(out->dtype_id, m, nn, alpha, in[0]->data, c.ger_incx, in[1]->data,
+                        c.ger_incy, out->data, nn, &e);
+    else
         st = r.drv->gemm(out->dtype_id, transa, transb, m, nn, k, alpha, a->data, lda, b->data,
                          ldb, beta, out->data, nn, r.tf32, &e);
-    }
     if (st)
         st = fail(&r, st, &e);
     tgl_array_release(ta);

@@ -86,28 +86,19 @@ static tgl_status gemm_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *const 
         tgl_array_release(ta);
         return st;
     }
-    /* One output row (batch 1): out = alpha a.B + beta out is a gemv on
-     * B, which streams B once (gemm runs several times slower on it). */
-    int64_t inc_a = a->strides[1];
+    /* gemv for one output row, ger for one inner index added to out
+     * (tgl_gemm_plan says why), else gemm. */
+    tgl_gemm_call c = tgl_gemm_plan(m, nn, k, beta, in[0], in[1], a, transb);
     tgl_errbuf e;
-    if (m == 1 && nn > 1 && (k == 1 || (inc_a > 0 && inc_a <= INT32_MAX))) {
-        /* a's one row has k elements at stride inc_a; B is stored as
-         * itself (k x nn: transposed) or as its transpose (nn x k: not). */
-        int incx = k == 1 ? 1 : (int)inc_a;
-        int r = transb ? nn : k, c = transb ? k : nn;
-        st = be->gemv(out->dtype_id, !transb, r, c, alpha, b->data, ldb, a->data, incx, beta,
-                      out->data, 1, &e);
-    } else if (k == 1 && beta == 1 && in[0]->strides[0] > 0 && in[0]->strides[0] <= INT32_MAX &&
-               in[1]->strides[1] > 0 && in[1]->strides[1] <= INT32_MAX) {
-        /* One inner index (a batch-1 weight gradient, x' d, added to the
-         * weights): a rank-1 update of out, which BLAS's ger does without
-         * gemm's per-call packing. */
-        st = be->ger(out->dtype_id, m, nn, alpha, in[0]->data, (int)in[0]->strides[0],
-                     in[1]->data, (int)in[1]->strides[1], out->data, nn, &e);
-    } else {
+    if (c.kind == TGL_GEMM_GEMV)
+        st = be->gemv(out->dtype_id, !transb, c.rows, c.cols, alpha, b->data, ldb, a->data,
+                      c.incx, beta, out->data, 1, &e);
+    else if (c.kind == TGL_GEMM_GER)
+        st = be->ger(out->dtype_id, m, nn, alpha, in[0]->data, c.ger_incx, in[1]->data,
+                     c.ger_incy, out->data, nn, &e);
+    else
         st = be->gemm(out->dtype_id, transa, transb, m, nn, k, alpha, a->data, lda, b->data, ldb,
                       beta, out->data, nn, &e);
-    }
     if (st)
         st = tgl_op_error(ctx, n, in, st, "%s", e.msg);
     tgl_array_release(ta);

@@ -196,4 +196,43 @@ static inline bool tgl_blas_view(const tgl_array *a, bool *trans, int *ld)
     return false;
 }
 
+/* Which BLAS call computes gemm's out = alpha A.B + beta out (m x nn,
+ * inner extent k >= 1, out contiguous): */
+enum { TGL_GEMM_GEMM, TGL_GEMM_GEMV, TGL_GEMM_GER };
+
+typedef struct tgl_gemm_call {
+    int kind;
+    /* TGL_GEMM_GEMV, for one output row (batch 1): gemv(!transb, rows,
+     * cols, alpha, B, ldb, A, incx, beta, out, 1), which streams B once
+     * (gemm runs several times slower on it) */
+    int rows, cols, incx;
+    /* TGL_GEMM_GER, for one inner index added to out (a batch-1 weight
+     * gradient, x' d, added to the weights): ger(m, nn, alpha, A0, ger_incx,
+     * B0, ger_incy, out, nn) on the operands as given, without gemm's
+     * per-call packing */
+    int ger_incx, ger_incy;
+    /* TGL_GEMM_GEMM: gemm(transa, transb, ...) on A and B as BLAS reads them */
+} tgl_gemm_call;
+
+/* The call for gemm with operands a0, b0 (as given) and a, b (as BLAS
+ * reads them: tgl_blas_view, or a copy), B read transposed when transb. */
+static inline tgl_gemm_call tgl_gemm_plan(int m, int nn, int k, double beta, const tgl_array *a0,
+                                          const tgl_array *b0, const tgl_array *a, bool transb)
+{
+    tgl_gemm_call c = {TGL_GEMM_GEMM, 0, 0, 0, 0, 0};
+    /* a's one row has k elements at stride inc_a; B is stored as itself
+     * (k x nn: transposed) or as its transpose (nn x k: not). */
+    int64_t inc_a = a->strides[1];
+    if (m == 1 && nn > 1 && (k == 1 || (inc_a > 0 && inc_a <= INT32_MAX))) {
+        c.kind = TGL_GEMM_GEMV;
+        c.incx = k == 1 ? 1 : (int)inc_a;
+        c.rows = transb ? nn : k, c.cols = transb ? k : nn;
+    } else if (k == 1 && beta == 1 && a0->strides[0] > 0 && a0->strides[0] <= INT32_MAX &&
+               b0->strides[1] > 0 && b0->strides[1] <= INT32_MAX) {
+        c.kind = TGL_GEMM_GER;
+        c.ger_incx = (int)a0->strides[0], c.ger_incy = (int)b0->strides[1];
+    }
+    return c;
+}
+
 #endif /* TGL_OPS_BLAS_LAYOUT_H */
