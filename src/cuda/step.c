@@ -24,9 +24,10 @@
  * variable given a new value), the first item whose operands moved is
  * marked eager for the life of the step and the segments are recut, so a
  * step settles after a call or two with only the items that follow the
- * caller's arrays running eagerly.  When a capture fails (an item did
- * something a capture cannot hold, such as reading a value back to the
- * host), that segment is never captured again and runs eagerly.  Scratch
+ * caller's arrays running eagerly.  When an item fails inside a capture
+ * (it did something a capture cannot hold, such as reading a value back
+ * to the host), that item runs eagerly from then on and the segment is
+ * cut around it; when the capture itself fails, the segment runs eagerly.  Scratch
  * blocks freed during a capture are held by its graph (runtime.c's hold),
  * since every replay reads them.
  */
@@ -79,17 +80,21 @@ static void segment_free(segment *g)
 }
 
 /* Cuts the items into segments of two or more capturable items (a graph
- * of one kernel saves nothing).  Keeps nothing of the old cut. */
+ * of one kernel saves nothing).  A segment of the old cut that is also
+ * one of the new keeps its graph and state; the others' are freed. */
 static void recut(cuda_step *s)
 {
-    for (int32_t k = 0; k < s->nseg; k++)
-        segment_free(&s->seg[k]);
+    segment *old = s->nseg ? malloc(sizeof *old * (size_t)s->nseg) : NULL;
+    int32_t nold = old ? s->nseg : 0;
+    if (old)
+        memcpy(old, s->seg, sizeof *old * (size_t)nold);
+    else
+        for (int32_t k = 0; k < s->nseg; k++)
+            segment_free(&s->seg[k]);
     s->nseg = 0;
     for (int32_t i = 0; i < s->n; i++)
         s->seg_of[i] = -1;
-    if (!tgl_cuda_drv()->capture_begin)
-        return;
-    for (int32_t i = 0; i < s->n;) {
+    for (int32_t i = 0; tgl_cuda_drv()->capture_begin && i < s->n;) {
         if (!capturable(&s->it[i])) {
             i++;
             continue;
@@ -100,12 +105,21 @@ static void recut(cuda_step *s)
         if (j - i >= 2) {
             segment *g = &s->seg[s->nseg];
             *g = (segment){.first = i, .end = j, .state = SEG_UNTRIED};
+            for (int32_t k = 0; k < nold; k++)
+                if (old[k].first == i && old[k].end == j) {
+                    *g = old[k];
+                    old[k].graph = NULL;
+                    old[k].held = NULL;
+                }
             for (int32_t k = i; k < j; k++)
                 s->seg_of[k] = s->nseg;
             s->nseg++;
         }
         i = j;
     }
+    for (int32_t k = 0; k < nold; k++)
+        segment_free(&old[k]);
+    free(old);
 }
 
 bool tgl_cuda_step_inlinable(const struct tgl_fused_prog *prog, const void *launch_cache,
@@ -225,17 +239,22 @@ static bool segment_same(cuda_step *s, segment *g, void *env, tgl_step_cb cb)
 }
 
 /* Captures g's items and launches the graph; false when the capture could
- * not be made (nothing ran: the caller runs the items). */
-static bool capture(cuda_step *s, segment *g, void *const *D, void *env, tgl_step_cb cb)
+ * not be made (nothing ran: the caller runs the items), with *failed the
+ * item that failed inside the capture (one that reads a value back, say),
+ * or -1 when the capture itself failed. */
+static bool capture(cuda_step *s, segment *g, void *const *D, void *env, tgl_step_cb cb,
+                    int32_t *failed)
 {
     const tgl_cuda_driver *drv = tgl_cuda_drv();
     tgl_errbuf e;
+    *failed = -1;
     if (drv->capture_begin(&e))
         return false;
     tgl_cuda_hold_begin();
     int r = 0;
     for (int32_t i = g->first; i < g->end && !r; i++)
-        r = run_item(s, i, D, env, cb);
+        if ((r = run_item(s, i, D, env, cb)) != 0)
+            *failed = i;
     tgl_cuda_graph *graph = NULL;
     tgl_status st = drv->capture_end(&graph, &e);
     void *held = tgl_cuda_hold_end();
@@ -289,11 +308,29 @@ int tgl_cuda_step_run(tgl_kernel_ref *k, void *const *D, void *env, tgl_step_cb 
             g->state = SEG_NEVER; /* the replay failed: run it as it is */
             segment_free(g);
         } else if (g->state == SEG_UNTRIED) {
-            if (capture(s, g, D, env, cb)) {
+            int32_t failed;
+            if (capture(s, g, D, env, cb, &failed)) {
                 i = g->end;
                 continue;
             }
-            g->state = SEG_NEVER;
+            /* nothing of the segment ran: run it now; then the item that
+             * could not be captured runs eagerly from now on and the rest
+             * is cut again (a capture failure of the whole segment: it
+             * stays eager) */
+            int32_t first = g->first, end = g->end;
+            if (failed >= 0) {
+                s->it[failed].eager = 1;
+                recut(s);
+            } else {
+                g->state = SEG_NEVER;
+            }
+            for (int32_t j = first; j < end; j++) {
+                int r = run_item(s, j, D, env, cb);
+                if (r)
+                    return r;
+            }
+            i = end;
+            continue;
         }
         for (int32_t j = g->first; j < g->end; j++) {
             int r = run_item(s, j, D, env, cb);
