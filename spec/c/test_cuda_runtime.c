@@ -218,12 +218,30 @@ static void test_the_real_driver_without_a_gpu_says_so(void **state)
     assert_non_null(strstr(e.msg, "cuda: no CUDA device: "));
 }
 
+/* After an asynchronous kernel fault the context is lost and every later
+ * CUDA call returns that fault: the real driver's messages say so for
+ * exactly the errors driver_types.h calls sticky (codes from it). */
+static void test_sticky_cuda_errors_are_told_apart(void **state)
+{
+    (void)state;
+    assert_true(tgl_cuda_error_is_sticky(700));  /* cudaErrorIllegalAddress   */
+    assert_true(tgl_cuda_error_is_sticky(719));  /* cudaErrorLaunchFailure    */
+    assert_true(tgl_cuda_error_is_sticky(710));  /* cudaErrorAssert           */
+    assert_true(tgl_cuda_error_is_sticky(716));  /* cudaErrorMisalignedAddress */
+    assert_false(tgl_cuda_error_is_sticky(0));   /* cudaSuccess               */
+    assert_false(tgl_cuda_error_is_sticky(2));   /* cudaErrorMemoryAllocation */
+    assert_false(tgl_cuda_error_is_sticky(1));   /* cudaErrorInvalidValue     */
+    assert_false(tgl_cuda_error_is_sticky(100)); /* cudaErrorNoDevice         */
+    assert_false(tgl_cuda_error_is_sticky(901)); /* cudaErrorStreamCaptureInvalidated */
+}
+
 int main(void)
 {
     if (!getenv("TGL_CUDA_EMU"))
         setenv("TGL_CUDA_EMU", "1", 1);
     const struct CMUnitTest always[] = {
         cmocka_unit_test(test_the_real_driver_without_a_gpu_says_so),
+        cmocka_unit_test(test_sticky_cuda_errors_are_told_apart),
     };
     int failed = cmocka_run_group_tests(always, NULL, NULL);
     const char *why = tgl_cuda_unavailable();

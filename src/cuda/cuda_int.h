@@ -162,6 +162,9 @@ const char *tgl_cuda_nvrtc_options(void);
 
 /* drv_cuda.c: the stream everything runs on (a cudaStream_t). */
 void *tgl_cuda_real_stream(void);
+/* drv_cuda.c: whether the CUDA error code e (a cudaError_t) is sticky (an
+ * asynchronous kernel fault: the context is lost for the process). */
+bool tgl_cuda_error_is_sticky(int e);
 
 /* drv_cublas.c: cuBLAS on that stream, with the driver entries' meaning
  * (the real driver's table points at these). */

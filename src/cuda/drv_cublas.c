@@ -70,6 +70,9 @@ static tgl_status status_of(cublasStatus_t s)
 static tgl_status fail(tgl_errbuf *err, cublasStatus_t s, const char *what)
 {
     const char *text = cublasGetStatusString(s);
+    /* a launch cuBLAS made that failed leaves the runtime's last error set:
+     * reported here, so the next sync does not report it again as new */
+    (void)cudaGetLastError();
     return tgl_errbuf_set(err, status_of(s), "cuda: %s: %s (cuBLAS status %d)", what,
                           text ? text : "unknown cuBLAS error", (int)s);
 }
@@ -262,9 +265,11 @@ tgl_status tgl_cuda_cublas_dot(int dtype, int n, const void *x, int incx, const 
     if (n <= 0) {
         cudaError_t e = cudaMemsetAsync(out, 0, dtype == TGL_FLOAT32 ? 4 : 8,
                                         (cudaStream_t)tgl_cuda_real_stream());
-        return e == cudaSuccess ? TGL_OK
-                                : tgl_errbuf_set(err, TGL_EINTERNAL, "cuda: dot of nothing: %s",
-                                                 cudaGetErrorString(e));
+        if (e == cudaSuccess)
+            return TGL_OK;
+        (void)cudaGetLastError(); /* reported here, not again at the next sync */
+        return tgl_errbuf_set(err, TGL_EINTERNAL, "cuda: dot of nothing: %s",
+                              cudaGetErrorString(e));
     }
     /* The result stays on the device (pointer mode device): no wait for
      * the stream. */

@@ -34,13 +34,38 @@ static int arch;             /* compute capability as 90 for sm_90 */
 static size_t shmem_optin;   /* the most dynamic shared memory a block may opt in to */
 static int capturing;        /* atomic: a capture on the stream is under way */
 
+/* Whether e leaves the CUDA context corrupt (driver_types.h: "the process
+ * must be terminated and relaunched" / "leaves the process in an
+ * inconsistent state"): an asynchronous kernel fault.  cudaGetLastError
+ * cannot clear these; every later call of the process returns the same
+ * error, whatever it was doing, so the message must say so. */
+bool tgl_cuda_error_is_sticky(int e)
+{
+    switch (e) {
+    case cudaErrorContained: case cudaErrorIllegalAddress: case cudaErrorLaunchTimeout:
+    case cudaErrorAssert: case cudaErrorHardwareStackError: case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress: case cudaErrorInvalidAddressSpace: case cudaErrorInvalidPc:
+    case cudaErrorLaunchFailure: case cudaErrorTensorMemoryLeak: case cudaErrorMpsClientTerminated:
+    case cudaErrorExternalDevice:
+        return true;
+    default:
+        return false;
+    }
+}
+
 /* Reports a failed CUDA call: "cuda: <what>: <CUDA's text>". */
 static tgl_status fail(tgl_errbuf *err, cudaError_t e, const char *what)
 {
     cudaGetLastError(); /* clears a non-sticky error: reported here, not at the next sync */
     tgl_status st = e == cudaErrorMemoryAllocation ? TGL_ENOMEM : TGL_EINTERNAL;
-    return tgl_cuda_fail(err, st, "%s: %s (%s)", what, cudaGetErrorString(e),
-                         cudaGetErrorName(e));
+    /* a sticky error shows in whatever call comes next (a copy, an
+     * allocation): without this the message blames that call */
+    return tgl_cuda_fail(err, st, "%s: %s (%s)%s", what, cudaGetErrorString(e),
+                         cudaGetErrorName(e),
+                         tgl_cuda_error_is_sticky(e)
+                             ? "; a kernel faulted earlier and the CUDA context is lost: every "
+                               "later CUDA call in this process fails the same way (restart it)"
+                             : "");
 }
 
 static bool is_capturing(void)
@@ -366,7 +391,15 @@ static tgl_status real_func(tgl_cuda_module *m, const char *symbol, tgl_cuda_fun
     if (!f) {
         size_t len = strlen(symbol);
         f = calloc(1, sizeof *f + len + 1);
+        /* with lazy loading (the default) this may load the kernel into the
+         * context: relaxed mode during a capture, as real_load */
+        bool cap = is_capturing();
+        enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+        if (cap)
+            cudaThreadExchangeStreamCaptureMode(&mode);
         cudaError_t e = f ? cudaLibraryGetKernel(&f->kernel, m->lib, symbol) : cudaSuccess;
+        if (cap)
+            cudaThreadExchangeStreamCaptureMode(&mode);
         if (!f) {
             st = tgl_cuda_fail(err, TGL_ENOMEM, "finding kernel '%s': out of memory", symbol);
         } else if (e != cudaSuccess) {
@@ -393,9 +426,18 @@ static void real_unload(tgl_cuda_module *m)
     if (!m)
         return;
     /* no kernel of the module may still be queued */
-    if (!is_capturing())
+    bool cap = is_capturing();
+    if (!cap)
         cudaStreamSynchronize(stream);
+    /* an unload is a potentially unsafe call in a thread-local capture (it
+     * would end this thread's capture): relaxed mode, as real_load (the
+     * one unloaded during a capture is a duplicate no launch used) */
+    enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    if (cap)
+        cudaThreadExchangeStreamCaptureMode(&mode);
     cudaLibraryUnload(m->lib);
+    if (cap)
+        cudaThreadExchangeStreamCaptureMode(&mode);
     cudaGetLastError();
     for (struct tgl_cuda_func *f = m->funcs, *next; f; f = next) {
         next = f->next;
