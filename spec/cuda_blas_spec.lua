@@ -31,14 +31,7 @@ local FLOATS = { 'float32', 'float64' }
 local TOL = { float32 = 1e-5, float64 = 1e-12 }
 
 -- Runs fn with tgl.config.device set to device.
-local function on(device, fn)
-  local was = tgl.config.device
-  tgl.config.device = device
-  local ok, a, b = pcall(fn)
-  tgl.config.device = was
-  if not ok then error(a, 0) end
-  return a, b
-end
+local on = S.on_device
 
 -- A random cpu array of shape shp: floats in [-2, 2), integers small
 -- (uint8 up to 255 so that sums wrap), bools 0 or 1.

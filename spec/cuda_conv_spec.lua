@@ -28,14 +28,7 @@ end
 -- ---------------------------------------------------------------------------
 -- helpers
 
-local function on(device, fn)
-  local was = tgl.config.device
-  tgl.config.device = device
-  local ok, a, b, c = pcall(fn)
-  tgl.config.device = was
-  if not ok then error(a, 0) end
-  return a, b, c
-end
+local on = dofile("spec/support.lua").on_device
 
 local function numel(s)
   local n = 1

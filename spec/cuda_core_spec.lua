@@ -43,14 +43,7 @@ local function sampled(op_index, case_index)
   return not SAMPLE or (op_index + case_index) % 5 == 0
 end
 
-local function on_device(device, fn)
-  local was = tgl.config.device
-  tgl.config.device = device
-  local res = { pcall(fn) }
-  tgl.config.device = was
-  if not res[1] then error(res[2], 0) end
-  return unpack(res, 2, table.maxn(res))
-end
+local on_device = S.on_device
 local function on_cuda(fn) return on_device('cuda', fn) end
 -- The references: compiled for the cpu even where TGL_DEVICE=cuda (the
 -- emu: list) makes cuda the default.

@@ -21,14 +21,7 @@ if not available then
   return
 end
 
-local function on(device, fn)
-  local was = tgl.config.device
-  tgl.config.device = device
-  local res = { pcall(fn) }
-  tgl.config.device = was
-  if not res[1] then error(res[2], 0) end
-  return unpack(res, 2, table.maxn(res))
-end
+local on = S.on_device
 
 -- A random elementwise expression over the leaves, depth at most d; every
 -- op keeps values finite and away from cancellations that would make the

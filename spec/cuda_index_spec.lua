@@ -27,14 +27,7 @@ math.randomseed(2222)
 -- device runs ask for 'cuda' explicitly.
 tgl.config.device = 'cpu'
 
-local function on(device, fn)
-  local was = tgl.config.device
-  tgl.config.device = device
-  local ok, r = pcall(fn)
-  tgl.config.device = was
-  if not ok then error(r, 0) end
-  return r
-end
+local on = S.on_device
 
 local function prod(shape)
   local n = 1

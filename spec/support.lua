@@ -102,6 +102,20 @@ function M.with_config(settings)
   end)
 end
 
+-- fn() run with tgl.config.device = device (compiles and shared variables
+-- made inside go there), the setting put back whatever happens; returns
+-- fn's results and raises its error.  (The cuda_*_spec files compare one
+-- device with another this way.)
+function M.on_device(device, fn)
+  local tgl = require 'tgl'
+  local was = tgl.config.device
+  tgl.config.device = device
+  local res = { pcall(fn) }
+  tgl.config.device = was
+  if not res[1] then error(res[2], 0) end
+  return unpack(res, 2, table.maxn(res))
+end
+
 -- A file's bytes; a missing file raises, or gives nil when optional.
 function M.read_file(path, optional)
   local f, err = io.open(path, 'rb')

@@ -133,7 +133,21 @@ end
 -- differences in float64, on a random projection of fn's output.  Raises,
 -- naming the worst element and its position, when they disagree.
 function M.verify_grad(fn, points, opts)
-  local compile = require('tgl.function').compile
+  -- on the points' device (a cuda array's gradient is checked on cuda),
+  -- the finite differences taken on host copies of the points
+  local device
+  for _, p in ipairs(type(points) == 'table' and points or {}) do
+    if core.is_array(p) and p.device ~= 'cpu' then device = p.device end
+  end
+  local function compile(spec)
+    local config = require 'tgl.config'
+    local was = config.device
+    config.device = device or was
+    local ok, f = pcall(require('tgl.function').compile, spec)
+    config.device = was
+    if not ok then error(f, 0) end
+    return f
+  end
   opts = core.check_options('verify_grad', opts, { eps = 'number', tol = 'number', seed = 'number' })
   if type(fn) ~= 'function' then argerror('verify_grad', 'fn must be a function of variables') end
   if type(points) ~= 'table' or #points == 0 then argerror('verify_grad', 'points must be a non-empty table of arrays') end
@@ -142,7 +156,7 @@ function M.verify_grad(fn, points, opts)
   for i, p in ipairs(points) do
     if type(p) == 'number' or (type(p) == 'table' and not core.is_array(p)) then p = array.array(p, 'float64') end
     if not core.is_array(p) then argerror('verify_grad', 'point %d must be an array', i) end
-    xs[i] = p:astype('float64')
+    xs[i] = p:cpu():astype('float64')
     local bc = {}
     for d = 1, xs[i]:dim() do bc[d] = false end
     vars[i] = G.tensor { dtype = 'float64', ndim = xs[i]:dim(), broadcastable = bc, name = 'x' .. i }
