@@ -28,13 +28,14 @@
 #include "cgen/cgint.h"
 #include "engine/ops/ops.h"
 #include "engine/pool.h"
+#include "engine/tune.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* Fewer elements than this run on the calling thread. */
-#define PARALLEL_MIN 32768
+#define PARALLEL_MIN tgl_tune_get(TGL_TUNE_PARALLEL_MIN)
 /* Largest out[0] (elements) that gets one private accumulator per task. */
 #define PRIVATE_MAX 65536
 /* A column split gives each task at least this many columns. */

@@ -14,6 +14,7 @@
 #include "cgen/cgen.h"
 
 #include "engine/pool.h"
+#include "engine/tune.h"
 #include "cpu/blas_thin.h"
 #include "cpu/backend_cpu.h"
 #include "cpu/kernels/kernels.h"
@@ -70,13 +71,16 @@ static tgl_status cpu_copy(void *dst, const void *src, size_t n, tgl_errbuf *err
  * into blocks of rows or columns, each one single-threaded BLAS call; the
  * pool's threads sleep between runs.  `split` is tgl.config.threads (all
  * online CPUs by default). */
-#define SPLIT_GEMM (1 << 22)   /* multiply-adds: from here a product splits   */
-#define SPLIT_LEVEL2 (1 << 20) /* matrix elements, for gemv and ger           */
+/* From how much work a product splits: tgl_tune_get(TGL_TUNE_BLAS_SPLIT_GEMM)
+ * (multiply-adds) and TGL_TUNE_BLAS_SPLIT_LEVEL2 (matrix elements, gemv
+ * and ger), measured on the machine that runs (engine/tune.h). */
+#define SPLIT_GEMM tgl_tune_get(TGL_TUNE_BLAS_SPLIT_GEMM)
+#define SPLIT_LEVEL2 tgl_tune_get(TGL_TUNE_BLAS_SPLIT_LEVEL2)
 #define MIN_BLOCK 16           /* rows or columns per block, at least         */
 /* Thin shapes go to src/cpu/blas_thin.c instead of OpenBLAS (measured, one
  * thread: a 784x10 rank-1 update 3.8 -> 1.5 us, 784x64 5.3 -> 3.6 us; a
  * transposed 784x10 product 1.18 -> 0.97 us, at 64 columns no gain). */
-#define THIN_GEMV_COLS 16
+#define THIN_GEMV_COLS tgl_tune_get(TGL_TUNE_BLAS_THIN_COLS)
 
 static int split = 0;                /* 0: not yet set (first BLAS call)   */
 static struct tgl_pool *blas_pool;   /* made on the first split product    */
@@ -185,7 +189,7 @@ static void gemv_task(void *arg, int t)
     const char *a = j->a + (size_t)(j->trans ? lo : (int64_t)lo * j->lda) * j->es;
     char *y = j->y + (size_t)((int64_t)lo * j->incy) * j->es;
     int r = j->trans ? j->rows : hi - lo, c = j->trans ? hi - lo : j->cols;
-    if (j->trans && c <= THIN_GEMV_COLS && j->incx > 0 && j->incy > 0) {
+    if (j->trans && c <= THIN_GEMV_COLS && c <= TGL_THIN_MAX_COLS && j->incx > 0 && j->incy > 0) {
         if (j->dtype == TGL_FLOAT32)
             tgl_thin_sgemv_t(r, c, (float)j->alpha, (const float *)a, j->lda,
                              (const float *)j->x, j->incx, (float)j->beta, (float *)y, j->incy);

@@ -15,6 +15,7 @@
  * back into the pool cannot deadlock.
  */
 #include "engine/pool.h"
+#include "engine/tune.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -26,7 +27,7 @@
 /* More threads than this is a configuration mistake, not a wish. */
 #define MAX_THREADS 256
 /* How long a worker (or the caller) watches before it sleeps. */
-#define SPIN_NS 50000
+#define SPIN_NS tgl_tune_get(TGL_TUNE_POOL_SPIN_NS)
 
 /* Watches *word until it differs from `from` (true) or SPIN_NS pass
  * (false).  The clock is read every 64 turns. */
