@@ -231,6 +231,7 @@ typedef struct host {
     int interactive;  /* -i */
     int version;      /* -v */
     int cache;        /* --cache-info (1) or --cache-clear (2)              */
+    int calibrate;    /* --calibrate                                        */
     int exec;         /* at least one -e */
     int libs;         /* at least one -l */
     int status;       /* the exit status, set by host_main */
@@ -245,7 +246,9 @@ static void usage(FILE *f)
           "  -l name    require module 'name' into the global 'name'\n"
           "  -i         enter the REPL after running the script and chunks,\n"
           "             also when stdin is a pipe\n"
-          "  -v         print the versions of tgl, LuaJIT, BLAS and CUDA\n"
+          "  -v         print the versions of tgl, LuaJIT, BLAS and CUDA, and the\n"
+          "             thresholds measured on this machine (doc/calibration.md)\n"
+          "  --calibrate    measure those thresholds again and rewrite their record\n"
           "  --cache-info   print the kernel cache's directory, entries and size\n"
           "  --cache-clear  delete every compiled kernel in the cache\n"
           "  -h, --help print this help\n"
@@ -278,6 +281,10 @@ static int collect_args(host *h, const char **bad, const char **why)
             return ARGS_HELP;
         if (strcmp(a, "--cache-info") == 0 || strcmp(a, "--cache-clear") == 0) {
             h->cache = a[8] == 'i' ? 1 : 2;
+            continue;
+        }
+        if (strcmp(a, "--calibrate") == 0) {
+            h->calibrate = 1;
             continue;
         }
         if (strcmp(a, "-i") == 0) {
@@ -326,6 +333,30 @@ static int cache_command(int which)
     }
     if (!st)
         fputs(text, stdout);
+    else
+        fprintf(stderr, "tgl: %s\n", tgl_ctx_error(ctx));
+    tgl_free(text);
+    tgl_ctx_free(ctx);
+    fflush(stdout);
+    return st ? 1 : 0;
+}
+
+/* The measured thresholds (tgl_tune_info) under a heading; --calibrate
+ * measures them again first.  A fresh context: settings from the
+ * environment (TGL_CACHE_DIR, TGL_TUNE). */
+static int tune_command(int calibrate)
+{
+    tgl_ctx *ctx = tgl_ctx_new();
+    if (!ctx) {
+        fputs("tgl: out of memory\n", stderr);
+        return 1;
+    }
+    char *text = NULL;
+    tgl_status st = calibrate ? tgl_calibrate(ctx) : TGL_OK;
+    if (!st)
+        st = tgl_tune_info(ctx, &text);
+    if (!st)
+        printf("%s\n%s", calibrate ? "calibrated:" : "thresholds (doc/calibration.md):", text);
     else
         fprintf(stderr, "tgl: %s\n", tgl_ctx_error(ctx));
     tgl_free(text);
@@ -613,8 +644,15 @@ int main(int argc, char **argv)
         if (crc || (!h.script && !h.exec && !h.libs && !h.interactive && !h.version))
             return crc;
     }
+    if (h.calibrate) {
+        int crc = tune_command(1);
+        if (crc || (!h.script && !h.exec && !h.libs && !h.interactive && !h.version))
+            return crc;
+    }
     if (h.version) {
         print_version();
+        if (!h.calibrate && tune_command(0))
+            return 1;
         if (!h.script && !h.exec && !h.libs && !h.interactive)
             return 0;
     }

@@ -594,6 +594,27 @@ TGL_API tgl_status tgl_cache_clear(tgl_ctx *ctx);
 /* The cache as text: "directory: ...\nentries: N\nbytes: B\nmax_bytes: C\n"
  * (malloc'd; free it with tgl_free). */
 TGL_API tgl_status tgl_cache_info(tgl_ctx *ctx, char **text);
+/* ---- Measured thresholds (doc/calibration.md) ----
+ * The thresholds that decide a BLAS split, a thin kernel, a kernel's
+ * thread count, the pool's spin and a bound step's budget are measured on
+ * the machine (a short calibration, cached per CPU model and BLAS in the
+ * kernel cache) or derived from sysconf.  The calls below first load this
+ * machine's record, measuring it when there is none, as the CPU backend's
+ * first use does; without a usable cache directory the fallbacks apply. */
+/* The table as text, what `tgl -v` prints: "cpu: ...", "blas: ...",
+ * "record: <file>", then one line per tunable "  name value source unit"
+ * (malloc'd; free it with tgl_free). */
+TGL_API tgl_status tgl_tune_info(tgl_ctx *ctx, char **text);
+/* Measures every threshold again now and rewrites the record (`tgl
+ * --calibrate`).  Overrides (the tune setting) stay in force. */
+TGL_API tgl_status tgl_calibrate(tgl_ctx *ctx);
+/* How many tunables there are. */
+TGL_API int tgl_tunable_count(void);
+/* Tunable i (0 <= i < tgl_tunable_count()): its name, value (INT64_MAX:
+ * never), unit and source ("measured", "cached", "derived", "fallback" or
+ * "override"); any out pointer may be NULL. */
+TGL_API tgl_status tgl_tunable(tgl_ctx *ctx, int i, const char **name, int64_t *value,
+                               const char **unit, const char **source);
 /* What the process does at exit, done now: waits for the background
  * compiles still pending (compile = tiered) to store their kernels in the
  * cache, up to exit_wait seconds (the setting in force when the latest one

@@ -101,4 +101,7 @@ void tgl_cgen_wait_all(void);
 /* The cache as text (malloc'd): directory, entries, bytes, max_bytes. */
 tgl_status tgl_cgen_cache_info(const tgl_backend_opts *o, char **text, tgl_errbuf *err);
 
+/* Registers the measurement of kernel.parallel_min (launch.c, engine/tune.h). */
+void tgl_cgen_tune_register(void);
+
 #endif /* TGL_CGEN_H */

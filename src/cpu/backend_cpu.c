@@ -379,4 +379,5 @@ const tgl_backend tgl_backend_cpu = {
     .cache_clear = tgl_cgen_cache_clear,
     .cache_info = tgl_cgen_cache_info,
     .wait_compiles = tgl_cgen_wait_all,
+    .tune = tgl_cpu_tune,
 };

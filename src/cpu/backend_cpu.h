@@ -11,4 +11,7 @@
 
 extern const tgl_backend tgl_backend_cpu;
 
+/* The backend's tune entry (calibrate.c). */
+void tgl_cpu_tune(const tgl_backend_opts *o, bool force);
+
 #endif /* TGL_BACKEND_CPU_H */

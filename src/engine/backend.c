@@ -12,6 +12,7 @@
 #include "engine/backend.h"
 #include "engine/fused_prog.h"
 #include "engine/ops/ops.h"
+#include "engine/tune.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -65,9 +66,16 @@ bool tgl_op_needs_kernel(const tgl_node *n)
            n->op != TGL_OP_FUSED;
 }
 
+void tgl_backend_tune(tgl_ctx *ctx, const tgl_backend *be)
+{
+    if (be && be->tune && !tgl_tune_ready())
+        be->tune(&ctx->backend_opts, false);
+}
+
 tgl_status tgl_backend_op_kernel(tgl_ctx *ctx, const tgl_backend *be, const tgl_node *n,
                                  const tgl_op_kernel **k)
 {
+    tgl_backend_tune(ctx, be);
     *k = be && be->op_kernel ? be->op_kernel(n->op) : NULL;
     if (*k && (!be->supports_op || be->supports_op(n)))
         return TGL_OK;
@@ -178,6 +186,7 @@ tgl_status tgl_backend_prepare(tgl_ctx *ctx, int device, tgl_fused_prog *prog)
     TGL_CHECK(prog, TGL_EINVAL, "tgl_backend_prepare: NULL program");
     const tgl_backend *be = tgl_backend_get(device);
     TGL_CHECK(be, TGL_EINVAL, "tgl_backend_prepare: no backend for device %d", device);
+    tgl_backend_tune(ctx, be);
     if (prog->kernel[device]) {
         /* One kernel per program and device, however many functions use it. */
         prog->kernel_users[device]++;

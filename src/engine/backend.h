@@ -223,6 +223,13 @@ typedef struct tgl_backend {
     /* Waits (bounded) for the backend's background compiles (tgl_compile_wait_all,
      * and at exit); NULL where it compiles nothing in the background. */
     void (*wait_compiles)(void);
+
+    /* ---- measured thresholds (engine/tune.h) ---- */
+    /* Registers the backend's measurements and loads this machine's record
+     * from the kernel cache (measuring and writing it when there is none;
+     * force: always); NULL where the backend decides nothing by them.  The
+     * engine calls it on the backend's first use (tgl_backend_tune). */
+    void (*tune)(const tgl_backend_opts *o, bool force);
 } tgl_backend;
 
 /* ---- the engine's side ------------------------------------------------- */
@@ -247,6 +254,9 @@ static inline const tgl_backend *tgl_backend_get(int device)
 /* *be = the backend of a's device; fails naming fn when there is none. */
 tgl_status tgl_backend_check(tgl_ctx *ctx, const char *fn, const tgl_array *a,
                              const tgl_backend **be);
+/* Loads the record of the thresholds be measures (be->tune) on its first
+ * use in this process: a flag test afterwards. */
+void tgl_backend_tune(tgl_ctx *ctx, const tgl_backend *be);
 /* Refreshes ctx->backend_opts from ctx's settings and interrupt flag
  * (config.c and ctx.c call it after every change). */
 void tgl_backend_opts_sync(tgl_ctx *ctx);

@@ -2,11 +2,12 @@
  * config.c — the context's settings (struct tgl_config): defaults, the
  * environment variables that override them when a context is made
  * (TGL_EXCLUDE, TGL_NUM_THREADS, TGL_CC, TGL_CFLAGS, TGL_CACHE_DIR,
- * TGL_COMPILE, TGL_EXIT_WAIT, TGL_WHOLE_STEP, TGL_DEVICE; TGL_FLOATX is only checked: floatX lives in
+ * TGL_COMPILE, TGL_EXIT_WAIT, TGL_WHOLE_STEP, TGL_DEVICE, TGL_TUNE; TGL_FLOATX is only checked: floatX lives in
  * Lua), the record of bad ones (tgl_config_env_error), and tgl_config_set /
  * tgl_config_get.
  */
 #include "engine/backend.h"
+#include "engine/tune.h"
 
 #include <inttypes.h>
 #include <unistd.h>
@@ -167,6 +168,13 @@ static tgl_status config_set(tgl_ctx *ctx, const char *key, const char *value)
         return set_string(ctx, c->cflags, sizeof c->cflags, key, value);
     if (strcmp(key, "cache_dir") == 0)
         return set_string(ctx, c->cache_dir, sizeof c->cache_dir, key, value);
+    if (strcmp(key, "tune") == 0) {
+        /* process-wide, as the thresholds are (engine/tune.h) */
+        char why[200];
+        if (tgl_tune_override(value, why, sizeof why) != 0)
+            return tgl_ctx_set_error(ctx, TGL_EINVAL, "tgl_config_set: tune: %s", why);
+        return TGL_OK;
+    }
     return tgl_ctx_set_error(ctx, TGL_EINVAL, "tgl_config_set: unknown setting '%s'", key);
 }
 
@@ -212,6 +220,8 @@ const char *tgl_config_get(tgl_ctx *ctx, const char *key)
         return c->cflags;
     if (strcmp(key, "cache_dir") == 0)
         return c->cache_dir;
+    if (strcmp(key, "tune") == 0)
+        return tgl_tune_overrides();
     return NULL;
 }
 
@@ -221,7 +231,7 @@ const char *tgl_config_get(tgl_ctx *ctx, const char *key)
  * handled above is missing here. */
 static const char *const config_keys[] = {
     "compile", "threads", "exclude", "cc", "cflags", "cache_dir", "cache_max_bytes",
-    "exit_wait", "whole_step", "device", "allow_tf32",
+    "exit_wait", "whole_step", "device", "allow_tf32", "tune",
 };
 
 int tgl_config_count(void)
@@ -260,6 +270,8 @@ void tgl_config_defaults(tgl_ctx *ctx)
         {"TGL_EXIT_WAIT", "exit_wait", "seconds from 0 to 3600"},
         {"TGL_WHOLE_STEP", "whole_step", "on, off or bound"},
         {"TGL_DEVICE", "device", "a device this build has, such as cpu or sim"},
+        {"TGL_TUNE", "tune", "a comma-separated list of name=value (an integer >= 0 or never), "
+                             "names as tgl -v prints them"},
     };
     size_t used = 0;
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
@@ -270,8 +282,8 @@ void tgl_config_defaults(tgl_ctx *ctx)
         char why[TGL_ERRMSG_SIZE] = "";
         if (!vars[i].key)
             ok = !strcmp(v, "float32") || !strcmp(v, "float64");
-        else if (!*v && strcmp(vars[i].key, "exclude") != 0)
-            ok = false;   /* empty is a bad value, except TGL_EXCLUDE= (no rule off) */
+        else if (!*v && strcmp(vars[i].key, "exclude") != 0 && strcmp(vars[i].key, "tune") != 0)
+            ok = false;   /* empty is a bad value, except TGL_EXCLUDE= (no rule off), TGL_TUNE= */
         else if (!strcmp(vars[i].key, "exclude") && !rules_known(v))
             ok = false;
         else if (!(ok = tgl_config_set(ctx, vars[i].key, v) == TGL_OK)) {

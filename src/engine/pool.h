@@ -33,5 +33,9 @@ void tgl_pool_run(tgl_ctx *ctx, int ntasks, tgl_task_fn fn, void *arg);
 
 /* Stops and joins the workers (at context teardown). */
 void tgl_pool_free(tgl_ctx *ctx);
+/* Stops and joins the workers of the pool in *slot (NULL after). */
+void tgl_pool_release(struct tgl_pool **slot);
+/* Registers the measurement of pool.spin_ns (engine/tune.h). */
+void tgl_pool_tune_register(void);
 
 #endif /* TGL_POOL_H */
