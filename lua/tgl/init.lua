@@ -39,6 +39,37 @@ function tgl.cache_clear()
   core.check(C.tgl_cache_clear(core.ctx), 'cache_clear')
 end
 
+-- The thresholds measured on this machine (doc/calibration.md):
+-- tgl.tune() is a table {cpu=, blas=, record=, [name] = {value=, unit=,
+-- source=}} (value math.huge: never), loaded (or measured) as the CPU
+-- backend's first use does; tgl.calibrate() measures them again and
+-- rewrites the record, then returns tgl.tune().
+function tgl.tune()
+  local text = ffi.new('char *[1]')
+  core.check(C.tgl_tune_info(core.ctx, text), 'tune')
+  local s = ffi.string(text[0])
+  C.tgl_free(text[0])
+  local t = {
+    cpu = s:match('cpu: ([^\n]*)'),
+    blas = s:match('blas: ([^\n]*)'),
+    record = s:match('record: (/[^\n]*)') or false,
+  }
+  local name, unit, source = ffi.new('const char *[1]'), ffi.new('const char *[1]'),
+    ffi.new('const char *[1]')
+  local value = ffi.new('int64_t[1]')
+  for i = 0, C.tgl_tunable_count() - 1 do
+    core.check(C.tgl_tunable(core.ctx, i, name, value, unit, source), 'tune')
+    local v = value[0] == 0x7fffffffffffffffLL and math.huge or tonumber(value[0])
+    t[ffi.string(name[0])] = { value = v, unit = ffi.string(unit[0]), source = ffi.string(source[0]) }
+  end
+  return t
+end
+
+function tgl.calibrate()
+  core.check(C.tgl_calibrate(core.ctx), 'calibrate')
+  return tgl.tune()
+end
+
 -- The compiled kernels loaded now (one per fused program a live function
 -- runs); a kernel goes with the last function that runs it.
 function tgl.kernels_live()

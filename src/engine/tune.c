@@ -381,7 +381,7 @@ static int record_read(const char *path, record *rec, char *why, size_t why_size
     memset(rec, 0, sizeof *rec);
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) {
-        if (errno == ENOENT)
+        if (errno == ENOENT || errno == ENOTDIR)
             return 1;
         snprintf(why, why_size, "cannot be read: %s", strerror(errno));
         return -1;
