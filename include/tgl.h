@@ -557,6 +557,9 @@ TGL_API tgl_status tgl_scan(tgl_ctx *ctx, const tgl_scan_spec *spec, const char 
  *                    built without CUDA or no device can be used
  *   allow_tf32       true | false (default): float32 products on the GPU
  *                    may use TF32 (faster, about 10 mantissa bits)
+ *   tune             overrides of the measured thresholds, "name=value,..."
+ *                    (an integer >= 0 or never; "" for none; process-wide;
+ *                    doc/calibration.md), for tests and experiments
  * Unknown keys and bad values fail with TGL_EINVAL. */
 TGL_API tgl_status tgl_config_set(tgl_ctx *ctx, const char *key, const char *value);
 /* The current value of a setting as text (NULL for an unknown key). */
@@ -566,7 +569,7 @@ TGL_API int tgl_config_count(void);
 TGL_API const char *tgl_config_key(int i);
 /* NULL when every TGL_* environment variable the context read when it was
  * made (TGL_FLOATX, TGL_EXCLUDE, TGL_NUM_THREADS, TGL_CC, TGL_CFLAGS,
- * TGL_CACHE_DIR, TGL_COMPILE, TGL_DEVICE) was valid or unset; otherwise a message with
+ * TGL_CACHE_DIR, TGL_COMPILE, TGL_DEVICE, TGL_TUNE) was valid or unset; otherwise a message with
  * one line per bad variable, naming it, its value and the accepted values
  * (the setting then keeps its default).  Owned by the context. */
 TGL_API const char *tgl_config_env_error(tgl_ctx *ctx);
