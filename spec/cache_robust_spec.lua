@@ -104,7 +104,10 @@ end
 local function listing(dir)
   local p = io.popen('ls -A ' .. quote(dir) .. ' 2>/dev/null')
   local names = {}
-  for name in p:read('*a'):gmatch('[^\n]+') do names[#names + 1] = name end
+  -- the calibration record (doc/calibration.md) lives there too
+  for name in p:read('*a'):gmatch('[^\n]+') do
+    if not name:match('^tune%-%x+%.txt$') then names[#names + 1] = name end
+  end
   p:close()
   return names
 end
