@@ -332,8 +332,8 @@ static int64_t measure_spin(void)
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     int64_t spin = -1;
     if (rc == 0) {
-        double spinning = wake_latency(&w, 1, 9);
-        double sleeping = wake_latency(&w, 0, 9);
+        double spinning = wake_latency(&w, 1, 15);
+        double sleeping = wake_latency(&w, 0, 15);
         double d = sleeping > spinning ? sleeping - spinning : 0;
         spin = (int64_t)(5 * d);
         pthread_mutex_lock(&w.lock);
