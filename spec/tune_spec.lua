@@ -110,9 +110,17 @@ describe('tgl --calibrate and tgl -v', function()
 end)
 
 describe('results do not depend on the thresholds', function()
-  local saved_threads
-  setup(function() saved_threads = tgl.config.threads; tgl.config.threads = 2 end)
-  teardown(function() tgl.config.tune = ''; tgl.config.threads = saved_threads end)
+  -- two threads whatever the machine; 'sync' compiles: both runs use the
+  -- same (optimized) kernel code, not one tcc's and the other cc's
+  local saved_threads, saved_compile
+  setup(function()
+    saved_threads, saved_compile = tgl.config.threads, tgl.config.compile
+    tgl.config.threads, tgl.config.compile = 2, 'sync'
+  end)
+  teardown(function()
+    tgl.config.tune = ''
+    tgl.config.threads, tgl.config.compile = saved_threads, saved_compile
+  end)
 
   -- split everything / nothing: every product over two threads, every
   -- kernel over two, the thin kernels for every width; then none of it
@@ -130,7 +138,8 @@ describe('results do not depend on the thresholds', function()
       A:dot(v),                         -- gemv
       u:dot(A),                         -- transposed gemv (the thin kernel's)
       tgl.outer(u, v) + A,              -- ger
-      tgl.tanh(X * 1.5 + 0.25) * X,     -- an elementwise kernel
+      (X * 1.5 + 0.25) * X - X / 3,     -- an arithmetic elementwise kernel
+      tgl.tanh(X * 1.5 + 0.25) * X,     -- a transcendental one
       tgl.sum(X * X, 2),                -- a reduction
       tgl.sum(X, 1),
     }
@@ -148,7 +157,12 @@ describe('results do not depend on the thresholds', function()
       local a = run_with(SPLIT, dtype, inputs)
       local b = run_with(WHOLE, dtype, inputs)
       local rtol = dtype == 'float32' and 2e-5 or 1e-12
-      local names = { 'gemm', 'gemv', 'gemv_t', 'ger', 'elementwise', 'sum rows', 'sum cols' }
+      -- the arithmetic kernel is the same bit for bit however it is split;
+      -- the tanh one was measured an ulp apart in places (float32: 6e-8):
+      -- a kernel's vector and scalar paths for tanh need not agree to the
+      -- bit, and a split moves which elements take which
+      local names = { 'gemm', 'gemv', 'gemv_t', 'ger', 'elementwise', 'tanh', 'sum rows',
+        'sum cols' }
       for i = 1, #a do
         if names[i] == 'elementwise' or names[i] == 'ger' then
           assert.are.equal(0, support.maxdiff(a[i], b[i]), names[i])
