@@ -10,9 +10,11 @@
  *
  * Work is split over the context's pool (engine/pool.h, handed over in the
  * tgl_backend_opts with the thread setting) by rows when there
- * are enough of them, else by columns of the rows; problems under
- * PARALLEL_MIN elements stay on the calling thread, where thread wake-up
- * would cost more than it saves.  A reduction accumulates in the kernel's
+ * are enough of them, else by columns of the rows; problems whose work
+ * (elements times what one costs: operands, operations, libm calls, see
+ * cost_per_element) is under PARALLEL_MIN elements of a one-op kernel
+ * stay on the calling thread, where thread wake-up would cost more than
+ * it saves.  A reduction accumulates in the kernel's
  * accumulator dtype (tgl_cgen_acc_dtype: double for float sums) in a buffer laid out
  * C-contiguous over the kept axes: out[0] itself when it is already that
  * buffer, else scratch converted into out[0] at the end.  Splitting a
@@ -34,8 +36,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Fewer elements than this run on the calling thread. */
+/* Less work than this runs on the calling thread: tgl_tune_get's
+ * kernel.parallel_min, in elements of a one-op binary kernel (two loads,
+ * an operation, a store: WORK_UNIT units of cost_per_element). */
 #define PARALLEL_MIN tgl_tune_get(TGL_TUNE_PARALLEL_MIN)
+#define WORK_UNIT 4
+/* What a call of libm's float functions costs per element, in units of
+ * one load, store or arithmetic operation: their vector forms (libmvec)
+ * take some 10 to 20 times an add per element on x86-64. */
+#define MATH_UNITS 16
 /* Largest out[0] (elements) that gets one private accumulator per task. */
 #define PRIVATE_MAX 65536
 /* A column split gives each task at least this many columns. */
@@ -144,6 +153,36 @@ static void store_out(tgl_array *out, const void *acc, int adt)
             idx[d] = 0;
         }
     }
+}
+
+/* ---- the cost of the work ------------------------------------------------------ */
+
+/* What one element of prog costs: a unit per operand loaded or stored and
+ * per operation, MATH_UNITS per libm function.  A kernel whose elements
+ * call tanh pays for a wake-up of the pool at far fewer elements than a
+ * copy does (at batch 60 the tanh of a 500-wide hidden layer is 30000
+ * elements, too few by count alone). */
+static int64_t cost_per_element(const tgl_fused_prog *p)
+{
+    int64_t c = p->nin + p->nout;
+    for (int i = 0; i < p->ninstr; i++) {
+        switch (p->code[i].op) {
+        case TGL_FP_INPUT:
+        case TGL_FP_CONST: break;
+        case TGL_OP_EXP:
+        case TGL_OP_LOG:
+        case TGL_OP_LOG1P:
+        case TGL_OP_EXPM1:
+        case TGL_OP_TANH:
+        case TGL_OP_SIGMOID:
+        case TGL_OP_SOFTPLUS:
+        case TGL_OP_SIN:
+        case TGL_OP_COS:
+        case TGL_OP_POW: c += MATH_UNITS; break;
+        default: c += 1; break;
+        }
+    }
+    return c;
 }
 
 /* ---- geometry ---------------------------------------------------------------- */
@@ -349,7 +388,11 @@ static tgl_status make_plan(const tgl_backend_opts *o, const tgl_fused_prog *pro
     a->col_begin = 0;
     a->col_end = p->len;
     /* How to split. */
-    int nth = total < PARALLEL_MIN ? 1 : tgl_pool_size(o->threads);
+    /* The work in elements of a one-op binary kernel (saturating: a huge
+     * total times a long program is simply large). */
+    int64_t cpe = cost_per_element(prog);
+    int64_t work = total > INT64_MAX / cpe ? INT64_MAX / WORK_UNIT : total * cpe / WORK_UNIT;
+    int nth = work < PARALLEL_MIN ? 1 : tgl_pool_size(o->threads);
     p->nth = nth;
     p->privat = p->by_cols = false;
     p->ntasks = 1;
