@@ -274,9 +274,8 @@ void tgl_pool_run_in(struct tgl_pool **slot, int configured, int ntasks, tgl_tas
     if (ntasks <= 0)
         return;
     int n = tgl_pool_size(configured);
+    (void)slot; /* the pool is the process's (pool.h) */
     struct tgl_pool *p = ntasks > 1 && n > 1 ? acquire(n) : NULL;
-    if (p && slot)
-        *slot = p;
     if (!p || p->nworkers == 0) {
         for (int t = 0; t < ntasks; t++)
             fn(arg, t);

@@ -28,9 +28,10 @@ int tgl_pool_threads(tgl_ctx *ctx);
  * so the split of the work must not depend on which thread runs a task.
  * A run that finds the pool busy (another thread's run, or a task calling
  * back in) runs its tasks on the calling thread instead of waiting: never
- * deadlocks, never fails.  *slot (may be NULL) is set to the pool used,
- * for the caller's bookkeeping only.  Code without a context (src/cgen)
- * gets slot and count from a tgl_backend_opts. */
+ * deadlocks, never fails.  `slot` is not read or written (may be NULL):
+ * it names the caller's slot from the time each context and the BLAS
+ * split had a pool of their own, kept so that the callers in other rooms
+ * (src/cgen gets it from a tgl_backend_opts, src/cpu) need no change. */
 void tgl_pool_run_in(struct tgl_pool **slot, int configured, int ntasks, tgl_task_fn fn,
                      void *arg);
 /* tgl_pool_run_in on ctx's pool and thread setting. */
