@@ -50,6 +50,13 @@
 #define PRIVATE_MAX 65536
 /* A column split gives each task at least this many columns. */
 #define COLS_MIN 1024
+/* Column-split boundaries fall on multiples of this many elements, so an
+ * element is in the same position of the vectorized loop (a vector lane,
+ * or the scalar tail at the row's end) as when the row runs whole: the
+ * vector and scalar forms of a libm function may differ in the last bit,
+ * and a split must not change any result.  64 covers the widest vector
+ * times gcc's unrolling. */
+#define COL_ALIGN 64
 
 typedef struct run {
     tgl_kargs base;
@@ -60,13 +67,22 @@ typedef struct run {
     tgl_kbuf *outs; /* ntasks * nout: per-task out[] (private accumulators) */
 } run;
 
+/* Where task t's columns start (t = ntasks: the row's end). */
+static int64_t col_bound(const run *r, int t)
+{
+    if (t >= r->ntasks)
+        return r->len;
+    int64_t c = r->len * t / r->ntasks;
+    return c - c % COL_ALIGN;
+}
+
 static void run_task(void *arg, int t)
 {
     const run *r = arg;
     tgl_kargs a = r->base;
     if (r->by_cols) {
-        a.col_begin = r->len * t / r->ntasks;
-        a.col_end = r->len * (t + 1) / r->ntasks;
+        a.col_begin = col_bound(r, t);
+        a.col_end = col_bound(r, t + 1);
     } else {
         a.row_begin = r->rows * t / r->ntasks;
         a.row_end = r->rows * (t + 1) / r->ntasks;
