@@ -5,9 +5,10 @@
  * each context's slot) and the CPU backend's split products (its own
  * slot) run on the same threads, so `threads = 2` means one worker, not
  * one per user of the pool.  Two sets, each with a worker watching for
- * its next run, put three busy threads on two CPUs (measured on a 2-vCPU
- * AMD EPYC: the products of a 784-1000-1000-1000-10 step at batch 60 then
- * ran slower on two threads than on one).  The set is made with the
+ * its next run after a run of its own, put three busy threads on two
+ * CPUs, and each set's worker had to be woken from sleep separately
+ * (issue 23: on a 2-vCPU AMD EPYC an MLP step at batch 60 ran slower on
+ * two threads than on one).  The set is made with the
  * largest thread count asked for; a run with a smaller `configured`
  * count lets only that many threads (the caller included) take tasks.
  *
