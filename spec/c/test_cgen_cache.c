@@ -14,6 +14,8 @@
  */
 #include "cgen_test.h"
 
+#include <pthread.h>
+
 /* ---- tiers and compilation ------------------------------------------------ */
 
 /* An exact program (no libm): x * y + 3 - floor(x / 2), maximum with y. */
@@ -512,6 +514,48 @@ static void pool_runs_every_task_exactly_once(void **state)
     tgl_pool_free(CTX); /* idempotent */
 }
 
+/* Runs from two threads at once on the one process-wide pool (one finds it
+ * busy and runs inline), with contexts asking for different counts (the
+ * pool grows to the larger), many short runs in a row (a worker waking
+ * late must never take a task of a later run): every task exactly once. */
+typedef struct pool_racer {
+    int threads;
+    int bad;
+} pool_racer;
+
+static void count_plain(void *arg, int t)
+{
+    atomic_fetch_add(&((pool_probe *)arg)->hits[t], 1);
+}
+
+static void *race_runs(void *arg)
+{
+    pool_racer *r = arg;
+    struct tgl_pool *slot = NULL;
+    for (int rep = 0; rep < 2000; rep++) {
+        pool_probe *p = calloc(1, sizeof *p);
+        int n = 1 + rep % 7;
+        tgl_pool_run_in(&slot, r->threads, n, count_plain, p);
+        for (int t = 0; t < n; t++)
+            r->bad += atomic_load(&p->hits[t]) != 1;
+        free(p);
+    }
+    return NULL;
+}
+
+static void pool_shared_between_threads_runs_every_task_once(void **state)
+{
+    (void)state;
+    pool_racer a = {2, 0}, b = {3, 0};
+    pthread_t ta, tb;
+    assert_int_equal(pthread_create(&ta, NULL, race_runs, &a), 0);
+    assert_int_equal(pthread_create(&tb, NULL, race_runs, &b), 0);
+    pthread_join(ta, NULL);
+    pthread_join(tb, NULL);
+    assert_int_equal(a.bad, 0);
+    assert_int_equal(b.bad, 0);
+}
+
 int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
@@ -530,6 +574,7 @@ int main(void)
         T(cache_key_names_the_backend_and_its_target),
         T(settings_and_interrupts_reach_the_backend),
         T(pool_runs_every_task_exactly_once),
+        T(pool_shared_between_threads_runs_every_task_once),
         /* last: its compile goes on in the background (no fork after it) */
         T(release_does_not_wait_for_the_background_compile),
     };

@@ -10,9 +10,11 @@
  *
  * Work is split over the context's pool (engine/pool.h, handed over in the
  * tgl_backend_opts with the thread setting) by rows when there
- * are enough of them, else by columns of the rows; problems under
- * PARALLEL_MIN elements stay on the calling thread, where thread wake-up
- * would cost more than it saves.  A reduction accumulates in the kernel's
+ * are enough of them, else by columns of the rows; problems whose work
+ * (elements times what one costs: operands, operations, libm calls, see
+ * cost_per_element) is under PARALLEL_MIN elements of a one-op kernel
+ * stay on the calling thread, where thread wake-up would cost more than
+ * it saves.  A reduction accumulates in the kernel's
  * accumulator dtype (tgl_cgen_acc_dtype: double for float sums) in a buffer laid out
  * C-contiguous over the kept axes: out[0] itself when it is already that
  * buffer, else scratch converted into out[0] at the end.  Splitting a
@@ -31,15 +33,30 @@
 #include "engine/tune.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Fewer elements than this run on the calling thread. */
+/* Less work than this runs on the calling thread: tgl_tune_get's
+ * kernel.parallel_min, in elements of a one-op binary kernel (two loads,
+ * an operation, a store: WORK_UNIT units of cost_per_element). */
 #define PARALLEL_MIN tgl_tune_get(TGL_TUNE_PARALLEL_MIN)
+#define WORK_UNIT 4
+/* What a call of libm's float functions costs per element, in units of
+ * one load, store or arithmetic operation: their vector forms (libmvec)
+ * take some 10 to 20 times an add per element on x86-64. */
+#define MATH_UNITS 16
 /* Largest out[0] (elements) that gets one private accumulator per task. */
 #define PRIVATE_MAX 65536
 /* A column split gives each task at least this many columns. */
 #define COLS_MIN 1024
+/* Column-split boundaries fall on multiples of this many elements, so an
+ * element is in the same position of the vectorized loop (a vector lane,
+ * or the scalar tail at the row's end) as when the row runs whole: the
+ * vector and scalar forms of a libm function may differ in the last bit,
+ * and a split must not change any result.  64 covers the widest vector
+ * times gcc's unrolling. */
+#define COL_ALIGN 64
 
 typedef struct run {
     tgl_kargs base;
@@ -50,13 +67,22 @@ typedef struct run {
     tgl_kbuf *outs; /* ntasks * nout: per-task out[] (private accumulators) */
 } run;
 
+/* Where task t's columns start (t = ntasks: the row's end). */
+static int64_t col_bound(const run *r, int t)
+{
+    if (t >= r->ntasks)
+        return r->len;
+    int64_t c = r->len * t / r->ntasks;
+    return c - c % COL_ALIGN;
+}
+
 static void run_task(void *arg, int t)
 {
     const run *r = arg;
     tgl_kargs a = r->base;
     if (r->by_cols) {
-        a.col_begin = r->len * t / r->ntasks;
-        a.col_end = r->len * (t + 1) / r->ntasks;
+        a.col_begin = col_bound(r, t);
+        a.col_end = col_bound(r, t + 1);
     } else {
         a.row_begin = r->rows * t / r->ntasks;
         a.row_end = r->rows * (t + 1) / r->ntasks;
@@ -144,6 +170,105 @@ static void store_out(tgl_array *out, const void *acc, int adt)
             idx[d] = 0;
         }
     }
+}
+
+/* ---- the cost of the work ------------------------------------------------------ */
+
+/* What one element of prog costs: a unit per operand loaded or stored and
+ * per operation, MATH_UNITS per libm function.  A kernel whose elements
+ * call tanh pays for a wake-up of the pool at far fewer elements than a
+ * copy does (at batch 60 the tanh of a 500-wide hidden layer is 30000
+ * elements, too few by count alone). */
+static int64_t cost_per_element(const tgl_fused_prog *p)
+{
+    int64_t c = p->nin + p->nout;
+    for (int i = 0; i < p->ninstr; i++) {
+        switch (p->code[i].op) {
+        case TGL_FP_INPUT:
+        case TGL_FP_CONST: break;
+        case TGL_OP_EXP:
+        case TGL_OP_LOG:
+        case TGL_OP_LOG1P:
+        case TGL_OP_EXPM1:
+        case TGL_OP_TANH:
+        case TGL_OP_SIGMOID:
+        case TGL_OP_SOFTPLUS:
+        case TGL_OP_SIN:
+        case TGL_OP_COS:
+        case TGL_OP_POW: c += MATH_UNITS; break;
+        default: c += 1; break;
+        }
+    }
+    return c;
+}
+
+/* ---- measuring PARALLEL_MIN ---------------------------------------------------- */
+
+/* The tunable's measurement (tune.h; registered on the first launch):
+ * the fewest elements of a one-op binary kernel (float32 z = x + y) that
+ * run faster split over the pool (all online CPUs, the workers warm, as
+ * between the kernels of a step) than on the calling thread, by at least
+ * a tenth; best of several runs each.  On a machine whose second CPU does
+ * not pay for the wake-up (a busy host, SMT siblings) it comes out large,
+ * and kernels stay on one thread. */
+typedef struct add_job {
+    const float *x, *y;
+    float *z;
+    int64_t n;
+    int ntasks;
+} add_job;
+
+static void add_range(const add_job *j, int64_t lo, int64_t hi)
+{
+    for (int64_t i = lo; i < hi; i++)
+        j->z[i] = j->x[i] + j->y[i];
+}
+
+static void add_task(void *arg, int t)
+{
+    const add_job *j = arg;
+    add_range(j, j->n * t / j->ntasks, j->n * (t + 1) / j->ntasks);
+}
+
+static int64_t measure_parallel_min(void)
+{
+    enum { MAX_N = 1 << 22, REPS = 15 };
+    int nth = tgl_pool_size(0);
+    if (nth < 2)
+        return -1; /* nothing to split over: the fallback stays */
+    float *buf = malloc(sizeof(float) * 3 * (size_t)MAX_N);
+    if (!buf)
+        return -1;
+    for (int64_t i = 0; i < 3 * (int64_t)MAX_N; i++)
+        buf[i] = (float)(i & 1023);
+    struct tgl_pool *slot = NULL;
+    int64_t found = -1;
+    for (int64_t n = 2048; n <= MAX_N && found < 0; n *= 2) {
+        add_job j = {buf, buf + MAX_N, buf + 2 * (int64_t)MAX_N, n, nth};
+        uint64_t one = UINT64_MAX, split = UINT64_MAX;
+        for (int r = 0; r < REPS; r++) {
+            uint64_t t0 = tgl_now_ns();
+            add_range(&j, 0, n);
+            uint64_t t1 = tgl_now_ns();
+            tgl_pool_run_in(&slot, 0, nth, add_task, &j); /* wakes the workers */
+            uint64_t t2 = tgl_now_ns();
+            tgl_pool_run_in(&slot, 0, nth, add_task, &j); /* workers still watching */
+            uint64_t t3 = tgl_now_ns();
+            one = t1 - t0 < one ? t1 - t0 : one;
+            split = t3 - t2 < split ? t3 - t2 : split;
+        }
+        if (split * 10 <= one * 9)
+            found = n;
+    }
+    free(buf);
+    return found > 0 ? found : (int64_t)MAX_N * 16;
+}
+
+static pthread_once_t measure_once = PTHREAD_ONCE_INIT;
+
+static void register_measure(void)
+{
+    tgl_tune_register(TGL_TUNE_PARALLEL_MIN, measure_parallel_min);
 }
 
 /* ---- geometry ---------------------------------------------------------------- */
@@ -323,6 +448,7 @@ static tgl_status make_plan(const tgl_backend_opts *o, const tgl_fused_prog *pro
                             tgl_errbuf *err)
 {
     int64_t space[TGL_MAX_DIMS];
+    pthread_once(&measure_once, register_measure);
     tgl_status st = check(prog, in, out, space, err);
     if (st)
         return st;
@@ -349,7 +475,11 @@ static tgl_status make_plan(const tgl_backend_opts *o, const tgl_fused_prog *pro
     a->col_begin = 0;
     a->col_end = p->len;
     /* How to split. */
-    int nth = total < PARALLEL_MIN ? 1 : tgl_pool_size(o->threads);
+    /* The work in elements of a one-op binary kernel (saturating: a huge
+     * total times a long program is simply large). */
+    int64_t cpe = cost_per_element(prog);
+    int64_t work = total > INT64_MAX / cpe ? INT64_MAX / WORK_UNIT : total * cpe / WORK_UNIT;
+    int nth = work < PARALLEL_MIN ? 1 : tgl_pool_size(o->threads);
     p->nth = nth;
     p->privat = p->by_cols = false;
     p->ntasks = 1;

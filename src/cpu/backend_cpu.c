@@ -67,7 +67,8 @@ static tgl_status cpu_copy(void *dst, const void *src, size_t n, tgl_errbuf *err
  * and joins its workers on every call, which costs more than it saves on
  * the thin products of small-batch training (a 1x784x500 product: 18 us on
  * one thread, 63 us on two), and its idle workers spin against ours.
- * Large products are split instead over a pool of tgl's (engine/pool.h),
+ * Large products are split instead over tgl's worker pool (engine/pool.h:
+ * one per process, the same threads as the generated kernels'),
  * into blocks of rows or columns, each one single-threaded BLAS call; the
  * pool's threads sleep between runs.  `split` is tgl.config.threads (all
  * online CPUs by default). */
@@ -83,7 +84,8 @@ static tgl_status cpu_copy(void *dst, const void *src, size_t n, tgl_errbuf *err
 #define THIN_GEMV_COLS tgl_tune_get(TGL_TUNE_BLAS_THIN_COLS)
 
 static int split = 0;                /* 0: not yet set (first BLAS call)   */
-static struct tgl_pool *blas_pool;   /* made on the first split product    */
+static struct tgl_pool *blas_pool;   /* a slot naming the process's pool:
+                                        the generated kernels' workers      */
 static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
 
 static void blas_init(void)
