@@ -202,75 +202,6 @@ static int64_t cost_per_element(const tgl_fused_prog *p)
     return c;
 }
 
-/* ---- measuring PARALLEL_MIN ---------------------------------------------------- */
-
-/* The tunable's measurement (tune.h; registered on the first launch):
- * the fewest elements of a one-op binary kernel (float32 z = x + y) that
- * run faster split over the pool (all online CPUs, the workers warm, as
- * between the kernels of a step) than on the calling thread, by at least
- * a tenth; best of several runs each.  On a machine whose second CPU does
- * not pay for the wake-up (a busy host, SMT siblings) it comes out large,
- * and kernels stay on one thread. */
-typedef struct add_job {
-    const float *x, *y;
-    float *z;
-    int64_t n;
-    int ntasks;
-} add_job;
-
-static void add_range(const add_job *j, int64_t lo, int64_t hi)
-{
-    for (int64_t i = lo; i < hi; i++)
-        j->z[i] = j->x[i] + j->y[i];
-}
-
-static void add_task(void *arg, int t)
-{
-    const add_job *j = arg;
-    add_range(j, j->n * t / j->ntasks, j->n * (t + 1) / j->ntasks);
-}
-
-static int64_t measure_parallel_min(void)
-{
-    enum { MAX_N = 1 << 22, REPS = 15 };
-    int nth = tgl_pool_size(0);
-    if (nth < 2)
-        return -1; /* nothing to split over: the fallback stays */
-    float *buf = malloc(sizeof(float) * 3 * (size_t)MAX_N);
-    if (!buf)
-        return -1;
-    for (int64_t i = 0; i < 3 * (int64_t)MAX_N; i++)
-        buf[i] = (float)(i & 1023);
-    struct tgl_pool *slot = NULL;
-    int64_t found = -1;
-    for (int64_t n = 2048; n <= MAX_N && found < 0; n *= 2) {
-        add_job j = {buf, buf + MAX_N, buf + 2 * (int64_t)MAX_N, n, nth};
-        uint64_t one = UINT64_MAX, split = UINT64_MAX;
-        for (int r = 0; r < REPS; r++) {
-            uint64_t t0 = tgl_now_ns();
-            add_range(&j, 0, n);
-            uint64_t t1 = tgl_now_ns();
-            tgl_pool_run_in(&slot, 0, nth, add_task, &j); /* wakes the workers */
-            uint64_t t2 = tgl_now_ns();
-            tgl_pool_run_in(&slot, 0, nth, add_task, &j); /* workers still watching */
-            uint64_t t3 = tgl_now_ns();
-            one = t1 - t0 < one ? t1 - t0 : one;
-            split = t3 - t2 < split ? t3 - t2 : split;
-        }
-        if (split * 10 <= one * 9)
-            found = n;
-    }
-    free(buf);
-    return found > 0 ? found : (int64_t)MAX_N * 16;
-}
-
-static pthread_once_t measure_once = PTHREAD_ONCE_INIT;
-
-static void register_measure(void)
-{
-    tgl_tune_register(TGL_TUNE_PARALLEL_MIN, measure_parallel_min);
-}
-
 /* ---- geometry ---------------------------------------------------------------- */
 
 static bool c_contiguous(const tgl_array *a)
@@ -448,7 +379,6 @@ static tgl_status make_plan(const tgl_backend_opts *o, const tgl_fused_prog *pro
                             tgl_errbuf *err)
 {
     int64_t space[TGL_MAX_DIMS];
-    pthread_once(&measure_once, register_measure);
     tgl_status st = check(prog, in, out, space, err);
     if (st)
         return st;
