@@ -354,8 +354,6 @@ static struct tgl_scan_loop *plan(tgl_ctx *ctx, tgl_frame *sub, tgl_array *const
         tgl_errbuf e;
         ok = be->loop_prepare(&ctx->backend_opts, &pl, &l->code, &e) == TGL_OK;
     }
-    if (getenv("TGL_SCAN_LOOP_DEBUG"))
-        fprintf(stderr, "scan loop %s: %s (items %d ptr %d store %d)\n", s->name, ok ? "planned" : "refused", p.nitems, p.nptr, p.nstore);
     for (int i = 0; i < p.nitems; i++)
         free((void *)p.items[i].data);
     free(p.items);
