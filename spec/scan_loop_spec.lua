@@ -59,6 +59,9 @@ local function compare(f, args, shared, calls, what)
     end)
     return out
   end
+  -- the body's kernels compiled with the optimizing compiler first (the
+  -- loop waits for their final code, as a whole step does)
+  f:wait_compiled()
   local ref = run('bound')
   local before = steps_run()
   local got = run(true)
@@ -185,6 +188,7 @@ describe('the whole loop in C (scan_loop.c)', function()
     end, sequences = { x }, name = 'outer' }
     local f = tgl.compile { inputs = { x }, outputs = outs }
     local xa = tgl.array({ { 1, 2 }, { 3, 4 }, { 5, 6 }, { 7, 8 } }, 'float64')
+    f:wait_compiled()
     local ref = with('bound', function() return f(xa):clone() end)
     local got = with(true, function() return f(xa):clone() end)
     same_bits(ref, got, 'nested')
@@ -231,6 +235,7 @@ describe('random scan programs: the generated loop equals the interpreted one', 
       for i = 1, #p.inputs do args[i] = p.input_vals[i] end
       -- the loops of a random case may run too few steps to be generated:
       -- the comparison holds either way, the counter is summed below
+      f:wait_compiled()
       local before = steps_run()
       local ok, err = pcall(function()
         local function run(ws)
