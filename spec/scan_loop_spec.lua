@@ -40,6 +40,10 @@ local function with(ws, fn)
   return unpack(res, 2)
 end
 
+-- Compiles with compile = 'sync': the body's kernels get their final code
+-- at once (the generated loop waits for it, as a whole step does).
+local function compile(t) return with(true, function() return tgl.compile(t) end) end
+
 -- Calls f(args) `calls` times both ways (shared values reset before each
 -- call from `shared`: {{var, value}, ...}); compares every result and the
 -- shared values after each call.  Returns the steps the generated loop ran.
@@ -62,6 +66,8 @@ local function compare(f, args, shared, calls, what)
   -- the body's kernels compiled with the optimizing compiler first (the
   -- loop waits for their final code, as a whole step does)
   f:wait_compiled()
+  -- a first call makes the body's kernels (compile = 'sync': at once)
+  with(true, function() f(unpack(args)) end)
   local ref = run('bound')
   local before = steps_run()
   local got = run(true)
@@ -79,7 +85,7 @@ describe('the whole loop in C (scan_loop.c)', function()
     local h0 = tgl.dvector('h0')
     local hs = tgl.scan { fn = function(h) return h + 1 end, outputs_info = { h0 }, n_steps = 1000,
                           name = 'count' }
-    local f = tgl.compile { inputs = { h0 }, outputs = { hs, hs[-1] } }
+    local f = compile { inputs = { h0 }, outputs = { hs, hs[-1] } }
     local ran = compare(f, { tgl.array({ 0.5, -2 }, 'float64') }, nil, 3, 'count')
     -- the first two steps of each run are interpreted, the rest generated
     if GEN then assert.are.equal(3 * 998, ran) end
@@ -107,7 +113,7 @@ describe('the whole loop in C (scan_loop.c)', function()
         non_sequences = { W, c },
         go_backwards = back, name = 'taps',
       }
-      local f = tgl.compile { inputs = { x, y, h0, g0, W, c }, outputs = { outs[1], outs[2], outs[3] } }
+      local f = compile { inputs = { x, y, h0, g0, W, c }, outputs = { outs[1], outs[2], outs[3] } }
       tgl.manual_seed(3)
       local T = 40
       local xa = tgl.randn(T + 3, 3)
@@ -125,7 +131,7 @@ describe('the whole loop in C (scan_loop.c)', function()
     local hs = tgl.scan { fn = function(h_m2, h_m1) return tgl.tanh(h_m1:dot(W) + h_m2 * 0.5) end,
                           outputs_info = { { initial = h0:reshape({ 2, 3 }), taps = { -2, -1 } } },
                           n_steps = 50, name = 'ring' }
-    local f = tgl.compile { inputs = { h0, W }, outputs = hs[-1] }
+    local f = compile { inputs = { h0, W }, outputs = hs[-1] }
     tgl.manual_seed(4)
     compare(f, { tgl.randn(6):astype('float64'), tgl.randn(3, 3):astype('float64') }, nil, 3, 'ring')
   end)
@@ -137,7 +143,7 @@ describe('the whole loop in C (scan_loop.c)', function()
       local nv = v * 1.5 + 0.25
       return nv, tgl.until_(tgl.gt(nv, lim))
     end, outputs_info = { k }, n_steps = 1000, name = 'until' }
-    local f = tgl.compile { inputs = { k, lim }, outputs = p }
+    local f = compile { inputs = { k, lim }, outputs = p }
     for _, l in ipairs({ 1e3, 1e9, 1e300 }) do
       compare(f, { tgl.array(1, 'float64'), tgl.array(l, 'float64') }, nil, 2, 'until ' .. l)
     end
@@ -152,7 +158,7 @@ describe('the whole loop in C (scan_loop.c)', function()
       local nh = tgl.tanh(h + x_t)
       return nh, { { acc, acc + nh * 0.5 } }
     end, sequences = { x }, outputs_info = { tgl.zeros(3) }, name = 'upd' }
-    local f = tgl.compile { inputs = { x }, outputs = outs, updates = upd }
+    local f = compile { inputs = { x }, outputs = outs, updates = upd }
     tgl.manual_seed(5)
     compare(f, { tgl.randn(30, 3) }, { { acc, tgl.zeros(3) } }, 3, 'shared updates')
   end)
@@ -173,7 +179,7 @@ describe('the whole loop in C (scan_loop.c)', function()
     local grads = tgl.grad(cost, params)
     local upd = {}
     for i, p in ipairs(params) do upd[i] = { p, p - 0.01 * grads[i] } end
-    local f = tgl.compile { inputs = { X, Y }, outputs = { cost, grads[1], grads[2] }, updates = upd }
+    local f = compile { inputs = { X, Y }, outputs = { cost, grads[1], grads[2] }, updates = upd }
     local shared = {}
     for i, p in ipairs(params) do shared[i] = { p, p:get_value():clone() } end
     compare(f, { tgl.randn(25, 8), tgl.randn(25, 4) }, shared, 3, 'elman bptt')
@@ -186,7 +192,7 @@ describe('the whole loop in C (scan_loop.c)', function()
                            outputs_info = { tgl.constant(0, 'float64') }, name = 'inner' }
       return s[-1]
     end, sequences = { x }, name = 'outer' }
-    local f = tgl.compile { inputs = { x }, outputs = outs }
+    local f = compile { inputs = { x }, outputs = outs }
     local xa = tgl.array({ { 1, 2 }, { 3, 4 }, { 5, 6 }, { 7, 8 } }, 'float64')
     f:wait_compiled()
     local ref = with('bound', function() return f(xa):clone() end)
@@ -236,6 +242,8 @@ describe('random scan programs: the generated loop equals the interpreted one', 
       -- the loops of a random case may run too few steps to be generated:
       -- the comparison holds either way, the counter is summed below
       f:wait_compiled()
+      for _, sv in ipairs(shared) do sv[1]:set_value(sv[2]:clone()) end
+      with(true, function() f(unpack(args)) end)
       local before = steps_run()
       local ok, err = pcall(function()
         local function run(ws)
