@@ -1145,6 +1145,11 @@ local function run_case(seed)
   end
 end
 
+-- spec/scan_loop_spec.lua reuses the generator (its random programs run
+-- there generated and interpreted): loaded with PROPERTY_SCAN_EXPORT set,
+-- this file returns it and defines no test.
+if PROPERTY_SCAN_EXPORT then return { random_case = random_case } end
+
 -- ---------------------------------------------------------------------------
 
 describe('random programs with loops, indexing and gradients', function()

@@ -92,6 +92,22 @@ typedef int (*tgl_step_fn)(void *const *D, void *env, tgl_step_cb cb);
  * backend's step_run calls it). */
 tgl_step_fn tgl_cgen_step_code(const tgl_kernel_ref *k);
 
+/* ---- whole loops (src/scan, through backend.h's loop_* entries) ---- */
+
+/* The C source of a whole loop (render.c): the body's kernels as a whole
+ * step's, then `int <symbol>(void **D, int64_t *L, void *env,
+ * tgl_step_cb cb)` running the steps L[1]..L[0]-1 (backend.h). */
+tgl_status tgl_cgen_render_loop(const tgl_loop_plan *plan, const char *symbol, char **source,
+                                tgl_errbuf *err);
+/* backend.loop_prepare (compile.c): the handle of an equal plan made
+ * before, else rendered and compiled as a whole step is; kept by cgen
+ * (the caller never frees it). */
+tgl_status tgl_cgen_loop_prepare(const tgl_backend_opts *o, const tgl_loop_plan *plan,
+                                 tgl_kernel_ref **out, tgl_errbuf *err);
+typedef int (*tgl_loop_fn)(void **D, int64_t *L, void *env, tgl_step_cb cb);
+/* The code of a prepared loop, NULL until it is ready. */
+tgl_loop_fn tgl_cgen_loop_code(const tgl_kernel_ref *k);
+
 /* Deletes every entry of the kernel cache (o->cache_dir, else
  * $TGL_CACHE_DIR, else ~/.cache/tgl). */
 tgl_status tgl_cgen_cache_clear(const tgl_backend_opts *o, tgl_errbuf *err);

@@ -70,6 +70,7 @@
  */
 #include "cgen/cgint.h"
 #include "cgen/expr.h"
+#include "engine/hash.h"
 #include "engine/ops/ops.h"
 
 #include <dlfcn.h>
@@ -1159,16 +1160,12 @@ tgl_status tgl_cgen_compile(const tgl_backend_opts *o, const tgl_backend *be,
     return TGL_OK;
 }
 
-tgl_status tgl_cgen_step_prepare(const tgl_backend_opts *o, const tgl_step_item *items, int n,
-                                 tgl_kernel_ref **out, tgl_errbuf *err)
+/* A whole step's or loop's handle for source (rendered; freed here):
+ * from the kernel cache, else compiled now or in the background as
+ * o->compile says; tier 0 (no code) under 'tcc' or when it cannot build. */
+static tgl_status prepare_whole(const tgl_backend_opts *o, char *source, const char *symbol,
+                                tgl_kernel_ref **out, tgl_errbuf *err)
 {
-    if (!o || !items || !out)
-        return tgl_errbuf_set(err, TGL_EINVAL, "tgl_cgen_step_prepare: NULL argument");
-    const char *symbol = "tgl_whole_step";
-    char *source = NULL;
-    tgl_status st = tgl_cgen_render_step(items, n, symbol, &source, err);
-    if (st)
-        return st;
     kernel *k = calloc(1, sizeof *k);
     job *j = k ? job_new(o, &tgl_backend_cpu, source, symbol) : NULL;
     free(source);
@@ -1205,6 +1202,185 @@ tgl_status tgl_cgen_step_prepare(const tgl_backend_opts *o, const tgl_step_item 
     if (!start_background(j, k, false))
         job_free(j);
     return TGL_OK;
+}
+
+tgl_status tgl_cgen_step_prepare(const tgl_backend_opts *o, const tgl_step_item *items, int n,
+                                 tgl_kernel_ref **out, tgl_errbuf *err)
+{
+    if (!o || !items || !out)
+        return tgl_errbuf_set(err, TGL_EINVAL, "tgl_cgen_step_prepare: NULL argument");
+    const char *symbol = "tgl_whole_step";
+    char *source = NULL;
+    tgl_status st = tgl_cgen_render_step(items, n, symbol, &source, err);
+    if (st)
+        return st;
+    return prepare_whole(o, source, symbol, out, err);
+}
+
+/* ---- whole loops ------------------------------------------------------------
+ *
+ * A scan makes its loop's plan at every run (its buffers are new each
+ * run), and most runs have the plan of the run before.  Rendering and
+ * hashing the source each time would cost more than a short loop's steps,
+ * so the handles are kept here by the plan's signature: everything the
+ * source is made of (the kernels' digests and geometry, the D indices,
+ * the pointers, stores and condition), compared in full.  A handle stays
+ * until exit (a scan may be running it on another context's thread, so
+ * none is dropped earlier): one per distinct loop geometry the process
+ * ran. */
+
+static struct {
+    pthread_mutex_t lock;
+    struct loop_entry { uint64_t h; size_t n; int64_t *sig; kernel *k; } *e;
+    int n, cap;
+    bool atexit_set;
+} LT = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static void loop_table_free(void)
+{
+    pthread_mutex_lock(&LT.lock);
+    for (int i = 0; i < LT.n; i++) {
+        free(LT.e[i].sig);
+        tgl_cgen_kernel_release(&LT.e[i].k->head);
+    }
+    free(LT.e);
+    LT.e = NULL;
+    LT.n = LT.cap = 0;
+    pthread_mutex_unlock(&LT.lock);
+}
+
+/* The signature of pl: int64 words, malloc'd (*n words); NULL when a
+ * kernel has no single-task plan (not inlinable) or out of memory. */
+static int64_t *loop_signature(const tgl_loop_plan *pl, size_t *n)
+{
+    size_t cap = 16 + (size_t)pl->nptr * 7 + (size_t)pl->nstore * 3;
+    for (int i = 0; i < pl->nitems; i++)
+        if (pl->items[i].prog)
+            cap += 16 + 3 * TGL_KERNEL_MAX_DIMS +
+                   (size_t)(pl->items[i].prog->nin + pl->items[i].prog->nout) *
+                       (1 + TGL_KERNEL_MAX_DIMS);
+        else
+            cap += 1;
+    int64_t *w = malloc(sizeof *w * cap);
+    if (!w)
+        return NULL;
+    size_t m = 0;
+    w[m++] = pl->nitems;
+    w[m++] = pl->nptr;
+    w[m++] = pl->nstore;
+    w[m++] = pl->until_d;
+    w[m++] = pl->until_dtype;
+    w[m++] = pl->reverse;
+    for (int i = 0; i < pl->nitems; i++) {
+        const tgl_step_item *it = &pl->items[i];
+        if (!it->prog) {
+            w[m++] = -1;
+            continue;
+        }
+        tgl_kargs a;
+        const tgl_kbuf *kb;
+        if (!tgl_cgen_plan_single(it->launch_cache, &a, &kb)) {
+            free(w);
+            return NULL;
+        }
+        int nop = it->prog->nin + it->prog->nout;
+        w[m++] = (int64_t)tgl_cgen_digest(it->prog);
+        w[m++] = it->prog->id;
+        w[m++] = it->pc;
+        w[m++] = it->scratch;
+        w[m++] = it->acc_size;
+        w[m++] = a.ndim;
+        w[m++] = a.unit;
+        w[m++] = a.row_begin;
+        w[m++] = a.row_end;
+        w[m++] = a.col_begin;
+        w[m++] = a.col_end;
+        for (int d = 0; d < a.ndim; d++)
+            w[m++] = a.shape[d];
+        for (int j = 0; j < nop; j++) {
+            w[m++] = it->data[j];
+            for (int d = 0; d < a.ndim; d++)
+                w[m++] = kb[j].strides[d];
+        }
+    }
+    for (int i = 0; i < pl->nptr; i++) {
+        const tgl_loop_ptr *p = &pl->ptr[i];
+        w[m++] = p->d;
+        w[m++] = p->base;
+        w[m++] = p->moves;
+        w[m++] = p->off;
+        w[m++] = p->add;
+        w[m++] = p->mod;
+        w[m++] = p->bytes;
+    }
+    for (int i = 0; i < pl->nstore; i++) {
+        w[m++] = pl->store[i].dst;
+        w[m++] = pl->store[i].src;
+        w[m++] = pl->store[i].bytes;
+    }
+    *n = m;
+    return w;
+}
+
+tgl_status tgl_cgen_loop_prepare(const tgl_backend_opts *o, const tgl_loop_plan *pl,
+                                 tgl_kernel_ref **out, tgl_errbuf *err)
+{
+    if (!o || !pl || !out)
+        return tgl_errbuf_set(err, TGL_EINVAL, "tgl_cgen_loop_prepare: NULL argument");
+    size_t n = 0;
+    int64_t *sig = loop_signature(pl, &n);
+    if (!sig)
+        return tgl_errbuf_set(err, TGL_EINVAL, "cgen: the loop has a kernel with no "
+                                               "single-task launch plan");
+    uint64_t h = tgl_hash_bytes(TGL_HASH_FNV_BASIS, sig, sizeof *sig * n);
+    pthread_mutex_lock(&LT.lock);
+    for (int i = 0; i < LT.n; i++)
+        if (LT.e[i].h == h && LT.e[i].n == n && memcmp(LT.e[i].sig, sig, sizeof *sig * n) == 0) {
+            *out = &LT.e[i].k->head;
+            pthread_mutex_unlock(&LT.lock);
+            free(sig);
+            return TGL_OK;
+        }
+    pthread_mutex_unlock(&LT.lock);
+    const char *symbol = "tgl_whole_loop";
+    char *source = NULL;
+    tgl_status st = tgl_cgen_render_loop(pl, symbol, &source, err);
+    tgl_kernel_ref *ref = NULL;
+    if (!st)
+        st = prepare_whole(o, source, symbol, &ref, err);
+    if (st) {
+        free(sig);
+        return st;
+    }
+    pthread_mutex_lock(&LT.lock);
+    if (!LT.atexit_set) {
+        LT.atexit_set = true;
+        atexit(loop_table_free);
+    }
+    if (LT.n == LT.cap) {
+        int cap = LT.cap ? 2 * LT.cap : 16;
+        struct loop_entry *e = realloc(LT.e, sizeof *e * (size_t)cap);
+        if (!e) {
+            pthread_mutex_unlock(&LT.lock);
+            free(sig);
+            tgl_cgen_kernel_release(ref);
+            return tgl_errbuf_set(err, TGL_ENOMEM, "cgen: out of memory");
+        }
+        LT.e = e;
+        LT.cap = cap;
+    }
+    LT.e[LT.n++] = (struct loop_entry){h, n, sig, (kernel *)ref};
+    pthread_mutex_unlock(&LT.lock);
+    *out = ref;
+    return TGL_OK;
+}
+
+tgl_loop_fn tgl_cgen_loop_code(const tgl_kernel_ref *ref)
+{
+    const kernel *k = (const kernel *)ref;
+    if (!k || __atomic_load_n(&k->head.tier, __ATOMIC_ACQUIRE) != 2)
+        return NULL;
+    return (tgl_loop_fn)(void (*)(void))__atomic_load_n(&k->fn, __ATOMIC_ACQUIRE);
 }
 
 tgl_step_fn tgl_cgen_step_code(const tgl_kernel_ref *ref)

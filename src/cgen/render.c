@@ -525,59 +525,128 @@ static void step_kernel(render *r, tgl_sb *b, const tgl_step_item *it)
     tgl_sb_printf(b, "    }\n");
 }
 
-tgl_status tgl_cgen_render_step(const tgl_step_item *items, int n, const char *symbol,
-                                char **source, tgl_errbuf *err)
+/* The body of items[0..n): the inlined kernels' functions into fns, their
+ * TGLK keep marks into keep, the statements running the items into body
+ * (a callback returning its nonzero status). */
+static void render_items(render *r, const tgl_step_item *items, int n, tgl_sb *fns,
+                         tgl_sb *body, tgl_sb *keep, int *ninline)
 {
-    render r = {.x = {.d = &host_c, .err = err}};
-    tgl_sb fns = {0}, body = {0}, out = {0}, keep = {0};
-    int ninline = 0;
-    for (int i = 0; i < n && !r.x.st; i++) {
+    for (int i = 0; i < n && !r->x.st; i++) {
         const tgl_step_item *it = &items[i];
         if (!it->prog) {
-            tgl_sb_printf(&body, "    if ((st = cb(env, %d)) != 0)\n        return st;\n", i);
+            tgl_sb_printf(body, "    if ((st = cb(env, %d)) != 0)\n        return st;\n", i);
             continue;
         }
-        ninline++;
+        (*ninline)++;
         /* A kernel calling libm stays a function of its own (noipa), so
          * its loops vectorize exactly as in the kernel the CVM runs and the
          * vector and scalar libm calls fall on the same elements. */
-        uint32_t used0 = r.x.used[0], used1 = r.x.used[1];
+        uint32_t used0 = r->x.used[0], used1 = r->x.used[1];
         char pfx[24], sym[24], decl[24];
         snprintf(pfx, sizeof pfx, "s%d", it->pc);
         snprintf(sym, sizeof sym, "s%d", it->pc);
         snprintf(decl, sizeof decl, "static TGLK%d ", it->pc);
-        render_kernel(&r, &fns, it->prog, pfx, decl, sym);
-        bool libm = r.x.used[0] != used0 || r.x.used[1] != used1 || it->prog->ninstr == 0;
+        render_kernel(r, fns, it->prog, pfx, decl, sym);
+        bool libm = r->x.used[0] != used0 || r->x.used[1] != used1 || it->prog->ninstr == 0;
         for (int k = 0; !libm && k < it->prog->ninstr; k++) {
             int op = it->prog->code[k].op;
             libm = op == TGL_OP_EXP || op == TGL_OP_LOG || op == TGL_OP_TANH ||
                    op == TGL_OP_SIGMOID || op == TGL_OP_SOFTPLUS || op == TGL_OP_LOG1P ||
                    op == TGL_OP_EXPM1 || op == TGL_OP_POW || op == TGL_OP_SIN || op == TGL_OP_COS;
         }
-        tgl_sb_printf(&keep, "#define TGLK%d %s\n", it->pc, libm ? "TGL_KEEP" : "");
-        tgl_sb_printf(&body, "    /* instruction %d: fused program %d */\n", it->pc, it->prog->id);
+        tgl_sb_printf(keep, "#define TGLK%d %s\n", it->pc, libm ? "TGL_KEEP" : "");
+        tgl_sb_printf(body, "    /* instruction %d: fused program %d */\n", it->pc, it->prog->id);
         if (it->prep)
-            tgl_sb_printf(&body, "    st = cb(env, %d);\n    if (st > 0)\n        return st;\n"
-                                 "    if (st == 0)\n", -1 - i);
+            tgl_sb_printf(body, "    st = cb(env, %d);\n    if (st > 0)\n        return st;\n"
+                                "    if (st == 0)\n", -1 - i);
         if (it->timed)
-            tgl_sb_printf(&body, "    {\n    cb(env, %d);\n", TGL_STEP_CB_START + i);
-        step_kernel(&r, &body, it);
+            tgl_sb_printf(body, "    {\n    cb(env, %d);\n", TGL_STEP_CB_START + i);
+        step_kernel(r, body, it);
         if (it->timed)
-            tgl_sb_printf(&body, "    cb(env, %d);\n    }\n", TGL_STEP_CB_END + i);
+            tgl_sb_printf(body, "    cb(env, %d);\n    }\n", TGL_STEP_CB_END + i);
     }
-    tgl_sb_printf(&out, "/* tgl whole step: %d instructions, %d kernels inline */\n%s\n", n,
-                  ninline, tgl_cgen_kernel_header);
-    tgl_cgen_prelude(&r.x, &out);
-    tgl_sb_printf(&out, "#if defined(__GNUC__) && !defined(__clang__)\n"
-                        "#define TGL_KEEP __attribute__((noipa))\n#else\n"
-                        "#define TGL_KEEP __attribute__((noinline))\n#endif\n");
-    tgl_sb_cat(&out, &keep);
-    tgl_sb_cat(&out, &fns);
-    tgl_sb_printf(&out, "typedef int (*tgl_step_cb)(void *env, int i);\n\n"
-                        "int %s(void *const *D, void *env, tgl_step_cb cb)\n{\n    int st = 0;\n"
+}
+
+/* The source's head: the kernel header, the prelude, the keep marks and
+ * the kernels' functions. */
+static void render_head(render *r, tgl_sb *out, tgl_sb *keep, tgl_sb *fns)
+{
+    tgl_sb_printf(out, "%s\n", tgl_cgen_kernel_header);
+    tgl_cgen_prelude(&r->x, out);
+    tgl_sb_printf(out, "#if defined(__GNUC__) && !defined(__clang__)\n"
+                       "#define TGL_KEEP __attribute__((noipa))\n#else\n"
+                       "#define TGL_KEEP __attribute__((noinline))\n#endif\n");
+    tgl_sb_cat(out, keep);
+    tgl_sb_cat(out, fns);
+    tgl_sb_printf(out, "typedef int (*tgl_step_cb)(void *env, int i);\n\n");
+}
+
+tgl_status tgl_cgen_render_step(const tgl_step_item *items, int n, const char *symbol,
+                                char **source, tgl_errbuf *err)
+{
+    render r = {.x = {.d = &host_c, .err = err}};
+    tgl_sb fns = {0}, body = {0}, out = {0}, keep = {0};
+    int ninline = 0;
+    render_items(&r, items, n, &fns, &body, &keep, &ninline);
+    tgl_sb_printf(&out, "/* tgl whole step: %d instructions, %d kernels inline */\n", n, ninline);
+    render_head(&r, &out, &keep, &fns);
+    tgl_sb_printf(&out, "int %s(void *const *D, void *env, tgl_step_cb cb)\n{\n    int st = 0;\n"
                         "    (void)st;\n", symbol);
     tgl_sb_cat(&out, &body);
     tgl_sb_printf(&out, "    return 0;\n}\n");
+    tgl_sb_free(&fns);
+    tgl_sb_free(&body);
+    tgl_sb_free(&keep);
+    if (r.x.st || out.oom || !out.p) {
+        tgl_sb_free(&out);
+        return r.x.st ? r.x.st : tgl_errbuf_set(err, TGL_ENOMEM, "cgen: out of memory");
+    }
+    *source = out.p;
+    return TGL_OK;
+}
+
+/* ---- whole loops (src/scan) -------------------------------------------------------- */
+
+tgl_status tgl_cgen_render_loop(const tgl_loop_plan *pl, const char *symbol, char **source,
+                                tgl_errbuf *err)
+{
+    render r = {.x = {.d = &host_c, .err = err}};
+    tgl_sb fns = {0}, body = {0}, out = {0}, keep = {0};
+    int ninline = 0;
+    render_items(&r, pl->items, pl->nitems, &fns, &body, &keep, &ninline);
+    tgl_sb_printf(&out, "/* tgl whole loop: %d instructions, %d kernels inline */\n", pl->nitems,
+                  ninline);
+    render_head(&r, &out, &keep, &fns);
+    tgl_sb_printf(&out, "int %s(void **D, int64_t *L, void *env, tgl_step_cb cb)\n{\n"
+                        "    int st = 0;\n    (void)st;\n    const int64_t T = L[0];\n"
+                        "    for (int64_t step = L[1]; step < T; step++) {\n"
+                        "    const int64_t t = %s;\n    L[2] = t;\n",
+                  symbol, pl->reverse ? "T - 1 - step" : "step");
+    /* an interrupt is looked at every 4096 steps (cb(env, -1)) */
+    tgl_sb_printf(&out, "    if ((step & 4095) == 4095 && (st = cb(env, -1)) != 0)\n"
+                        "        return st;\n");
+    for (int i = 0; i < pl->nptr; i++) {
+        const tgl_loop_ptr *p = &pl->ptr[i];
+        tgl_sb_printf(&out, "    D[%d] = (char *)D[%d] + %lld", p->d, p->base, (long long)p->off);
+        if (p->moves) {
+            if (p->mod > 0)
+                tgl_sb_printf(&out, " + (t + %lld) %% %lld * %lld", (long long)p->add,
+                              (long long)p->mod, (long long)p->bytes);
+            else
+                tgl_sb_printf(&out, " + (t + %lld) * %lld", (long long)p->add,
+                              (long long)p->bytes);
+        }
+        tgl_sb_printf(&out, ";\n");
+    }
+    tgl_sb_cat(&out, &body);
+    for (int i = 0; i < pl->nstore; i++)
+        tgl_sb_printf(&out, "    __builtin_memmove(D[%d], D[%d], %lld);\n", pl->store[i].dst,
+                      pl->store[i].src, (long long)pl->store[i].bytes);
+    tgl_sb_printf(&out, "    L[3] = step + 1;\n");
+    if (pl->until_d >= 0)
+        tgl_sb_printf(&out, "    if (*(const %s *)D[%d] != 0)\n        break;\n",
+                      CT(pl->until_dtype), pl->until_d);
+    tgl_sb_printf(&out, "    }\n    return 0;\n}\n");
     tgl_sb_free(&fns);
     tgl_sb_free(&body);
     tgl_sb_free(&keep);

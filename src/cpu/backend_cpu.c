@@ -352,6 +352,13 @@ static int cpu_step_run(tgl_kernel_ref *k, void *const *D, void *env, tgl_step_c
     return fn ? fn(D, env, cb) : TGL_STEP_NOT_READY;
 }
 
+/* The scan loop's generated C function (src/cgen, loop_prepare). */
+static int cpu_loop_run(tgl_kernel_ref *k, void **D, int64_t *L, void *env, tgl_step_cb cb)
+{
+    tgl_loop_fn fn = tgl_cgen_loop_code(k);
+    return fn ? fn(D, L, env, cb) : TGL_STEP_NOT_READY;
+}
+
 const tgl_backend tgl_backend_cpu = {
     .name = "cpu",
     .device = TGL_DEVICE_CPU,
@@ -378,6 +385,8 @@ const tgl_backend tgl_backend_cpu = {
     .step_prepare = tgl_cgen_step_prepare,
     .step_run = cpu_step_run,
     .step_free = tgl_cgen_kernel_release,
+    .loop_prepare = tgl_cgen_loop_prepare,
+    .loop_run = cpu_loop_run,
     .cache_clear = tgl_cgen_cache_clear,
     .cache_info = tgl_cgen_cache_info,
     .wait_compiles = tgl_cgen_wait_all,

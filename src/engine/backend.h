@@ -118,6 +118,41 @@ typedef struct tgl_step_item {
 #define TGL_STEP_CB_PIN (3 << 24)
 #define TGL_STEP_CB_SAME (4 << 24)
 
+/* ---- whole loops (src/scan: a scan's loop as one function) ----
+ * A pointer the loop sets before each step t (the step's index in the
+ * sequences, T - 1 - step for a reverse scan):
+ *   D[d] = (char *)D[base] + off + e * bytes, e = moves ? (t + add) : 0,
+ *   taken modulo mod when mod > 0 (a ring); in the order given (a view of
+ *   a moving operand comes after it). */
+typedef struct tgl_loop_ptr {
+    int32_t d, base, moves;
+    int64_t off, add, mod, bytes;
+} tgl_loop_ptr;
+/* After the body: memmove(D[dst], D[src], bytes) (a step's output into
+ * its entry), in order. */
+typedef struct tgl_loop_store {
+    int32_t dst, src;
+    int64_t bytes;
+} tgl_loop_store;
+/* The loop: per step its pointers, the body's items (as a whole step's:
+ * inline kernels or cb(env, i)), its stores, then the until condition
+ * (until_d >= 0: stop after the step when the scalar of dtype until_dtype
+ * at D[until_d] is nonzero). */
+typedef struct tgl_loop_plan {
+    const tgl_step_item *items;
+    int nitems;
+    const tgl_loop_ptr *ptr;
+    int nptr;
+    const tgl_loop_store *store;
+    int nstore;
+    int32_t until_d;
+    int until_dtype;
+    int reverse;
+} tgl_loop_plan;
+/* loop_run's L: L[0] = T (in), L[1] = the first step to run (in), then the
+ * function keeps L[2] = the step running (its t) and L[3] = the steps done
+ * (out: for the callbacks, and where the loop stopped). */
+
 typedef struct tgl_backend {
     const char *name; /* "cpu", "cuda"; part of the kernel cache key */
     int device;       /* the tgl_device it serves                    */
@@ -214,6 +249,17 @@ typedef struct tgl_backend {
     /* Frees k; a background compile is not waited for.  (Waiting for one
      * is k->backend->wait, as for fused kernels.) */
     void (*step_free)(tgl_kernel_ref *k);
+
+    /* ---- whole loops (optional; NULL: scan runs its loop step by step) ----
+     * The handle of the loop of plan: its code compiled like a whole
+     * step's (kernel cache, background under 'tiered'), tier 2 when ready.
+     * The backend keeps the handle (with its code, found again for an equal
+     * plan); the caller never frees it. */
+    tgl_status (*loop_prepare)(const tgl_backend_opts *o, const tgl_loop_plan *plan,
+                               tgl_kernel_ref **out, tgl_errbuf *err);
+    /* Runs the loop k over D (L: tgl_loop_plan above): 0 when done, a
+     * callback's nonzero status, or TGL_STEP_NOT_READY (no code yet). */
+    int (*loop_run)(tgl_kernel_ref *k, void **D, int64_t *L, void *env, tgl_step_cb cb);
 
     /* ---- the kernel cache ---- */
     /* Deletes every cached kernel of this backend. */

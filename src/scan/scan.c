@@ -766,23 +766,6 @@ static inline void move_view(tgl_array *v, const tgl_array *a, int64_t e)
     v->data = (char *)a->data + e * a->strides[0] * (int64_t)tgl_dtype_size(a->dtype_id);
 }
 
-/* The state of one execution of a scan. */
-typedef struct run_state {
-    const tgl_scan_layout *s;
-    const tgl_node *n;
-    int64_t T;
-    tgl_array **seq_view;    /* per inner sequence tap                     */
-    tgl_array **rec_buf;     /* per recurrent output: (K+T) or ring (K+1)  */
-    tgl_array **rec_view;    /* per inner recurrent tap                    */
-    tgl_array **rec_dst;     /* per recurrent output: the entry written    */
-    tgl_array **out_buf;     /* per output not fed back                    */
-    tgl_array **out_dst;     /* per output not fed back: the entry written */
-    int nseqv, nrecv;        /* inner sequence taps, inner recurrent taps  */
-    bool *taken;             /* per sequence: an output took its buffer    */
-    int64_t done;            /* steps run                                  */
-    int64_t last_t;          /* the last step run                          */
-} run_state;
-
 static void run_state_free(run_state *rs)
 {
     const tgl_scan_layout *s = rs->s;
@@ -809,6 +792,7 @@ static void run_state_free(run_state *rs)
     free(rs->out_buf);
     free(rs->out_dst);
     free(rs->taken);
+    tgl_scan_loop_free(rs->loop);
 }
 
 /* Sets inner input slot i of the sub-frame to a (a new reference). */
@@ -1177,6 +1161,10 @@ static tgl_status run_steps(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins, t
     tgl_status st = TGL_OK;
     rs->last_t = s->reverse ? T - 1 : 0;
     for (int64_t step = 0; !st && step < T; step++) {
+        bool ran = false;
+        st = tgl_scan_loop_try(ctx, fr, ins, sub, in, rs, step, &ran);
+        if (ran || st)
+            break; /* the generated loop ran the steps left (scan_loop.c) */
         int64_t t = s->reverse ? T - 1 - step : step;
         point_views(sub, in, rs, t);
         st = tgl_step_exec(ctx, sub, 0, ip->ncode, true);

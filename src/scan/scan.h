@@ -116,4 +116,37 @@ tgl_status tgl_scan_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *const *gout, tgl_n
  * NULL when x is NULL or on error. */
 tgl_node *tgl_scan_length0(tgl_ctx *ctx, tgl_node *x);
 
+/* The state of one execution of a scan. */
+typedef struct run_state {
+    const tgl_scan_layout *s;
+    const tgl_node *n;
+    int64_t T;
+    tgl_array **seq_view;    /* per inner sequence tap                     */
+    tgl_array **rec_buf;     /* per recurrent output: (K+T) or ring (K+1)  */
+    tgl_array **rec_view;    /* per inner recurrent tap                    */
+    tgl_array **rec_dst;     /* per recurrent output: the entry written    */
+    tgl_array **out_buf;     /* per output not fed back                    */
+    tgl_array **out_dst;     /* per output not fed back: the entry written */
+    int nseqv, nrecv;        /* inner sequence taps, inner recurrent taps  */
+    bool *taken;             /* per sequence: an output took its buffer    */
+    int64_t done;            /* steps run                                  */
+    int64_t last_t;          /* the last step run                          */
+    struct tgl_scan_loop *loop; /* the generated loop (scan_loop.c), or NULL */
+    int loop_state;          /* scan_loop.c: 0 not tried, 1 plan made, 2 never */
+} run_state;
+
+/* scan_loop.c: the whole loop in C.  After step `step` (the steps before
+ * it ran on the body's frame, which is bound as a step), runs the steps
+ * left with the backend's generated loop when the body allows it and its
+ * code is ready: *ran is then true and rs->done / rs->last_t tell where it
+ * stopped (the error, if any, names the step).  Else *ran is false and the
+ * caller goes on step by step (it may ask again later: the code may still
+ * be compiling). */
+tgl_status tgl_scan_loop_try(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins, tgl_frame *sub,
+                             tgl_array *const *in, run_state *rs, int64_t step, bool *ran);
+void tgl_scan_loop_free(struct tgl_scan_loop *l);
+/* The steps the generated loops ran in this process (for tests: the
+ * specs declare it with ffi.cdef; not in tgl.h). */
+int64_t tgl_scan_loop_steps(void);
+
 #endif /* TGL_SCAN_H */
