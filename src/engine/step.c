@@ -126,7 +126,8 @@ struct tgl_step {
     int32_t nearly;
     int64_t bytes;           /* the arena the fixed buffers share (its
                                 planned peak, "Memory" below)              */
-    int64_t sum;             /* what they would hold with a buffer each     */
+    int64_t sum;             /* what they would hold with a buffer each
+                                (their sizes rounded up to TGL_ALIGN)      */
     int32_t nfirst;          /* ops before the deferred updates             */
     int32_t stopped;         /* the op whose shapes changed (STEP_RESHAPED) */
     /* The generated whole-step function (see "Generated code" below). */
@@ -699,7 +700,7 @@ static tgl_status bind_run(tgl_ctx *ctx, tgl_frame *fr, bool inner, int32_t to)
             isfix[o] = 1;
             def[o] = pc;
             s->fixed_slot[s->nfixed++] = o;
-            s->sum += (int64_t)a->storage->nbytes;
+            s->sum += ((int64_t)a->storage->nbytes + TGL_ALIGN - 1) / TGL_ALIGN * TGL_ALIGN;
         }
     }
     free(dyn);
@@ -707,6 +708,10 @@ static tgl_status bind_run(tgl_ctx *ctx, tgl_frame *fr, bool inner, int32_t to)
     mem_plan mp;
     bool shared = !st && mem_plan_make(fr, s, def, &mp);
     free(def);
+    if (shared && mp.peak >= s->sum) {
+        mem_plan_free(&mp); /* nothing to share: a storage each, as made */
+        shared = false;
+    }
     s->bytes = shared ? mp.peak : s->sum;
     int64_t max = step_max_bytes(fr->prog->device);
     if (shared && s->bytes <= max && mem_move(ctx, fr, s, &mp, to)) {
