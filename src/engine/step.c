@@ -392,17 +392,19 @@ static void release_early(tgl_frame *fr, const tgl_step *s)
  * buffer.  An instruction's outputs never share bytes with its inputs
  * (the intervals meet at it).
  *
- * Sharing is across dtypes: the arena is raw bytes from the backend's
- * allocator, every region is aligned and padded to TGL_ALIGN (64 bytes: the
- * alignment and the whole lines a buffer of its own would have), and a
- * region is only ever written by its buffer's writer after the last read of
- * whatever held those bytes before, in an earlier instruction: a kernel
- * call, or an inline kernel of the generated function, which is compiled
- * with its operands behind separate pointers of the D table and runs each
- * kernel to completion before the next (as the CVM's pool hands a float
- * buffer to an int64 result from call to call).  Per-dtype arenas would
- * keep a step's int64 labels and double accumulators from reusing its
- * float32 activations' bytes, for no safety gained.
+ * Sharing is per dtype: buffers of one dtype share bytes, two of different
+ * dtypes never do (one arena, each region aligned and padded to TGL_ALIGN,
+ * 64 bytes: the alignment and the whole lines a buffer of its own would
+ * have).  A region is only written by its buffer's writer after the last
+ * read of whatever held those bytes before, in an earlier instruction; as
+ * separate kernel calls that would be safe across dtypes too (the CVM's
+ * pool hands a float buffer to an int64 result from call to call), but the
+ * generated function inlines small kernels with constant geometry into one
+ * C function compiled with strict aliasing: a store of a double there may
+ * be moved above a load of a float from an earlier kernel, since the
+ * compiler assumes the two types never alias.  Within one dtype it must
+ * keep their order.  A training step's large buffers share one dtype, so
+ * little is lost (the int64 labels and double accumulators are small).
  *
  * Nothing else writes the arena: a dynamic instruction takes its buffer
  * through the CVM, which never takes a fixed array (two references) in
@@ -448,7 +450,7 @@ static bool mem_plan_make(const tgl_frame *fr, const tgl_step *s, const int32_t 
         m->root[sl] = m->n;
         stor[m->n] = a->storage;
         m->buf[m->n++] = (tgl_step_buf){.size = (int64_t)a->storage->nbytes,
-                                        .first = def[sl], .last = def[sl]};
+                                        .first = def[sl], .last = def[sl], .kind = a->dtype_id};
     }
     for (int32_t pc = 0; ok && pc < prog->ncode; pc++) {
         const tgl_instr *ins = &prog->code[pc];

@@ -11,18 +11,22 @@
  * them all.  Two buffers meet when some instruction lies in both closed
  * intervals, so an instruction's outputs never share bytes with its inputs
  * (a kernel may write its output before it has read all of its input).
- * The arena's size is the plan's peak; it is allocated once at that size.
+ * Buffers of different kinds (dtypes) are treated as always alive together,
+ * so each kind gets bytes of its own within the arena.  The arena's size
+ * is the plan's peak; it is allocated once at that size.
  *
  * A linear scan over the instruction order with a free list (ggml-alloc's
  * dynamic allocator) was tried first: it places the small buffers written
  * early into the front of a large block freed early, and the large buffer
  * that comes later no longer fits there (on the 784-500-10 MLP step at
  * batch 60 it planned 480000 bytes where 362400 are alive at once; the
- * largest-first order plans 362432).  Neither is optimal (placing sized
- * intervals is NP-hard): the peak lies between the lower bound, the most
- * bytes alive at one instruction, and the sum; spec/c/test_step_mem.c
- * checks both bounds, and that no two buffers alive at one instruction
- * overlap, on hand-made and random lifetimes.
+ * largest-first order plans 362432, and 362496 with its int64 and float32
+ * buffers apart).  Neither is optimal (placing sized intervals is
+ * NP-hard): the peak lies between the lower bound, per kind the most bytes
+ * alive at one instruction, and the sum (on random lifetimes up to ~1.25x
+ * the bound); spec/c/test_step_mem.c checks both bounds, and that no two
+ * buffers alive at one instruction overlap, on hand-made and random
+ * lifetimes.
  *
  * Cost: O(n^2) in the fixed buffers of one step, once per binding.
  */
@@ -33,7 +37,7 @@
 
 typedef struct item {
     int64_t size;       /* rounded                                         */
-    int32_t first, last;
+    int32_t first, last, kind;
     int32_t i;          /* the buffer                                      */
     int64_t offset;
 } item;
@@ -73,15 +77,17 @@ int64_t tgl_step_mem_plan(tgl_step_buf *b, int32_t n, int64_t align)
         if (b[i].size <= 0)
             continue;
         int32_t last = b[i].last < b[i].first ? b[i].first : b[i].last;
-        it[m++] = (item){(b[i].size + align - 1) & ~(align - 1), b[i].first, last, i, 0};
+        it[m++] = (item){(b[i].size + align - 1) & ~(align - 1), b[i].first, last, b[i].kind,
+                         i, 0};
     }
     qsort(it, (size_t)m, sizeof *it, by_size);
     int64_t peak = 0;
     for (int32_t k = 0; k < m; k++) {
-        /* the placed buffers alive with it, by offset */
+        /* the placed buffers alive with it (or of another kind), by offset */
         int32_t nm = 0;
         for (int32_t j = 0; j < k; j++)
-            if (it[j].first <= it[k].last && it[k].first <= it[j].last)
+            if (it[j].kind != it[k].kind ||
+                (it[j].first <= it[k].last && it[k].first <= it[j].last))
                 meet[nm++] = &it[j];
         qsort(meet, (size_t)nm, sizeof *meet, by_offset);
         int64_t at = -1, gap_best = 0, low = 0;

@@ -17,11 +17,13 @@ typedef struct tgl_step_buf {
     int32_t first;     /* the instruction that writes it                    */
     int32_t last;      /* the last instruction that may read it (>= first;
                           a smaller one is taken as first)                  */
+    int32_t kind;      /* buffers of different kinds never share a byte
+                          (step.c: the dtype)                               */
     int64_t offset;    /* out: from the arena's start, a multiple of align  */
 } tgl_step_buf;
 
 /* Places the n buffers so that two whose intervals meet (share an
- * instruction) never share a byte; every size is rounded up to align (a
+ * instruction), or whose kinds differ, never share a byte; every size is rounded up to align (a
  * power of two).  Returns the arena's size (the planned peak), or -1 when
  * out of memory (offsets then unset). */
 int64_t tgl_step_mem_plan(tgl_step_buf *b, int32_t n, int64_t align);
