@@ -60,7 +60,12 @@
  * intermediate had its own buffer: -7% on a 784-500-10 MLP at batch 256,
  * 4 MiB) than the per-instruction work it saves, which only matters for
  * small steps.  What is budgeted is the arena (the planned peak), the
- * bytes the step's kernels actually touch. */
+ * bytes the step's kernels actually touch.  The rule may be conservative:
+ * with the arena, that MLP at batch 256 (arena 1.5 MB, 2.1 MB as separate
+ * buffers) ran 10% faster bound than on the CVM when forced to bind (three
+ * interleaved rounds on a 2-core AMD EPYC with a 512 KiB L2, under heavy
+ * load: 4855/5398/4730 vs 4392/4328/4452 examples/s); one machine is no
+ * ground for another constant, so the budget is for tune.c to measure. */
 static int64_t step_max_bytes(int device)
 {
     /* A device with memory of its own (a GPU) has no such cache to fit
