@@ -716,6 +716,12 @@ TGL_API int tgl_function_inplace(const tgl_function *fn, const tgl_node *n);
  * program.  Any pointer may be NULL. */
 TGL_API int tgl_function_whole_step(const tgl_function *fn, int64_t *fixed_bytes, int *fixed,
                                     int *dynamic, int *generated);
+/* The memory of fn's bound whole steps (its own, and its scan bodies' as
+ * bound for their last run): how many are bound, and in *sum the bytes
+ * their fixed buffers would hold with a buffer each, in *peak the arenas
+ * they hold (buffers with disjoint lifetimes share bytes; the planned peak,
+ * which each step's budget is checked against).  Either may be NULL. */
+TGL_API int tgl_function_step_memory(const tgl_function *fn, int64_t *sum, int64_t *peak);
 /* Numbers of inputs and outputs. */
 TGL_API int tgl_function_ninputs(const tgl_function *fn);
 TGL_API int tgl_function_noutputs(const tgl_function *fn);

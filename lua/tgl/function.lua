@@ -132,14 +132,28 @@ end
 
 -- f:whole_step(): nil while the CVM runs the program; once a straight-line
 -- program has been called twice on the same shapes and bound to fixed
--- buffers (doc/compile.md, "Whole-step plan"): { bytes = fixed buffers'
--- size, fixed = instructions run as direct kernel calls, dynamic = the
--- others, generated = whether the step's generated C function runs it }.
+-- buffers (doc/compile.md, "Whole-step plan"): { bytes = the arena the
+-- fixed buffers share (their planned peak), sum = what they would hold with
+-- a buffer each, fixed = instructions run as direct kernel calls, dynamic =
+-- the others, generated = whether the step's generated C function runs it }.
 function Function:whole_step()
   local bytes, nf, nd, gen = ffi.new('int64_t[1]'), ffi.new('int[1]'), ffi.new('int[1]'),
                              ffi.new('int[1]')
   if C.tgl_function_whole_step(self._fn, bytes, nf, nd, gen) == 0 then return nil end
-  return { bytes = tonumber(bytes[0]), fixed = nf[0], dynamic = nd[0], generated = gen[0] ~= 0 }
+  local sum = ffi.new('int64_t[1]')
+  C.tgl_function_step_memory(self._fn, sum, nil) -- a bound program has no scan body
+  return { bytes = tonumber(bytes[0]), sum = tonumber(sum[0]), fixed = nf[0], dynamic = nd[0],
+           generated = gen[0] ~= 0 }
+end
+
+-- f:step_memory(): the memory of the function's bound steps, its own and
+-- its scan bodies' (as bound for their last run): { steps = how many are
+-- bound, sum = bytes their fixed buffers would hold with a buffer each,
+-- bytes = the arenas they hold (the planned peaks) }.
+function Function:step_memory()
+  local sum, peak = ffi.new('int64_t[1]'), ffi.new('int64_t[1]')
+  local n = C.tgl_function_step_memory(self._fn, sum, peak)
+  return { steps = n, sum = tonumber(sum[0]), bytes = tonumber(peak[0]) }
 end
 
 -- The CVM program as text.
