@@ -53,9 +53,9 @@
 #include <unistd.h>
 
 /* The most the arena of one step may hold: this core's L2 cache (the
- * tunable step.max_bytes once tune.c derives it, else sysconf's L2, else
- * 1 MiB).  A bound step keeps its intermediates in buffers of its own
- * between calls, where the CVM's pool hands the same few buffers round;
+ * tunable step.max_bytes, which tune.c derives from sysconf's L2: at
+ * least 256 KiB, 1 MiB where the system does not say).  A bound step
+ * keeps its intermediates in buffers of its own between calls, where the CVM's pool hands the same few buffers round;
  * past the cache that costs more in misses (measured when each
  * intermediate had its own buffer: -7% on a 784-500-10 MLP at batch 256,
  * 4 MiB) than the per-instruction work it saves, which only matters for
@@ -74,19 +74,7 @@ static int64_t step_max_bytes(int device)
      * bound on the memory a step may keep between calls. */
     if (device != TGL_DEVICE_CPU)
         return (int64_t)1 << 30;
-    if (strcmp(tgl_tune_source(TGL_TUNE_STEP_MAX_BYTES), "fallback") != 0)
-        return tgl_tune_get(TGL_TUNE_STEP_MAX_BYTES);
-    static int64_t max;
-    if (!max) {
-        long l2 = -1;
-#ifdef _SC_LEVEL2_CACHE_SIZE
-        l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
-#endif
-        int64_t m = l2 > 0 ? (int64_t)l2 : (int64_t)1 << 20;
-        __atomic_store_n(&max, m < ((int64_t)256 << 10) ? (int64_t)256 << 10 : m,
-                         __ATOMIC_RELAXED);
-    }
-    return __atomic_load_n(&max, __ATOMIC_RELAXED);
+    return tgl_tune_get(TGL_TUNE_STEP_MAX_BYTES);
 }
 
 enum { STEP_FIXED, STEP_DYNAMIC, STEP_VIEW };
