@@ -699,9 +699,12 @@ static tgl_status bind_run(tgl_ctx *ctx, tgl_frame *fr, bool inner, int32_t to)
         }
     }
     free(dyn);
-    /* The arena ("Memory" above): its planned peak is what is budgeted. */
+    /* The arena ("Memory" above): its planned peak is what is budgeted.
+     * A scan body keeps a storage per buffer: its generated loop
+     * (src/scan) proves that no two ops write one storage by storage
+     * identity, and a body's buffers are few and small. */
     mem_plan mp;
-    bool shared = !st && mem_plan_make(fr, s, def, &mp);
+    bool shared = !st && !inner && mem_plan_make(fr, s, def, &mp);
     free(def);
     if (shared && mp.peak >= s->sum) {
         mem_plan_free(&mp); /* nothing to share: a storage each, as made */
