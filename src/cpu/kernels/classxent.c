@@ -207,13 +207,15 @@ static tgl_status cx_run(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in, 
 }
 
 /* class_xent_sgd.  The block's words run one after another over working
- * copies: Wc's rows in the output's rows T.., the distinct word rows in
- * its last K rows (copy u in row u, U <= K).  wrow[j] is the copy of the
- * j-th word row, src[u] its row of Ww, firstj[u] the first j naming it.
- * Per word: h[t] copied contiguous, the logits, their exponentials (the
- * vectorised vexp in float32), then one pass per row that adds d w to
- * the hidden error and moves w to w keep - lr d h (w read once), in the
- * row's own precision.  Built for AVX-512, AVX2 and the baseline, picked
+ * copies: Wc transposed (H, C) in scratch (ct), the distinct word rows in
+ * the output's last K rows (copy u in row u, U <= K).  wrow[j] is the copy
+ * of the j-th word row, src[u] its row of Ww, firstj[u] the first j naming
+ * it.  Per word: h[t] copied contiguous; the class logits over ct (inner
+ * loops over the C classes, unit stride); their exponentials (the
+ * vectorised vexp in float32); per hidden unit one pass over the classes
+ * that adds their part of the hidden error and moves each weight to
+ * w keep - lr d h (w read once); then the same per word row.  In the
+ * rows' own precision; the changes go to the output at the end.  Built for AVX-512, AVX2 and the baseline, picked
  * at load time, as vexp.c is (the library never assumes the machine). */
 #if defined(__GNUC__) && defined(__x86_64__) && defined(__has_attribute)
 #if __has_attribute(target_clones)
@@ -250,6 +252,23 @@ static inline double exprow_double(double *z, double m, int64_t n)
         return ((double)acc[0] + acc[1] + acc[2] + acc[3]) +                            \
                ((double)acc[4] + acc[5] + acc[6] + acc[7]);                             \
     }                                                                                   \
+    /* dst = src (sign 0) or dst -= src (sign 1), src with stride ks; the  \
+     * unit-stride case vectorises */                                                   \
+    static inline void rowop_##T_(T_ *restrict dst, const T_ *restrict src, int64_t ks,  \
+                                  int64_t H, int sub)                                    \
+    {                                                                                   \
+        if (ks == 1) {                                                                  \
+            if (sub)                                                                    \
+                for (int64_t k = 0; k < H; k++)                                         \
+                    dst[k] -= src[k];                                                   \
+            else                                                                        \
+                for (int64_t k = 0; k < H; k++)                                         \
+                    dst[k] = src[k];                                                    \
+        } else {                                                                        \
+            for (int64_t k = 0; k < H; k++)                                             \
+                dst[k] = sub ? dst[k] - src[k * ks] : src[k * ks];                      \
+        }                                                                               \
+    }                                                                                   \
     static inline void step_##T_(T_ *restrict w, T_ *restrict eh, const T_ *restrict h, \
                                  T_ d, T_ keep, T_ b, int64_t H)                         \
     {                                                                                   \
@@ -269,7 +288,7 @@ static inline double exprow_double(double *z, double m, int64_t n)
     SGD_CLONES static void sgd_##T_(const cx_index *ix, tgl_array *const *in,            \
                                     tgl_array *out, const int64_t *wrow, int64_t U,      \
                                     const int64_t *src, const int64_t *firstj, T_ *z,    \
-                                    T_ *eh, T_ *hb)                                      \
+                                    T_ *eh, T_ *hb, T_ *ct, T_ *dc, T_ *bc)              \
     {                                                                                   \
         const tgl_array *h = in[0], *wc = in[1], *ww = in[2], *beta = in[8];            \
         int64_t T = ix->T, C = ix->C, K = ix->K, H = h->shape[1], W1 = H + 1;           \
@@ -277,31 +296,55 @@ static inline double exprow_double(double *z, double m, int64_t n)
         const T_ *hd = h->data, *wcd = wc->data, *wwd = ww->data, *bd = beta->data;     \
         T_ *o = out->data;                                                              \
         T_ *cw = o + T * W1, *rw = o + (T + C) * W1;                                    \
+        /* the class weights transposed, (H, C): the class part runs over   \
+         * the C classes in the inner loops (long, unit-stride) */                      \
         for (int64_t c = 0; c < C; c++)                                                 \
             for (int64_t k = 0; k < H; k++)                                             \
-                cw[c * W1 + k] = wcd[c * wc->strides[0] + k * wc->strides[1]];          \
+                ct[k * C + c] = wcd[c * wc->strides[0] + k * wc->strides[1]];           \
         for (int64_t u = 0; u < U; u++)                                                 \
-            for (int64_t k = 0; k < H; k++)                                             \
-                rw[u * W1 + k] = wwd[src[u] * ww->strides[0] + k * ww->strides[1]];     \
+            rowop_##T_(rw + u * W1, wwd + src[u] * ww->strides[0], ww->strides[1], H, 0); \
         for (int64_t t = 0; t < T; t++) {                                               \
-            for (int64_t k = 0; k < H; k++)                                             \
-                hb[k] = hd[t * h->strides[0] + k * h->strides[1]];                      \
+            rowop_##T_(hb, hd + t * h->strides[0], h->strides[1], H, 0);                \
             double m = -INFINITY, s, loss;                                              \
-            for (int64_t c = 0; c < C; c++) {                                           \
-                double v = sdot_##T_(cw + c * W1, hb, H);                          \
-                z[c] = (T_)v;                                                           \
-                if (v > m || v != v)                                                    \
-                    m = v;                                                              \
+            for (int64_t c = 0; c < C; c++)                                             \
+                z[c] = 0;                                                               \
+            for (int64_t k = 0; k < H; k++) {                                           \
+                const T_ *restrict r = ct + k * C;                                      \
+                T_ hk = hb[k];                                                          \
+                for (int64_t c = 0; c < C; c++)                                         \
+                    z[c] += r[c] * hk;                                                  \
             }                                                                           \
+            for (int64_t c = 0; c < C; c++)                                             \
+                if (z[c] > m || z[c] != z[c])                                           \
+                    m = z[c];                                                           \
             loss = m - (double)z[ix->cls[t]];                                           \
             s = exprow_##T_(z, m, C);                                                   \
             loss += log(s);                                                             \
-            for (int64_t k = 0; k < H; k++)                                             \
-                eh[k] = 0;                                                              \
             T_ keep = (T_)(1 - lr * (double)bd[t * beta->strides[0]]);                  \
             for (int64_t c = 0; c < C; c++) {                                           \
                 double d = z[c] / s - (c == ix->cls[t]);                                \
-                step_##T_(cw + c * W1, eh, hb, (T_)d, keep, (T_)(lr * d), H);           \
+                dc[c] = (T_)d;                                                          \
+                bc[c] = (T_)(lr * d);                                                   \
+            }                                                                           \
+            /* per hidden unit k: its error from the class rows (eight lanes, \
+             * vectorised without reassociating), then the rows' step */    \
+            for (int64_t k = 0; k < H; k++) {                                           \
+                T_ *restrict r = ct + k * C;                                            \
+                T_ hk = hb[k], acc[8] = {0};                                            \
+                int64_t c = 0;                                                          \
+                for (; c + 8 <= C; c += 8)                                              \
+                    for (int l = 0; l < 8; l++) {                                       \
+                        T_ w = r[c + l];                                                \
+                        acc[l] += dc[c + l] * w;                                        \
+                        r[c + l] = w * keep - bc[c + l] * hk;                           \
+                    }                                                                   \
+                for (; c < C; c++) {                                                    \
+                    T_ w = r[c];                                                        \
+                    acc[0] += dc[c] * w;                                                \
+                    r[c] = w * keep - bc[c] * hk;                                       \
+                }                                                                       \
+                eh[k] = ((acc[0] + acc[1]) + (acc[2] + acc[3])) +                       \
+                        ((acc[4] + acc[5]) + (acc[6] + acc[7]));                        \
             }                                                                           \
             const int64_t *rows = ix->list + ix->first[t];                              \
             int64_t nr = ix->first[t + 1] - ix->first[t];                               \
@@ -332,12 +375,11 @@ static inline double exprow_double(double *z, double m, int64_t n)
          * copy back, none is overwritten before it moves), 0 elsewhere */  \
         for (int64_t c = 0; c < C; c++) {                                               \
             for (int64_t k = 0; k < H; k++)                                             \
-                cw[c * W1 + k] -= wcd[c * wc->strides[0] + k * wc->strides[1]];         \
+                cw[c * W1 + k] = ct[k * C + c] - wcd[c * wc->strides[0] + k * wc->strides[1]]; \
             cw[c * W1 + H] = 0;                                                         \
         }                                                                               \
         for (int64_t u = 0; u < U; u++)                                                 \
-            for (int64_t k = 0; k < H; k++)                                             \
-                rw[u * W1 + k] -= wwd[src[u] * ww->strides[0] + k * ww->strides[1]];    \
+            rowop_##T_(rw + u * W1, wwd + src[u] * ww->strides[0], ww->strides[1], H, 1); \
         for (int64_t u = U - 1; u >= 0; u--)                                            \
             if (firstj[u] != u)                                                         \
                 for (int64_t k = 0; k < H; k++)                                         \
@@ -369,7 +411,9 @@ static tgl_status sgd_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *
     while (hn < 2 * K)
         hn *= 2;
     int64_t *wrow = malloc(sizeof(int64_t) * (size_t)(3 * K + 2 * hn + 1));
-    double *z = malloc(sizeof(double) * (size_t)(zn + 2 * H + 1));
+    int64_t C = ix.C;
+    /* z: zn; eh, hb: H; ct: H * C; dc, bc: C (doubles, enough for either type) */
+    double *z = malloc(sizeof(double) * (size_t)(zn + 2 * H + H * C + 2 * C + 1));
     if (!wrow || !z) {
         free(wrow), free(z);
         cx_index_free(&ix);
@@ -401,9 +445,11 @@ static tgl_status sgd_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *
     }
     if (in[0]->dtype_id == TGL_FLOAT32)
         sgd_float(&ix, in, out, wrow, U, src, firstj, (float *)z, (float *)(z + zn),
-                  (float *)(z + zn + H));
+                  (float *)(z + zn + H), (float *)(z + zn + 2 * H),
+                  (float *)(z + zn + 2 * H + H * C), (float *)(z + zn + 2 * H + H * C + C));
     else
-        sgd_double(&ix, in, out, wrow, U, src, firstj, z, z + zn, z + zn + H);
+        sgd_double(&ix, in, out, wrow, U, src, firstj, z, z + zn, z + zn + H, z + zn + 2 * H,
+                   z + zn + 2 * H + H * C, z + zn + 2 * H + H * C + C);
     free(wrow), free(z);
     cx_index_free(&ix);
     return TGL_OK;
