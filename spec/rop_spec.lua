@@ -18,7 +18,7 @@
 -- being checked (spec/catalog_spec.lua checks that this file still does).  Exempt: the internal
 -- ops (output, fused: built by the engine, not by users; scan: its own
 -- tests below, which also cover output; class_xent_delta: built only by
--- class_xent's pullback).  Ops whose output is integer or
+-- class_xent's pullback; class_xent_sgd: a training step, not differentiable).  Ops whose output is integer or
 -- boolean (comparisons, argmax, one_hot's labels, shape, axes_size,
 -- arange...) have two kinds of case: one where the integer output feeds a
 -- float computation (so finite differences check that no tangent leaks
@@ -579,6 +579,9 @@ local INTERNAL = {
   class_xent_delta = "built only by class_xent's pullback, which Rop transposes (the class_xent "
     .. 'cases above); it has no pullback itself (second derivatives of class_xent are not '
     .. 'implemented, a clear error: spec/lm_spec.lua)',
+  class_xent_sgd = "RNNLM's per-word output step (tgl.lm.class_xent_sgd), a training step and not "
+    .. 'a function to differentiate: tgl.grad through it is a clear error '
+    .. '(spec/lm_class_xent_sgd_spec.lua checks its values against a hand-written sequence)',
 }
 
 -- ---------------------------------------------------------------------------

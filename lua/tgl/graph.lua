@@ -56,6 +56,7 @@ M.INTERNAL_OPS = {
   softmax_crossentropy_dx = "softmax_crossentropy's pullback",
   class_xent = 'tgl.lm.class_xent (lua/tgl/lm.lua)',
   class_xent_delta = "class_xent's pullback",
+  class_xent_sgd = 'tgl.lm.class_xent_sgd (lua/tgl/lm.lua)',
   conv2d_grad_input = "conv2d's pullback to its input",
   conv2d_grad_weight = "conv2d's pullback to its weight",
   arange = 'tgl.arange (init.lua: arrays, or a variable when a bound is one)',

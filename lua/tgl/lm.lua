@@ -278,6 +278,27 @@ function M.class_xent(h, Wc, Ws, cls, tgt, owner)
   return G.apply('class_xent', 'class_xent', { h, Wc, Ws, cls, tgt, owner }, 6)
 end
 
+-- tgl.lm.class_xent_sgd(h, Wc, Ww, cls, tgt, owner, rows, lr, beta)
+--   -> err, loss, dWc, dWs: RNNLM's output layer trained one word at a
+-- time.  For t = 1..T in order, with the weights as the earlier words left
+-- them: loss[t] as class_xent, err[t] = d loss[t] / d h[t] (before t's
+-- update), then Wc and the rows of t's class take one SGD step of rate
+-- lr with L2 decay beta[t] (w <- w (1 - lr beta[t]) - lr d h[t]).  Ww is the
+-- whole word matrix, read in place (rows: the 1-based rows of Ww of the K
+-- word rows that cls/tgt/owner index, as class_index gives them).  dWc is
+-- the change of Wc and dWs (K, H) the change of Ww[rows] (on the first j
+-- naming a row; 0 on repeats), so the updates are {Wc, Wc + dWc} and
+-- {Ww, tgl.inc_subtensor(Ww[rows], dWs)}; err is the known gradient of h
+-- for back-propagation through time (tgl.grad(nil, x, {known_grads=...})).
+-- One engine op (class_xent_sgd); no gradient of its own.
+function M.class_xent_sgd(h, Wc, Ww, cls, tgt, owner, rows, lr, beta)
+  local P = G.apply('class_xent_sgd', 'class_xent_sgd',
+                    { h, Wc, Ww, cls, tgt, owner, rows, lr, beta }, 9)
+  local T, C = tgl.size(h, 1), tgl.size(Wc, 1)
+  return P[{ { 1, T }, { 1, -2 } }], P[{ { 1, T }, -1 }], P[{ { T + 1, T + C }, { 1, -2 } }],
+         P[{ { T + C + 1, -1 }, { 1, -2 } }]
+end
+
 -- tgl.lm.perplexity(nll, n) -> exp(nll / n): nll a sum of natural-log losses.
 function M.perplexity(nll, n)
   return math.exp(nll / n)

@@ -38,6 +38,7 @@
 #define CUDA_KERNEL_softmax_xent_dx &tgl_cuda_kernel_softmax_xent_dx
 #define CUDA_KERNEL_class_xent &tgl_cuda_kernel_class_xent
 #define CUDA_KERNEL_class_xent_delta &tgl_cuda_kernel_class_xent_delta
+#define CUDA_KERNEL_class_xent_sgd NULL /* a sequential per-word loop (RNNLM's output update): CPU only */
 #define CUDA_KERNEL_conv2d &tgl_cuda_kernel_conv2d
 #define CUDA_KERNEL_conv2d_grad_input &tgl_cuda_kernel_conv2d_grad_input
 #define CUDA_KERNEL_conv2d_grad_weight &tgl_cuda_kernel_conv2d_grad_weight

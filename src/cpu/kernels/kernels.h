@@ -30,7 +30,8 @@ extern const tgl_op_kernel tgl_cpu_kernel_inc_subtensor, tgl_cpu_kernel_adv_subt
 /* nnet.c, classxent.c */
 extern const tgl_op_kernel tgl_cpu_kernel_softmax, tgl_cpu_kernel_log_softmax,
     tgl_cpu_kernel_one_hot, tgl_cpu_kernel_softmax_xent, tgl_cpu_kernel_softmax_xent_dx,
-    tgl_cpu_kernel_class_xent, tgl_cpu_kernel_class_xent_delta;
+    tgl_cpu_kernel_class_xent, tgl_cpu_kernel_class_xent_delta,
+    tgl_cpu_kernel_class_xent_sgd;
 /* conv.c */
 extern const tgl_op_kernel tgl_cpu_kernel_conv2d, tgl_cpu_kernel_conv2d_grad_input,
     tgl_cpu_kernel_conv2d_grad_weight;

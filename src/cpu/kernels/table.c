@@ -33,6 +33,7 @@
 #define CPU_KERNEL_softmax_xent_dx &tgl_cpu_kernel_softmax_xent_dx
 #define CPU_KERNEL_class_xent &tgl_cpu_kernel_class_xent
 #define CPU_KERNEL_class_xent_delta &tgl_cpu_kernel_class_xent_delta
+#define CPU_KERNEL_class_xent_sgd &tgl_cpu_kernel_class_xent_sgd
 #define CPU_KERNEL_conv2d &tgl_cpu_kernel_conv2d
 #define CPU_KERNEL_conv2d_grad_input &tgl_cpu_kernel_conv2d_grad_input
 #define CPU_KERNEL_conv2d_grad_weight &tgl_cpu_kernel_conv2d_grad_weight

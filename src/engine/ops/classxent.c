@@ -30,7 +30,34 @@
  * from the transposed pullback, which only needs the derivative in the
  * output gradient.  The delta itself has no pullback (second derivatives
  * of class_xent are not implemented: asking for one is a clear error).
- * The kernels are the backends' (src/cpu/kernels/classxent.c on the CPU).
+ *
+ * class_xent_sgd(h, Wc, Ww, cls, tgt, owner, rows, lr, beta): RNNLM's
+ * output layer trained one word at a time (the -output-update word mode of
+ * examples/rnnlm.lua, tgl.lm.class_xent_sgd), a training step rather than
+ * a function to differentiate:
+ *   Ww    (V, H)  the whole word matrix, read in place: row j of the
+ *                 rows of t is Ww[rows[j]] (no gathered copy)
+ *   rows  (K)     1-based row of Ww of each of the K word rows; h, Wc,
+ *                 cls, tgt, owner as class_xent (tgt and owner index
+ *                 into these K rows)
+ *   lr    ()      the learning rate; beta (T): the L2 decay at word t
+ *                 (RNNLM decays every 10th word: beta there, 0 elsewhere)
+ * For t = 1..T in order, with the weights as the words before t left them:
+ * the class and word softmaxes of h[t] give loss[t] (as class_xent) and
+ * the deltas dc (C), dw (t's rows); the hidden error is
+ * e[t] = Wc' dc + Ws' dw (the weights before t's update, as RNNLM's
+ * matrixXvector runs before its update loop); then every class row and
+ * every row of t's class becomes w (1 - lr beta[t]) - lr d h[t].
+ * Output (T + C + K, H + 1), packed (one output, so the update of Ww is
+ * an ordinary inc_subtensor, run in Ww's buffer):
+ *   rows 1..T:       e[t] in columns 1..H, loss[t] in column H+1
+ *   rows T+1..T+C:   the change of Wc over the T words (column H+1: 0)
+ *   rows T+C+1..:    the change of Ww[rows[j]] over the T words on the
+ *                    first j naming that row, 0 on the others (so
+ *                    inc_subtensor(Ww[rows], .) applies it once)
+ * It has no pullback (asking for one is a clear error).
+ * The kernels are the backends' (src/cpu/kernels/classxent.c on the CPU;
+ * the CUDA backend has none for class_xent_sgd: a clear compile error).
  */
 #include "engine/ops/ops.h"
 
@@ -171,6 +198,59 @@ static tgl_status cx_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *g, tgl_node **gin
     return TGL_OK;
 }
 
+/* class_xent_sgd: h, Wc, Ww float of one dtype; cls, tgt, owner, rows
+ * integer vectors; lr a scalar and beta a vector of h's dtype. */
+static tgl_status sgd_infer(tgl_ctx *ctx, tgl_node *n)
+{
+    tgl_status st = cx_check(ctx, n);
+    if (st)
+        return st;
+    tgl_type lr = n->in[7]->type, beta = n->in[8]->type, h = n->in[0]->type;
+    TGL_CHECK(is_int_vec(n->in[6]->type), TGL_EDTYPE,
+              "the rows (input 7) must be an int32 or int64 vector");
+    TGL_CHECK(lr.ndim == 0 && lr.dtype == h.dtype, TGL_EDTYPE,
+              "the learning rate (input 8) must be a %s scalar", tgl_dtype_name(h.dtype));
+    TGL_CHECK(beta.ndim == 1 && beta.dtype == h.dtype, TGL_EDTYPE,
+              "the decay (input 9) must be a %s vector (one per row of h)",
+              tgl_dtype_name(h.dtype));
+    TGL_CHECK(n->p.n == 0, TGL_EINVAL, "takes no parameters");
+    n->type = tgl_type_make(h.dtype, 2, 0);
+    return TGL_OK;
+}
+
+static tgl_status sgd_shape(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
+                            int64_t *shape)
+{
+    int64_t T = in[0]->shape[0], H = in[0]->shape[1], K = in[5]->shape[0];
+    shape[0] = T + in[1]->shape[0] + K;
+    shape[1] = H + 1;
+    if (in[1]->shape[1] != H || in[2]->shape[1] != H)
+        return tgl_op_error(ctx, n, in, TGL_ESHAPE,
+                            "h has %" PRId64 " columns but the class weights %" PRId64
+                            " and the word matrix %" PRId64,
+                            H, in[1]->shape[1], in[2]->shape[1]);
+    if (in[3]->shape[0] != T || in[4]->shape[0] != T || in[8]->shape[0] != T)
+        return tgl_op_error(ctx, n, in, TGL_ESHAPE,
+                            "%" PRId64 " classes, %" PRId64 " targets and %" PRId64
+                            " decays for %" PRId64 " rows",
+                            in[3]->shape[0], in[4]->shape[0], in[8]->shape[0], T);
+    if (in[6]->shape[0] != K)
+        return tgl_op_error(ctx, n, in, TGL_ESHAPE, "%" PRId64 " owners but %" PRId64 " rows",
+                            K, in[6]->shape[0]);
+    if (in[1]->shape[0] < 1)
+        return tgl_op_error(ctx, n, in, TGL_ESHAPE, "needs at least one class");
+    return TGL_OK;
+}
+
+static tgl_status sgd_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *g, tgl_node **gin)
+{
+    (void)g, (void)gin;
+    return tgl_ctx_set_error(ctx, TGL_EINVAL,
+                             "%s is a training step (RNNLM's per-word update), not "
+                             "differentiable: differentiate class_xent instead",
+                             tgl_op_name(n->op));
+}
+
 static tgl_status delta_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *g, tgl_node **gin)
 {
     (void)g, (void)gin;
@@ -195,4 +275,13 @@ const tgl_opimpl tgl_impl_class_xent_delta = {
     .infer = delta_infer,
     .shape = delta_shape,
     .grad = delta_grad,
+};
+
+const tgl_opimpl tgl_impl_class_xent_sgd = {
+    .family = TGL_FAM_NNET,
+    .nin_min = 9,
+    .nin_max = 9,
+    .infer = sgd_infer,
+    .shape = sgd_shape,
+    .grad = sgd_grad,
 };

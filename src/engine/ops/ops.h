@@ -238,6 +238,8 @@ typedef enum tgl_push_kind {
       "y[t] = -log P(cls[t] | h[t]) - log P(tgt[t] | cls[t], h[t]), class-factored")                \
     _(CLASS_XENT_DELTA, "class_xent_delta", class_xent_delta, SHAPES, PULLBACK,                     \
       "y = class_xent's pullback pieces: class deltas (p.i[0] 0); h's word part, word rows (1)")    \
+    _(CLASS_XENT_SGD, "class_xent_sgd", class_xent_sgd, SHAPES, PULLBACK,                           \
+      "y = RNNLM's per-word output step: hidden errors and losses, changes of Wc and Ww's rows")  \
     _(CONV2D, "conv2d", conv2d, SHAPES, BILINEAR,                                                   \
       "y = x (N,C,H,W) cross-correlated with w (O,C/groups,kH,kW); p.i: stride, padding, dilation, groups") \
     _(CONV2D_GRAD_INPUT, "conv2d_grad_input", conv2d_grad_input, SHAPES, BILINEAR,                  \
