@@ -95,9 +95,13 @@ local function grown(list, cap)
 end
 
 -- Moves the arrays whose box was collected to the dead list (an orphan's
--- are released) and packs the others.
+-- are released) and packs the others; once per garbage-collection cycle.
 local function scan(L)
   L.gen = generation
+  -- What a whole cycle of calls did not reuse is released: the pool holds
+  -- at most one cycle's dropped outputs, not the peak of a burst forever.
+  for k = 0, L.ndead - 1 do C.tgl_array_release(L.dead[k]) end
+  L.ndead = 0
   local box, ptr, n, j = L.box, L.ptr, L.n, 0
   for k = 0, n - 1 do
     local b = box[k + 1]
