@@ -29,10 +29,13 @@ local xa = tgl.ones(1)
 local results = {}
 
 -- Each variant calls its own function: LuaJIT compiles a loop's calls for
--- the mode it first sees, and a function switched to trust_input after
--- thousands of plain calls can be left on the interpreter for the new
--- branch (its side trace aborted by garbage-collector finalizers while
--- recording, then blacklisted), which measured the switch, not the call.
+-- the mode it first sees, so a function switched to trust_input after
+-- thousands of plain calls would measure the switch's side trace, not the
+-- call.  (Outputs carry no ffi.gc finalizer since issue 23 item 6: one
+-- running while LuaJIT recorded used to abort the trace, and the trace was
+-- then blacklisted, leaving the trust_input loop on the interpreter.)  A
+-- dropped output's buffer is reused once the collector has seen it dropped
+-- (doc/compile.md, "Outputs and their buffers"); f:output_stats() counts.
 for _, linker in ipairs({ 'cvm', 'cvm_nogc' }) do
   local f = tgl.compile { inputs = { x }, outputs = x + 1, linker = linker, name = 'tiny' }
   results[linker] = timeit('call (' .. linker .. ')', function(n)

@@ -700,6 +700,12 @@ TGL_API tgl_status tgl_function_call_frame(tgl_ctx *ctx, tgl_function *fn, tgl_f
 TGL_API tgl_status tgl_function_run(tgl_ctx *ctx, tgl_function *fn, int64_t n_calls);
 /* A new reference to output i of the last run. */
 TGL_API tgl_status tgl_function_output(tgl_ctx *ctx, tgl_function *fn, int i, tgl_array **out);
+/* Drops the caller's reference to a (an output of fn the caller no longer
+ * needs; NULL is ignored).  When nobody else holds a or its storage, its
+ * buffer goes to fn's default frame's pool and a later call's output or
+ * intermediate reuses it instead of allocating; otherwise this is
+ * tgl_array_release.  A buffer another owner holds is never reused. */
+TGL_API void tgl_function_recycle(tgl_function *fn, tgl_array *a);
 /* Blocks until every kernel of fn compiled in the background (tiered
  * compilation) has been swapped in. */
 TGL_API tgl_status tgl_function_wait_compiled(tgl_ctx *ctx, tgl_function *fn);

@@ -243,15 +243,23 @@ local gc_threshold = 256 * 1024 * 1024
 
 -- Takes ownership of a fresh tgl_array* (one reference) and returns the
 -- garbage-collected box (tgl_aref) users hold; C calls take box.p.
-function core.wrap(p)
+-- Runs a full collection when the engine's live bytes passed the
+-- threshold (tgl.function's output pool calls it after each call).
+local function collect_if_needed()
   local live = tonumber(C.tgl_memory_live_bytes())
   if live > gc_threshold then
     collectgarbage()
     live = tonumber(C.tgl_memory_live_bytes())
     if live * 2 > gc_threshold then gc_threshold = live * 2 end
   end
+end
+core.collect_if_needed = collect_if_needed
+
+function core.wrap(p)
+  collect_if_needed()
   return ffi.gc(aref_t(p), release_ref)
 end
+core.release_ref = release_ref
 
 function core.is_array(x)
   return ffi.istype(aref_t, x)

@@ -48,6 +48,122 @@ local function update_pairs(updates)
   return list
 end
 
+-- ---------------------------------------------------------------------------
+-- Outputs lent to the caller, and their buffers reused (issue 23, item 6).
+--
+-- A call's output box (tgl_aref) carries no ffi.gc finalizer: registering
+-- one and running it cost more than the rest of a small call, and a
+-- finalizer that runs while LuaJIT records a trace aborts the trace.  The
+-- function itself holds the array's reference, in its lent list: the
+-- pointer, and the box in a weak-valued table.  Once a garbage collection
+-- has cleared the box, no Lua code can reach the array any more, and its
+-- buffer goes back to the function's pool (tgl_function_recycle), one
+-- before each call, so that call's output reuses it instead of allocating.
+-- The engine keeps a buffer only when nobody else holds it or its storage
+-- (a view made from the output, a shared variable given it as its value):
+-- an output the caller still holds, directly or through a view, is never
+-- written over.  A collection is seen through a sentinel, a weak table
+-- whose one value every full cycle clears, so the lent list is scanned
+-- once per cycle, not once per call.
+--
+-- A lent list outlives its function while boxes it lent are alive (an
+-- orphan, scanned at each cycle until they are gone), and the lists still
+-- holding arrays when Lua closes are released by `closer` below.
+
+local aref_t = core.aref_t
+local WEAK_V = { __mode = 'v' }
+local sentinel = setmetatable({ {} }, WEAK_V)
+local generation = 0
+local all_lent = {}  -- every lent list with arrays (orphans included)
+
+local function new_lent()
+  local L = {
+    box = setmetatable({}, WEAK_V),  -- [k] = the box lent k-th (k from 1)
+    ptr = array_list(8), cap = 8, n = 0,  -- ptr[k - 1]: its array's reference
+    dead = array_list(8), dcap = 8, ndead = 0,  -- arrays whose box was collected
+    gen = generation, fn = nil,  -- fn: the tgl_function *, nil once it is freed
+    recycled = 0,  -- arrays handed back to the function's pool so far
+  }
+  all_lent[L] = true
+  return L
+end
+
+local function grown(list, cap)
+  local new = array_list(cap * 2)
+  ffi.copy(new, list, ffi.sizeof('tgl_array *') * cap)
+  return new, cap * 2
+end
+
+-- Moves the arrays whose box was collected to the dead list (an orphan's
+-- are released) and packs the others; once per garbage-collection cycle.
+local function scan(L)
+  L.gen = generation
+  -- What a whole cycle of calls did not reuse is released: the pool holds
+  -- at most one cycle's dropped outputs, not the peak of a burst forever.
+  for k = 0, L.ndead - 1 do C.tgl_array_release(L.dead[k]) end
+  L.ndead = 0
+  local box, ptr, n, j = L.box, L.ptr, L.n, 0
+  for k = 0, n - 1 do
+    local b = box[k + 1]
+    if b == nil then
+      if L.fn == nil then
+        C.tgl_array_release(ptr[k])
+      else
+        if L.ndead == L.dcap then L.dead, L.dcap = grown(L.dead, L.dcap) end
+        L.dead[L.ndead] = ptr[k]
+        L.ndead = L.ndead + 1
+      end
+    else
+      if j ~= k then ptr[j] = ptr[k]; box[j + 1] = b end
+      j = j + 1
+    end
+  end
+  for k = j + 1, n do box[k] = nil end
+  L.n = j
+  if L.fn == nil and j == 0 then all_lent[L] = nil end
+end
+
+-- Called when a collection has been seen: orphans give back what they can.
+local function new_generation()
+  generation = generation + 1
+  sentinel[1] = {}
+  for L in pairs(all_lent) do
+    if L.fn == nil then scan(L) end
+  end
+end
+
+-- A new box for array p (one reference, now the lent list's).
+local function lend(L, p)
+  local n = L.n
+  if n == L.cap then L.ptr, L.cap = grown(L.ptr, L.cap) end
+  L.ptr[n] = p
+  local b = aref_t(p)
+  L.box[n + 1] = b
+  L.n = n + 1
+  return b
+end
+
+-- The function's finalizer: the arrays no box holds are released, the
+-- others stay in the (now orphan) list until their boxes are collected.
+local function retire(L, fnp)
+  L.fn = nil
+  for k = 0, L.ndead - 1 do C.tgl_array_release(L.dead[k]) end
+  L.ndead = 0
+  scan(L)
+  C.tgl_function_free(fnp)
+end
+
+-- When Lua closes, every array still lent is released (no Lua code runs
+-- after the finalizers).
+M._closer = ffi.gc(ffi.new('char[1]'), function()
+  for L in pairs(all_lent) do
+    for k = 0, L.n - 1 do C.tgl_array_release(L.ptr[k]) end
+    for k = 0, L.ndead - 1 do C.tgl_array_release(L.dead[k]) end
+    L.n, L.ndead = 0, 0
+  end
+  all_lent = {}
+end)
+
 local Function = {}
 Function.__index = Function
 
@@ -101,7 +217,21 @@ local function call(self, ...)
     for i = 1, nin do bind(self, i, (select(i, ...)), ins, keep) end
   end
   local outs = self._outs
-  local st = C.tgl_function_call(core.ctx, self._fn, ins, outs, self.trust_input and 1 or 0)
+  local L = self._lent
+  if sentinel[1] == nil then new_generation() end
+  if L.gen ~= generation then scan(L) end
+  -- One dropped output per output back to the pool: this call reuses them.
+  local fnp = self._fn
+  local nout = self.nout
+  for _ = 1, nout do
+    local k = L.ndead
+    if k == 0 then break end
+    k = k - 1
+    L.ndead = k
+    L.recycled = L.recycled + 1
+    C.tgl_function_recycle(fnp, L.dead[k])
+  end
+  local st = C.tgl_function_call(core.ctx, fnp, ins, outs, self.trust_input and 1 or 0)
   for i = 1, nin do keep[i] = nil end
   if st ~= 0 then
     local msg = ffi.string(C.tgl_ctx_error(core.ctx))
@@ -109,13 +239,20 @@ local function call(self, ...)
     error(('tgl.%s: %s'):format(self.name, msg:gsub('^' .. self.name:gsub('%p', '%%%0') .. ': ', '')),
           core.user_level())
   end
-  local nout = self.nout
   if nout == 0 then return end
-  -- A function on a device returns host arrays (API.md, "Devices").
-  local host = outs[0].device ~= C.TGL_DEVICE_CPU
-  if nout == 1 then return host and core.wrap(outs[0]):cpu() or core.wrap(outs[0]) end
+  -- A function on a device returns host arrays (API.md, "Devices"): the
+  -- device arrays are copied and dropped, not lent.
+  if outs[0].device ~= C.TGL_DEVICE_CPU then
+    if nout == 1 then return core.wrap(outs[0]):cpu() end
+    local r = {}
+    for i = 1, nout do r[i] = core.wrap(outs[i - 1]):cpu() end
+    return unpack(r, 1, nout)
+  end
+  core.collect_if_needed()
+  if nout == 1 then return lend(L, outs[0]) end
+  if nout == 2 then return lend(L, outs[0]), lend(L, outs[1]) end
   local r = {}
-  for i = 1, nout do r[i] = core.wrap(outs[i - 1]); if host then r[i] = r[i]:cpu() end end
+  for i = 1, nout do r[i] = lend(L, outs[i - 1]) end
   return unpack(r, 1, nout)
 end
 
@@ -170,6 +307,17 @@ end
 function Function:wait_compiled()
   check(C.tgl_function_wait_compiled(core.ctx, self._fn), 'wait_compiled')
   return self
+end
+
+-- f:output_stats(): how the outputs' buffers are reused: { held = outputs
+-- whose box may still be held (not yet collected), free = dropped outputs
+-- waiting to be reused, recycled = outputs handed back to the function's
+-- pool so far }.
+function Function:output_stats()
+  local L = self._lent
+  if sentinel[1] == nil then new_generation() end
+  if L.gen ~= generation then scan(L) end
+  return { held = L.n, free = L.ndead, recycled = L.recycled }
 end
 
 -- Output i (1-based) of the last run, e.g. after f.fn{n_calls = N}.
@@ -272,8 +420,11 @@ function M.compile(spec, ...)
   local out = ffi.new('tgl_function *[1]')
   check(C.tgl_function_new(core.ctx, nin, cin, nout, cout, nupd, uv, ue, opt, out), 'compile')
 
+  local lent = new_lent()
+  lent.fn = out[0]
   local self = setmetatable({
-    _fn = ffi.gc(out[0], C.tgl_function_free),
+    _fn = ffi.gc(out[0], function(fnp) retire(lent, fnp) end),
+    _lent = lent,
     _ins = array_list(math.max(nin, 1)),
     _outs = array_list(math.max(nout, 1)),
     _keep = {},

@@ -472,3 +472,15 @@ tgl_status tgl_function_output(tgl_ctx *ctx, tgl_function *fn, int i, tgl_array 
     *out = fn->frame->last_out[i];
     return TGL_OK;
 }
+
+void tgl_function_recycle(tgl_function *fn, tgl_array *a)
+{
+    if (!fn) {
+        tgl_array_release(a);
+        return;
+    }
+    /* tgl_frame_recycle keeps the buffer only when a and its storage have
+     * this one owner, of the program's device, with the storage's own
+     * layout; the pool's size stays bounded (cvm.c). */
+    tgl_frame_recycle(fn->frame, a);
+}
