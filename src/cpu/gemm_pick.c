@@ -14,8 +14,9 @@
  * alternating between rounds), each round enough calls to take ~0.2 ms
  * of this thread's CPU time (CPU time, not the wall clock: the machine may
  * be shared, and waiting for a core is not the library's cost).  BLIS is
- * chosen when its median is at least MARGIN faster, so noise leaves the
- * default (OpenBLAS) in place.  The result is appended to
+ * chosen when its fastest round is at least MARGIN faster than
+ * OpenBLAS's, so noise leaves the default (OpenBLAS) in place.  A shape
+ * whose one call takes more than HUGE_NS is not measured (OpenBLAS).  The result is appended to
  * <cache dir>/gemm-pick-<key>.txt, one line per shape:
  *     <dtype> <ta> <tb> <m> <n> <k> <openblas|blis> <ns openblas> <ns blis>
  * where key hashes the CPU model and flags (the kernel cache's target)
@@ -137,8 +138,11 @@ typedef struct pick {
 } pick;
 
 #define ROUNDS 5
-#define LONG_NS 5e6      /* a call this long: 3 rounds (ties at that size)  */
-#define MARGIN 0.95      /* BLIS's median time at most this x OpenBLAS's */
+#define LONG_NS 5e6      /* a call this long: 3 rounds                      */
+#define HUGE_NS 2e7      /* this long: not measured, OpenBLAS (both libraries
+                          * run such products at their peak; measuring would
+                          * cost seconds) */
+#define MARGIN 0.95      /* BLIS's time at most this x OpenBLAS's        */
 #define ROUND_NS 200000  /* CPU time per round and library, at least      */
 #define MAX_CALLS 64     /* calls per round, at most (the smallest shapes)  */
 
@@ -312,6 +316,11 @@ static void measure(pick *p)
     tgl_gemm_run(TGL_GEMM_BLIS, p->dtype, p->ta, p->tb, m, n, k, 1.0, a, lda, b, ldb, 0.0, c,
                  n);
     double one = (cpu_ns() - t0) / 2;
+    if (one > HUGE_NS) {
+        free(a), free(b), free(c);
+        save(p, one, one);
+        return;
+    }
     int calls = one > 0 ? (int)(ROUND_NS / one) + 1 : MAX_CALLS;
     if (calls > MAX_CALLS)
         calls = MAX_CALLS;
@@ -327,9 +336,12 @@ static void measure(pick *p)
             t[lib][r] = (cpu_ns() - s) / calls;
         }
     free(a), free(b), free(c);
+    /* the fastest round of each: other work on the machine only ever adds
+     * time (cache misses, a shared core), so the minimum is the closest to
+     * the library's own cost */
     qsort(t[0], (size_t)rounds, sizeof(double), cmp_double);
     qsort(t[1], (size_t)rounds, sizeof(double), cmp_double);
-    double open_ns = t[0][rounds / 2], blis_ns = t[1][rounds / 2];
+    double open_ns = t[0][0], blis_ns = t[1][0];
     p->lib = blis_ns <= MARGIN * open_ns ? TGL_GEMM_BLIS : TGL_GEMM_OPENBLAS;
     save(p, open_ns, blis_ns);
 }
