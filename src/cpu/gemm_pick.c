@@ -16,7 +16,9 @@
  * be shared, and waiting for a core is not the library's cost).  BLIS is
  * chosen when its fastest round is at least MARGIN faster than
  * OpenBLAS's, so noise leaves the default (OpenBLAS) in place.  A shape
- * whose one call takes more than HUGE_NS is not measured (OpenBLAS).  The result is appended to
+ * whose operands take more than SCRATCH_L2 times the L2 cache, or whose
+ * one call takes more than HUGE_NS, is not measured (OpenBLAS; recorded
+ * with times 0 0 when not timed at all).  The result is appended to
  * <cache dir>/gemm-pick-<key>.txt, one line per shape:
  *     <dtype> <ta> <tb> <m> <n> <k> <openblas|blis> <ns openblas> <ns blis>
  * where key hashes the CPU model and flags (the kernel cache's target)
@@ -145,6 +147,7 @@ typedef struct pick {
 #define MARGIN 0.95      /* BLIS's time at most this x OpenBLAS's        */
 #define ROUND_NS 200000  /* CPU time per round and library, at least      */
 #define MAX_CALLS 64     /* calls per round, at most (the smallest shapes)  */
+#define SCRATCH_L2 16    /* operands of at most this many L2 caches measured */
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pick *table;
@@ -292,6 +295,16 @@ static void measure(pick *p)
     int m = p->m, n = p->n, k = p->k;
     size_t es = p->dtype == TGL_FLOAT32 ? 4 : 8;
     size_t na = (size_t)m * k, nb = (size_t)k * n, nc = (size_t)m * n;
+    /* Operands far past the caches: not measured, OpenBLAS.  Both
+     * libraries run such products at their peak, and the scratch would
+     * raise the process's peak memory by the operands' size (a user's
+     * memory budget sees it) for no gain. */
+    long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    size_t limit = (size_t)(l2 > 0 ? l2 : 512 * 1024) * SCRATCH_L2;
+    if ((na + nb + nc) * es > limit) {
+        save(p, 0, 0);
+        return;
+    }
     char *a = malloc(na * es), *b = malloc(nb * es), *c = calloc(nc, es);
     if (!a || !b || !c) {
         free(a), free(b), free(c);
