@@ -126,7 +126,7 @@ static void test_blis(void **state)
 {
     (void)state;
     if (!tgl_gemm_blis_loaded()) {
-        fprintf(stderr, "test_gemm_pick: BLIS not installed, its path not tested (%s)\n",
+        fprintf(stderr, "test_gemm_pick: BLIS not loaded, its path not tested (%s)\n",
                 tgl_gemm_pick_info());
         return;
     }

@@ -68,11 +68,17 @@ static struct {
 #define TGL_BLIS_SONAME "libblis.so.4"
 #endif
 
+/* The library: $TGL_BLIS_LIB when set (a path or a soname; "" never loads
+ * BLIS), else the build's TGL_BLIS_SONAME ("" with TGL_BLIS=OFF, and in
+ * sanitizer builds: gcc 12's LeakSanitizer crashes at exit scanning the
+ * dynamic TLS that a dlopen'd BLIS gives the pool's threads). */
 static void blis_load(void)
 {
-    const char *name = TGL_BLIS_SONAME;
+    const char *env = getenv("TGL_BLIS_LIB");
+    const char *name = env ? env : TGL_BLIS_SONAME;
     if (!*name) {
-        snprintf(blis.why, sizeof blis.why, "BLIS not used (built with TGL_BLIS=OFF)");
+        snprintf(blis.why, sizeof blis.why, "BLIS not used (%s)",
+                 env ? "TGL_BLIS_LIB is empty" : "built with TGL_BLIS=OFF or a sanitizer");
         return;
     }
     void *h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
@@ -410,6 +416,8 @@ const char *tgl_gemm_pick_info(void)
     if (!tgl_gemm_blis_loaded())
         return blis.why;
     pthread_mutex_lock(&lock);
+    if (forced == -2)
+        read_env();
     if (!loaded_file && forced < 0)
         load_file();
     size_t n_blis = 0;

@@ -19,7 +19,9 @@
  * CBLAS names (which clash with OpenBLAS's) out of the process.
  *
  * The environment variable TGL_BLAS_PICK=openblas|blis|auto (default
- * auto) forces one library for every product (A/B measurements, tests).
+ * auto) forces one library for every product (A/B measurements, tests);
+ * TGL_BLIS_LIB names the BLIS library to load instead of libblis.so.4
+ * ("" loads none).  Sanitizer builds load none unless TGL_BLIS_LIB is set.
  */
 #ifndef TGL_CPU_GEMM_PICK_H
 #define TGL_CPU_GEMM_PICK_H
