@@ -5,7 +5,10 @@
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config luajit libluajit-5.1-dev libopenblas-dev
       lua-busted libedit-dev zlib1g-dev libssl-dev libtcc-dev tcc dataset-fashion-mnist
-      fortunes)
+      fortunes libblis4)
+# libblis4 (BLIS) is optional: tgl builds and runs without it; when it is
+# there, tgl dlopens it and runs each product shape on whichever of
+# OpenBLAS and BLIS measured faster on the machine (src/cpu/gemm_pick.c).
 # The suite adds NumPy (interop fixtures), cmocka (C unit tests), tmux (the
 # REPL on a terminal), gzip (IDX files), and strace (what the REPL opens).
 # Specs that need one fail without it in CI and under scripts/test.sh.

@@ -101,12 +101,17 @@ local function expect_fine(r, warning, what)
 end
 
 -- Names in dir: entries (<64 hex>.so), temporaries, anything else.
+-- The CPU backend's per-shape BLAS choices (gemm-pick-<key>.txt,
+-- src/cpu/gemm_pick.c) live in the same directory and are no kernel
+-- entry: cache_clear leaves them, and this listing skips them.
 local function listing(dir)
   local p = io.popen('ls -A ' .. quote(dir) .. ' 2>/dev/null')
   local names = {}
-  -- the calibration record (doc/calibration.md) lives there too
+  -- the calibration record (tune-<key>.txt, doc/calibration.md) too
   for name in p:read('*a'):gmatch('[^\n]+') do
-    if not name:match('^tune%-%x+%.txt$') then names[#names + 1] = name end
+    if not (name:match('^tune%-%x+%.txt$') or name:match('^gemm%-pick%-%x+%.txt$')) then
+      names[#names + 1] = name
+    end
   end
   p:close()
   return names

@@ -1,11 +1,12 @@
 /*
  * backend_cpu.c — the CPU backend (engine/backend.h): host memory from
- * posix_memalign, products from OpenBLAS's CBLAS, fused kernels from the
+ * posix_memalign, products from OpenBLAS's CBLAS (or BLIS, per shape where
+ * it measures faster: gemm_pick.c), fused kernels from the
  * code generator (src/cgen: C rendered, compiled by libtcc and the system
  * compiler, cached on disk under a key that names this backend, "cpu",
  * and this CPU's features).
  *
- * It is the only place that names OpenBLAS and the only caller of cgen's
+ * It and gemm_pick.c are the only places that name OpenBLAS; it is the only caller of cgen's
  * kernel functions; the engine sees both through tgl_backend_cpu.  The
  * ops' kernels are those of src/cpu/kernels/ (kernels.h).  The
  * kernel entries are cgen's own (src/cgen/compile.c), called directly.
@@ -16,6 +17,7 @@
 #include "engine/pool.h"
 #include "engine/tune.h"
 #include "cpu/blas_thin.h"
+#include "cpu/gemm_pick.h"
 #include "cpu/backend_cpu.h"
 #include "cpu/kernels/kernels.h"
 
@@ -117,6 +119,7 @@ static CBLAS_TRANSPOSE op(bool trans)
 
 typedef struct gemm_job {
     int dtype, m, n, k, lda, ldb, ldc, nblocks;
+    tgl_gemm_lib lib; /* OpenBLAS or BLIS, per shape (gemm_pick.h) */
     bool ta, tb, by_rows;
     double alpha, beta;
     const char *a, *b;
@@ -126,14 +129,8 @@ typedef struct gemm_job {
 
 static void gemm_block(const gemm_job *j, int m, int n, const char *a, const char *b, char *c)
 {
-    if (j->dtype == TGL_FLOAT32)
-        cblas_sgemm(CblasRowMajor, op(j->ta), op(j->tb), m, n, j->k, (float)j->alpha,
-                    (const float *)a, j->lda, (const float *)b, j->ldb, (float)j->beta,
-                    (float *)c, j->ldc);
-    else
-        cblas_dgemm(CblasRowMajor, op(j->ta), op(j->tb), m, n, j->k, j->alpha,
-                    (const double *)a, j->lda, (const double *)b, j->ldb, j->beta, (double *)c,
-                    j->ldc);
+    tgl_gemm_run(j->lib, j->dtype, j->ta, j->tb, m, n, j->k, j->alpha, a, j->lda, b, j->ldb,
+                 j->beta, c, j->ldc);
 }
 
 /* Block t of a split product: rows (of op(a) and c) or columns (of op(b)
@@ -160,9 +157,13 @@ static tgl_status cpu_gemm(int dtype, bool trans_a, bool trans_b, int m, int n, 
                            double beta, void *c, int ldc, tgl_errbuf *err)
 {
     (void)err;
-    gemm_job j = {dtype, m, n, k, lda, ldb, ldc, 1, trans_a, trans_b, m >= n, alpha, beta,
-                  a, b, c, tgl_dtype_size(dtype)};
+    gemm_job j = {dtype, m, n, k, lda, ldb, ldc, 1, TGL_GEMM_OPENBLAS, trans_a, trans_b,
+                  m >= n, alpha, beta, a, b, c, tgl_dtype_size(dtype)};
     j.nblocks = blocks((int64_t)m * n * k, SPLIT_GEMM, j.by_rows ? m : n);
+    /* the library is chosen for the shape each BLAS call sees: the first
+     * block's when the product is split */
+    j.lib = tgl_gemm_pick(dtype, trans_a, trans_b, j.by_rows ? m / j.nblocks : m,
+                          j.by_rows ? n : n / j.nblocks, k);
     if (j.nblocks == 1)
         gemm_block(&j, m, n, a, b, c);
     else
@@ -315,13 +316,14 @@ static const char *cpu_info(void)
     /* Rebuilt on each call (the thread count may change); the strings
      * OpenBLAS returns are static.  A benign race: concurrent calls write
      * the same bytes unless the thread count changes meanwhile. */
-    static char info[256];
+    static char info[2048];
     pthread_once(&blas_once, blas_init);
     /* The config string already starts "OpenBLAS 0.3.21 ..." */
     const char *config = openblas_get_config();
     const char *prefix = strncmp(config, "OpenBLAS ", 9) == 0 ? "" : "OpenBLAS ";
     snprintf(info, sizeof info, "%s%s (core %s, %d threads: one per call, large products "
-             "split by tgl)", prefix, config, openblas_get_corename(), split);
+             "split by tgl); %s", prefix, config, openblas_get_corename(), split,
+             tgl_gemm_pick_info());
     return info;
 }
 

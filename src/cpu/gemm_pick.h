@@ -1,0 +1,57 @@
+/*
+ * gemm_pick.h — which BLAS runs each product shape on the CPU backend
+ * (gemm_pick.c): OpenBLAS, or BLIS where a one-time measurement on this
+ * machine says BLIS is faster for that shape (issue 23 item 3).
+ *
+ * Why: no one library wins every shape.  Measured on an AMD EPYC (Zen 3,
+ * one thread, bench/gemm_shapes.c): BLIS runs the weight gradient
+ * X'.d of the 784-500 layer at batch 60 and the 100x50x3000 output layer
+ * 15-30% faster than OpenBLAS, and the k = 10 products (d.W2' of a
+ * 10-class layer) 2-3x slower.  So the choice is made per shape, by
+ * timing both on scratch operands of that shape the first time it is
+ * seen, and is remembered on disk in the kernel cache directory
+ * (gemm-pick-<key>.txt, keyed by the CPU model and both libraries'
+ * versions), so each shape is measured once per machine.
+ *
+ * BLIS is optional: it is loaded with dlopen (libblis.so.4, the Debian
+ * package libblis4) at the first product; without it every product runs
+ * on OpenBLAS and nothing is measured.  dlopen with RTLD_LOCAL keeps its
+ * CBLAS names (which clash with OpenBLAS's) out of the process.
+ *
+ * The environment variable TGL_BLAS_PICK=openblas|blis|auto (default
+ * auto) forces one library for every product (A/B measurements, tests);
+ * TGL_BLIS_LIB names the BLIS library to load instead of libblis.so.4
+ * ("" loads none).  Sanitizer builds load none unless TGL_BLIS_LIB is set.
+ */
+#ifndef TGL_CPU_GEMM_PICK_H
+#define TGL_CPU_GEMM_PICK_H
+
+#include <stdbool.h>
+
+typedef enum tgl_gemm_lib { TGL_GEMM_OPENBLAS = 0, TGL_GEMM_BLIS = 1 } tgl_gemm_lib;
+
+/* The library for one product C = alpha op(A) op(B) + beta C of this
+ * shape (dtype TGL_FLOAT32 or TGL_FLOAT64; m x n result, inner k).  The
+ * first call for a shape may measure (a few calls of each library on
+ * scratch operands, some milliseconds at most for the largest shapes).
+ * Thread-safe. */
+tgl_gemm_lib tgl_gemm_pick(int dtype, bool ta, bool tb, int m, int n, int k);
+
+/* Runs the product on `lib` (row-major, leading dimensions as CBLAS
+ * takes them).  lib == TGL_GEMM_BLIS requires tgl_gemm_blis_loaded(). */
+void tgl_gemm_run(tgl_gemm_lib lib, int dtype, bool ta, bool tb, int m, int n, int k,
+                  double alpha, const void *a, int lda, const void *b, int ldb, double beta,
+                  void *c, int ldc);
+
+/* Whether BLIS was found (loads it on the first call). */
+bool tgl_gemm_blis_loaded(void);
+
+/* One line for `tgl -v`: BLIS's version or why it is not used, the
+ * cache file, and how many shapes chose each library. */
+const char *tgl_gemm_pick_info(void);
+
+/* Tests: -1 picks by measurement (or TGL_BLAS_PICK), 0 forces OpenBLAS,
+ * 1 forces BLIS (when loaded). */
+void tgl_gemm_pick_force(int lib);
+
+#endif /* TGL_CPU_GEMM_PICK_H */
