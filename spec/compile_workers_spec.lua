@@ -46,6 +46,10 @@ describe('background compiles', function()
   local saved = {}
   setup(function()
     for _, k in ipairs({ 'compile', 'cflags', 'cache_dir' }) do saved[k] = tgl.config[k] end
+    -- the thresholds' calibration (doc/calibration.md) starts the
+    -- process's worker pool, whose threads stay: run it before any
+    -- thread count is taken, so that only compile workers come and go
+    tgl.calibrate()
   end)
   teardown(function()
     for k, v in pairs(saved) do tgl.config[k] = v end
