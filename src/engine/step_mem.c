@@ -62,16 +62,9 @@ static int by_offset(const void *pa, const void *pb)
     return (*a)->i < (*b)->i ? -1 : (*a)->i > (*b)->i;
 }
 
-/* The placement is quadratic in the buffers (each is checked against
- * every one placed before it), so a step of more than PLAN_MAX buffers
- * (a 10^5-link chain: spec/deep_spec.lua) is not planned: -1, and each
- * buffer keeps a storage of its own, as when memory runs out.  A bound on
- * the planner's time, not on what is correct. */
-#define PLAN_MAX 4096
-
 int64_t tgl_step_mem_plan(tgl_step_buf *b, int32_t n, int64_t align)
 {
-    if (n > PLAN_MAX)
+    if (n > TGL_STEP_MEM_PLAN_MAX)
         return -1;
     item *it = malloc(sizeof *it * ((size_t)n + 1));
     item **meet = malloc(sizeof *meet * ((size_t)n + 1));
