@@ -68,7 +68,7 @@ log=$out/nn.log; csv=$out/nn.csv; meta=$out/nn_meta.csv
 : > "$log"
 for s in $systems; do
   case "$s" in
-    tgl|t7script) version[$s]=$("$TGL" -v | head -1 | awk '{print $2}') ;;
+    tgl|t7script) version[$s]=$("$TGL" -v | awk 'NR == 1 {print $2}') ;;
     torch) v=$(pyver "$PY_DEB" torch); [ -n "$v" ] && version[torch]=$v || missing[torch]="python3-torch not installed (bench/peers/install.sh)" ;;
     torch7) if v=$("${t7env[@]}" "$T7" --version 2>/dev/null); then version[torch7]=$v
             else missing[torch7]=$("${t7env[@]}" "$T7" --why 2>&1 || true); fi ;;

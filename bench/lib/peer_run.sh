@@ -81,7 +81,7 @@ peer_setup() {   # -> data log csv meta, version[] missing[] run_systems
   local s v
   for s in $systems; do
     case "$s" in
-      tgl) version[tgl]=$("$TGL" -v | head -1 | awk '{print $2}') ;;
+      tgl) version[tgl]=$("$TGL" -v | awk 'NR == 1 {print $2}') ;;
       tgl@base) [ -n "$BASE" ] || { echo "bench/run $name: system tgl@base comes with --baseline-tgl PATH" >&2; exit 2; }
                 version[tgl@base]=$("$BASE" -v 2>/dev/null | head -1 | awk '{print $2}' || true)
                 [ -n "${version[tgl@base]}" ] || { echo "bench/run $name: --baseline-tgl $BASE: '$BASE -v' printed no version: not a tgl binary?" >&2; exit 1; } ;;

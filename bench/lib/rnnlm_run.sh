@@ -95,7 +95,7 @@ example=$root/examples/rnnlm.lua
 RNNLM_BIN=
 for s in $systems; do
   case "$s" in
-    tgl) if [ -f "$example" ]; then version[tgl]=$("$TGL" -v | head -1 | awk '{print $2}')
+    tgl) if [ -f "$example" ]; then version[tgl]=$("$TGL" -v | awk 'NR == 1 {print $2}')
          else missing[tgl]="examples/rnnlm.lua not found"; fi ;;
     rnnlm)
       cand=
