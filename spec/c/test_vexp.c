@@ -4,7 +4,9 @@
  * around the 16-lane blocking (so the vector body and the scalar tail are
  * both checked), sums against a double reference, and the special rows:
  * NaN stays NaN, -inf and values below -87 give 0, an infinite max gives
- * 1 where x equals it; and the row max (NaN wins) for every length to 70.
+ * 1 where x equals it; the row max (NaN wins) for every length to 70;
+ * and every build the processor runs (AVX-512, AVX2, base) bit for bit
+ * against the base one.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -83,12 +85,51 @@ static void max_of_rows(void **state)
     }
 }
 
+/* Every build this processor runs gives the same bits as the baseline's
+ * (vexp.c: blocks of 16, 16 double lanes, no contraction), on rows of
+ * every length; and each passes the checks above. */
+static void every_build_gives_the_same_bits(void **state)
+{
+    (void)state;
+    static const char *isas[] = {"base", "avx2", "avx512f"};
+    const char *was = tgl_vexp_isa();
+    enum { N = 700 };
+    float x[N], want[N], got[N];
+    for (int j = 0; j < N; j++)
+        x[j] = 6.0f * sinf((float)j * 0.37f) - 0.01f * (float)j;
+    int ran = 0;
+    for (int i = 0; i < 3; i++) {
+        if (!tgl_vexp_use(isas[i]))
+            continue;
+        ran++;
+        assert_string_equal(tgl_vexp_isa(), isas[i]);
+        matches_expf_over_rows_of_every_length(NULL);
+        special_values(NULL);
+        max_of_rows(NULL);
+        for (int n = 16; n <= N; n += 41) {
+            float m = tgl_vmax_f32(x, n);
+            assert_true(tgl_vexp_use("base"));
+            double ws = tgl_vexp_shifted_f32(x, m, want, n);
+            assert_true(tgl_vmax_f32(x, n) == m);
+            assert_true(tgl_vexp_use(isas[i]));
+            double gs = tgl_vexp_shifted_f32(x, m, got, n);
+            assert_true(gs == ws);
+            assert_true(tgl_vexp_sum_f32(x, m, n) == ws);
+            assert_memory_equal(got, want, sizeof(float) * (size_t)n);
+        }
+    }
+    assert_true(ran >= 1);
+    assert_true(!tgl_vexp_use("sse9"));
+    assert_true(tgl_vexp_use(was));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(matches_expf_over_rows_of_every_length),
         cmocka_unit_test(special_values),
         cmocka_unit_test(max_of_rows),
+        cmocka_unit_test(every_build_gives_the_same_bits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -6,10 +6,12 @@
  * exponentials a step.  Here exp(d) = 2^k p(r), with k = round(d / ln 2),
  * r = d - k ln 2 (ln 2 split in two for exactness) and p Cephes' degree-7
  * polynomial for e^r on [-ln2/2, ln2/2]; 2^k is built in the exponent
- * bits.  Plain branch-free loops that the compiler vectorises, built for
- * AVX-512, AVX2 and the baseline and picked at load time (target_clones):
- * the library never assumes the machine.  Sums are kept in 8 double lanes
- * (exact enough for 10^5 terms, and vectorisable without reassociating).
+ * bits.  The row kernels are written once over vectors as wide as the
+ * registers (vexp_isa.h), built for AVX-512, AVX2 and the baseline, and
+ * picked once, at the first call, from what the processor supports: the
+ * library never assumes the machine.  Sums are kept in 16 double lanes
+ * (exact enough for 10^5 terms, vectorisable without reassociating, and
+ * the same order on every build).
  */
 #include "cpu/kernels/vexp.h"
 
@@ -22,14 +24,6 @@
 #pragma GCC diagnostic ignored "-Wpsabi"
 #endif
 
-#if defined(__GNUC__) && defined(__x86_64__) && defined(__has_attribute)
-#if __has_attribute(target_clones)
-#define VEXP_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
-#endif
-#ifndef VEXP_CLONES
-#define VEXP_CLONES
-#endif
 
 static inline float exp_core(float d)
 {
@@ -61,59 +55,93 @@ static inline float exp_core(float d)
     return d < -87.0f ? 0.0f : e;
 }
 
-/* The same on 16 lanes at once (GCC vector extensions: one AVX-512
- * register, two AVX2 ones or four SSE ones, by the clone). */
-typedef float v16f __attribute__((vector_size(64)));
-typedef int32_t v16i __attribute__((vector_size(64)));
-typedef float v8f __attribute__((vector_size(32)));
-typedef double v8d __attribute__((vector_size(64)));
+/* The kernels per instruction set (vexp_isa.h). */
+#define VEXP_W 4
+#define VEXP_SFX base
+#define VEXP_ATTR
+#include "cpu/kernels/vexp_isa.h"
+#undef VEXP_W
+#undef VEXP_SFX
+#undef VEXP_ATTR
 
-static inline __attribute__((always_inline)) v16f vsplat(float a)
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define VEXP_X86 1
+#define VEXP_W 8
+#define VEXP_SFX avx2
+#define VEXP_ATTR __attribute__((target("avx2")))
+#include "cpu/kernels/vexp_isa.h"
+#undef VEXP_W
+#undef VEXP_SFX
+#undef VEXP_ATTR
+#define VEXP_W 16
+#define VEXP_SFX avx512
+#define VEXP_ATTR __attribute__((target("avx512f")))
+#include "cpu/kernels/vexp_isa.h"
+#undef VEXP_W
+#undef VEXP_SFX
+#undef VEXP_ATTR
+#endif
+
+typedef double (*rows_fn)(const float *, float, float *, int64_t);
+typedef float (*max_fn)(const float *, int64_t);
+
+typedef struct isa_build {
+    const char *name;
+    rows_fn rows;
+    max_fn max;
+} isa_build;
+
+static const isa_build builds[] = {
+#ifdef VEXP_X86
+    {"avx512f", vexp_rows_avx512, vmax_rows_avx512},
+    {"avx2", vexp_rows_avx2, vmax_rows_avx2},
+#endif
+    {"base", vexp_rows_base, vmax_rows_base},
+};
+enum { NBUILDS = sizeof builds / sizeof builds[0] };
+
+static bool runs_here(const isa_build *b)
 {
-    return (v16f){a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a};
+#ifdef VEXP_X86
+    __builtin_cpu_init();
+    if (strcmp(b->name, "avx512f") == 0)
+        return __builtin_cpu_supports("avx512f");
+    if (strcmp(b->name, "avx2") == 0)
+        return __builtin_cpu_supports("avx2");
+#endif
+    (void)b;
+    return true;
 }
 
-static inline __attribute__((always_inline)) v16f vselect(v16i mask, v16f a, v16f b)
+/* The build in use: the widest this processor runs, chosen at the first
+ * call (threads racing there store the same pointer). */
+static const isa_build *in_use;
+
+static const isa_build *pick(void)
 {
-    return (v16f)((mask & (v16i)a) | (~mask & (v16i)b));
+    const isa_build *b = __atomic_load_n(&in_use, __ATOMIC_ACQUIRE);
+    if (b)
+        return b;
+    for (int i = 0; i < NBUILDS && !b; i++)
+        if (runs_here(&builds[i]))
+            b = &builds[i];
+    __atomic_store_n(&in_use, b, __ATOMIC_RELEASE);
+    return b;
 }
 
-static inline __attribute__((always_inline)) v16f exp_lanes(v16f d)
+const char *tgl_vexp_isa(void)
 {
-    v16i low = d < vsplat(-87.0f);
-    v16f c = vselect(low, vsplat(-87.0f), d);
-    v16f t = c * vsplat(1.44269504088896341f) + vsplat(12582912.0f);
-    v16f k = t - vsplat(12582912.0f);
-    v16i ki = (v16i)t - 0x4B400000;
-    v16f r = c - k * vsplat(0.693359375f);
-    r = r - k * vsplat(-2.12194440e-4f);
-    v16f r2 = r * r;
-    v16f p = vsplat(1.9875691500e-4f);
-    p = p * r + vsplat(1.3981999507e-3f);
-    p = p * r + vsplat(8.3334519073e-3f);
-    p = p * r + vsplat(4.1665795894e-2f);
-    p = p * r + vsplat(1.6666665459e-1f);
-    p = p * r + vsplat(5.0000001201e-1f);
-    p = p * r2 + r + vsplat(1.0f);
-    v16f e = p * (v16f)((ki + 127) << 23);
-    return vselect(low, vsplat(0.0f), e);
+    return pick()->name;
 }
 
-/* acc += the 16 lanes of e, in double */
-static inline __attribute__((always_inline)) void add_lanes(v8d *lo, v8d *hi, v16f e)
+bool tgl_vexp_use(const char *isa)
 {
-    v8f a = __builtin_shufflevector(e, e, 0, 1, 2, 3, 4, 5, 6, 7);
-    v8f b = __builtin_shufflevector(e, e, 8, 9, 10, 11, 12, 13, 14, 15);
-    *lo += __builtin_convertvector(a, v8d);
-    *hi += __builtin_convertvector(b, v8d);
-}
-
-static double lanes_sum(v8d lo, v8d hi)
-{
-    double s = 0;
-    for (int l = 0; l < 8; l++)
-        s += lo[l] + hi[l];
-    return s;
+    for (int i = 0; i < NBUILDS; i++)
+        if (strcmp(builds[i].name, isa) == 0 && runs_here(&builds[i])) {
+            __atomic_store_n(&in_use, &builds[i], __ATOMIC_RELEASE);
+            return true;
+        }
+    return false;
 }
 
 /* A row whose max is infinite: x == m counts as d = 0 (exp 1), so that
@@ -130,7 +158,7 @@ static double shifted_inf(const float *x, float m, float *out, int64_t n)
     return sum;
 }
 
-VEXP_CLONES double tgl_vexp_shifted_f32(const float *x, float m, float *out, int64_t n)
+double tgl_vexp_shifted_f32(const float *x, float m, float *out, int64_t n)
 {
     if (!isfinite(m))
         return shifted_inf(x, m, out, n);
@@ -144,28 +172,10 @@ VEXP_CLONES double tgl_vexp_shifted_f32(const float *x, float m, float *out, int
         }
         return sum;
     }
-    v8d lo = {0}, hi = {0};
-    v16f vm = vsplat(m);
-    int64_t j = 0;
-    for (; j + 16 <= n; j += 16) {
-        v16f v;
-        memcpy(&v, x + j, sizeof v);
-        v16f e = exp_lanes(v - vm);
-        memcpy(out + j, &e, sizeof e);
-        add_lanes(&lo, &hi, e);
-    }
-    if (j < n) {
-        /* the last n - j < 16: one padded vector (-inf: exp 0) */
-        v16f v = vsplat(-INFINITY);
-        memcpy(&v, x + j, sizeof(float) * (size_t)(n - j));
-        v16f e = exp_lanes(v - vm);
-        memcpy(out + j, &e, sizeof(float) * (size_t)(n - j));
-        add_lanes(&lo, &hi, e);
-    }
-    return lanes_sum(lo, hi);
+    return pick()->rows(x, m, out, n);
 }
 
-VEXP_CLONES double tgl_vexp_sum_f32(const float *x, float m, int64_t n)
+double tgl_vexp_sum_f32(const float *x, float m, int64_t n)
 {
     if (!isfinite(m))
         return shifted_inf(x, m, NULL, n);
@@ -175,23 +185,10 @@ VEXP_CLONES double tgl_vexp_sum_f32(const float *x, float m, int64_t n)
             sum += exp_core(x[j] - m);
         return sum;
     }
-    v8d lo = {0}, hi = {0};
-    v16f vm = vsplat(m);
-    int64_t j = 0;
-    for (; j + 16 <= n; j += 16) {
-        v16f v;
-        memcpy(&v, x + j, sizeof v);
-        add_lanes(&lo, &hi, exp_lanes(v - vm));
-    }
-    if (j < n) {
-        v16f v = vsplat(-INFINITY);
-        memcpy(&v, x + j, sizeof(float) * (size_t)(n - j));
-        add_lanes(&lo, &hi, exp_lanes(v - vm));
-    }
-    return lanes_sum(lo, hi);
+    return pick()->rows(x, m, NULL, n);
 }
 
-VEXP_CLONES float tgl_vmax_f32(const float *x, int64_t n)
+float tgl_vmax_f32(const float *x, int64_t n)
 {
     if (n < 16) {
         float r = -INFINITY;
@@ -202,26 +199,5 @@ VEXP_CLONES float tgl_vmax_f32(const float *x, int64_t n)
         }
         return any_nan ? NAN : r;
     }
-    v16f m = vsplat(-INFINITY);
-    v16i nan = {0};
-    int64_t j = 0;
-    for (; j + 16 <= n; j += 16) {
-        v16f v;
-        memcpy(&v, x + j, sizeof v);
-        nan |= v != v;
-        m = vselect(v > m, v, m);
-    }
-    if (j < n) {
-        v16f v = vsplat(-INFINITY);
-        memcpy(&v, x + j, sizeof(float) * (size_t)(n - j));
-        nan |= v != v;
-        m = vselect(v > m, v, m);
-    }
-    float r = -INFINITY;
-    bool any_nan = false;
-    for (int l = 0; l < 16; l++) {
-        any_nan = any_nan || nan[l];
-        r = m[l] > r ? m[l] : r;
-    }
-    return any_nan ? NAN : r;
+    return pick()->max(x, n);
 }

@@ -5,6 +5,7 @@
 #ifndef TGL_CPU_VEXP_H
 #define TGL_CPU_VEXP_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 /* out[j] = exp(x[j] - m) for j < n (1 where x[j] == m, so an infinite max
@@ -16,5 +17,13 @@ double tgl_vexp_sum_f32(const float *x, float m, int64_t n);
 
 /* The largest of x[0..n), NaN when any is NaN, -inf for n == 0. */
 float tgl_vmax_f32(const float *x, int64_t n);
+
+/* The instruction set the row kernels run on: "avx512f", "avx2" or "base"
+ * (the widest this processor supports, chosen at the first call). */
+const char *tgl_vexp_isa(void);
+/* Makes the row kernels run on `isa` (a name above) from now on, for the
+ * tests that compare the builds; false, changing nothing, when this
+ * processor or build cannot. */
+bool tgl_vexp_use(const char *isa);
 
 #endif /* TGL_CPU_VEXP_H */
