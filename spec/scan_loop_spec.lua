@@ -29,16 +29,7 @@ local function same_bits(a, b, what)
     ('%s: generated and interpreted differ:\n%s\n%s'):format(what, tostring(a), tostring(b)))
 end
 
-local function with(ws, fn)
-  local was, was_compile = tgl.config.whole_step, tgl.config.compile
-  tgl.config.whole_step = ws
-  tgl.config.compile = 'sync'
-  local res = { pcall(fn) }
-  tgl.config.whole_step = was
-  tgl.config.compile = was_compile
-  if not res[1] then error(res[2], 0) end
-  return unpack(res, 2)
-end
+local with = S.with_whole_step
 
 -- Compiles with compile = 'sync': the body's kernels get their final code
 -- at once (the generated loop waits for it, as a whole step does).

@@ -11,9 +11,7 @@
 -- clear error and leaves the shared variables as they were.
 local S = dofile('spec/support.lua')
 
-local function bits_equal(want, got, what)
-  S.assert_close(want, got, 0, 0, what)
-end
+local bits_equal = S.bits_equal
 
 -- The same graph compiled under cvm (cached shapes) and vm (checked).
 local function both(spec)

@@ -20,19 +20,7 @@
 -- buffers add up to more than any L2 cache binds, its peak fitting.
 local S = dofile('spec/support.lua')
 
-local function bits_equal(want, got, what)
-  S.assert_close(want, got, 0, 0, what)
-end
-
-local function with_whole_step(on, fn)
-  local was, was_compile = tgl.config.whole_step, tgl.config.compile
-  tgl.config.whole_step = on
-  tgl.config.compile = 'sync'
-  local ok, err = pcall(fn)
-  tgl.config.whole_step = was
-  tgl.config.compile = was_compile
-  if not ok then error(err, 0) end
-end
+local bits_equal, with_whole_step = S.bits_equal, S.with_whole_step
 
 local WAYS = { true, 'bound', false }
 

@@ -102,18 +102,35 @@ function M.with_config(settings)
   end)
 end
 
--- fn() run with tgl.config.device = device (compiles and shared variables
--- made inside go there), the setting put back whatever happens; returns
--- fn's results and raises its error.  (The cuda_*_spec files compare one
--- device with another this way.)
-function M.on_device(device, fn)
+-- fn() run with the tgl.config keys of `settings` set, the old values put
+-- back whatever happens; returns fn's results and raises its error.
+function M.with_settings(settings, fn)
   local tgl = require 'tgl'
-  local was = tgl.config.device
-  tgl.config.device = device
+  local saved = {}
+  for k, v in pairs(settings) do saved[k] = tgl.config[k]; tgl.config[k] = v end
   local res = { pcall(fn) }
-  tgl.config.device = was
+  for k in pairs(settings) do tgl.config[k] = saved[k] end
   if not res[1] then error(res[2], 0) end
   return unpack(res, 2, table.maxn(res))
+end
+
+-- fn() run with tgl.config.whole_step = on and compile = 'sync' (kernels
+-- get their final code at once), as with_settings.
+function M.with_whole_step(on, fn)
+  return M.with_settings({ whole_step = on, compile = 'sync' }, fn)
+end
+
+-- fn() run with tgl.config.device = device (compiles and shared variables
+-- made inside go there), as with_settings.  (The cuda_*_spec files compare
+-- one device with another this way.)
+function M.on_device(device, fn)
+  return M.with_settings({ device = device }, fn)
+end
+
+-- Raises unless want and got hold the same values, bit for bit (what names
+-- the comparison).
+function M.bits_equal(want, got, what)
+  M.assert_close(want, got, 0, 0, what)
 end
 
 -- A file's bytes; a missing file raises, or gives nil when optional.

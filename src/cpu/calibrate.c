@@ -54,11 +54,13 @@ static const char *blas_name(void)
 
 /* ---- the products' split ---------------------------------------------- */
 
-typedef struct bench {
+typedef struct bench bench;
+struct bench {
     float *a, *b, *c;
     struct tgl_pool *pool;
-    int64_t s; /* the size of the run in progress */
-} bench;
+    int64_t s;                                             /* the run's size */
+    void (*rows)(const bench *w, int64_t lo, int64_t hi); /* the product    */
+};
 
 /* sgemm on rows [lo, hi) of an s x s x s product. */
 static void gemm_rows(const bench *w, int64_t lo, int64_t hi)
@@ -66,22 +68,6 @@ static void gemm_rows(const bench *w, int64_t lo, int64_t hi)
     int s = (int)w->s;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(hi - lo), s, s, 1.0f,
                 w->a + lo * s, s, w->b, s, 0.0f, w->c + lo * s, s);
-}
-
-static void gemm_task(void *arg, int t)
-{
-    const bench *w = arg;
-    gemm_rows(w, w->s * t / 2, w->s * (t + 1) / 2);
-}
-
-static void gemm_run(void *arg, int variant, int64_t s)
-{
-    bench *w = arg;
-    w->s = s;
-    if (variant == 0)
-        gemm_rows(w, 0, s);
-    else
-        tgl_pool_run_in(&w->pool, 2, 2, gemm_task, w);
 }
 
 /* sgemv (y = A x, A s x s) on rows [lo, hi). */
@@ -92,20 +78,23 @@ static void gemv_rows(const bench *w, int64_t lo, int64_t hi)
                 0.0f, w->c + lo, 1);
 }
 
-static void gemv_task(void *arg, int t)
+/* Half the rows on pool thread t. */
+static void rows_task(void *arg, int t)
 {
     const bench *w = arg;
-    gemv_rows(w, w->s * t / 2, w->s * (t + 1) / 2);
+    w->rows(w, w->s * t / 2, w->s * (t + 1) / 2);
 }
 
-static void gemv_run(void *arg, int variant, int64_t s)
+/* tgl_tune_crossover's run: variant 0 all rows on this thread, 1 in two
+ * blocks of rows on two threads. */
+static void rows_run(void *arg, int variant, int64_t s)
 {
     bench *w = arg;
     w->s = s;
     if (variant == 0)
-        gemv_rows(w, 0, s);
+        w->rows(w, 0, s);
     else
-        tgl_pool_run_in(&w->pool, 2, 2, gemv_task, w);
+        tgl_pool_run_in(&w->pool, 2, 2, rows_task, w);
 }
 
 /* Buffers of n floats each for a, b, c (filled), or false. */
@@ -133,44 +122,48 @@ static void bench_free(bench *w)
     free(w->c);
 }
 
-/* blas.split_gemm: multiply-adds from which an s x s x s sgemm in two
- * blocks of rows on two threads beats one call on one. */
-static int64_t measure_split_gemm(void)
+/* The work (sizes[i]^power) from which `rows` on s x s operands, in two
+ * blocks of rows on two threads, beats one call on one; -1 on one CPU or
+ * out of memory.  OpenBLAS runs one thread per call, as tgl runs it. */
+static int64_t measure_split(const int64_t *sizes, int n, int power,
+                             void (*rows)(const bench *, int64_t, int64_t))
 {
     if (sysconf(_SC_NPROCESSORS_ONLN) < 2)
         return -1;
-    static const int64_t sizes[] = {32, 48, 64, 96, 128, 160, 192, 256, 320};
-    enum { N = sizeof sizes / sizeof sizes[0] };
-    int64_t work[N];
-    for (int i = 0; i < N; i++)
-        work[i] = sizes[i] * sizes[i] * sizes[i];
+    int64_t *work = malloc(sizeof *work * (size_t)n);
+    if (!work)
+        return -1;
+    for (int i = 0; i < n; i++) {
+        work[i] = 1;
+        for (int p = 0; p < power; p++)
+            work[i] *= sizes[i];
+    }
     openblas_set_num_threads(1);
     bench w;
     int64_t v = -1;
-    if (bench_alloc(&w, sizes[N - 1] * sizes[N - 1]))
-        v = tgl_tune_crossover(gemm_run, &w, sizes, work, N);
+    if (bench_alloc(&w, sizes[n - 1] * sizes[n - 1])) {
+        w.rows = rows;
+        v = tgl_tune_crossover(rows_run, &w, sizes, work, n);
+    }
     bench_free(&w);
+    free(work);
     return v;
 }
 
-/* blas.split_level2: matrix elements from which an s x s sgemv in two
- * blocks of rows on two threads beats one call on one. */
+/* blas.split_gemm: multiply-adds from which an s x s x s sgemm split in
+ * rows over two threads beats one call on one. */
+static int64_t measure_split_gemm(void)
+{
+    static const int64_t sizes[] = {32, 48, 64, 96, 128, 160, 192, 256, 320};
+    return measure_split(sizes, (int)(sizeof sizes / sizeof sizes[0]), 3, gemm_rows);
+}
+
+/* blas.split_level2: matrix elements from which an s x s sgemv split in
+ * rows over two threads beats one call on one. */
 static int64_t measure_split_level2(void)
 {
-    if (sysconf(_SC_NPROCESSORS_ONLN) < 2)
-        return -1;
     static const int64_t sizes[] = {64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048};
-    enum { N = sizeof sizes / sizeof sizes[0] };
-    int64_t work[N];
-    for (int i = 0; i < N; i++)
-        work[i] = sizes[i] * sizes[i];
-    openblas_set_num_threads(1);
-    bench w;
-    int64_t v = -1;
-    if (bench_alloc(&w, sizes[N - 1] * sizes[N - 1]))
-        v = tgl_tune_crossover(gemv_run, &w, sizes, work, N);
-    bench_free(&w);
-    return v;
+    return measure_split(sizes, (int)(sizeof sizes / sizeof sizes[0]), 2, gemv_rows);
 }
 
 /* ---- the thin transposed gemv ------------------------------------------- */
