@@ -25,6 +25,18 @@
 #endif
 
 
+/* p(r) = e^r on [-ln2/2, ln2/2] (Cephes' coefficients), p holding the
+ * leading one on entry; for a float or a vector of floats (vexp_isa.h). */
+#define VEXP_POLY(p, r, r2)                                                  \
+    do {                                                                     \
+        p = p * r + 1.3981999507e-3f;                                        \
+        p = p * r + 8.3334519073e-3f;                                        \
+        p = p * r + 4.1665795894e-2f;                                        \
+        p = p * r + 1.6666665459e-1f;                                        \
+        p = p * r + 5.0000001201e-1f;                                        \
+        p = p * r2 + r + 1.0f;                                               \
+    } while (0)
+
 static inline float exp_core(float d)
 {
     const float log2e = 1.44269504088896341f, ln2_hi = 0.693359375f,
@@ -41,12 +53,7 @@ static inline float exp_core(float d)
     r = r - k * ln2_lo;
     float r2 = r * r;
     float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r2 + r + 1.0f;
+    VEXP_POLY(p, r, r2);
     int32_t bits = (ki + 127) << 23;
     float scale;
     memcpy(&scale, &bits, sizeof scale);

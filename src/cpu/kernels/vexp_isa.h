@@ -45,12 +45,7 @@ VEXP_INLINE VF FN(exp_lanes)(VF d)
     r = r - k * -2.12194440e-4f;
     VF r2 = r * r;
     VF p = FN(splat)(1.9875691500e-4f);
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r2 + r + 1.0f;
+    VEXP_POLY(p, r, r2);
     VF e = p * (VF)((ki + 127) << 23);
     return FN(sel)(low, FN(splat)(0.0f), e);
 }
