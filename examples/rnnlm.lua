@@ -147,7 +147,7 @@ end
 -- the default: RNNLM's per-word steps with classes; with a full softmax
 -- (-class 1) the block's products as gemm (a word's step there walks the
 -- whole V x H matrix three times without BLAS: 7x slower than block, and
--- block's perplexity after an epoch is within 0.5% of RNNLM's, doc/lm.md)
+-- block's perplexity after an epoch is within 1% of RNNLM's, doc/lm.md)
 if opt['output-update'] == nil then opt['output-update'] = opt.class == 1 and 'block' or 'word' end
 if opt['output-update'] ~= 'word' and opt['output-update'] ~= 'block' then
   usage_error("-output-update must be 'word' or 'block', got %s", opt['output-update'])
