@@ -24,6 +24,7 @@
 #include "tgl.h"
 #include "cpu/backend_cpu.h"
 #include "cpu/gemm_pick.h"
+#include "engine/tune.h"
 
 static uint64_t rng = 88172645463325252ull;
 static int rnd(int n)
@@ -134,11 +135,14 @@ static void test_blis(void **state)
 }
 
 /* Through the backend: the pick measures each new shape (forced off and
- * on too), large products split in two blocks. */
+ * on too), large products split in two blocks (blas.split_gemm
+ * overridden to 0: every product that can split does, unmeasured). */
 static void test_backend(void **state)
 {
     (void)state;
     tgl_backend_cpu.set_threads(2);
+    char why[200];
+    assert_int_equal(tgl_tune_override("blas.split_gemm=0", why, sizeof why), 0);
     for (int force = -1; force <= 1; force++) {
         tgl_gemm_pick_force(force);
         random_products(1, TGL_GEMM_OPENBLAS, 150);
@@ -149,6 +153,74 @@ static void test_backend(void **state)
                       300 + rnd(3), 160 + rnd(5), 100, -0.75, t % 3);
     }
     tgl_gemm_pick_force(-1);
+    assert_int_equal(tgl_tune_override("", why, sizeof why), 0);
+    tgl_backend_cpu.set_threads(1);
+}
+
+/* The cache file's path, from tgl_gemm_pick_info ("... (/path)"); "" when
+ * BLIS is not loaded (the info then names no file). */
+static void cache_path(char *path, size_t size)
+{
+    const char *info = tgl_gemm_pick_info();
+    const char *p = strstr(info, "(/");
+    path[0] = 0;
+    if (!p)
+        return;
+    snprintf(path, size, "%s", p + 1);
+    char *end = strrchr(path, ')');
+    assert_non_null(end);
+    *end = 0;
+}
+
+/* How many lines of the cache file record this shape with `blocks`, each
+ * one's choice checked against `want`. */
+static int cached_lines(const char *path, int dtype, int ta, int tb, int acc, int m, int n, int k,
+                        int blocks, const char *want1, const char *want2)
+{
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    char line[256], name[16];
+    int dt, a, b, c, mm, nn, kk, nb, found = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "%d %d %d %d %d %d %d %d %15s", &dt, &a, &b, &c, &mm, &nn, &kk, &nb,
+                   name) == 9 &&
+            dt == dtype && a == ta && b == tb && c == acc && mm == m && nn == n && kk == k &&
+            nb == blocks) {
+            found++;
+            assert_true(strcmp(name, want1) == 0 || strcmp(name, want2) == 0);
+        }
+    fclose(f);
+    return found;
+}
+
+/* The split choice: a product between blas.split_gemm and 256 times it
+ * is measured once per shape (whole against split, as in a step), the
+ * choice is remembered (the same answer again, one line in the cache
+ * file), and the result is right whichever way it runs, with beta 0 and
+ * with beta 1 (a separate choice). */
+static void test_split_choice(void **state)
+{
+    (void)state;
+    tgl_backend_cpu.set_threads(2);
+    tgl_tune_set(TGL_TUNE_BLAS_SPLIT_GEMM, 20000, "test");
+    for (int acc = 0; acc <= 1; acc++) {
+        /* 40 x 50 x 30 = 60000 multiply-adds: between the two bounds */
+        for (int rep = 0; rep < 3; rep++)
+            check_one(TGL_FLOAT32, 1, TGL_GEMM_OPENBLAS, rep & 1, false, 40, 50, 30, 1.0,
+                      acc);
+        bool first = tgl_gemm_split_pays(TGL_FLOAT32, false, false, acc, 40, 50, 30, 2, NULL,
+                                         NULL);
+        assert_int_equal(tgl_gemm_split_pays(TGL_FLOAT32, false, false, acc, 40, 50, 30, 2, NULL,
+                                             NULL),
+                         first);
+        char path[1200];
+        cache_path(path, sizeof path);
+        if (path[0])
+            assert_int_equal(cached_lines(path, TGL_FLOAT32, 0, 0, acc, 40, 50, 30, 2, "one",
+                                          "split"),
+                             1);
+    }
+    tgl_tune_set(TGL_TUNE_BLAS_SPLIT_GEMM, tgl_tune_fallback(TGL_TUNE_BLAS_SPLIT_GEMM), "test");
     tgl_backend_cpu.set_threads(1);
 }
 
@@ -159,30 +231,17 @@ static void test_cache_file(void **state)
     if (!tgl_gemm_blis_loaded())
         return;
     tgl_gemm_pick_force(-1);
-    tgl_gemm_lib lib = tgl_gemm_pick(TGL_FLOAT32, true, false, 37, 29, 13);
-    assert_true(lib == TGL_GEMM_OPENBLAS || lib == TGL_GEMM_BLIS);
-    /* a second call does not measure again: same answer */
-    assert_int_equal(tgl_gemm_pick(TGL_FLOAT32, true, false, 37, 29, 13), lib);
-    const char *info = tgl_gemm_pick_info();
-    const char *p = strstr(info, "(/");
-    assert_non_null(p);
-    char path[1200];
-    snprintf(path, sizeof path, "%s", p + 1);
-    char *end = strrchr(path, ')');
-    assert_non_null(end);
-    *end = 0;
-    FILE *f = fopen(path, "r");
-    assert_non_null(f);
-    char line[256], name[16];
-    int dt, ta, tb, m, n, k, found = 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "%d %d %d %d %d %d %15s", &dt, &ta, &tb, &m, &n, &k, name) == 7 &&
-            dt == TGL_FLOAT32 && ta == 1 && tb == 0 && m == 37 && n == 29 && k == 13) {
-            found++;
-            assert_string_equal(name, lib == TGL_GEMM_BLIS ? "blis" : "openblas");
-        }
-    fclose(f);
-    assert_true(found >= 1);
+    for (int acc = 0; acc <= 1; acc++) {
+        tgl_gemm_lib lib = tgl_gemm_pick(TGL_FLOAT32, true, false, acc, 37, 29, 13);
+        assert_true(lib == TGL_GEMM_OPENBLAS || lib == TGL_GEMM_BLIS);
+        /* a second call does not measure again: same answer */
+        assert_int_equal(tgl_gemm_pick(TGL_FLOAT32, true, false, acc, 37, 29, 13), lib);
+        char path[1200];
+        cache_path(path, sizeof path);
+        assert_true(path[0] != 0);
+        const char *name = lib == TGL_GEMM_BLIS ? "blis" : "openblas";
+        assert_true(cached_lines(path, TGL_FLOAT32, 1, 0, acc, 37, 29, 13, 0, name, name) >= 1);
+    }
 }
 
 int main(void)
@@ -191,6 +250,7 @@ int main(void)
         cmocka_unit_test(test_openblas),
         cmocka_unit_test(test_blis),
         cmocka_unit_test(test_backend),
+        cmocka_unit_test(test_split_choice),
         cmocka_unit_test(test_cache_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -152,6 +152,54 @@ static void gemm_task(void *arg, int t)
     }
 }
 
+/* Runs j: picks the library for the shape each BLAS call sees (the first
+ * block's when the product is split) and splits it over the pool when
+ * j->nblocks > 1. */
+static void gemm_exec(gemm_job *j)
+{
+    j->lib = tgl_gemm_pick(j->dtype, j->ta, j->tb, j->beta != 0.0,
+                           j->by_rows ? j->m / j->nblocks : j->m,
+                           j->by_rows ? j->n : j->n / j->nblocks, j->k);
+    if (j->nblocks == 1)
+        gemm_block(j, j->m, j->n, j->a, j->b, j->c);
+    else
+        tgl_pool_run_in(&blas_pool, split, j->nblocks, gemm_task, j);
+}
+
+/* tgl_gemm_split_fn: the product of the job's shape on gemm_pick's
+ * scratch operands (contiguous), whole or in the job's blocks; beta 1
+ * when the job accumulates. */
+static void gemm_probe(void *arg, bool split_it, const void *a, const void *b, void *c)
+{
+    gemm_job j = *(const gemm_job *)arg;
+    j.a = a, j.b = b, j.c = c;
+    j.lda = j.ta ? j.m : j.k, j.ldb = j.tb ? j.k : j.n, j.ldc = j.n;
+    j.alpha = 1.0, j.beta = j.beta != 0.0 ? 1.0 : 0.0;
+    if (!split_it)
+        j.nblocks = 1;
+    gemm_exec(&j);
+}
+
+/* Products from SPLIT_SURE times blas.split_gemm split without asking:
+ * a pool wake-up is a few microseconds, under a few percent of them. */
+#define SPLIT_SURE 256
+
+/* Whether a product that blocks() would split should: blas.split_gemm is
+ * measured on cubes in a tight loop, where the pool's workers are awake
+ * and hold their operands; inside a step a product between it and
+ * SPLIT_SURE times it may run faster whole, which gemm_pick.c measures
+ * per shape.  An override of blas.split_gemm (TGL_TUNE, tests) decides
+ * alone. */
+static bool split_worth(gemm_job *j, int64_t work)
+{
+    int64_t at = SPLIT_GEMM;
+    if (at > INT64_MAX / SPLIT_SURE || work >= at * SPLIT_SURE ||
+        strcmp(tgl_tune_source(TGL_TUNE_BLAS_SPLIT_GEMM), "override") == 0)
+        return true;
+    return tgl_gemm_split_pays(j->dtype, j->ta, j->tb, j->beta != 0.0, j->m, j->n, j->k,
+                               j->nblocks, gemm_probe, j);
+}
+
 static tgl_status cpu_gemm(int dtype, bool trans_a, bool trans_b, int m, int n, int k,
                            double alpha, const void *a, int lda, const void *b, int ldb,
                            double beta, void *c, int ldc, tgl_errbuf *err)
@@ -159,15 +207,11 @@ static tgl_status cpu_gemm(int dtype, bool trans_a, bool trans_b, int m, int n, 
     (void)err;
     gemm_job j = {dtype, m, n, k, lda, ldb, ldc, 1, TGL_GEMM_OPENBLAS, trans_a, trans_b,
                   m >= n, alpha, beta, a, b, c, tgl_dtype_size(dtype)};
-    j.nblocks = blocks((int64_t)m * n * k, SPLIT_GEMM, j.by_rows ? m : n);
-    /* the library is chosen for the shape each BLAS call sees: the first
-     * block's when the product is split */
-    j.lib = tgl_gemm_pick(dtype, trans_a, trans_b, j.by_rows ? m / j.nblocks : m,
-                          j.by_rows ? n : n / j.nblocks, k);
-    if (j.nblocks == 1)
-        gemm_block(&j, m, n, a, b, c);
-    else
-        tgl_pool_run_in(&blas_pool, split, j.nblocks, gemm_task, &j);
+    int64_t work = (int64_t)m * n * k;
+    j.nblocks = blocks(work, SPLIT_GEMM, j.by_rows ? m : n);
+    if (j.nblocks > 1 && !split_worth(&j, work))
+        j.nblocks = 1;
+    gemm_exec(&j);
     return TGL_OK;
 }
 

@@ -28,6 +28,8 @@
  */
 #include "cpu/gemm_pick.h"
 #include "cgen/cgint.h"
+#include "engine/engine.h"
+#include "engine/tune.h"
 #include "tgl.h"
 
 #include <cblas.h>
@@ -140,10 +142,15 @@ void tgl_gemm_run(tgl_gemm_lib lib, int dtype, bool ta, bool tb, int m, int n, i
 
 /* ---- the table of choices ------------------------------------------------ */
 
+/* One measured shape.  nblocks 0: the library choice (lib is a
+ * tgl_gemm_lib); nblocks >= 2: the split choice for that many blocks (lib
+ * is 1 when splitting pays, 0 when not, 2 while being measured). */
 typedef struct pick {
-    int32_t m, n, k;
-    uint8_t used, dtype, ta, tb, lib;
+    int32_t m, n, k, nblocks;
+    uint8_t used, dtype, ta, tb, acc, lib;
 } pick;
+
+enum { SPLIT_NO = 0, SPLIT_YES = 1, SPLIT_PENDING = 2 };
 
 #define ROUNDS 5
 #define LONG_NS 5e6      /* a call this long: 3 rounds                      */
@@ -169,16 +176,17 @@ static uint64_t fnv(uint64_t h, const char *s)
     return h;
 }
 
-static size_t slot(int dtype, bool ta, bool tb, int m, int n, int k)
+static size_t slot(int dtype, bool ta, bool tb, bool acc, int m, int n, int k, int nblocks)
 {
     uint64_t h = 1469598103934665603ull;
-    int64_t v[6] = {dtype, ta, tb, m, n, k};
-    for (int i = 0; i < 6; i++)
+    int64_t v[8] = {dtype, ta, tb, acc, m, n, k, nblocks};
+    for (int i = 0; i < 8; i++)
         h = (h ^ (uint64_t)v[i]) * 1099511628211ull;
     return (size_t)(h ^ (h >> 29));
 }
 
-static pick *find(int dtype, bool ta, bool tb, int m, int n, int k, bool *fresh)
+static pick *find(int dtype, bool ta, bool tb, bool acc, int m, int n, int k, int nblocks,
+                  bool *fresh)
 {
     if (count + 1 > cap / 2) {
         size_t ncap = cap ? cap * 2 : 256;
@@ -187,8 +195,8 @@ static pick *find(int dtype, bool ta, bool tb, int m, int n, int k, bool *fresh)
             return NULL;
         for (size_t i = 0; i < cap; i++)
             if (table[i].used) {
-                size_t s = slot(table[i].dtype, table[i].ta, table[i].tb, table[i].m,
-                                table[i].n, table[i].k);
+                size_t s = slot(table[i].dtype, table[i].ta, table[i].tb, table[i].acc,
+                                table[i].m, table[i].n, table[i].k, table[i].nblocks);
                 while (nt[s & (ncap - 1)].used)
                     s++;
                 nt[s & (ncap - 1)] = table[i];
@@ -196,16 +204,16 @@ static pick *find(int dtype, bool ta, bool tb, int m, int n, int k, bool *fresh)
         free(table);
         table = nt, cap = ncap;
     }
-    for (size_t s = slot(dtype, ta, tb, m, n, k);; s++) {
+    for (size_t s = slot(dtype, ta, tb, acc, m, n, k, nblocks);; s++) {
         pick *p = &table[s & (cap - 1)];
         if (!p->used) {
-            *p = (pick){m, n, k, 1, (uint8_t)dtype, ta, tb, TGL_GEMM_OPENBLAS};
+            *p = (pick){m, n, k, nblocks, 1, (uint8_t)dtype, ta, tb, acc, TGL_GEMM_OPENBLAS};
             count++;
             *fresh = true;
             return p;
         }
         if (p->m == m && p->n == n && p->k == k && p->dtype == dtype && p->ta == ta &&
-            p->tb == tb) {
+            p->tb == tb && p->acc == acc && p->nblocks == nblocks) {
             *fresh = false;
             return p;
         }
@@ -215,7 +223,9 @@ static pick *find(int dtype, bool ta, bool tb, int m, int n, int k, bool *fresh)
 /* The cache file's name: <dir>/gemm-pick-<16 hex>.txt, or "" when there
  * is no cache directory (the directory is made at the first save, so
  * `tgl -v` changes nothing on disk).  The directory is $TGL_CACHE_DIR or
- * ~/.cache/tgl: the products do not see tgl.config.cache_dir. */
+ * ~/.cache/tgl: the products do not see tgl.config.cache_dir.  The key
+ * names the file's format too ("v2": the accumulate flag and the split
+ * choices), so a file of the earlier format is left alone. */
 static void make_path(void)
 {
     char dir[1024];
@@ -227,9 +237,15 @@ static void make_path(void)
     h = fnv(h, openblas_get_config());
     h = fnv(h, blis.version);
     h = fnv(h, blis.arch);
+    h = fnv(h, "v2");
     snprintf(path, sizeof path, "%s/gemm-pick-%016llx.txt", dir, (unsigned long long)h);
 }
 
+/* Reads the cache file's lines
+ *     <dtype> <ta> <tb> <acc> <m> <n> <k> <blocks> <choice> <ns> <ns>
+ * into the table: blocks 0 is a library choice (openblas|blis), blocks
+ * >= 2 a split choice (one|split).  Lines that do not parse (the header,
+ * a line a crash cut short, garbage) are skipped. */
 static void load_file(void)
 {
     loaded_file = true;
@@ -237,23 +253,30 @@ static void load_file(void)
     FILE *f = path[0] ? fopen(path, "r") : NULL;
     if (!f)
         return;
-    char line[256], lib[16];
-    int dt, ta, tb, m, n, k;
+    char line[256], word[16];
+    int dt, ta, tb, acc, m, n, k, nb;
     while (fgets(line, sizeof line, f)) {
-        if (sscanf(line, "%d %d %d %d %d %d %15s", &dt, &ta, &tb, &m, &n, &k, lib) != 7)
-            continue; /* the header, or a line a crash cut short */
-        if ((dt != TGL_FLOAT32 && dt != TGL_FLOAT64) || m < 0 || n < 0 || k < 0)
+        if (sscanf(line, "%d %d %d %d %d %d %d %d %15s", &dt, &ta, &tb, &acc, &m, &n, &k, &nb,
+                   word) != 9)
+            continue;
+        if ((dt != TGL_FLOAT32 && dt != TGL_FLOAT64) || m < 0 || n < 0 || k < 0 || nb < 0 ||
+            nb == 1)
             continue;
         bool fresh;
-        pick *p = find(dt, ta != 0, tb != 0, m, n, k, &fresh);
+        pick *p = find(dt, ta != 0, tb != 0, acc != 0, m, n, k, nb, &fresh);
         if (!p)
             break;
-        p->lib = strcmp(lib, "blis") == 0 ? TGL_GEMM_BLIS : TGL_GEMM_OPENBLAS;
+        if (nb > 0)
+            p->lib = strcmp(word, "split") == 0 ? SPLIT_YES : SPLIT_NO;
+        else
+            p->lib = strcmp(word, "blis") == 0 ? TGL_GEMM_BLIS : TGL_GEMM_OPENBLAS;
     }
     fclose(f);
 }
 
-static void save(const pick *p, double ns_open, double ns_blis)
+/* Appends p's line to the cache file (the header first when the file is
+ * new): its choice and the two times measured. */
+static void save(const pick *p, double ns0, double ns1)
 {
     char dir[1024];
     if (!path[0] || tgl_cache_dir(NULL, dir, sizeof dir) != 0)
@@ -262,20 +285,22 @@ static void save(const pick *p, double ns_open, double ns_blis)
     int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0)
         return;
-    char line[256];
+    char line[300];
     int len = 0;
     if (lseek(fd, 0, SEEK_END) == 0)
         len = snprintf(line, sizeof line,
-                       "# tgl gemm pick: dtype ta tb m n k lib ns_openblas ns_blis "
-                       "(OpenBLAS %s; BLIS %s %s)\n",
+                       "# tgl gemm pick: dtype ta tb acc m n k blocks choice ns ns: blocks 0 "
+                       "openblas|blis ns_openblas ns_blis, else one|split ns_one ns_split "
+                       "(%s; BLIS %s %s)\n",
                        openblas_get_config(), blis.version, blis.arch);
     if (len > 0 && len < (int)sizeof line && write(fd, line, (size_t)len) != len) {
         close(fd);
         return;
     }
-    len = snprintf(line, sizeof line, "%d %d %d %d %d %d %s %.0f %.0f\n", p->dtype, p->ta,
-                   p->tb, p->m, p->n, p->k, p->lib == TGL_GEMM_BLIS ? "blis" : "openblas",
-                   ns_open, ns_blis);
+    const char *choice = p->nblocks > 0 ? (p->lib == SPLIT_YES ? "split" : "one")
+                                        : (p->lib == TGL_GEMM_BLIS ? "blis" : "openblas");
+    len = snprintf(line, sizeof line, "%d %d %d %d %d %d %d %d %s %.0f %.0f\n", p->dtype, p->ta,
+                   p->tb, p->acc, p->m, p->n, p->k, p->nblocks, choice, ns0, ns1);
     if (len > 0 && len < (int)sizeof line && write(fd, line, (size_t)len) != len) {
         /* a short write leaves a cut line, which load_file skips */
     }
@@ -295,6 +320,48 @@ static int cmp_double(const void *x, const void *y)
     return (a > b) - (a < b);
 }
 
+/* Fills scratch operands of p's shape (contiguous) with small values of
+ * both signs and no denormals, and c too when the product accumulates
+ * into it: written by the calling thread, so their cache lines are this
+ * core's, as a step's products read what its previous kernels wrote. */
+static void scratch_fill(const pick *p, char *a, char *b, char *c)
+{
+    size_t es = p->dtype == TGL_FLOAT32 ? 4 : 8;
+    size_t na = (size_t)p->m * p->k, nb = (size_t)p->k * p->n;
+    if (p->acc) {
+        for (size_t i = 0, nc = (size_t)p->m * p->n; i < nc; i++)
+            if (es == 4)
+                ((float *)c)[i] = (float)((int)(i % 3) - 1) * 0.5f;
+            else
+                ((double *)c)[i] = (double)((int)(i % 3) - 1) * 0.5;
+    }
+    for (size_t i = 0; i < na; i++)
+        if (es == 4)
+            ((float *)a)[i] = (float)((int)(i % 7) - 3) * 0.125f;
+        else
+            ((double *)a)[i] = (double)((int)(i % 7) - 3) * 0.125;
+    for (size_t i = 0; i < nb; i++)
+        if (es == 4)
+            ((float *)b)[i] = (float)((int)(i % 5) - 2) * 0.25f;
+        else
+            ((double *)b)[i] = (double)((int)(i % 5) - 2) * 0.25;
+}
+
+/* Allocates and fills them (c zeroed); false when out of memory. */
+static bool scratch_new(const pick *p, char **a, char **b, char **c)
+{
+    size_t es = p->dtype == TGL_FLOAT32 ? 4 : 8;
+    *a = malloc((size_t)p->m * p->k * es + 1);
+    *b = malloc((size_t)p->k * p->n * es + 1);
+    *c = calloc((size_t)p->m * p->n + 1, es);
+    if (!*a || !*b || !*c) {
+        free(*a), free(*b), free(*c);
+        return false;
+    }
+    scratch_fill(p, *a, *b, *c);
+    return true;
+}
+
 /* Times both libraries on scratch operands of the shape; sets p->lib. */
 static void measure(pick *p)
 {
@@ -311,28 +378,16 @@ static void measure(pick *p)
         save(p, 0, 0);
         return;
     }
-    char *a = malloc(na * es), *b = malloc(nb * es), *c = calloc(nc, es);
-    if (!a || !b || !c) {
-        free(a), free(b), free(c);
+    char *a, *b, *c;
+    if (!scratch_new(p, &a, &b, &c))
         return;
-    }
-    /* small values of both signs, no denormals */
-    for (size_t i = 0; i < na; i++)
-        if (es == 4)
-            ((float *)a)[i] = (float)((int)(i % 7) - 3) * 0.125f;
-        else
-            ((double *)a)[i] = (double)((int)(i % 7) - 3) * 0.125;
-    for (size_t i = 0; i < nb; i++)
-        if (es == 4)
-            ((float *)b)[i] = (float)((int)(i % 5) - 2) * 0.25f;
-        else
-            ((double *)b)[i] = (double)((int)(i % 5) - 2) * 0.25;
     int lda = p->ta ? m : k, ldb = p->tb ? k : n;
+    double beta = p->acc ? 1.0 : 0.0;
     /* calls per round: enough for ROUND_NS, from one warm call of each */
     double t0 = cpu_ns();
-    tgl_gemm_run(TGL_GEMM_OPENBLAS, p->dtype, p->ta, p->tb, m, n, k, 1.0, a, lda, b, ldb, 0.0,
+    tgl_gemm_run(TGL_GEMM_OPENBLAS, p->dtype, p->ta, p->tb, m, n, k, 1.0, a, lda, b, ldb, beta,
                  c, n);
-    tgl_gemm_run(TGL_GEMM_BLIS, p->dtype, p->ta, p->tb, m, n, k, 1.0, a, lda, b, ldb, 0.0, c,
+    tgl_gemm_run(TGL_GEMM_BLIS, p->dtype, p->ta, p->tb, m, n, k, 1.0, a, lda, b, ldb, beta, c,
                  n);
     double one = (cpu_ns() - t0) / 2;
     if (one > HUGE_NS) {
@@ -348,11 +403,15 @@ static void measure(pick *p)
     for (int r = 0; r < rounds; r++)
         for (int i = 0; i < 2; i++) {
             tgl_gemm_lib lib = (tgl_gemm_lib)((i + r) & 1);
-            double s = cpu_ns();
-            for (int q = 0; q < calls; q++)
-                tgl_gemm_run(lib, p->dtype, p->ta, p->tb, m, n, k, 1.0, a, lda, b, ldb, 0.0, c,
+            double sum = 0;
+            for (int q = 0; q < calls; q++) {
+                scratch_fill(p, a, b, c);
+                double s = cpu_ns();
+                tgl_gemm_run(lib, p->dtype, p->ta, p->tb, m, n, k, 1.0, a, lda, b, ldb, beta, c,
                              n);
-            t[lib][r] = (cpu_ns() - s) / calls;
+                sum += cpu_ns() - s;
+            }
+            t[lib][r] = sum / calls;
         }
     free(a), free(b), free(c);
     /* the fastest round of each: other work on the machine only ever adds
@@ -365,6 +424,110 @@ static void measure(pick *p)
     save(p, open_ns, blis_ns);
 }
 
+/* ---- the split choice --------------------------------------------------- */
+
+#define SPLIT_REPS 15    /* timed calls of each way                        */
+#define SPLIT_MARGIN 0.9 /* the split's median at most this x one call's  */
+
+/* Reads c (as the product's consumer would, from this thread): one
+ * element of every cache line, into a volatile so the reads stay. */
+static volatile double sink;
+
+static void consume(const pick *p, const char *c)
+{
+    size_t bytes = (size_t)p->m * p->n * (p->dtype == TGL_FLOAT32 ? 4 : 8);
+    double s = 0;
+    for (size_t i = 0; i < bytes; i += 64)
+        s += (double)c[i];
+    sink = s;
+}
+
+/* Times the product one call on this thread against split over the pool,
+ * as it runs inside a step: before every timed call this thread writes
+ * the operands afresh (a step's products read what the step's previous
+ * kernel wrote, in this core's cache, not the worker's) and waits until
+ * the pool's workers have stopped watching for work and sleep (pool.h:
+ * they watch pool.spin_ns after a run), so the split pays its wake-up;
+ * the timed call ends when this thread has read the whole result.  The
+ * two ways alternate; medians of SPLIT_REPS.  (Measured in a tight loop,
+ * as blas.split_gemm is on cubes, the split won for a 50x50x100 product
+ * that a step ran 9% faster unsplit.)  Returns SPLIT_YES or SPLIT_NO and
+ * the medians. */
+static int measure_split(const pick *p, tgl_gemm_split_fn run, void *arg, double ns[2])
+{
+    char *a, *b, *c;
+    ns[0] = ns[1] = 0;
+    /* operands far past the caches: a product that streams memory, which
+     * two cores do faster; no scratch of that size just to measure */
+    size_t es = p->dtype == TGL_FLOAT32 ? 4 : 8;
+    size_t bytes = ((size_t)p->m * p->k + (size_t)p->k * p->n + (size_t)p->m * p->n) * es;
+    long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    if (bytes > (size_t)(l2 > 0 ? l2 : 512 * 1024) * SCRATCH_L2)
+        return SPLIT_YES;
+    if (!scratch_new(p, &a, &b, &c))
+        return SPLIT_NO;
+    uint64_t quiet = (uint64_t)tgl_tune_get(TGL_TUNE_POOL_SPIN_NS) * 3 / 2 + 20000;
+    double t[2][SPLIT_REPS];
+    run(arg, false, a, b, c); /* warm: code, pages, the pool's threads */
+    run(arg, true, a, b, c);
+    uint64_t last_split = tgl_now_ns();
+    for (int r = 0; r < SPLIT_REPS; r++)
+        for (int i = 0; i < 2; i++) {
+            bool split = ((i + r) & 1) != 0;
+            scratch_fill(p, a, b, c);
+            while (tgl_now_ns() - last_split < quiet) {
+            }
+            uint64_t t0 = tgl_now_ns();
+            run(arg, split, a, b, c);
+            consume(p, c);
+            uint64_t t1 = tgl_now_ns();
+            t[split][r] = (double)(t1 - t0);
+            if (split)
+                last_split = t1;
+        }
+    free(a), free(b), free(c);
+    qsort(t[0], SPLIT_REPS, sizeof(double), cmp_double);
+    qsort(t[1], SPLIT_REPS, sizeof(double), cmp_double);
+    ns[0] = t[0][SPLIT_REPS / 2], ns[1] = t[1][SPLIT_REPS / 2];
+    return ns[1] <= SPLIT_MARGIN * ns[0] ? SPLIT_YES : SPLIT_NO;
+}
+
+bool tgl_gemm_split_pays(int dtype, bool ta, bool tb, bool acc, int m, int n, int k,
+                         int nblocks, tgl_gemm_split_fn run, void *arg)
+{
+    if (m <= 0 || n <= 0 || k <= 0 || nblocks < 2 ||
+        (dtype != TGL_FLOAT32 && dtype != TGL_FLOAT64))
+        return false;
+    pthread_mutex_lock(&lock);
+    if (!loaded_file)
+        load_file();
+    bool fresh = false;
+    pick *p = find(dtype, ta, tb, acc, m, n, k, nblocks, &fresh);
+    if (!p || (!fresh && p->lib != SPLIT_PENDING)) {
+        bool pays = p && p->lib == SPLIT_YES;
+        pthread_mutex_unlock(&lock);
+        return pays;
+    }
+    if (!fresh) { /* another thread is measuring it: one call meanwhile */
+        pthread_mutex_unlock(&lock);
+        return false;
+    }
+    p->lib = SPLIT_PENDING;
+    pick shape = *p;
+    /* measured without the lock: the run picks each block's library */
+    pthread_mutex_unlock(&lock);
+    double ns[2];
+    int got = measure_split(&shape, run, arg, ns);
+    pthread_mutex_lock(&lock);
+    p = find(dtype, ta, tb, acc, m, n, k, nblocks, &fresh);
+    if (p) {
+        p->lib = (uint8_t)got;
+        save(p, ns[0], ns[1]);
+    }
+    pthread_mutex_unlock(&lock);
+    return got == SPLIT_YES;
+}
+
 static void read_env(void)
 {
     const char *e = getenv("TGL_BLAS_PICK");
@@ -375,7 +538,7 @@ static void read_env(void)
         forced = TGL_GEMM_BLIS;
 }
 
-tgl_gemm_lib tgl_gemm_pick(int dtype, bool ta, bool tb, int m, int n, int k)
+tgl_gemm_lib tgl_gemm_pick(int dtype, bool ta, bool tb, bool acc, int m, int n, int k)
 {
     /* empty products and unknown dtypes stay with OpenBLAS (whose handling
      * of k == 0, beta scaling only, the backend's tests pin down) */
@@ -393,7 +556,7 @@ tgl_gemm_lib tgl_gemm_pick(int dtype, bool ta, bool tb, int m, int n, int k)
     if (!loaded_file)
         load_file();
     bool fresh = false;
-    pick *p = find(dtype, ta, tb, m, n, k, &fresh);
+    pick *p = find(dtype, ta, tb, acc, m, n, k, 0, &fresh);
     if (p && fresh)
         measure(p);
     tgl_gemm_lib lib = p ? (tgl_gemm_lib)p->lib : TGL_GEMM_OPENBLAS;
@@ -420,9 +583,12 @@ const char *tgl_gemm_pick_info(void)
         read_env();
     if (!loaded_file && forced < 0)
         load_file();
-    size_t n_blis = 0;
+    size_t n_blis = 0, n_shapes = 0;
     for (size_t i = 0; i < cap; i++)
-        n_blis += table[i].used && table[i].lib == TGL_GEMM_BLIS;
+        if (table[i].used && table[i].nblocks == 0) {
+            n_shapes++;
+            n_blis += table[i].lib == TGL_GEMM_BLIS;
+        }
     if (forced >= 0)
         snprintf(info, sizeof info, "BLIS %s (%s): every product on %s (TGL_BLAS_PICK)",
                  blis.version, blis.arch, forced == TGL_GEMM_BLIS ? "BLIS" : "OpenBLAS");
@@ -430,7 +596,7 @@ const char *tgl_gemm_pick_info(void)
         snprintf(info, sizeof info,
                  "BLIS %s (%s): chosen per product shape by measurement, %zu of %zu shapes "
                  "on BLIS (%s)",
-                 blis.version, blis.arch, n_blis, count, path[0] ? path : "no cache dir");
+                 blis.version, blis.arch, n_blis, n_shapes, path[0] ? path : "no cache dir");
     pthread_mutex_unlock(&lock);
     return info;
 }
