@@ -172,20 +172,20 @@ static void cache_path(char *path, size_t size)
     *end = 0;
 }
 
-/* How many lines of the cache file record this op and shape with
- * `blocks`, each one's choice checked against `want1` or `want2`. */
-static int cached_lines(const char *path, const char *op, int dtype, int ta, int tb, int acc,
-                        int m, int n, int k, int blocks, const char *want1, const char *want2)
+/* How many lines of the cache file record this shape with `blocks`, each
+ * one's choice checked against `want`. */
+static int cached_lines(const char *path, int dtype, int ta, int tb, int acc, int m, int n, int k,
+                        int blocks, const char *want1, const char *want2)
 {
     FILE *f = fopen(path, "r");
     assert_non_null(f);
-    char line[256], name[16], opw[8];
+    char line[256], name[16];
     int dt, a, b, c, mm, nn, kk, nb, found = 0;
     while (fgets(line, sizeof line, f))
-        if (sscanf(line, "%7s %d %d %d %d %d %d %d %d %15s", opw, &dt, &a, &b, &c, &mm, &nn, &kk,
-                   &nb, name) == 10 &&
-            strcmp(opw, op) == 0 && dt == dtype && a == ta && b == tb && c == acc && mm == m &&
-            nn == n && kk == k && nb == blocks) {
+        if (sscanf(line, "%d %d %d %d %d %d %d %d %15s", &dt, &a, &b, &c, &mm, &nn, &kk, &nb,
+                   name) == 9 &&
+            dt == dtype && a == ta && b == tb && c == acc && mm == m && nn == n && kk == k &&
+            nb == blocks) {
             found++;
             assert_true(strcmp(name, want1) == 0 || strcmp(name, want2) == 0);
         }
@@ -208,99 +208,19 @@ static void test_split_choice(void **state)
         for (int rep = 0; rep < 3; rep++)
             check_one(TGL_FLOAT32, 1, TGL_GEMM_OPENBLAS, rep & 1, false, 40, 50, 30, 1.0,
                       acc);
-        bool first = tgl_gemm_split_pays(TGL_SPLIT_GEMM, TGL_FLOAT32, false, false, acc, 40,
-                                         50, 30, 2, NULL, NULL);
-        assert_int_equal(tgl_gemm_split_pays(TGL_SPLIT_GEMM, TGL_FLOAT32, false, false, acc, 40,
-                                             50, 30, 2, NULL, NULL),
+        bool first = tgl_gemm_split_pays(TGL_FLOAT32, false, false, acc, 40, 50, 30, 2, NULL,
+                                         NULL);
+        assert_int_equal(tgl_gemm_split_pays(TGL_FLOAT32, false, false, acc, 40, 50, 30, 2, NULL,
+                                             NULL),
                          first);
         char path[1200];
         cache_path(path, sizeof path);
         if (path[0])
-            assert_int_equal(cached_lines(path, "gemm", TGL_FLOAT32, 0, 0, acc, 40, 50, 30, 2,
-                                          "one", "split"),
+            assert_int_equal(cached_lines(path, TGL_FLOAT32, 0, 0, acc, 40, 50, 30, 2, "one",
+                                          "split"),
                              1);
     }
     tgl_tune_set(TGL_TUNE_BLAS_SPLIT_GEMM, tgl_tune_fallback(TGL_TUNE_BLAS_SPLIT_GEMM), "test");
-    tgl_backend_cpu.set_threads(1);
-}
-
-/* y = alpha op(A) x + beta y and A += alpha x y' through the backend,
- * against double sums, on shapes between blas.split_level2 (set to 2000
- * elements) and 256 times it: each shape's split choice is measured, then
- * the product runs as chosen; also negative increments (never split). */
-static void test_level2_split_choice(void **state)
-{
-    (void)state;
-    tgl_backend_cpu.set_threads(2);
-    tgl_tune_set(TGL_TUNE_BLAS_SPLIT_LEVEL2, 2000, "test");
-    tgl_errbuf err;
-    for (int t = 0; t < 24; t++) {
-        int rows = 40 + rnd(90), cols = 30 + rnd(70);
-        bool trans = t & 1, f32 = (t & 2) != 0;
-        double alpha = t % 3 == 0 ? -0.75 : 1.0, beta = (t >> 2) % 3 == 0 ? 0.0 : 0.5;
-        int nx = trans ? rows : cols, ny = trans ? cols : rows;
-        double *A = malloc(sizeof(double) * (size_t)rows * cols);
-        double *X = malloc(sizeof(double) * (size_t)nx), *Y = malloc(sizeof(double) * (size_t)ny);
-        size_t es = f32 ? 4 : 8;
-        char *a = malloc(es * (size_t)rows * cols), *x = malloc(es * (size_t)nx);
-        char *y = malloc(es * (size_t)ny);
-        assert_true(A && X && Y && a && x && y);
-        for (int i = 0; i < rows * cols; i++)
-            A[i] = (double)(rnd(2001) - 1000) / 512.0;
-        for (int i = 0; i < nx; i++)
-            X[i] = (double)(rnd(2001) - 1000) / 512.0;
-        for (int i = 0; i < ny; i++)
-            Y[i] = (double)(rnd(2001) - 1000) / 512.0;
-        for (int i = 0; i < rows * cols; i++)
-            f32 ? (void)(((float *)a)[i] = (float)A[i]) : (void)(((double *)a)[i] = A[i]);
-        for (int i = 0; i < nx; i++)
-            f32 ? (void)(((float *)x)[i] = (float)X[i]) : (void)(((double *)x)[i] = X[i]);
-        for (int i = 0; i < ny; i++)
-            f32 ? (void)(((float *)y)[i] = (float)Y[i]) : (void)(((double *)y)[i] = Y[i]);
-        if (t < 16) {
-            assert_int_equal(tgl_backend_cpu.gemv(f32 ? TGL_FLOAT32 : TGL_FLOAT64, trans, rows,
-                                                  cols, alpha, a, cols, x, 1, beta, y, 1, &err),
-                             TGL_OK);
-            for (int o = 0; o < ny; o++) {
-                double want = beta * Y[o];
-                for (int i = 0; i < nx; i++)
-                    want += alpha * (trans ? A[i * cols + o] : A[o * cols + i]) * X[i];
-                double got = f32 ? ((float *)y)[o] : ((double *)y)[o];
-                assert_true(fabs(got - want) <= (f32 ? 1e-4 : 1e-12) * (1 + fabs(want)) * nx);
-            }
-        } else {
-            /* A (rows x cols) += alpha x y', x of rows, y of cols */
-            double *xs = trans ? X : Y, *ys = trans ? Y : X; /* lengths rows and cols */
-            char *xv = trans ? x : y, *yv = trans ? y : x;
-            assert_int_equal(tgl_backend_cpu.ger(f32 ? TGL_FLOAT32 : TGL_FLOAT64, rows, cols,
-                                                 alpha, xv, 1, yv, 1, a, cols, &err),
-                             TGL_OK);
-            for (int i = 0; i < rows; i++)
-                for (int j = 0; j < cols; j++) {
-                    double want = A[i * cols + j] + alpha * xs[i] * ys[j];
-                    double got = f32 ? ((float *)a)[i * cols + j] : ((double *)a)[i * cols + j];
-                    assert_true(fabs(got - want) <= (f32 ? 1e-5 : 1e-13) * (1 + fabs(want)));
-                }
-        }
-        free(A), free(X), free(Y), free(a), free(x), free(y);
-    }
-    /* every gemv and ger shape asked about left its line */
-    char path[1200];
-    cache_path(path, sizeof path);
-    if (path[0]) {
-        FILE *f = fopen(path, "r");
-        assert_non_null(f);
-        char line[256];
-        int gemv = 0, ger = 0;
-        while (fgets(line, sizeof line, f)) {
-            gemv += strncmp(line, "gemv ", 5) == 0;
-            ger += strncmp(line, "ger ", 4) == 0;
-        }
-        fclose(f);
-        assert_true(gemv >= 1 && ger >= 1);
-    }
-    tgl_tune_set(TGL_TUNE_BLAS_SPLIT_LEVEL2, tgl_tune_fallback(TGL_TUNE_BLAS_SPLIT_LEVEL2),
-                 "test");
     tgl_backend_cpu.set_threads(1);
 }
 
@@ -320,8 +240,7 @@ static void test_cache_file(void **state)
         cache_path(path, sizeof path);
         assert_true(path[0] != 0);
         const char *name = lib == TGL_GEMM_BLIS ? "blis" : "openblas";
-        assert_true(cached_lines(path, "gemm", TGL_FLOAT32, 1, 0, acc, 37, 29, 13, 0, name,
-                                 name) >= 1);
+        assert_true(cached_lines(path, TGL_FLOAT32, 1, 0, acc, 37, 29, 13, 0, name, name) >= 1);
     }
 }
 
@@ -332,7 +251,6 @@ int main(void)
         cmocka_unit_test(test_blis),
         cmocka_unit_test(test_backend),
         cmocka_unit_test(test_split_choice),
-        cmocka_unit_test(test_level2_split_choice),
         cmocka_unit_test(test_cache_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -180,31 +180,24 @@ static void gemm_probe(void *arg, bool split_it, const void *a, const void *b, v
     gemm_exec(&j);
 }
 
-/* Products from SPLIT_SURE times their split threshold split without
- * asking: a pool wake-up is a few microseconds, under a few percent of
- * them. */
+/* Products from SPLIT_SURE times blas.split_gemm split without asking:
+ * a pool wake-up is a few microseconds, under a few percent of them. */
 #define SPLIT_SURE 256
 
-/* Whether a product of `work` that blocks() would split on threshold
- * `id` should be asked about: the thresholds are measured on cubes and
- * squares in a tight loop, where the pool's workers are awake and hold
- * their operands; inside a step a product between the threshold and
+/* Whether a product that blocks() would split should: blas.split_gemm is
+ * measured on cubes in a tight loop, where the pool's workers are awake
+ * and hold their operands; inside a step a product between it and
  * SPLIT_SURE times it may run faster whole, which gemm_pick.c measures
- * per shape.  An override of the threshold (TGL_TUNE, tests) decides
+ * per shape.  An override of blas.split_gemm (TGL_TUNE, tests) decides
  * alone. */
-static bool split_ask(tgl_tune_id id, int64_t work)
-{
-    int64_t at = tgl_tune_get(id);
-    return at <= INT64_MAX / SPLIT_SURE && work < at * SPLIT_SURE &&
-           strcmp(tgl_tune_source(id), "override") != 0;
-}
-
 static bool split_worth(gemm_job *j, int64_t work)
 {
-    if (!split_ask(TGL_TUNE_BLAS_SPLIT_GEMM, work))
+    int64_t at = SPLIT_GEMM;
+    if (at > INT64_MAX / SPLIT_SURE || work >= at * SPLIT_SURE ||
+        strcmp(tgl_tune_source(TGL_TUNE_BLAS_SPLIT_GEMM), "override") == 0)
         return true;
-    return tgl_gemm_split_pays(TGL_SPLIT_GEMM, j->dtype, j->ta, j->tb, j->beta != 0.0, j->m,
-                               j->n, j->k, j->nblocks, gemm_probe, j);
+    return tgl_gemm_split_pays(j->dtype, j->ta, j->tb, j->beta != 0.0, j->m, j->n, j->k,
+                               j->nblocks, gemm_probe, j);
 }
 
 static tgl_status cpu_gemm(int dtype, bool trans_a, bool trans_b, int m, int n, int k,
@@ -260,28 +253,6 @@ static void gemv_task(void *arg, int t)
                     (const double *)j->x, j->incx, j->beta, (double *)y, j->incy);
 }
 
-/* Runs a level-2 job: its blocks over the pool, or whole here. */
-static void level2_exec(level2_job *j, tgl_task_fn task)
-{
-    if (j->nblocks == 1)
-        task(j, 0);
-    else
-        tgl_pool_run_in(&blas_pool, split, j->nblocks, task, j);
-}
-
-/* tgl_gemm_split_fn for a gemv: a is the matrix (contiguous), b the
- * vector x, c the vector y (tgl_split_op maps them). */
-static void gemv_probe(void *arg, bool split_it, const void *a, const void *b, void *c)
-{
-    level2_job j = *(const level2_job *)arg;
-    j.a = a, j.x = b, j.y = c;
-    j.lda = j.cols, j.incx = j.incy = 1;
-    j.alpha = 1.0, j.beta = j.beta != 0.0 ? 1.0 : 0.0;
-    if (!split_it)
-        j.nblocks = 1;
-    level2_exec(&j, gemv_task);
-}
-
 static tgl_status cpu_gemv(int dtype, bool trans, int rows, int cols, double alpha,
                            const void *a, int lda, const void *x, int incx, double beta, void *y,
                            int incy, tgl_errbuf *err)
@@ -306,14 +277,11 @@ static tgl_status cpu_gemv(int dtype, bool trans, int rows, int cols, double alp
     level2_job j = {dtype, rows, cols, lda, incx, incy, 1, trans, alpha, beta, a, x, NULL, y,
                     tgl_dtype_size(dtype)};
     /* blocks of the output; a negative increment keeps it whole */
-    int64_t work = (int64_t)rows * cols;
-    j.nblocks = incy > 0 ? blocks(work, SPLIT_LEVEL2, trans ? cols : rows) : 1;
-    if (j.nblocks > 1 && split_ask(TGL_TUNE_BLAS_SPLIT_LEVEL2, work) &&
-        !tgl_gemm_split_pays(TGL_SPLIT_GEMV, dtype, trans, false, beta != 0.0,
-                             trans ? cols : rows, 1, trans ? rows : cols, j.nblocks, gemv_probe,
-                             &j))
-        j.nblocks = 1;
-    level2_exec(&j, gemv_task);
+    j.nblocks = incy > 0 ? blocks((int64_t)rows * cols, SPLIT_LEVEL2, trans ? cols : rows) : 1;
+    if (j.nblocks == 1)
+        gemv_task(&j, 0);
+    else
+        tgl_pool_run_in(&blas_pool, split, j.nblocks, gemv_task, &j);
     return TGL_OK;
 }
 
@@ -344,31 +312,17 @@ static void ger_task(void *arg, int t)
                    (const double *)j->y_in, j->incy, (double *)a, j->lda);
 }
 
-/* tgl_gemm_split_fn for a ger: a is x, b is y, c the matrix. */
-static void ger_probe(void *arg, bool split_it, const void *a, const void *b, void *c)
-{
-    level2_job j = *(const level2_job *)arg;
-    j.x = a, j.y_in = b, j.a = c;
-    j.lda = j.cols, j.incx = j.incy = 1;
-    j.alpha = 1.0;
-    if (!split_it)
-        j.nblocks = 1;
-    level2_exec(&j, ger_task);
-}
-
 static tgl_status cpu_ger(int dtype, int m, int n, double alpha, const void *x, int incx,
                           const void *y, int incy, void *a, int lda, tgl_errbuf *err)
 {
     (void)err;
     level2_job j = {dtype, m, n, lda, incx, incy, 1, false, alpha, 0, a, x, y, NULL,
                     tgl_dtype_size(dtype)};
-    int64_t work = (int64_t)m * n;
-    j.nblocks = incx > 0 ? blocks(work, SPLIT_LEVEL2, m) : 1;
-    if (j.nblocks > 1 && split_ask(TGL_TUNE_BLAS_SPLIT_LEVEL2, work) &&
-        !tgl_gemm_split_pays(TGL_SPLIT_GER, dtype, false, false, true, m, n, 1, j.nblocks,
-                             ger_probe, &j))
-        j.nblocks = 1;
-    level2_exec(&j, ger_task);
+    j.nblocks = incx > 0 ? blocks((int64_t)m * n, SPLIT_LEVEL2, m) : 1;
+    if (j.nblocks == 1)
+        ger_task(&j, 0);
+    else
+        tgl_pool_run_in(&blas_pool, split, j.nblocks, ger_task, &j);
     return TGL_OK;
 }
 

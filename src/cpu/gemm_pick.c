@@ -147,10 +147,8 @@ void tgl_gemm_run(tgl_gemm_lib lib, int dtype, bool ta, bool tb, int m, int n, i
  * is 1 when splitting pays, 0 when not, 2 while being measured). */
 typedef struct pick {
     int32_t m, n, k, nblocks;
-    uint8_t used, op, dtype, ta, tb, acc, lib; /* op: a tgl_split_op */
+    uint8_t used, dtype, ta, tb, acc, lib;
 } pick;
-
-static const char *const op_names[] = {"gemm", "gemv", "ger"};
 
 enum { SPLIT_NO = 0, SPLIT_YES = 1, SPLIT_PENDING = 2 };
 
@@ -178,18 +176,17 @@ static uint64_t fnv(uint64_t h, const char *s)
     return h;
 }
 
-static size_t slot(int op, int dtype, bool ta, bool tb, bool acc, int m, int n, int k,
-                   int nblocks)
+static size_t slot(int dtype, bool ta, bool tb, bool acc, int m, int n, int k, int nblocks)
 {
     uint64_t h = 1469598103934665603ull;
-    int64_t v[9] = {op, dtype, ta, tb, acc, m, n, k, nblocks};
-    for (int i = 0; i < 9; i++)
+    int64_t v[8] = {dtype, ta, tb, acc, m, n, k, nblocks};
+    for (int i = 0; i < 8; i++)
         h = (h ^ (uint64_t)v[i]) * 1099511628211ull;
     return (size_t)(h ^ (h >> 29));
 }
 
-static pick *find(int op, int dtype, bool ta, bool tb, bool acc, int m, int n, int k,
-                  int nblocks, bool *fresh)
+static pick *find(int dtype, bool ta, bool tb, bool acc, int m, int n, int k, int nblocks,
+                  bool *fresh)
 {
     if (count + 1 > cap / 2) {
         size_t ncap = cap ? cap * 2 : 256;
@@ -198,9 +195,8 @@ static pick *find(int op, int dtype, bool ta, bool tb, bool acc, int m, int n, i
             return NULL;
         for (size_t i = 0; i < cap; i++)
             if (table[i].used) {
-                size_t s = slot(table[i].op, table[i].dtype, table[i].ta, table[i].tb,
-                                table[i].acc, table[i].m, table[i].n, table[i].k,
-                                table[i].nblocks);
+                size_t s = slot(table[i].dtype, table[i].ta, table[i].tb, table[i].acc,
+                                table[i].m, table[i].n, table[i].k, table[i].nblocks);
                 while (nt[s & (ncap - 1)].used)
                     s++;
                 nt[s & (ncap - 1)] = table[i];
@@ -208,17 +204,16 @@ static pick *find(int op, int dtype, bool ta, bool tb, bool acc, int m, int n, i
         free(table);
         table = nt, cap = ncap;
     }
-    for (size_t s = slot(op, dtype, ta, tb, acc, m, n, k, nblocks);; s++) {
+    for (size_t s = slot(dtype, ta, tb, acc, m, n, k, nblocks);; s++) {
         pick *p = &table[s & (cap - 1)];
         if (!p->used) {
-            *p = (pick){m, n, k, nblocks, 1, (uint8_t)op, (uint8_t)dtype, ta, tb, acc,
-                        TGL_GEMM_OPENBLAS};
+            *p = (pick){m, n, k, nblocks, 1, (uint8_t)dtype, ta, tb, acc, TGL_GEMM_OPENBLAS};
             count++;
             *fresh = true;
             return p;
         }
         if (p->m == m && p->n == n && p->k == k && p->dtype == dtype && p->ta == ta &&
-            p->tb == tb && p->acc == acc && p->nblocks == nblocks && p->op == op) {
+            p->tb == tb && p->acc == acc && p->nblocks == nblocks) {
             *fresh = false;
             return p;
         }
@@ -229,8 +224,9 @@ static pick *find(int op, int dtype, bool ta, bool tb, bool acc, int m, int n, i
  * is no cache directory (the directory is made at the first save, so
  * `tgl -v` changes nothing on disk).  The directory is $TGL_CACHE_DIR or
  * ~/.cache/tgl: the products do not see tgl.config.cache_dir.  The key
- * names the file's format too ("v3": the op, the accumulate flag and the
- * split choices), so a file of the earlier format is left alone. */
+ * names the file's format and the split measurement too ("v5": the
+ * accumulate flag and the split choices, measured with warm operands), so
+ * a file of an earlier format or measurement is left alone. */
 static void make_path(void)
 {
     char dir[1024];
@@ -242,38 +238,37 @@ static void make_path(void)
     h = fnv(h, openblas_get_config());
     h = fnv(h, blis.version);
     h = fnv(h, blis.arch);
-    h = fnv(h, "v3");
+    h = fnv(h, "v5");
     snprintf(path, sizeof path, "%s/gemm-pick-%016llx.txt", dir, (unsigned long long)h);
 }
 
 /* Reads the cache file's lines
- *     <op> <dtype> <ta> <tb> <acc> <m> <n> <k> <blocks> <choice> <ns> <ns>
- * into the table: op gemm|gemv|ger (a gemv or ger as the gemm of the same
- * operands, pick.h); blocks 0 is a library choice (openblas|blis), blocks
+ *     <dtype> <ta> <tb> <acc> <m> <n> <k> <blocks> <choice> <ns> <ns>
+ * into the table: blocks 0 is a library choice (openblas|blis), blocks
  * >= 2 a split choice (one|split).  Lines that do not parse (the header,
  * a line a crash cut short, garbage) are skipped. */
 static void load_file(void)
 {
     loaded_file = true;
+    /* the key names BLIS's version: load it first (the split choice may
+     * come before any library choice, and without this it keyed its file
+     * as if BLIS were absent, a second file beside the library choices') */
+    tgl_gemm_blis_loaded();
     make_path();
     FILE *f = path[0] ? fopen(path, "r") : NULL;
     if (!f)
         return;
-    char line[256], word[16], opw[8];
+    char line[256], word[16];
     int dt, ta, tb, acc, m, n, k, nb;
     while (fgets(line, sizeof line, f)) {
-        if (sscanf(line, "%7s %d %d %d %d %d %d %d %d %15s", opw, &dt, &ta, &tb, &acc, &m, &n, &k,
-                   &nb, word) != 10)
+        if (sscanf(line, "%d %d %d %d %d %d %d %d %15s", &dt, &ta, &tb, &acc, &m, &n, &k, &nb,
+                   word) != 9)
             continue;
-        int op = -1;
-        for (int i = 0; i < 3; i++)
-            if (strcmp(opw, op_names[i]) == 0)
-                op = i;
-        if (op < 0 || (dt != TGL_FLOAT32 && dt != TGL_FLOAT64) || m < 0 || n < 0 || k < 0 ||
-            nb < 0 || nb == 1 || (op != TGL_SPLIT_GEMM && nb == 0))
+        if ((dt != TGL_FLOAT32 && dt != TGL_FLOAT64) || m < 0 || n < 0 || k < 0 || nb < 0 ||
+            nb == 1)
             continue;
         bool fresh;
-        pick *p = find(op, dt, ta != 0, tb != 0, acc != 0, m, n, k, nb, &fresh);
+        pick *p = find(dt, ta != 0, tb != 0, acc != 0, m, n, k, nb, &fresh);
         if (!p)
             break;
         if (nb > 0)
@@ -299,9 +294,9 @@ static void save(const pick *p, double ns0, double ns1)
     int len = 0;
     if (lseek(fd, 0, SEEK_END) == 0)
         len = snprintf(line, sizeof line,
-                       "# tgl gemm pick: op dtype ta tb acc m n k blocks choice ns ns: "
-                       "blocks 0 openblas|blis ns_openblas ns_blis, else one|split ns_one "
-                       "ns_split (%s; BLIS %s %s)\n",
+                       "# tgl gemm pick: dtype ta tb acc m n k blocks choice ns ns: blocks 0 "
+                       "openblas|blis ns_openblas ns_blis, else one|split ns_one ns_split "
+                       "(%s; BLIS %s %s)\n",
                        openblas_get_config(), blis.version, blis.arch);
     if (len > 0 && len < (int)sizeof line && write(fd, line, (size_t)len) != len) {
         close(fd);
@@ -309,9 +304,8 @@ static void save(const pick *p, double ns0, double ns1)
     }
     const char *choice = p->nblocks > 0 ? (p->lib == SPLIT_YES ? "split" : "one")
                                         : (p->lib == TGL_GEMM_BLIS ? "blis" : "openblas");
-    len = snprintf(line, sizeof line, "%s %d %d %d %d %d %d %d %d %s %.0f %.0f\n",
-                   op_names[p->op], p->dtype, p->ta, p->tb, p->acc, p->m, p->n, p->k, p->nblocks,
-                   choice, ns0, ns1);
+    len = snprintf(line, sizeof line, "%d %d %d %d %d %d %d %d %s %.0f %.0f\n", p->dtype, p->ta,
+                   p->tb, p->acc, p->m, p->n, p->k, p->nblocks, choice, ns0, ns1);
     if (len > 0 && len < (int)sizeof line && write(fd, line, (size_t)len) != len) {
         /* a short write leaves a cut line, which load_file skips */
     }
@@ -438,7 +432,15 @@ static void measure(pick *p)
 /* ---- the split choice --------------------------------------------------- */
 
 #define SPLIT_REPS 15    /* timed calls of each way                        */
-#define SPLIT_MARGIN 0.9 /* the split's median at most this x one call's  */
+/* The split is kept unless its median is more than SPLIT_MARGIN times the
+ * whole call's: the measurement is the split's worst case (the worker
+ * asleep at every call; in a step it is often awake from the previous
+ * kernel), and near a tie a step gains from the split (2-core AMD EPYC:
+ * 10x500x784 measured 101 us whole, 97-86 us split, and the MLP at batch
+ * 10 ran 42k examples/s whole, 57k split; logreg's 256x10x784, 101 against
+ * 103 us, ran 0.90M whole, 1.54M split), while a clear loss stays one
+ * (the RNN's 50x50x100, 7 against 12 us). */
+#define SPLIT_MARGIN 1.1
 
 /* Reads c (as the product's consumer would, from this thread): one
  * element of every cache line, into a volatile so the reads stay. */
@@ -507,17 +509,17 @@ static int measure_split(const pick *p, tgl_gemm_split_fn run, void *arg, double
     return ns[1] <= SPLIT_MARGIN * ns[0] ? SPLIT_YES : SPLIT_NO;
 }
 
-bool tgl_gemm_split_pays(tgl_split_op op, int dtype, bool ta, bool tb, bool acc, int m, int n,
-                         int k, int nblocks, tgl_gemm_split_fn run, void *arg)
+bool tgl_gemm_split_pays(int dtype, bool ta, bool tb, bool acc, int m, int n, int k,
+                         int nblocks, tgl_gemm_split_fn run, void *arg)
 {
-    if (m <= 0 || n <= 0 || k <= 0 || nblocks < 2 || (unsigned)op > TGL_SPLIT_GER ||
+    if (m <= 0 || n <= 0 || k <= 0 || nblocks < 2 ||
         (dtype != TGL_FLOAT32 && dtype != TGL_FLOAT64))
         return false;
     pthread_mutex_lock(&lock);
     if (!loaded_file)
         load_file();
     bool fresh = false;
-    pick *p = find(op, dtype, ta, tb, acc, m, n, k, nblocks, &fresh);
+    pick *p = find(dtype, ta, tb, acc, m, n, k, nblocks, &fresh);
     if (!p || (!fresh && p->lib != SPLIT_PENDING)) {
         bool pays = p && p->lib == SPLIT_YES;
         pthread_mutex_unlock(&lock);
@@ -534,7 +536,7 @@ bool tgl_gemm_split_pays(tgl_split_op op, int dtype, bool ta, bool tb, bool acc,
     double ns[2];
     int got = measure_split(&shape, run, arg, ns);
     pthread_mutex_lock(&lock);
-    p = find(op, dtype, ta, tb, acc, m, n, k, nblocks, &fresh);
+    p = find(dtype, ta, tb, acc, m, n, k, nblocks, &fresh);
     if (p) {
         p->lib = (uint8_t)got;
         save(p, ns[0], ns[1]);
@@ -571,7 +573,7 @@ tgl_gemm_lib tgl_gemm_pick(int dtype, bool ta, bool tb, bool acc, int m, int n, 
     if (!loaded_file)
         load_file();
     bool fresh = false;
-    pick *p = find(TGL_SPLIT_GEMM, dtype, ta, tb, acc, m, n, k, 0, &fresh);
+    pick *p = find(dtype, ta, tb, acc, m, n, k, 0, &fresh);
     if (p && fresh)
         measure(p);
     tgl_gemm_lib lib = p ? (tgl_gemm_lib)p->lib : TGL_GEMM_OPENBLAS;
@@ -600,7 +602,7 @@ const char *tgl_gemm_pick_info(void)
         load_file();
     size_t n_blis = 0, n_shapes = 0;
     for (size_t i = 0; i < cap; i++)
-        if (table[i].used && table[i].nblocks == 0 && table[i].op == TGL_SPLIT_GEMM) {
+        if (table[i].used && table[i].nblocks == 0) {
             n_shapes++;
             n_blis += table[i].lib == TGL_GEMM_BLIS;
         }

@@ -47,18 +47,11 @@ void tgl_gemm_run(tgl_gemm_lib lib, int dtype, bool ta, bool tb, int m, int n, i
                   double alpha, const void *a, int lda, const void *b, int ldb, double beta,
                   void *c, int ldc);
 
-/* The products whose split is measured per shape.  A gemv or ger is
- * keyed and measured as the gemm of the same operands: gemv y = A x (A
- * rows x cols) as m = rows, n = 1, k = cols; the transposed y = A' x as
- * ta, m = cols, n = 1, k = rows; ger A += x y' (A m x n) as k = 1 with
- * acc. */
-typedef enum tgl_split_op { TGL_SPLIT_GEMM = 0, TGL_SPLIT_GEMV = 1, TGL_SPLIT_GER = 2 } tgl_split_op;
-
-/* Runs one product of a shape on contiguous operands as the backend
- * would (for a gemm: op(A) m x k, op(B) k x n, C m x n; gemv and ger: the
- * same arrays as tgl_split_op maps them; alpha 1, beta 1 for an
- * accumulating shape, else 0): in one call on the calling thread (split
- * false) or split into its blocks over the pool (true). */
+/* Runs one product of a shape on contiguous operands (op(A) m x k, op(B)
+ * k x n, C m x n; alpha 1, beta 1 for an accumulating shape, else 0) as
+ * the backend would: in one call on
+ * the calling thread (split false) or split into its blocks over the
+ * pool (true). */
 typedef void (*tgl_gemm_split_fn)(void *arg, bool split, const void *a, const void *b,
                                   void *c);
 
@@ -67,12 +60,12 @@ typedef void (*tgl_gemm_split_fn)(void *arg, bool split, const void *a, const vo
  * step: measured the first time the shape is seen (run on scratch
  * operands, some milliseconds; gemm_pick.c's measure_split says how) and
  * remembered in the kernel cache directory (the same file as the library
- * choices).  The backend asks only for products between the calibrated
- * split threshold (blas.split_gemm, or blas.split_level2 for gemv and ger)
- * and a multiple of it (smaller ones never split, larger ones always do).
- * While another thread measures a shape, false.  Thread-safe. */
-bool tgl_gemm_split_pays(tgl_split_op op, int dtype, bool ta, bool tb, bool acc, int m, int n,
-                         int k, int nblocks, tgl_gemm_split_fn run, void *arg);
+ * choices).  The backend asks only for products between the
+ * calibrated blas.split_gemm and a multiple of it (smaller ones never
+ * split, larger ones always do).  While another thread measures a shape,
+ * false.  Thread-safe. */
+bool tgl_gemm_split_pays(int dtype, bool ta, bool tb, bool acc, int m, int n, int k,
+                         int nblocks, tgl_gemm_split_fn run, void *arg);
 
 /* Whether BLIS was found (loads it on the first call). */
 bool tgl_gemm_blis_loaded(void);
