@@ -220,6 +220,13 @@ static void test_split_choice(void **state)
                                           "split"),
                              1);
     }
+    /* random shapes inside the band (threshold 2000 multiply-adds), all
+     * four transposes, beta 0 / 1 / 0.5, both dtypes: each is measured
+     * once, then runs whichever way it was chosen, against double sums */
+    tgl_tune_set(TGL_TUNE_BLAS_SPLIT_GEMM, 2000, "test");
+    for (int t = 0; t < 24; t++)
+        check_one(t & 1 ? TGL_FLOAT64 : TGL_FLOAT32, 1, TGL_GEMM_OPENBLAS, rnd(2), rnd(2),
+                  33 + rnd(60), 33 + rnd(60), 2 + rnd(40), t % 3 ? 1.0 : -0.75, rnd(3));
     tgl_tune_set(TGL_TUNE_BLAS_SPLIT_GEMM, tgl_tune_fallback(TGL_TUNE_BLAS_SPLIT_GEMM), "test");
     tgl_backend_cpu.set_threads(1);
 }

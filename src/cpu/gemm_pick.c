@@ -437,8 +437,9 @@ static void measure(pick *p)
  * asleep at every call; in a step it is often awake from the previous
  * kernel), and near a tie a step gains from the split (2-core AMD EPYC:
  * 10x500x784 measured 101 us whole, 97-86 us split, and the MLP at batch
- * 10 ran 42k examples/s whole, 57k split; logreg's 256x10x784, 101 against
- * 103 us, ran 0.90M whole, 1.54M split), while a clear loss stays one
+ * 10 ran 42k examples/s whole, 57k split; logreg at batch 256, whose
+ * 256x10x784 measured 101 against 103 us, ran 0.90M examples/s with its
+ * products whole and 1.08M with it split), while a clear loss stays one
  * (the RNN's 50x50x100, 7 against 12 us). */
 #define SPLIT_MARGIN 1.1
 
@@ -525,7 +526,10 @@ bool tgl_gemm_split_pays(int dtype, bool ta, bool tb, bool acc, int m, int n, in
         pthread_mutex_unlock(&lock);
         return pays;
     }
-    if (!fresh) { /* another thread is measuring it: one call meanwhile */
+    if (!fresh || !run) { /* being measured by another thread, or a lookup
+                             only: one call meanwhile */
+        if (fresh)
+            p->lib = SPLIT_NO;
         pthread_mutex_unlock(&lock);
         return false;
     }

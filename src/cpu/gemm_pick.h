@@ -1,7 +1,8 @@
 /*
  * gemm_pick.h — which BLAS runs each product shape on the CPU backend
  * (gemm_pick.c): OpenBLAS, or BLIS where a one-time measurement on this
- * machine says BLIS is faster for that shape (issue 23 item 3).
+ * machine says BLIS is faster for that shape (issue 23 item 3); and
+ * whether a mid-sized product splits over the pool (tgl_gemm_split_pays).
  *
  * Why: no one library wins every shape.  Measured on an AMD EPYC (Zen 3,
  * one thread, bench/gemm_shapes.c): BLIS runs the weight gradient
@@ -63,7 +64,9 @@ typedef void (*tgl_gemm_split_fn)(void *arg, bool split, const void *a, const vo
  * choices).  The backend asks only for products between the
  * calibrated blas.split_gemm and a multiple of it (smaller ones never
  * split, larger ones always do).  While another thread measures a shape,
- * false.  Thread-safe. */
+ * false.  `run` NULL only looks the shape up (tests): an unmeasured shape
+ * then gives false for this process and is not measured or recorded.
+ * Thread-safe. */
 bool tgl_gemm_split_pays(int dtype, bool ta, bool tb, bool acc, int m, int n, int k,
                          int nblocks, tgl_gemm_split_fn run, void *arg);
 
