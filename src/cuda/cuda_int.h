@@ -255,13 +255,6 @@ extern const char *const tgl_cuda_families[]; /* NULL-terminated */
 /* The settings the op kernels read (tf32, cache dir, ...): the context's
  * backend options. */
 const tgl_backend_opts *tgl_cuda_opts(tgl_ctx *ctx);
-/* Copies src (any strides, a device array) into dst (same shape and
- * dtype, contiguous) on the device. */
-tgl_status tgl_cuda_copy_strided(tgl_ctx *ctx, const tgl_array *src, tgl_array *dst,
-                                 tgl_errbuf *err);
-/* *out = a when a is contiguous, else a new contiguous device copy (the
- * caller releases that reference: it is its own). */
-tgl_status tgl_cuda_contiguous(tgl_ctx *ctx, tgl_array *a, tgl_array **out, tgl_errbuf *err);
 
 /* ---- op kernels by family (k_*.c): tgl_op_kernel entries ------------------------ */
 

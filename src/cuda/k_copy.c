@@ -1,8 +1,7 @@
 /*
  * k_copy.c — device copies the op kernels share (cuda_int.h): a strided
  * (and, where dtypes differ, converting) copy of a device array into a
- * device destination, and a contiguous copy of a device array when it is
- * a view.  The kernels are core.cu's tgl_core_copy / tgl_core_convert; a
+ * device destination (tgl_cuda_copy_into).  The kernels are core.cu's tgl_core_copy / tgl_core_convert; a
  * contiguous source of the destination's dtype is one device-to-device
  * memcpy.
  */
@@ -67,44 +66,4 @@ tgl_status tgl_cuda_copy_into(const tgl_backend_opts *o, const void *src, int sd
     tgl_cuda_geometry(n, &grid, &block);
     return tgl_cuda_lib_launch(o, "core", sdt == ddt ? "tgl_core_copy" : "tgl_core_convert", grid,
                                block, 0, &a, err);
-}
-
-tgl_status tgl_cuda_copy_strided(tgl_ctx *ctx, const tgl_array *src, tgl_array *dst,
-                                 tgl_errbuf *err)
-{
-    if (!src || !dst || src->ndim != dst->ndim || src->size != dst->size)
-        return tgl_errbuf_set(err, TGL_EINTERNAL, "cuda: copy_strided: the arrays differ in shape");
-    for (int d = 0; d < src->ndim; d++)
-        if (src->shape[d] != dst->shape[d])
-            return tgl_errbuf_set(err, TGL_EINTERNAL,
-                                  "cuda: copy_strided: the arrays differ on axis %d", d + 1);
-    if (src->size == 0)
-        return TGL_OK;
-    tgl_status st = tgl_cuda_ready(err);
-    if (st)
-        return st;
-    return tgl_cuda_copy_into(tgl_cuda_opts(ctx), src->data, src->dtype_id, src->strides,
-                              dst->data, dst->dtype_id, dst->strides, src->ndim, src->shape,
-                              err);
-}
-
-tgl_status tgl_cuda_contiguous(tgl_ctx *ctx, tgl_array *a, tgl_array **out, tgl_errbuf *err)
-{
-    if (tgl_array_is_contiguous(a)) {
-        tgl_array_retain(a);
-        *out = a;
-        return TGL_OK;
-    }
-    tgl_array *c = NULL;
-    tgl_status st = tgl_array_alloc_on(ctx, "cuda contiguous", a->device, a->dtype_id, a->ndim,
-                                       a->shape, false, &c);
-    if (st)
-        return tgl_errbuf_set(err, st, "%s", tgl_ctx_error(ctx));
-    st = tgl_cuda_copy_strided(ctx, a, c, err);
-    if (st) {
-        tgl_array_release(c);
-        return st;
-    }
-    *out = c;
-    return TGL_OK;
 }
