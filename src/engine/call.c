@@ -196,14 +196,25 @@ int tgl_function_inplace(const tgl_function *fn, const tgl_node *n)
     return pc >= 0 && prog->code[pc].inplace >= 0;
 }
 
+/* Waits for the background compiles of prog's fused kernels and of those
+ * of its inner programs (a scan's body: its kernels are the function's
+ * too, and its generated loop is made only from their final code). */
+static void wait_kernels(const tgl_program *prog)
+{
+    for (int32_t pc = 0; pc < prog->ncode; pc++) {
+        const tgl_instr *ins = &prog->code[pc];
+        if (ins->kind == TGL_I_OP && ins->node->op == TGL_OP_FUSED)
+            tgl_backend_wait(tgl_fused_prog_of(ins->node), prog->device);
+        if (ins->sub)
+            wait_kernels(ins->sub);
+    }
+}
+
 tgl_status tgl_function_wait_compiled(tgl_ctx *ctx, tgl_function *fn)
 {
     TGL_CHECK_CTX(ctx);
     TGL_CHECK(fn, TGL_EINVAL, "tgl_function_wait_compiled: NULL function");
-    const tgl_program *prog = fn->prog;
-    for (int32_t pc = 0; pc < prog->ncode; pc++)
-        if (prog->code[pc].kind == TGL_I_OP && prog->code[pc].node->op == TGL_OP_FUSED)
-            tgl_backend_wait(tgl_fused_prog_of(prog->code[pc].node), prog->device);
+    wait_kernels(fn->prog);
     /* The default frame's step, unless another thread is running a call
      * on it (then its step is that call's to change). */
     if (frame_enter(fn->frame)) {
