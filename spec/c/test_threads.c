@@ -10,9 +10,11 @@
  * hand, so a run that read another thread's registers or buffers fails.
  * A counter of calls in flight shows the calls really overlapped.
  *
- * Then one frame shared by two threads: a call that finds the frame taken
- * fails with TGL_EBUSY and a message saying so, changes nothing, and the
- * same call retried later gives the right answer.
+ * Then one frame shared by two threads (a frame of its own, and the
+ * default frame, there through tgl_function_call against tgl_function_run
+ * and tgl_function_output): a call that finds the frame taken fails with
+ * TGL_EBUSY and a message saying so, changes nothing, and the same call
+ * retried later gives the right answer.
  *
  * cmocka's assertions longjmp, which only the main thread may do: worker
  * threads record their first failure in their own struct and the main
@@ -459,7 +461,11 @@ static void threads_with_their_own_frames_run_at_once_and_agree(void **state)
     free_programs(&p);
 }
 
-/* ---- one frame, two threads ------------------------------------------------------- */
+/* ---- one frame, two threads ------------------------------------------------------- *
+ * On a frame made for the purpose both threads call; on the default frame
+ * one calls (tgl_function_call) while the other runs it again
+ * (tgl_function_run, then tgl_function_output): each entry refuses a
+ * frame in use. */
 
 #define SHARED_T 3000 /* steps of the long scan: a call lasts long enough to collide */
 #define SHARED_SECONDS 20
@@ -470,6 +476,8 @@ typedef struct contender {
     pthread_barrier_t *start;
     atomic_int *busy_seen; /* EBUSY errors, both threads together */
     int id;
+    int seed;  /* whose inputs: its own, or (run) those of contender 0 */
+    bool run;  /* tgl_function_run + tgl_function_output on the default frame */
     int ok_calls, busy_calls;
     char err[512];
 } contender;
@@ -497,16 +505,26 @@ static void *contend(void *arg)
         goto out;
     }
     double *want = malloc(sizeof *want * SHARED_T * N_SCAN);
-    fill(xs, 50 + c->id, 0);
-    fill(h0, 60 + c->id, 0);
+    fill(xs, 50 + c->seed, 0);
+    fill(h0, 60 + c->seed, 0);
     want_scan(xs, h0, want);
     pthread_barrier_wait(c->start);
     double deadline = now_s() + SHARED_SECONDS;
     while (now_s() < deadline &&
            !(atomic_load(c->busy_seen) >= 2 && c->ok_calls >= 3)) {
         tgl_array *si[2] = {xs, h0}, *o = NULL;
-        tgl_status st = c->frame ? tgl_function_call_frame(ctx, c->p->scan, c->frame, si, &o)
-                                 : tgl_function_call(ctx, c->p->scan, si, &o, 0);
+        tgl_status st;
+        if (c->run) {
+            /* again on the inputs of the frame's last call: contender 0's,
+             * the only ones ever given to it */
+            st = tgl_function_run(ctx, c->p->scan, 1);
+            if (!st)
+                st = tgl_function_output(ctx, c->p->scan, 0, &o);
+        } else if (c->frame) {
+            st = tgl_function_call_frame(ctx, c->p->scan, c->frame, si, &o);
+        } else {
+            st = tgl_function_call(ctx, c->p->scan, si, &o, 0);
+        }
         if (st == TGL_EBUSY) {
             if (!strstr(tgl_ctx_error(ctx), "in use by another thread")) {
                 snprintf(c->err, sizeof c->err, "contender %d: EBUSY says '%s'", c->id,
@@ -554,6 +572,18 @@ static void one_frame_shared(void **state, bool default_frame)
     tgl_frame *fr = NULL;
     if (!default_frame)
         assert_ok(ctx, tgl_function_frame_new(ctx, p.scan, &fr));
+    if (default_frame) {
+        /* the default frame's inputs for tgl_function_run: contender 0's */
+        tgl_array *xs = f64(ctx, 2, (int64_t[]){SHARED_T, N_SCAN}, NULL);
+        tgl_array *h0 = f64(ctx, 2, (int64_t[]){1, N_SCAN}, NULL), *o = NULL;
+        fill(xs, 50, 0);
+        fill(h0, 60, 0);
+        tgl_array *si[2] = {xs, h0};
+        assert_ok(ctx, tgl_function_call(ctx, p.scan, si, &o, 0));
+        tgl_array_release(o);
+        tgl_array_release(xs);
+        tgl_array_release(h0);
+    }
     pthread_barrier_t start;
     pthread_barrier_init(&start, NULL, 2);
     atomic_int busy_seen;
@@ -567,6 +597,10 @@ static void one_frame_shared(void **state, bool default_frame)
         c[i].start = &start;
         c[i].busy_seen = &busy_seen;
         c[i].id = i;
+        /* on the default frame the second thread runs (tgl_function_run,
+         * tgl_function_output) what the first calls */
+        c[i].run = default_frame && i == 1;
+        c[i].seed = c[i].run ? 0 : i;
         assert_int_equal(pthread_create(&th[i], NULL, contend, &c[i]), 0);
     }
     for (int i = 0; i < 2; i++)
