@@ -71,7 +71,8 @@ typedef enum tgl_status {
     TGL_EIO,         /* a file could not be opened, read or written        */
     TGL_EFORMAT,     /* a file's contents are corrupt or unsupported       */
     TGL_EINTERRUPT,  /* stopped by an interrupt (Ctrl-C)                   */
-    TGL_EINTERNAL    /* a bug in tgl: please report it                     */
+    TGL_EINTERNAL,   /* a bug in tgl: please report it                     */
+    TGL_EBUSY        /* a frame already running a call on another thread   */
 } tgl_status;
 
 /* The six dtypes.  The order is part of the ABI. */
@@ -685,7 +686,10 @@ TGL_API tgl_status tgl_function_call(tgl_ctx *ctx, tgl_function *fn, tgl_array *
 /* Frames.  A function is an immutable program plus a default frame (its
  * buffers and registers); more frames let one program run several
  * executions, e.g. on two threads (updates to shared variables are the
- * callers' to serialize). */
+ * callers' to serialize).  A frame runs one call at a time: a call on a
+ * frame (the default one included) that another thread is running fails
+ * with TGL_EBUSY and changes nothing; retry it later.  Threads calling at
+ * once use one tgl_ctx each (doc/c-api.md, "Threads"). */
 typedef struct tgl_frame tgl_frame;
 /* A new frame for fn's program. */
 TGL_API tgl_status tgl_function_frame_new(tgl_ctx *ctx, const tgl_function *fn, tgl_frame **out);

@@ -14,7 +14,8 @@
  * kernel at once both succeed (the second rename replaces an identical
  * file).  A damaged entry is deleted and rebuilt; since dlopen of a
  * truncated ELF file can die of SIGBUS rather than fail, an entry's ELF
- * headers are checked against its size before it is loaded, and since
+ * headers are checked against its size (and its machine against this
+ * one's) before it is loaded, and since
  * open(2) of a FIFO waits for a writer, entries are opened with O_NONBLOCK
  * and anything that is not a regular file is damage too.  After each
  * insert the oldest entries (by mtime; a hit refreshes it) go until the
@@ -66,8 +67,12 @@ static int make_dirs(char *path)
     }
     if (mkdir(path, 0755) != 0 && errno != EEXIST)
         return -1;
+    /* A directory that can be read but not written (a read-only mount, a
+     * shared cache of another user) is still a cache: its entries load,
+     * and a kernel it lacks is compiled elsewhere when writing the entry
+     * fails (compile.c: one warning per process). */
     struct stat st;
-    return stat(path, &st) == 0 && S_ISDIR(st.st_mode) && access(path, W_OK | X_OK) == 0 ? 0 : -1;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode) && access(path, R_OK | X_OK) == 0 ? 0 : -1;
 }
 
 /* The directory's name, without creating it. */
@@ -165,8 +170,29 @@ int tgl_cache_key(const char *backend, const char *target, const char *source, c
 
 /* ---- entries ------------------------------------------------------------------ */
 
-/* Whether the file at fd is an ELF shared object whose program headers,
- * loaded segments and section headers all lie inside its size: a
+static pthread_once_t host_once = PTHREAD_ONCE_INIT;
+static ElfW(Half) host_machine; /* written once, by host_read */
+static unsigned char host_class, host_data;
+
+/* This process's own ELF identity: the header of the object holding this
+ * code, which the loader maps at dladdr's base (no table of
+ * architectures to keep). */
+static void host_read(void)
+{
+    Dl_info info;
+    if (dladdr((void *)host_read, &info) && info.dli_fbase) {
+        const ElfW(Ehdr) *eh = info.dli_fbase;
+        host_machine = eh->e_machine;
+        host_class = eh->e_ident[EI_CLASS];
+        host_data = eh->e_ident[EI_DATA];
+    }
+}
+
+/* Whether the file at fd is an ELF shared object for this machine (class,
+ * byte order and e_machine of this process's own code: an entry built
+ * for another architecture, in a cache directory shared between machines
+ * or copied from one, is refused before dlopen sees it) whose program
+ * headers, loaded segments and section headers all lie inside its size: a
  * truncated file fails this instead of crashing dlopen. */
 static bool elf_whole(int fd)
 {
@@ -175,7 +201,10 @@ static bool elf_whole(int fd)
     if (fstat(fd, &st) != 0 || pread(fd, &eh, sizeof eh, 0) != (ssize_t)sizeof eh)
         return false;
     uint64_t size = (uint64_t)st.st_size;
-    if (memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_type != ET_DYN ||
+    pthread_once(&host_once, host_read);
+    if (memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_ident[EI_CLASS] != host_class ||
+        eh.e_ident[EI_DATA] != host_data || eh.e_machine != host_machine ||
+        eh.e_type != ET_DYN ||
         eh.e_phentsize != sizeof(ElfW(Phdr)) || eh.e_phnum == 0 || eh.e_phnum > 64)
         return false;
     if ((uint64_t)eh.e_phoff + (uint64_t)eh.e_phnum * eh.e_phentsize > size ||
@@ -198,15 +227,23 @@ static bool elf_whole(int fd)
  * whose ELF headers lie inside it.  With touch, a hit's mtime is set to
  * now. */
 static void *load_object(const char *path, const char *symbol, tgl_kernel_fn *fn, bool touch,
-                         bool *present)
+                         bool *present, struct stat *seen)
 {
     *present = false;
+    memset(seen, 0, sizeof *seen);
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0)
         return NULL;
     *present = true;
     struct stat st;
     bool regular = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+    if (regular)
+        *seen = st;
+    /* The file checked is loaded by name: another process may rename an
+     * entry over path in between, but writers only ever rename whole
+     * entries into place.  (Not through /proc/self/fd/N: the loader
+     * matches names, so a later kernel opened under the same descriptor
+     * number would get the first one's handle.) */
     void *h = regular && elf_whole(fd) ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : NULL;
     void *sym = h ? dlsym(h, symbol) : NULL;
     if (!sym) {
@@ -235,12 +272,19 @@ void *tgl_cache_load(const char *dir, const char *key, const char *symbol, tgl_k
     char path[1200];
     snprintf(path, sizeof path, "%s/%s.so", dir, key);
     bool present;
-    void *h = load_object(path, symbol, fn, true, &present);
+    struct stat seen, now;
+    void *h = load_object(path, symbol, fn, true, &present, &seen);
     if (!h && present) {
-        /* Damaged, from an incompatible build, or not a regular file (a
-         * FIFO, a socket, a directory): delete it, the caller rebuilds.  A
-         * directory goes only when empty; otherwise the new entry cannot
-         * be renamed into place and the caller keeps its kernel uncached. */
+        /* Damaged, from an incompatible build or machine, or not a regular
+         * file (a FIFO, a socket, a directory): delete it, the caller
+         * rebuilds.  A directory goes only when empty; otherwise the new
+         * entry cannot be renamed into place and the caller keeps its
+         * kernel uncached.  A regular file goes only while it is still the
+         * one examined: another process may have renamed a good entry
+         * over it since. */
+        if (seen.st_ino && (lstat(path, &now) != 0 || now.st_ino != seen.st_ino ||
+                            now.st_dev != seen.st_dev))
+            return NULL;
         if (unlink(path) != 0 && (errno == EISDIR || errno == EPERM))
             rmdir(path);
     }
@@ -250,7 +294,8 @@ void *tgl_cache_load(const char *dir, const char *key, const char *symbol, tgl_k
 void *tgl_cache_load_file(const char *path, const char *symbol, tgl_kernel_fn *fn)
 {
     bool present;
-    return load_object(path, symbol, fn, false, &present);
+    struct stat seen;
+    return load_object(path, symbol, fn, false, &present, &seen);
 }
 
 typedef struct entry {

@@ -12,7 +12,11 @@
  */
 #include "cpu/blas_thin.h"
 
-#if defined(__GNUC__) && defined(__x86_64__) && defined(__has_attribute)
+/* Not under ThreadSanitizer: the clones' resolvers (ifuncs) run while
+ * the loader relocates the library, before TSan's runtime is set up,
+ * and its instrumentation of them crashes the process at load. */
+#if defined(__GNUC__) && defined(__x86_64__) && defined(__has_attribute) && \
+    !defined(__SANITIZE_THREAD__)
 #if __has_attribute(target_clones)
 #define THIN_CLONES __attribute__((target_clones("avx2", "default")))
 #define THIN_AVX512 1

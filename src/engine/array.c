@@ -394,7 +394,11 @@ static tgl_status new_view(tgl_ctx *ctx, const char *fn, tgl_array *a, tgl_array
     tgl_array *v = desc_new();
     if (!v)
         return tgl_ctx_set_error(ctx, TGL_ENOMEM, "%s: out of memory", fn);
-    *v = *a;
+    /* Every field but the count: another thread may be changing a's
+     * count (atomically) while this view is made. */
+    const size_t rc = offsetof(tgl_array, refcount), after = rc + sizeof a->refcount;
+    memcpy(v, a, rc);
+    memcpy((char *)v + after, (const char *)a + after, sizeof *v - after);
     v->refcount = 1;
     __atomic_add_fetch(&a->storage->refcount, 1, __ATOMIC_RELAXED);
     *out = v;

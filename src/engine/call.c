@@ -13,6 +13,11 @@
  * Outputs never share memory with inputs, constants, shared variables or
  * each other: whatever the caller does with an output cannot change the
  * function's state, and vice versa.
+ *
+ * A frame runs one call at a time.  Every entry that reads or writes a
+ * frame's registers takes its `busy` flag with an atomic exchange; a
+ * thread that finds it taken gets TGL_EBUSY before touching anything, so
+ * two threads sharing a frame get an error, never a corrupted run.
  */
 #include "engine/program.h"
 #include "engine/fused_prog.h"
@@ -23,6 +28,26 @@
 #include <string.h>
 
 /* ---- frames ---------------------------------------------------------- */
+
+/* Takes fr for one call: false when another thread holds it.  Acquire
+ * and release order the last holder's writes to the frame before ours. */
+static bool frame_enter(tgl_frame *fr)
+{
+    return __atomic_exchange_n(&fr->busy, 1, __ATOMIC_ACQUIRE) == 0;
+}
+
+static void frame_leave(tgl_frame *fr)
+{
+    __atomic_store_n(&fr->busy, 0, __ATOMIC_RELEASE);
+}
+
+static tgl_status frame_busy(tgl_ctx *ctx, const tgl_program *prog, const char *what)
+{
+    return tgl_ctx_set_error(ctx, TGL_EBUSY,
+                             "%s: %s: the frame is in use by another thread (a frame runs one "
+                             "call at a time: give each thread its own, tgl_function_frame_new)",
+                             what, prog->name);
+}
 
 tgl_status tgl_frame_new(tgl_ctx *ctx, const tgl_program *prog, tgl_frame **out)
 {
@@ -171,15 +196,31 @@ int tgl_function_inplace(const tgl_function *fn, const tgl_node *n)
     return pc >= 0 && prog->code[pc].inplace >= 0;
 }
 
+/* Waits for the background compiles of prog's fused kernels and of those
+ * of its inner programs (a scan's body: its kernels are the function's
+ * too, and its generated loop is made only from their final code). */
+static void wait_kernels(const tgl_program *prog)
+{
+    for (int32_t pc = 0; pc < prog->ncode; pc++) {
+        const tgl_instr *ins = &prog->code[pc];
+        if (ins->kind == TGL_I_OP && ins->node->op == TGL_OP_FUSED)
+            tgl_backend_wait(tgl_fused_prog_of(ins->node), prog->device);
+        if (ins->sub)
+            wait_kernels(ins->sub);
+    }
+}
+
 tgl_status tgl_function_wait_compiled(tgl_ctx *ctx, tgl_function *fn)
 {
     TGL_CHECK_CTX(ctx);
     TGL_CHECK(fn, TGL_EINVAL, "tgl_function_wait_compiled: NULL function");
-    const tgl_program *prog = fn->prog;
-    for (int32_t pc = 0; pc < prog->ncode; pc++)
-        if (prog->code[pc].kind == TGL_I_OP && prog->code[pc].node->op == TGL_OP_FUSED)
-            tgl_backend_wait(tgl_fused_prog_of(prog->code[pc].node), prog->device);
-    tgl_step_wait(fn->frame);
+    wait_kernels(fn->prog);
+    /* The default frame's step, unless another thread is running a call
+     * on it (then its step is that call's to change). */
+    if (frame_enter(fn->frame)) {
+        tgl_step_wait(fn->frame);
+        frame_leave(fn->frame);
+    }
     return TGL_OK;
 }
 
@@ -389,12 +430,10 @@ static tgl_status run_once(tgl_ctx *ctx, tgl_frame *fr)
     return st;
 }
 
-static tgl_status call_on(tgl_ctx *ctx, tgl_function *fn, tgl_frame *fr, tgl_array *const *in,
-                          tgl_array **out)
+static tgl_status call_locked(tgl_ctx *ctx, tgl_function *fn, tgl_frame *fr,
+                              tgl_array *const *in, tgl_array **out)
 {
     const tgl_program *prog = fn->prog;
-    TGL_CHECK(fr->prog == prog, TGL_EINVAL, "%s: the frame belongs to another function",
-              prog->name);
     /* The type check costs a few ns per input and keeps kernels in
      * bounds, so trust_input (which skips the Lua-side conversions) does
      * not skip it. */
@@ -428,6 +467,19 @@ static tgl_status call_on(tgl_ctx *ctx, tgl_function *fn, tgl_frame *fr, tgl_arr
     return TGL_OK;
 }
 
+static tgl_status call_on(tgl_ctx *ctx, tgl_function *fn, tgl_frame *fr, tgl_array *const *in,
+                          tgl_array **out, const char *what)
+{
+    const tgl_program *prog = fn->prog;
+    TGL_CHECK(fr->prog == prog, TGL_EINVAL, "%s: the frame belongs to another function",
+              prog->name);
+    if (!frame_enter(fr))
+        return frame_busy(ctx, prog, what);
+    tgl_status st = call_locked(ctx, fn, fr, in, out);
+    frame_leave(fr);
+    return st;
+}
+
 tgl_status tgl_function_call(tgl_ctx *ctx, tgl_function *fn, tgl_array *const *in,
                              tgl_array **out, int trust)
 {
@@ -435,7 +487,7 @@ tgl_status tgl_function_call(tgl_ctx *ctx, tgl_function *fn, tgl_array *const *i
     TGL_CHECK(fn && (fn->prog->nin == 0 || in) && (fn->prog->nout == 0 || out), TGL_EINVAL,
               "tgl_function_call: bad arguments");
     (void)trust;
-    return call_on(ctx, fn, fn->frame, in, out);
+    return call_on(ctx, fn, fn->frame, in, out, "tgl_function_call");
 }
 
 tgl_status tgl_function_call_frame(tgl_ctx *ctx, tgl_function *fn, tgl_frame *frame,
@@ -444,7 +496,7 @@ tgl_status tgl_function_call_frame(tgl_ctx *ctx, tgl_function *fn, tgl_frame *fr
     TGL_CHECK_CTX(ctx);
     TGL_CHECK(fn && frame && (fn->prog->nin == 0 || in) && (fn->prog->nout == 0 || out),
               TGL_EINVAL, "tgl_function_call_frame: bad arguments");
-    return call_on(ctx, fn, frame, in, out);
+    return call_on(ctx, fn, frame, in, out, "tgl_function_call_frame");
 }
 
 tgl_status tgl_function_run(tgl_ctx *ctx, tgl_function *fn, int64_t n_calls)
@@ -452,14 +504,17 @@ tgl_status tgl_function_run(tgl_ctx *ctx, tgl_function *fn, int64_t n_calls)
     TGL_CHECK_CTX(ctx);
     TGL_CHECK(fn, TGL_EINVAL, "tgl_function_run: NULL function");
     TGL_CHECK(n_calls >= 0, TGL_EINVAL, "tgl_function_run: n_calls is negative");
-    TGL_CHECK(fn->frame->have_inputs || fn->prog->nin == 0, TGL_EINVAL,
-              "%s: call it once with its inputs before running it n_calls times", fn->prog->name);
-    for (int64_t k = 0; k < n_calls; k++) {
-        tgl_status st = run_once(ctx, fn->frame);
-        if (st)
-            return st;
-    }
-    return TGL_OK;
+    if (!frame_enter(fn->frame))
+        return frame_busy(ctx, fn->prog, "tgl_function_run");
+    tgl_status st = TGL_OK;
+    if (!fn->frame->have_inputs && fn->prog->nin != 0)
+        st = tgl_ctx_set_error(ctx, TGL_EINVAL,
+                               "%s: call it once with its inputs before running it n_calls times",
+                               fn->prog->name);
+    for (int64_t k = 0; k < n_calls && !st; k++)
+        st = run_once(ctx, fn->frame);
+    frame_leave(fn->frame);
+    return st;
 }
 
 tgl_status tgl_function_output(tgl_ctx *ctx, tgl_function *fn, int i, tgl_array **out)
@@ -467,9 +522,13 @@ tgl_status tgl_function_output(tgl_ctx *ctx, tgl_function *fn, int i, tgl_array 
     TGL_CHECK_CTX(ctx);
     TGL_CHECK(fn && out && i >= 0 && i < fn->prog->nout, TGL_EINVAL,
               "tgl_function_output: no output %d", i + 1);
-    TGL_CHECK(fn->frame->last_out[i], TGL_EINVAL, "tgl_function_output: the function has not run");
-    tgl_array_retain(fn->frame->last_out[i]);
-    *out = fn->frame->last_out[i];
+    if (!frame_enter(fn->frame))
+        return frame_busy(ctx, fn->prog, "tgl_function_output");
+    tgl_array *a = fn->frame->last_out[i];
+    tgl_array_retain(a);
+    frame_leave(fn->frame);
+    TGL_CHECK(a, TGL_EINVAL, "tgl_function_output: the function has not run");
+    *out = a;
     return TGL_OK;
 }
 
@@ -481,6 +540,13 @@ void tgl_function_recycle(tgl_function *fn, tgl_array *a)
     }
     /* tgl_frame_recycle keeps the buffer only when a and its storage have
      * this one owner, of the program's device, with the storage's own
-     * layout; the pool's size stays bounded (cvm.c). */
+     * layout; the pool's size stays bounded (cvm.c).  While another
+     * thread runs a call on the default frame its pool is that call's:
+     * the buffer is only released then. */
+    if (!frame_enter(fn->frame)) {
+        tgl_array_release(a);
+        return;
+    }
     tgl_frame_recycle(fn->frame, a);
+    frame_leave(fn->frame);
 }

@@ -81,7 +81,7 @@ void tgl_frame_recycle(tgl_frame *fr, tgl_array *a)
         return;
     /* Only a buffer of the program's device nobody else sees: one owner
      * of the descriptor and of its storage, and the storage's own layout. */
-    if (a->refcount == 1 && a->storage && a->storage->refcount == 1 &&
+    if (TGL_REFS(a) == 1 && a->storage && TGL_REFS(a->storage) == 1 &&
         a->device == fr->prog->device && a->data == a->storage->base && a->storage->nbytes > 0) {
         tgl_pool_class *pc = &fr->pool[size_class(a->storage->nbytes)];
         /* A class holds at most as many buffers as the program can use at
@@ -162,7 +162,7 @@ static tgl_status take_buffer(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins,
                               tgl_array **dst, int dtype, int ndim, const int64_t *shape)
 {
     tgl_array *o = *dst;
-    if (o && o->refcount == 1 && o->storage->refcount == 1 && o->dtype_id == dtype &&
+    if (o && TGL_REFS(o) == 1 && TGL_REFS(o->storage) == 1 && o->dtype_id == dtype &&
         tgl_array_has_shape(o, ndim, shape) && (o->flags & TGL_ARRAY_CONTIGUOUS))
         return TGL_OK;
     if (inplace >= 0) {
@@ -173,7 +173,7 @@ static tgl_status take_buffer(tgl_ctx *ctx, tgl_frame *fr, const tgl_instr *ins,
         int owners = ins->update >= 0 ? 2 : 1;
         if (a && a->dtype_id == dtype && tgl_array_has_shape(a, ndim, shape) &&
             (a->flags & TGL_ARRAY_CONTIGUOUS) &&
-            ((a->refcount == owners && a->storage->refcount == 1) ||
+            ((TGL_REFS(a) == owners && TGL_REFS(a->storage) == 1) ||
              deferred_writable(fr, ins, ins->in[inplace], a))) {
             /* Move: the input slot is not read again (plan.c). */
             tgl_frame_recycle(fr, o);

@@ -92,6 +92,14 @@ struct tgl_storage {
     int32_t device;        /* a tgl_device; every view of it has the same */
 };
 
+/* The owners of an array descriptor or a storage (anything with an int32_t
+ * refcount), read as a sole-owner test must read it: atomically and with
+ * acquire order, since another thread may drop its reference at any time
+ * (an output handed to another thread, a shared value read by a call on
+ * another frame); a count of 1 seen this way orders that thread's last
+ * use of the buffer before our reuse of it. */
+#define TGL_REFS(p) __atomic_load_n(&(p)->refcount, __ATOMIC_ACQUIRE)
+
 /* Fails with TGL_EINVAL and a message unless cond holds.  Use inside a
  * function returning tgl_status with a tgl_ctx *ctx in scope. */
 #define TGL_CHECK(cond, st, ...) \

@@ -150,6 +150,10 @@ typedef struct tgl_frame {
     uint64_t step_try;       /* the epoch whose next call binds             */
     bool step_never;         /* the program cannot bind                     */
     uint64_t step_big;       /* the epoch whose step was too large to keep  */
+    /* Atomic: 1 while a call runs on the frame (call.c).  A frame holds
+     * one run's registers and buffers, so a second thread calling on it at
+     * the same time would corrupt both runs: it gets TGL_EBUSY instead. */
+    int busy;
 } tgl_frame;
 
 struct tgl_function {

@@ -718,7 +718,7 @@ static tgl_status bind_run(tgl_ctx *ctx, tgl_frame *fr, bool inner, int32_t to)
         for (int k = 0; k < ins->nouts; k++) {
             const tgl_array *a = ins->outs[k] >= 0 ? fr->slot[ins->outs[k]] : NULL;
             if (ins->outs[k] >= 0 &&
-                (!a || a->refcount != 1 || a->storage->refcount != 1 ||
+                (!a || TGL_REFS(a) != 1 || TGL_REFS(a->storage) != 1 ||
                  a->data != a->storage->base || !(a->flags & TGL_ARRAY_CONTIGUOUS)))
                 plain = false;
         }

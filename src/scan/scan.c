@@ -839,8 +839,8 @@ static int seq_to_take(const tgl_frame *fr, const tgl_instr *ins, tgl_array *con
         const tgl_array *x = in[at];
         if (taken[i] || s->seq[i].ntaps != 1 || x->dtype_id != dtype ||
             !tgl_array_has_shape(x, ndim, shape) || x->device != fr->prog->device ||
-            !(x->flags & TGL_ARRAY_CONTIGUOUS) || x->refcount != 1 || !x->storage ||
-            x->storage->refcount != 2 || x->data != x->storage->base)
+            !(x->flags & TGL_ARRAY_CONTIGUOUS) || TGL_REFS(x) != 1 || !x->storage ||
+            TGL_REFS(x->storage) != 2 || x->data != x->storage->base)
             continue;
         bool freed = false, alone = true;
         for (int32_t f = 0; f < ins->nfree; f++)

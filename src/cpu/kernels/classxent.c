@@ -217,7 +217,11 @@ static tgl_status cx_run(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in, 
  * w keep - lr d h (w read once); then the same per word row.  In the
  * rows' own precision; the changes go to the output at the end.  Built for AVX-512, AVX2 and the baseline, picked
  * at load time, as vexp.c is (the library never assumes the machine). */
-#if defined(__GNUC__) && defined(__x86_64__) && defined(__has_attribute)
+/* Not under ThreadSanitizer: the clones' resolvers (ifuncs) run while
+ * the loader relocates the library, before TSan's runtime is set up,
+ * and its instrumentation of them crashes the process at load. */
+#if defined(__GNUC__) && defined(__x86_64__) && defined(__has_attribute) && \
+    !defined(__SANITIZE_THREAD__)
 #if __has_attribute(target_clones)
 #define SGD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #endif
