@@ -27,6 +27,11 @@ int tgl_fault_arm(int kind, long n);
 long tgl_fault_count(int kind);
 long tgl_fault_fired(int kind);
 const char *tgl_fault_last(int kind);
+void *tgl_fault_site(int kind);
+typedef struct { const char *dli_fname; void *dli_fbase; const char *dli_sname; void *dli_saddr; } tgl_fault_dl_info;
+int dladdr(const void *addr, tgl_fault_dl_info *info);
+typedef struct { long tv_sec; long tv_nsec; } tgl_fault_timespec;
+int clock_gettime(int clk, tgl_fault_timespec *ts);
 ]]
 local ALLOC, IO = 0, 1
 local KIND_NAME = { [ALLOC] = 'allocation', [IO] = 'file call' }
@@ -34,7 +39,21 @@ local have_hook = pcall(function() return ffi.C.tgl_fault_arm end)
 local H = have_hook and ffi.C or nil
 
 local FULL = os.getenv('TGL_FAULT_FULL') == '1'
+local VERBOSE = os.getenv('TGL_FAULT_VERBOSE') == '1' -- one line per injected failure
 local FIRST, SAMPLES, LAST = 200, 100, 20
+
+-- Where the engine made the failed call: function and file:line, by
+-- addr2line (the build's debug information), for TGL_FAULT_VERBOSE.
+local function site_name(p)
+  local info = ffi.new('tgl_fault_dl_info')
+  if p == nil or ffi.C.dladdr(p, info) == 0 then return '?' end
+  local off = ffi.cast('uintptr_t', p) - ffi.cast('uintptr_t', info.dli_fbase) - 1
+  local cmd = ('addr2line -f -s -e %q 0x%x 2>/dev/null'):format(ffi.string(info.dli_fname), tonumber(off))
+  local h = io.popen(cmd)
+  local out = h and h:read('*a') or ''
+  if h then h:close() end
+  return (out:gsub('\n', ' '):gsub('%s+$', ''))
+end
 
 -- The N to try for K counted calls: all of them under TGL_FAULT_FULL=1 or
 -- when K is small; else 1..FIRST, about SAMPLES more spread evenly, and the
@@ -70,6 +89,12 @@ end
 
 local totals = {}
 
+local function now()
+  local ts = ffi.new('tgl_fault_timespec')
+  ffi.C.clock_gettime(1, ts) -- CLOCK_MONOTONIC
+  return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) * 1e-9
+end
+
 -- Runs op under failure injection of kind.  op = {
 --   name,
 --   setup(trial) -> ctx      untimed preparation (fresh names, directories)
@@ -79,6 +104,7 @@ local totals = {}
 --                            that succeeded (ok) or failed
 -- }
 local function inject(kind, op)
+  local t0 = now()
   local trial = 0
   local function fresh() trial = trial + 1; return op.setup and op.setup(trial) or {} end
   -- Warm: one run uncounted, so that one-time work (tuning files, lazily
@@ -102,9 +128,14 @@ local function inject(kind, op)
     ok, res = pcall(op.run, c)
     local f = tonumber(H.tgl_fault_fired(kind))
     local last = ffi.string(H.tgl_fault_last(kind))
+    local site = H.tgl_fault_site(kind)
     H.tgl_fault_arm(kind, 0)
     local what = ('%s, %s %d of %d (%s) failed'):format(op.name, KIND_NAME[kind], n, K, last)
     fired = fired + f
+    if VERBOSE then
+      print(('  %s %d (%s at %s): %s'):format(KIND_NAME[kind], n, last, site_name(site),
+                                       ok and (f == 1 and 'recovered' or 'not reached') or tostring(res)))
+    end
     if ok then
       recovered = recovered + f
       local cok, cerr = pcall(op.check, c, res)
@@ -123,8 +154,8 @@ local function inject(kind, op)
   c = fresh()
   op.check(c, op.run(c))
   if op.after then op.after(c, true) end
-  local line = ('fault injection: %-28s %-10s K=%-5d tried %-4d fired %-4d errors %-4d recovered %d')
-      :format(op.name, KIND_NAME[kind], K, #ns, fired, failed, recovered)
+  local line = ('fault injection: %-28s %-10s K=%-5d tried %-4d fired %-4d errors %-4d recovered %-4d %.1f s')
+      :format(op.name, KIND_NAME[kind], K, #ns, fired, failed, recovered, now() - t0)
   print(line)
   totals[#totals + 1] = { fired = fired }
   return K, fired

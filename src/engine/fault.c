@@ -25,6 +25,7 @@
 static struct {
     _Atomic long count, fail_at, fired;
     const char *_Atomic last;
+    void *_Atomic site;
 } K[TGL_FAULT_KINDS];
 
 int tgl_fault_arm(int kind, long n)
@@ -35,6 +36,7 @@ int tgl_fault_arm(int kind, long n)
     atomic_store(&K[kind].count, 0);
     atomic_store(&K[kind].fired, 0);
     atomic_store(&K[kind].last, "");
+    atomic_store(&K[kind].site, NULL);
     atomic_store(&K[kind].fail_at, n < 0 ? 0 : n);
     return 0;
 }
@@ -54,8 +56,15 @@ const char *tgl_fault_last(int kind)
     return kind >= 0 && kind < TGL_FAULT_KINDS ? atomic_load(&K[kind].last) : "";
 }
 
-/* Counts one call of kind; true when this one is to fail. */
-static bool hit(int kind, const char *name)
+void *tgl_fault_site(int kind)
+{
+    return kind >= 0 && kind < TGL_FAULT_KINDS ? atomic_load(&K[kind].site) : NULL;
+}
+
+/* Counts one call of kind; true when this one is to fail (site: where the
+ * engine called from). */
+#define hit(kind, name) hit_at(kind, name, __builtin_return_address(0))
+static bool hit_at(int kind, const char *name, void *site)
 {
     long c = atomic_fetch_add(&K[kind].count, 1) + 1;
     long at = atomic_load(&K[kind].fail_at);
@@ -63,6 +72,7 @@ static bool hit(int kind, const char *name)
         return false;
     atomic_fetch_add(&K[kind].fired, 1);
     atomic_store(&K[kind].last, name);
+    atomic_store(&K[kind].site, site);
     return true;
 }
 

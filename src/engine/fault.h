@@ -43,6 +43,9 @@ TGL_FAULT_API long tgl_fault_fired(int kind);
 /* The name of the call the last injected failure of kind made fail
  * ("malloc", "rename", ...), or "" when none has. */
 TGL_FAULT_API const char *tgl_fault_last(int kind);
+/* The return address in the engine of that call (NULL when none): where
+ * the failure was injected, for addr2line (the spec's TGL_FAULT_VERBOSE). */
+TGL_FAULT_API void *tgl_fault_site(int kind);
 
 void *tgl_fault_malloc(size_t n);
 void *tgl_fault_calloc(size_t n, size_t size);
