@@ -56,18 +56,20 @@ local function site_name(p)
 end
 
 -- The N to try for K counted calls: all of them under TGL_FAULT_FULL=1 or
--- when K is small; else 1..FIRST, about SAMPLES more spread evenly, and the
--- LAST last ones.
-local function plan(K)
+-- when K is small; else 1..first, about `samples` more spread evenly, and
+-- the `last` last ones (an operation may ask for fewer than the defaults:
+-- one whose every trial runs the system compiler).
+local function plan(K, op)
+  local first, samples, last = op.first or FIRST, op.samples or SAMPLES, LAST
   local ns = {}
-  if FULL or K <= FIRST + SAMPLES + LAST then
+  if FULL or K <= first + samples + last then
     for n = 1, K do ns[#ns + 1] = n end
     return ns
   end
-  for n = 1, FIRST do ns[#ns + 1] = n end
-  local step = math.ceil((K - LAST - FIRST) / SAMPLES)
-  for n = FIRST + step, K - LAST, step do ns[#ns + 1] = n end
-  for n = K - LAST + 1, K do ns[#ns + 1] = n end
+  for n = 1, first do ns[#ns + 1] = n end
+  local step = math.ceil((K - last - first) / samples)
+  for n = first + step, K - last, step do ns[#ns + 1] = n end
+  for n = K - last + 1, K do ns[#ns + 1] = n end
   return ns
 end
 
@@ -120,7 +122,7 @@ local function inject(kind, op)
   assert(ok, op.name .. ': the counting run failed: ' .. tostring(res))
   op.check(c, res)
   if op.after then op.after(c, true) end
-  local ns = plan(K)
+  local ns = plan(K, op)
   local fired, failed, recovered = 0, 0, 0
   for _, n in ipairs(ns) do
     c = fresh()
@@ -207,6 +209,49 @@ local eager = {
   end,
 }
 
+local eager_more = {
+  name = 'eager indexing, softmax',
+  run = function()
+    local a = tgl.array({ { 1, 5, 3 }, { 4, 2, 6 } }, 'float64')
+    return { tgl.argmax(a, 2), tgl.softmax(a), tgl.concatenate({ a, a }, 1), a[{ {}, 2 }],
+             (a + tgl.array({ 10, 20, 30 }, 'float64')):sum(1), a:astype('int32') }
+  end,
+  check = function(_, r)
+    close({ 2, 3 }, r[1], 'argmax')
+    local function sm(row)
+      local z, out = 0, {}
+      for _, v in ipairs(row) do z = z + math.exp(v) end
+      for i, v in ipairs(row) do out[i] = math.exp(v) / z end
+      return out
+    end
+    close({ sm { 1, 5, 3 }, sm { 4, 2, 6 } }, r[2], 'softmax', 1e-12)
+    close({ { 1, 5, 3 }, { 4, 2, 6 }, { 1, 5, 3 }, { 4, 2, 6 } }, r[3], 'concatenate')
+    close({ 5, 2 }, r[4], 'column')
+    close({ 25, 47, 69 }, r[5], 'broadcast sum')
+    close({ { 1, 5, 3 }, { 4, 2, 6 } }, r[6], 'astype')
+  end,
+}
+
+-- tgl.Rop: J v of y = 2 x^2 + sin x, with y, compiled.
+local rop = {
+  name = 'Rop compiled',
+  run = function()
+    local x, v = tgl.dvector('x'), tgl.dvector('v')
+    local y = x * x * 2 + tgl.sin(x)
+    local f = tgl.compile { inputs = { x, v }, outputs = { y, tgl.Rop(y, x, v) } }
+    return { f(tgl.array({ 0.5, -1, 2 }, 'float64'), tgl.array({ 1, 2, -1 }, 'float64')) }
+  end,
+  check = function(_, r)
+    local xs, vs, y, jv = { 0.5, -1, 2 }, { 1, 2, -1 }, {}, {}
+    for i, x in ipairs(xs) do
+      y[i] = 2 * x * x + math.sin(x)
+      jv[i] = (4 * x + math.cos(x)) * vs[i]
+    end
+    close(y, r[1], 'y', 1e-12)
+    close(jv, r[2], 'Rop', 1e-12)
+  end,
+}
+
 -- A save over an existing file: the old file stays byte for byte when the
 -- save fails, and the directory holds no temporary either way.
 local function saver(kind_name, file, new, load_check)
@@ -263,6 +308,7 @@ local npz_save, npz_load = saver('npz', 'a.npz',
 -- kernel runs uncached); anything else fails the compile with a clear error.
 local compile_cold = {
   name = 'compile (codegen, cache)',
+  first = 100, samples = 60, -- each trial past the code generator runs cc
   setup = function(trial)
     local dir = root .. '/cache-' .. trial
     os.execute(('rm -rf %q'):format(dir))
@@ -292,13 +338,19 @@ local compile_cold = {
 
 -- A training step with updates on shared variables: the graph, its
 -- gradient and its compile, then three calls on the same shapes (the whole
--- step is bound on the second call and its C function generated).  The
--- shared variables must hold exactly the values of 0, 1, 2 or 3 whole
--- calls.  With cold, each trial's learning rate is its own, so that the
+-- step is bound on the second call and its C function generated) and one
+-- on another batch size (the binding dropped).  The shared variables must
+-- hold exactly the values of a whole number of calls (0 to 4).  With cold, each trial's learning rate is its own, so that the
 -- kernels and the whole step's function are generated and stored anew
 -- (the file-call loop); else the process's compiled code is reused.
 local X = { { 1, 2, 3 }, { 0, 1, 0 }, { 2, 0, 1 }, { 1, 1, 1 } }
 local Y = { 1, 0, 1, 0 }
+local X2, Y2 = { { 1, -1, 0 }, { 0.5, 0, 2 } }, { 0, 1 }
+local CALLS = 4 -- three on X (bound on the second), then one on X2 (a new shape)
+local function call(f, i)
+  if i <= 3 then return f(tgl.array(X, 'float32'), tgl.array(Y, 'float32')):get() end
+  return f(tgl.array(X2, 'float32'), tgl.array(Y2, 'float32')):get()
+end
 local function train_op(cold)
   local ref = {}           -- learning rate -> the values after 0..3 calls
   local function shared()
@@ -316,7 +368,7 @@ local function train_op(cold)
   local function steps(W, b, lr)
     local f = step_fn(W, b, lr)
     local l = {}
-    for i = 1, 3 do l[i] = f(tgl.array(X, 'float32'), tgl.array(Y, 'float32')):get() end
+    for i = 1, CALLS do l[i] = call(f, i) end
     return l
   end
   -- The values after 0..3 calls for learning rate lr, the same step compiled
@@ -327,15 +379,15 @@ local function train_op(cold)
     local W, b = shared()
     local r = { W = { [0] = W:get_value() }, b = { [0] = b:get_value() }, loss = {} }
     local f = step_fn(W, b, lr)
-    for i = 1, 3 do
-      r.loss[i] = f(tgl.array(X, 'float32'), tgl.array(Y, 'float32')):get()
+    for i = 1, CALLS do
+      r.loss[i] = call(f, i)
       r.W[i], r.b[i] = W:get_value(), b:get_value()
     end
     ref[lr] = r
     return r
   end
   return {
-    name = 'training step x3' .. (cold and ' (cold)' or ''),
+    name = 'training step x4' .. (cold and ' (cold)' or ''),
     setup = function(trial)
       local lr = cold and 0.5 + trial / 1024 or 0.5
       if cold then tgl.config.cache_dir = root .. '/train-cache-' .. trial end
@@ -345,15 +397,15 @@ local function train_op(cold)
     run = function(c) return steps(c.W, c.b, c.lr) end,
     check = function(c, l)
       c.ref = reference(c.lr)
-      for i = 1, 3 do close(c.ref.loss[i], l[i], 'loss of call ' .. i, 1e-6) end
-      S.bits_equal(c.ref.W[3], c.W:get_value(), 'W after 3 calls')
-      S.bits_equal(c.ref.b[3], c.b:get_value(), 'b after 3 calls')
+      for i = 1, CALLS do close(c.ref.loss[i], l[i], 'loss of call ' .. i, 1e-6) end
+      S.bits_equal(c.ref.W[CALLS], c.W:get_value(), 'W after the calls')
+      S.bits_equal(c.ref.b[CALLS], c.b:get_value(), 'b after the calls')
     end,
     after = function(c, ok)
       if ok then return end
       c.ref = reference(c.lr)
       local W, b = c.W:get_value(), c.b:get_value()
-      for i = 0, 3 do
+      for i = 0, CALLS do
         if pcall(S.bits_equal, c.ref.W[i], W) and pcall(S.bits_equal, c.ref.b[i], b) then return end
       end
       error('the shared variables hold values of no whole call: W = '
@@ -427,7 +479,7 @@ describe('failure injection', function()
     close({ 1, 2 }, tgl.array({ 1, 2 }), 'after the failure')
   end)
 
-  for _, op in ipairs { eager, npy_save, npy_load, npz_save, npz_load, compile_cold, train, scan } do
+  for _, op in ipairs { eager, eager_more, npy_save, npy_load, npz_save, npz_load, compile_cold, train, scan, rop } do
     it(op.name .. ': every allocation failing gives a clear error or right values', function()
       inject(ALLOC, op)
     end)

@@ -212,7 +212,8 @@ FILE *tgl_fault_fdopen(int fd, const char *mode)
 int tgl_fault_open(const char *path, int flags, ...)
 {
     mode_t mode = 0;
-    if (flags & (O_CREAT | O_TMPFILE)) {
+    /* O_TMPFILE holds O_DIRECTORY's bit: test it whole. */
+    if ((flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE) {
         va_list ap;
         va_start(ap, flags);
         mode = (mode_t)va_arg(ap, int);
