@@ -260,26 +260,36 @@ local function saver(kind_name, file, new, load_check)
   local path = dir .. '/' .. file
   local old = file:match('%.npz$') and { old = tgl.array({ 7, 8, 9 }, 'float64') }
       or tgl.array({ 7, 8, 9 }, 'float64')
-  return {
-    name = kind_name .. ' save',
-    setup = function()
-      os.remove(path)
-      tgl.save(path, old)
-      return { before = bytes(path) }
-    end,
-    run = function() tgl.save(path, new()); return true end,
-    check = function() load_check(tgl.load(path)) end,
-    after = function(c, ok)
-      local names = listdir(dir)
-      assert(#names == 1 and names[1] == file,
-             'the directory holds ' .. table.concat(names, ', ') .. ' (a temporary left behind?)')
-      if not ok then
-        assert(bytes(path) == c.before, 'the failed save changed the old file')
-      else
-        load_check(tgl.load(path))
-      end
-    end,
-  }, {
+  -- replace: over an old file (kept byte for byte on failure); else a new
+  -- file (none there on failure)
+  local function save(replace)
+    return {
+      name = kind_name .. (replace and ' save over a file' or ' save to a new file'),
+      setup = function()
+        os.remove(path)
+        if not replace then return {} end
+        tgl.save(path, old)
+        return { before = bytes(path) }
+      end,
+      run = function() tgl.save(path, new()); return true end,
+      check = function() load_check(tgl.load(path)) end,
+      after = function(c, ok)
+        local names = listdir(dir)
+        if not ok and not replace then
+          assert(#names == 0, 'the failed save left ' .. table.concat(names, ', '))
+          return
+        end
+        assert(#names == 1 and names[1] == file,
+               'the directory holds ' .. table.concat(names, ', ') .. ' (a temporary left behind?)')
+        if not ok then
+          assert(bytes(path) == c.before, 'the failed save changed the old file')
+        else
+          load_check(tgl.load(path))
+        end
+      end,
+    }
+  end
+  return save(true), save(false), {
     name = kind_name .. ' load',
     setup = function()
       os.remove(path)
@@ -291,9 +301,9 @@ local function saver(kind_name, file, new, load_check)
   }
 end
 
-local npy_save, npy_load = saver('npy', 'a.npy', function() return tgl.array(A, 'float32') end,
+local npy_save, npy_new, npy_load = saver('npy', 'a.npy', function() return tgl.array(A, 'float32') end,
   function(r) close(A, r, 'loaded npy') end)
-local npz_save, npz_load = saver('npz', 'a.npz',
+local npz_save, npz_new, npz_load = saver('npz', 'a.npz',
   function() return { a = tgl.array(A, 'float32'), b = tgl.array({ 1, 2 }, 'int32') } end,
   function(r)
     close(A, r.a, 'loaded npz a')
@@ -479,12 +489,13 @@ describe('failure injection', function()
     close({ 1, 2 }, tgl.array({ 1, 2 }), 'after the failure')
   end)
 
-  for _, op in ipairs { eager, eager_more, npy_save, npy_load, npz_save, npz_load, compile_cold, train, scan, rop } do
+  for _, op in ipairs { eager, eager_more, npy_save, npy_new, npy_load, npz_save, npz_new, npz_load,
+                       compile_cold, train, scan, rop } do
     it(op.name .. ': every allocation failing gives a clear error or right values', function()
       inject(ALLOC, op)
     end)
   end
-  for _, op in ipairs { npy_save, npz_save, compile_cold, train_cold } do
+  for _, op in ipairs { npy_save, npy_new, npz_save, npz_new, compile_cold, train_cold } do
     it(op.name .. ': every file call failing gives a clear error or right values', function()
       inject(IO, op)
     end)
