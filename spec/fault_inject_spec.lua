@@ -15,8 +15,9 @@
 -- the ASan build LSan checks at exit that no failure leaked.
 --
 -- By default all N up to 200 are tried, then a sample (always the last
--- ones); TGL_FAULT_FULL=1 tries every N.  Each operation prints how many
--- failures were injected.
+-- ones); TGL_FAULT_FULL=1 tries every N, TGL_FAULT_VERBOSE=1 prints each
+-- failure and the engine function and line it hit.  Each operation prints
+-- how many failures were injected.
 local tgl = require 'tgl'
 local ffi = require 'ffi'
 local S = dofile('spec/support.lua')
@@ -444,6 +445,64 @@ local scan = {
   end,
 }
 
+-- An eager nn training step (Torch7 style, lua/nn): forward, criterion,
+-- backward, updateParameters.  A failed step leaves every parameter as it
+-- was, bit for bit; a step that succeeds gives the reference's values.
+local nn_step
+do
+  local nn = require 'nn'
+  local function model()
+    tgl.manual_seed(3)
+    local m = nn.Sequential():add(nn.Linear(5, 4)):add(nn.Tanh()):add(nn.Linear(4, 3))
+    return m, tgl.randn(2, 5), tgl.randn(2, 3)
+  end
+  local crit = nn.MSECriterion()
+  local function params(m)
+    local t = {}
+    for _, i in ipairs { 1, 3 } do
+      t[#t + 1] = m.modules[i].weight:clone()
+      t[#t + 1] = m.modules[i].bias:clone()
+    end
+    return t
+  end
+  local ref
+  nn_step = {
+    name = 'nn training step (eager)',
+    setup = function()
+      if not ref then
+        local m, x, y = model()
+        ref = { before = params(m) }
+        m:zeroGradParameters()
+        local out = m:forward(x)
+        ref.loss = crit:forward(out, y)
+        m:backward(x, crit:backward(out, y))
+        m:updateParameters(0.1)
+        ref.after = params(m)
+      end
+      local m, x, y = model()
+      return { m = m, x = x, y = y }
+    end,
+    run = function(c)
+      c.m:zeroGradParameters()
+      local out = c.m:forward(c.x)
+      local l = crit:forward(out, c.y)
+      c.m:backward(c.x, crit:backward(out, c.y))
+      c.m:updateParameters(0.1)
+      return l
+    end,
+    check = function(c, l)
+      close(ref.loss, l, 'loss', 1e-6)
+      for i, p in ipairs(params(c.m)) do S.bits_equal(ref.after[i], p, 'parameter ' .. i) end
+    end,
+    after = function(c, ok)
+      if ok then return end
+      for i, p in ipairs(params(c.m)) do
+        S.bits_equal(ref.before[i], p, 'parameter ' .. i .. ' after the failed step')
+      end
+    end,
+  }
+end
+
 -- ---- the spec ---------------------------------------------------------------
 
 describe('failure injection', function()
@@ -490,7 +549,7 @@ describe('failure injection', function()
   end)
 
   for _, op in ipairs { eager, eager_more, npy_save, npy_new, npy_load, npz_save, npz_new, npz_load,
-                       compile_cold, train, scan, rop } do
+                       compile_cold, train, scan, rop, nn_step } do
     it(op.name .. ': every allocation failing gives a clear error or right values', function()
       inject(ALLOC, op)
     end)
