@@ -99,14 +99,25 @@ tgl_status tgl_grad(tgl_ctx *ctx, tgl_node *cost, int nwrt, tgl_node *const *wrt
             }
     }
 
-    /* Seeds: d cost / d cost = 1, and the known gradients. */
-    if (cost)
-        st = tgl_node_map_set(ctx, &acc, cost, tgl_mk_scalar(ctx, cost->type.dtype, 1.0));
+    /* Seeds: d cost / d cost = 1, and the known gradients.  A seed that
+     * could not be built (out of memory) is that error, never a missing
+     * gradient ("does not depend on"). */
+    uint64_t seed_errors0 = ctx->nerrors;
+    if (cost) {
+        tgl_node *one = tgl_mk_scalar(ctx, cost->type.dtype, 1.0);
+        st = one ? tgl_node_map_set(ctx, &acc, cost, one) : TGL_ENOMEM;
+    }
     for (int k = 0; k < nknown && !st; k++) {
         tgl_node *g = fit(ctx, known_grads[k], known_vars[k]);
         tgl_node *prev = tgl_node_map_get(&acc, known_vars[k]);
-        g = prev ? tgl_mk2(ctx, TGL_OP_ADD, prev, g) : g;
+        g = prev && g ? tgl_mk2(ctx, TGL_OP_ADD, prev, g) : g;
         st = g ? tgl_node_map_set(ctx, &acc, known_vars[k], g) : TGL_EINVAL;
+    }
+    if (st) {
+        char msg[TGL_ERRMSG_SIZE];
+        snprintf(msg, sizeof msg, "%s", ctx->nerrors != seed_errors0 ? ctx->errmsg : "out of memory");
+        st = tgl_ctx_set_error(ctx, ctx->nerrors != seed_errors0 ? ctx->last_status : st,
+                               "%s: seeding the gradients: %s", fn, msg);
     }
 
     /* Users come after their inputs in order: walk it backwards, so a

@@ -331,6 +331,15 @@ static tgl_status commit_node(tgl_ctx *ctx, const tgl_node *probe, const char *n
     }
     n->name = dup_or_null(name);
     n->source = dup_or_null(source);
+    /* A name or a source line lost to a failed copy would change what
+     * errors and printouts say: the node is not made. */
+    if ((name && *name && !n->name) || (source && *source && !n->source)) {
+        free(n->in);
+        free(n->name);
+        free(n->source);
+        free(n);
+        return tgl_ctx_set_error(ctx, TGL_ENOMEM, "tgl: out of memory building a node");
+    }
     n->id = g->next_id++;
     n->hnext = NULL;
     n->flags = hashcons ? TGL_NODEF_HASHCONSED : 0;

@@ -25,7 +25,7 @@ static tgl_status concatenate_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array 
         int64_t shape[TGL_MAX_DIMS];
         memcpy(shape, out->shape, sizeof shape);
         shape[axis] = in[i]->shape[axis];
-        tgl_array *part;
+        tgl_array *part = NULL; /* left unset when the view fails */
         tgl_status st = tgl_array_view(ctx, out, out->ndim, shape, out->strides,
                                        off * out->strides[axis], &part);
         if (!st)

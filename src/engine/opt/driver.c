@@ -189,6 +189,8 @@ static tgl_status count_clients(tgl_ctx *ctx, int n, tgl_node *const *roots, tgl
     for (int r = 0; r < n && !st; r++)
         st = tgl_node_map_seti(ctx, c, roots[r], tgl_node_map_geti(c, roots[r], 0) + 1);
     free(order);
+    if (st)
+        tgl_node_map_free(c); /* the caller frees it only when this succeeds */
     return st;
 }
 
