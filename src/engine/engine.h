@@ -114,8 +114,28 @@ void tgl_config_defaults(tgl_ctx *ctx);
 void tgl_ctx_retain(tgl_ctx *ctx);
 void tgl_ctx_release(tgl_ctx *ctx);
 
+/* The most elements an array may have: 2^59, so that every byte count
+ * (8-byte elements) and every stride product fits int64 with room to
+ * spare.  Element and byte counts are computed in int64 everywhere. */
+#define TGL_MAX_ELEMENTS ((int64_t)1 << 59)
+
+/* Writes "(2, 3)" (a 1-d shape "(5,)") into buf of size n; returns buf. */
+char *tgl_shape_str(char *buf, size_t n, int ndim, const int64_t *shape);
+
+/* *out = a * b for sizes a, b >= 0; false (and *out untouched) when the
+ * product is over TGL_MAX_ELEMENTS. */
+static inline bool tgl_size_mul(int64_t a, int64_t b, int64_t *out)
+{
+    int64_t p;
+    if (__builtin_mul_overflow(a, b, &p) || p > TGL_MAX_ELEMENTS)
+        return false;
+    *out = p;
+    return true;
+}
+
 /* Checks dtype, ndim and shape for array constructors; fn names the caller
- * in the message.  On success *size is the element count. */
+ * in the message (a shape over TGL_MAX_ELEMENTS is named in it too).  On
+ * success *size is the element count. */
 tgl_status tgl_check_shape(tgl_ctx *ctx, const char *fn, int dtype, int ndim,
                            const int64_t *shape, int64_t *size);
 
