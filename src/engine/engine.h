@@ -77,6 +77,7 @@ struct tgl_ctx {
     uint64_t rng_seed;     /* key of the counter-based generator            */
     uint64_t rng_offset;   /* counter blocks used since the seed was set    */
     volatile int *interrupt;  /* set by the host's SIGINT handler; may be NULL */
+    int interrupt_hold;       /* > 0: interrupts wait (atomic; tgl_ctx_hold_interrupts) */
     struct tgl_pool *pool;    /* kernel threads (pool.h), made on first use     */
     tgl_backend_opts backend_opts; /* what backends read (backend.h)          */
 };
@@ -103,7 +104,19 @@ struct tgl_storage {
 /* True when the host asked to stop (Ctrl-C). */
 static inline bool tgl_ctx_interrupted(const tgl_ctx *ctx)
 {
-    return ctx->interrupt && *ctx->interrupt;
+    return ctx->interrupt && *ctx->interrupt &&
+           __atomic_load_n(&ctx->interrupt_hold, __ATOMIC_RELAXED) == 0;
+}
+
+/* Between hold (+1) and release (-1) nothing polls the interrupt flag
+ * (tgl_ctx_interrupted is false, fused kernels launch without it): a run
+ * of work that must finish once begun, such as the deferred in-place
+ * updates of shared variables, which would be left half written.  The
+ * flag stays set and is seen at the next poll after the release; other
+ * threads on the context wait as briefly. */
+static inline void tgl_ctx_hold_interrupts(tgl_ctx *ctx, int delta)
+{
+    __atomic_add_fetch(&ctx->interrupt_hold, delta, __ATOMIC_RELAXED);
 }
 
 /* Fills the context's settings from the defaults and the environment. */
