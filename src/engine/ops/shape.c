@@ -265,7 +265,12 @@ static tgl_status concatenate_shape(tgl_ctx *ctx, const tgl_node *n, tgl_array *
                 return tgl_op_error(ctx, n, in, TGL_ESHAPE,
                                     "input %d has size %" PRId64 " on axis %d, input 1 has %" PRId64,
                                     i + 1, in[i]->shape[d], d + 1, shape[d]);
-        shape[axis] += in[i]->shape[axis];
+        /* inputs may be zero-stride views of any size: the sum is checked */
+        if (__builtin_add_overflow(shape[axis], in[i]->shape[axis], &shape[axis]) ||
+            shape[axis] > TGL_MAX_ELEMENTS)
+            return tgl_op_error(ctx, n, in, TGL_ESHAPE,
+                                "the sizes on axis %d add up to more than 2^59 elements",
+                                (int)axis + 1);
     }
     return TGL_OK;
 }
