@@ -155,6 +155,15 @@ describe('BLAS products with a size over 2^31-1', function()
     raises('m=2147483653', function() return g(broadcast(1, { K, 1 }), broadcast(1, { 1 })) end)
   end)
 
+  it('fail in conv2d when the product of one image is over them', function()
+    local x = broadcast(1, { 1, 1, 2 ^ 16 + 1, 2 ^ 15 + 1 })  -- 2147581953 output pixels
+    raises('a 65537x32769 output of 1 channels from a 1x1x1 kernel: the per-image products are over '
+           .. 'the 2^31-1 sizes BLAS takes', function() return tgl.conv2d(x, tgl.ones(1, 1, 1, 1)) end)
+    local r = tgl.conv2d(broadcast(2, { 1, 1, 3, 3 }), tgl.ones(1, 1, 2, 2))
+    assert.are.same({ 1, 1, 2, 2 }, r:shape())
+    assert.are.equal(8, r:get(1, 1, 2, 2))
+  end)
+
   it('integer products do not go to BLAS and are not limited', function()
     -- an int64 dot of 2^31+5 ones is a host loop: 2147483653 (takes seconds: a small k checks the path)
     local u = broadcast(3, { 7 }, 'int64')
