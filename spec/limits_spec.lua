@@ -129,6 +129,21 @@ describe('shapes whose element count overflows', function()
     assert.are.same({ 1, 2, 3 }, { r:get(1), r:get(2), r:get(3) })
   end)
 
+  it('fail in a scan whose number of steps (a symbolic input) makes its output too large', function()
+    local x, n = tgl.vector('x'), tgl.lscalar('n')
+    local s = tgl.scan { fn = function(acc) return acc * 0.5 + 1 end, outputs_info = { x }, n_steps = n }
+    local f = tgl.compile { inputs = { x, n }, outputs = s }
+    -- the scan's buffer holds the initial state too: n + 1 rows
+    raises('scan: shape (4503599627370497, 1000) is too large (over 2^59 elements)',
+           function() return f(tgl.ones(1000), tgl.array(2 ^ 52, { dtype = 'int64' })) end)
+    assert.are.equal(1.875, f(tgl.ones(2), tgl.array(3, { dtype = 'int64' })):get(3, 1))
+  end)
+
+  it('fail in a matrix product whose output is too large, though each size fits BLAS', function()
+    local a, b = broadcast(1, { 2 ^ 31 - 1, 1 }), broadcast(1, { 1, 2 ^ 31 - 1 })
+    raises('shape (2147483647, 2147483647) is too large (over 2^59 elements)', function() return tgl.dot(a, b) end)
+  end)
+
   it('fail in a view whose strides reach past the storage through overflow', function()
     local a = tgl.zeros(4)
     local sh, st = ffi.new('int64_t[2]', 2, 2), ffi.new('int64_t[2]', 2 ^ 62, 2 ^ 62)
