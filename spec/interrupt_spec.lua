@@ -178,3 +178,53 @@ print('not reached')
     assert.truthy(out:find('after\ttrue\ttrue\ttrue\n', 1, true), out)
   end)
 end)
+
+-- The REPL on a terminal (through tmux, as host_spec.lua drives it): Ctrl-C
+-- during a compiled loop brings the prompt back, the session keeps its
+-- variables, and the function runs again.
+local has_tmux = support.sh('command -v tmux >/dev/null 2>&1 && echo yes'):find('yes') ~= nil
+describe('Ctrl-C in the REPL on a terminal', function()
+  if not has_tmux then
+    if support.strict_deps() then
+      it('needs tmux', function() support.missing_dep('tmux') end)
+    else
+      pending('tmux is not installed (scripts/install-deps.sh --test installs it)')
+    end
+    return
+  end
+  local sock = ('tgl_interrupt_%d_%d'):format(os.time(), math.random(1e6))
+  local function tmux(args) return support.sh('env -u TMUX tmux -L ' .. q(sock) .. ' ' .. args) end
+  local function keys(text, enter)
+    tmux('send-keys -t s -l ' .. q(text))
+    if enter then tmux('send-keys -t s Enter') end
+  end
+  local function wait_for(text)
+    local s
+    for _ = 1, 200 do
+      s = tmux('capture-pane -p -t s') or ''
+      if s:find(text, 1, true) then return s end
+      os.execute('sleep 0.1')
+    end
+    error('timed out waiting for ' .. text .. ' on the screen:\n' .. s, 2)
+  end
+
+  after_each(function() tmux('kill-server') end)
+
+  it('brings the prompt back after f.fn{n_calls = N}, with the session and its function intact', function()
+    local cmd = ('TGL_HISTORY=%s %s; echo "exit status $?"; sleep 60'):format(q(TMP .. '/history'), q(TGL))
+    tmux('new-session -d -s s -x 160 -y 50 ' .. q(cmd))
+    wait_for('>')
+    keys("x = tgl.vector('x'); W = tgl.shared(tgl.zeros(10), 'W')", true)
+    keys("f = tgl.compile { inputs = { x }, outputs = (x * W):sum(), updates = { { W, W + 1 } } }", true)
+    keys("f(tgl.ones(10)); print('start' .. 'ed'); f.fn { n_calls = 1e12 }", true)
+    wait_for('started')
+    os.execute('sleep 0.3')
+    tmux('send-keys -t s C-c')
+    wait_for('interrupted!')
+    keys("k = W:get_value():get(1); print('same', W:get_value():get(10) == k, f(tgl.ones(10)):get() == 10 * k, 'ok' .. 'ay')", true)
+    local s = wait_for('okay')
+    assert.truthy(s:find('same\ttrue\ttrue\tokay', 1, true) or s:find('same true true okay', 1, true)
+                  or s:find('same%s+true%s+true%s+okay'), s)
+    assert.is_nil(s:find('exit status', 1, true), s)
+  end)
+end)
