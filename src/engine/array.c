@@ -45,6 +45,17 @@ void tgl_contiguous_strides(int ndim, const int64_t *shape, int64_t *strides)
     }
 }
 
+char *tgl_shape_str(char *buf, size_t n, int ndim, const int64_t *shape)
+{
+    size_t k = 0;
+    k += (size_t)snprintf(buf, n, "(");
+    for (int i = 0; i < ndim && k < n; i++)
+        k += (size_t)snprintf(buf + k, n - k, "%s%" PRId64, i ? ", " : "", shape[i]);
+    if (k < n)
+        snprintf(buf + k, n - k, "%s", ndim == 1 ? ",)" : ")");
+    return buf;
+}
+
 int tgl_array_is_contiguous(const tgl_array *a)
 {
     int64_t s = 1;
@@ -74,7 +85,6 @@ tgl_status tgl_check_shape(tgl_ctx *ctx, const char *fn, int dtype, int ndim,
     /* Element and byte counts must fit comfortably in int64 and size_t.
      * Zero sizes are left out of the product (as NumPy does): strides are
      * products of the other sizes and must not overflow either. */
-    const int64_t limit = INT64_MAX / 16;
     int64_t n = 1;
     bool empty = false;
     for (int i = 0; i < ndim; i++) {
@@ -84,10 +94,12 @@ tgl_status tgl_check_shape(tgl_ctx *ctx, const char *fn, int dtype, int ndim,
             empty = true;
             continue;
         }
-        if (n > limit / shape[i])
-            return tgl_ctx_set_error(ctx, TGL_ESHAPE, "%s: shape too large (over 2^59 elements)",
-                                     fn);
-        n *= shape[i];
+        if (!tgl_size_mul(n, shape[i], &n)) {
+            char sh[TGL_MAX_DIMS * 22 + 4];
+            return tgl_ctx_set_error(ctx, TGL_ESHAPE,
+                                     "%s: shape %s is too large (over 2^59 elements)", fn,
+                                     tgl_shape_str(sh, sizeof sh, ndim, shape));
+        }
     }
     *size = empty ? 0 : n;
     return TGL_OK;
@@ -299,6 +311,14 @@ tgl_status tgl_array_alloc_on(tgl_ctx *ctx, const char *fn, int device, int dtyp
     st = new_storage(ctx, fn, be, (size_t)size * tgl_dtype_size(dtype), zero, &a->storage);
     if (st) {
         desc_free(a);
+        if (st == TGL_ENOMEM) {
+            /* name what was asked for: a shape computed from the user's
+             * data is often the surprise */
+            char sh[TGL_MAX_DIMS * 22 + 4];
+            size_t k = strlen(ctx->errmsg);
+            snprintf(ctx->errmsg + k, sizeof ctx->errmsg - k, " (a %s array of shape %s)",
+                     tgl_dtype_name(dtype), tgl_shape_str(sh, sizeof sh, ndim, shape));
+        }
         return st;
     }
     a->data = a->storage->base;
@@ -479,9 +499,12 @@ tgl_status tgl_array_reshape(tgl_ctx *ctx, tgl_array *a, int ndim, const int64_t
         } else {
             TGL_CHECK(shape[i] >= 0, TGL_ESHAPE, "%s: negative size %" PRId64, fn, shape[i]);
             if (shape[i] != 0) {
-                if (nonzero > INT64_MAX / 16 / shape[i])
-                    return tgl_ctx_set_error(ctx, TGL_ESHAPE, "%s: shape too large", fn);
-                nonzero *= shape[i];
+                if (!tgl_size_mul(nonzero, shape[i], &nonzero)) {
+                    char sh[TGL_MAX_DIMS * 22 + 4];
+                    return tgl_ctx_set_error(ctx, TGL_ESHAPE,
+                                             "%s: shape %s is too large (over 2^59 elements)", fn,
+                                             tgl_shape_str(sh, sizeof sh, ndim, shape));
+                }
             }
             known *= shape[i];
         }

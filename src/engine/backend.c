@@ -248,7 +248,14 @@ tgl_status tgl_backend_launch(tgl_ctx *ctx, const tgl_fused_prog *prog, int devi
     TGL_CHECK(k, TGL_EINTERNAL, "fused program %d has no kernel to launch on %s", prog->id,
               tgl_device_name(device));
     tgl_errbuf e;
-    tgl_status st = k->backend->launch(&ctx->backend_opts, prog, k, in, out, cache, &e);
+    const tgl_backend_opts *o = &ctx->backend_opts;
+    tgl_backend_opts quiet; /* held interrupts (tgl_ctx_hold_interrupts) */
+    if (o->interrupt && __atomic_load_n(&ctx->interrupt_hold, __ATOMIC_RELAXED)) {
+        quiet = *o;
+        quiet.interrupt = NULL;
+        o = &quiet;
+    }
+    tgl_status st = k->backend->launch(o, prog, k, in, out, cache, &e);
     return st ? tgl_errbuf_take(ctx, st, &e) : TGL_OK;
 }
 

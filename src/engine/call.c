@@ -392,8 +392,14 @@ static tgl_status run_once(tgl_ctx *ctx, tgl_frame *fr)
     }
     if (!st && prog->defer_start < prog->ncode) {
         st = tgl_cvm_check_deferred(ctx, fr);
-        if (!st)
+        /* The deferred updates write the variables in place: once the
+         * first runs, a Ctrl-C waits for the last (else some variables
+         * would be updated and others not). */
+        if (!st) {
+            tgl_ctx_hold_interrupts(ctx, 1);
             st = tgl_step_exec(ctx, fr, prog->defer_start, prog->ncode, false);
+            tgl_ctx_hold_interrupts(ctx, -1);
+        }
         for (int k = 0; k < prog->nupd && !st; k++)
             if (prog->upd_deferred[k])
                 st = take_newval(ctx, fr, k);

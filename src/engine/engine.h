@@ -77,6 +77,7 @@ struct tgl_ctx {
     uint64_t rng_seed;     /* key of the counter-based generator            */
     uint64_t rng_offset;   /* counter blocks used since the seed was set    */
     volatile int *interrupt;  /* set by the host's SIGINT handler; may be NULL */
+    int interrupt_hold;       /* > 0: interrupts wait (atomic; tgl_ctx_hold_interrupts) */
     struct tgl_pool *pool;    /* kernel threads (pool.h), made on first use     */
     tgl_backend_opts backend_opts; /* what backends read (backend.h)          */
 };
@@ -111,7 +112,19 @@ struct tgl_storage {
 /* True when the host asked to stop (Ctrl-C). */
 static inline bool tgl_ctx_interrupted(const tgl_ctx *ctx)
 {
-    return ctx->interrupt && *ctx->interrupt;
+    return ctx->interrupt && *ctx->interrupt &&
+           __atomic_load_n(&ctx->interrupt_hold, __ATOMIC_RELAXED) == 0;
+}
+
+/* Between hold (+1) and release (-1) nothing polls the interrupt flag
+ * (tgl_ctx_interrupted is false, fused kernels launch without it): a run
+ * of work that must finish once begun, such as the deferred in-place
+ * updates of shared variables, which would be left half written.  The
+ * flag stays set and is seen at the next poll after the release; other
+ * threads on the context wait as briefly. */
+static inline void tgl_ctx_hold_interrupts(tgl_ctx *ctx, int delta)
+{
+    __atomic_add_fetch(&ctx->interrupt_hold, delta, __ATOMIC_RELAXED);
 }
 
 /* Fills the context's settings from the defaults and the environment. */
@@ -122,8 +135,28 @@ void tgl_config_defaults(tgl_ctx *ctx);
 void tgl_ctx_retain(tgl_ctx *ctx);
 void tgl_ctx_release(tgl_ctx *ctx);
 
+/* The most elements an array may have: 2^59, so that every byte count
+ * (8-byte elements) and every stride product fits int64 with room to
+ * spare.  Element and byte counts are computed in int64 everywhere. */
+#define TGL_MAX_ELEMENTS ((int64_t)1 << 59)
+
+/* Writes "(2, 3)" (a 1-d shape "(5,)") into buf of size n; returns buf. */
+char *tgl_shape_str(char *buf, size_t n, int ndim, const int64_t *shape);
+
+/* *out = a * b for sizes a, b >= 0; false (and *out untouched) when the
+ * product is over TGL_MAX_ELEMENTS. */
+static inline bool tgl_size_mul(int64_t a, int64_t b, int64_t *out)
+{
+    int64_t p;
+    if (__builtin_mul_overflow(a, b, &p) || p > TGL_MAX_ELEMENTS)
+        return false;
+    *out = p;
+    return true;
+}
+
 /* Checks dtype, ndim and shape for array constructors; fn names the caller
- * in the message.  On success *size is the element count. */
+ * in the message (a shape over TGL_MAX_ELEMENTS is named in it too).  On
+ * success *size is the element count. */
 tgl_status tgl_check_shape(tgl_ctx *ctx, const char *fn, int dtype, int ndim,
                            const int64_t *shape, int64_t *size);
 

@@ -90,8 +90,12 @@ tgl_status tgl_idx_load(tgl_ctx *ctx, const char *path, tgl_array **out)
      * corrupt header claiming terabytes fails as "truncated", not as an
      * allocation. */
     int64_t count;
-    if ((st = tgl_check_shape(ctx, fn, dtype, ndim, shape, &count)))
+    if ((st = tgl_check_shape(ctx, fn, dtype, ndim, shape, &count))) {
+        char sh[TGL_MAX_DIMS * 22 + 4];
+        st = tgl_ctx_set_error(ctx, st, "%s: '%s': the header's shape %s is too large (over "
+                               "2^59 elements)", fn, path, tgl_shape_str(sh, sizeof sh, ndim, shape));
         goto done;
+    }
     size_t nbytes = (size_t)count * es, have = 0, cap = 0;
     unsigned char *raw = NULL;
     while (have < nbytes) {

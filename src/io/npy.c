@@ -293,17 +293,19 @@ static tgl_status parse_header(tgl_ctx *ctx, const char *fn, const char *where,
 
     /* Element and byte counts, refusing overflow: the same bound as
      * tgl_check_shape, so what passes here can be allocated. */
-    const int64_t limit = INT64_MAX / 16;
     int64_t count = 1;
     for (int i = 0; i < info->ndim; i++) {
-        if (info->shape[i] != 0 && count > limit / info->shape[i]) {
+        if (info->shape[i] != 0 && !tgl_size_mul(count, info->shape[i], &count)) {
             for (int j = i + 1; j < info->ndim; j++)
                 if (info->shape[j] == 0)
                     goto empty;  /* a zero dimension makes the product 0 */
+            char sh[TGL_MAX_DIMS * 22 + 4];
             return tgl_io_fail(ctx, TGL_EFORMAT, fn, where,
-                               "shape too large (over 2^59 elements)");
+                               "shape too large (over 2^59 elements): %s",
+                               tgl_shape_str(sh, sizeof sh, info->ndim, info->shape));
         }
-        count *= info->shape[i];
+        if (info->shape[i] == 0)
+            count = 0;
     }
     info->count = count;
     info->nbytes = (uint64_t)count * tgl_dtype_size(info->dtype);

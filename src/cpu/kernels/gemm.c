@@ -8,6 +8,7 @@
 #include "cpu/kernels/kernels.h"
 #include "engine/ops/blas_layout.h"
 
+#include <limits.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -131,7 +132,9 @@ static tgl_status gemv_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *const 
     /* BLAS gemv takes A's stored layout: a transposed view is row-major
      * k x m read transposed. */
     int rows = trans ? k : m, cols = trans ? m : k;
-    int incx = (int)x->strides[0];
+    /* BLAS increments are int: a stride past INT_MAX is copied too */
+    int64_t sx = x->strides[0];
+    int incx = sx > 0 && sx <= INT_MAX ? (int)sx : 0;
     if (incx <= 0 && k > 1) {
         if ((st = tgl_array_copy(ctx, x, x->dtype_id, &tx))) {
             tgl_array_release(ta);
@@ -161,9 +164,11 @@ static tgl_status ger_kernel(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *
     if ((st = tgl_backend_check(ctx, tgl_op_name(n->op), out, &be)))
         return st;
     tgl_array *x = in[1], *y = in[2], *tx = NULL, *ty = NULL;
-    if (x->strides[0] <= 0 && (st = tgl_array_copy(ctx, x, x->dtype_id, &tx)))
+    if ((x->strides[0] <= 0 || x->strides[0] > INT_MAX) &&
+        (st = tgl_array_copy(ctx, x, x->dtype_id, &tx)))
         return st;
-    if (y->strides[0] <= 0 && (st = tgl_array_copy(ctx, y, y->dtype_id, &ty))) {
+    if ((y->strides[0] <= 0 || y->strides[0] > INT_MAX) &&
+        (st = tgl_array_copy(ctx, y, y->dtype_id, &ty))) {
         tgl_array_release(tx);
         return st;
     }

@@ -12,6 +12,7 @@
  * The kernels are the backends' (src/cpu/kernels/blas.c on the CPU).
  */
 #include "engine/ops/ops.h"
+#include "engine/ops/blas_layout.h"
 
 #include <inttypes.h>
 #include <string.h>
@@ -78,7 +79,8 @@ static tgl_status dot_shape(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *i
         shape[k++] = a->shape[0];
     if (b->ndim == 2)
         shape[k++] = b->shape[1];
-    return TGL_OK;
+    return tgl_blas_check_sizes(ctx, n, in, a->ndim == 2 ? a->shape[0] : 1,
+                                b->ndim == 2 ? b->shape[1] : 1, ka);
 }
 
 static tgl_status batched_dot_shape(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in,
@@ -96,6 +98,7 @@ static tgl_status batched_dot_shape(tgl_ctx *ctx, const tgl_node *n, tgl_array *
     if (a->ndim == 3) {
         shape[1] = a->shape[1];
         shape[2] = b->shape[2];
+        return tgl_blas_check_sizes(ctx, n, in, a->shape[1], b->shape[2], ka);
     }
     return TGL_OK;
 }

@@ -86,6 +86,21 @@ static inline bool tgl_blas_ready(const tgl_array *a)
     return tgl_blas_layout(&m, &t, &ld);
 }
 
+/* BLAS (OpenBLAS's cblas, cuBLAS) takes its sizes as int: a float
+ * product whose m, n or k is over INT_MAX would be truncated.  The shape
+ * functions of dot, batched_dot, gemm, gemv and ger call this before the
+ * output is allocated, so every backend reports it the same way. */
+static inline tgl_status tgl_blas_check_sizes(tgl_ctx *ctx, const tgl_node *n,
+                                              tgl_array *const *in, int64_t m, int64_t nn,
+                                              int64_t k)
+{
+    if (!tgl_dtype_is_float(n->type.dtype) || (m <= INT_MAX && nn <= INT_MAX && k <= INT_MAX))
+        return TGL_OK;
+    return tgl_op_error(ctx, n, in, TGL_ESHAPE,
+                        "a product of sizes m=%lld, n=%lld, k=%lld: BLAS takes sizes of at most "
+                        "2^31-1 (%d)", (long long)m, (long long)nn, (long long)k, INT_MAX);
+}
+
 /* ---- the BLAS call of a product C = A . B ----------------------------------- */
 
 /* The kinds of product: matrix.matrix, matrix.vector, vector.matrix,

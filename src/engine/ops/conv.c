@@ -39,6 +39,7 @@
 #include "engine/ops/ops.h"
 
 #include <inttypes.h>
+#include <limits.h>
 
 enum { P_SH, P_SW, P_PH, P_PW, P_DH, P_DW, P_GROUPS, P_N };
 
@@ -136,6 +137,16 @@ static tgl_status conv_out_shape(tgl_ctx *ctx, const tgl_node *n, tgl_array *con
     out[1] = ws[0];
     out[2] = (ph - eh) / p[P_SH] + 1;
     out[3] = (pw - ew) / p[P_SW] + 1;
+    /* The kernels multiply per image and group through BLAS, which takes
+     * int sizes: (O/groups x K) . (K x L), K = C/groups kH kW, L = Ho Wo. */
+    int64_t L, K;
+    if (__builtin_mul_overflow(out[2], out[3], &L) || L > INT_MAX ||
+        __builtin_mul_overflow(ws[1] * ws[2], ws[3], &K) || K > INT_MAX || ws[0] / G > INT_MAX)
+        return tgl_op_error(ctx, n, in, TGL_ESHAPE,
+                            "a %" PRId64 "x%" PRId64 " output of %" PRId64 " channels from a %"
+                            PRId64 "x%" PRId64 "x%" PRId64 " kernel: the per-image products "
+                            "are over the 2^31-1 sizes BLAS takes",
+                            out[2], out[3], ws[0], ws[1], ws[2], ws[3]);
     return TGL_OK;
 }
 

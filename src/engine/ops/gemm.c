@@ -12,6 +12,7 @@
  * happens in place.
  */
 #include "engine/ops/ops.h"
+#include "engine/ops/blas_layout.h"
 
 #include <string.h>
 
@@ -59,7 +60,7 @@ static tgl_status gemm_shape(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *
     if (!check_c(n, in, n->nin == 3 ? 2 : -1, NULL, 2, shape))
         return tgl_op_error(ctx, n, in, TGL_ESHAPE, "c does not broadcast to %lldx%lld",
                             (long long)shape[0], (long long)shape[1]);
-    return TGL_OK;
+    return tgl_blas_check_sizes(ctx, n, in, shape[0], shape[1], in[0]->shape[1]);
 }
 
 static tgl_node *scaled(tgl_ctx *ctx, tgl_node *x, double s)
@@ -125,7 +126,7 @@ static tgl_status gemv_shape(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *
     if (!check_c(n, in, n->nin == 3 ? 2 : -1, NULL, 1, shape))
         return tgl_op_error(ctx, n, in, TGL_ESHAPE, "c does not broadcast to %lld",
                             (long long)shape[0]);
-    return TGL_OK;
+    return tgl_blas_check_sizes(ctx, n, in, shape[0], 1, in[0]->shape[1]);
 }
 
 static tgl_status gemv_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *g, tgl_node **gin)
@@ -165,7 +166,7 @@ static tgl_status ger_shape(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *i
     if (!check_c(n, in, 0, NULL, 2, shape))
         return tgl_op_error(ctx, n, in, TGL_ESHAPE, "A does not broadcast to %lldx%lld",
                             (long long)shape[0], (long long)shape[1]);
-    return TGL_OK;
+    return tgl_blas_check_sizes(ctx, n, in, shape[0], shape[1], 1);
 }
 
 static tgl_status ger_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *g, tgl_node **gin)

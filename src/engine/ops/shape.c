@@ -102,8 +102,14 @@ static tgl_status reshape_infer(tgl_ctx *ctx, tgl_node *n)
                 bcast |= 1u << k;
     } else {
         int inferred = 0;
+        int64_t known = 1; /* the product of the sizes given, zeros left out */
         for (int k = 0; k < n->p.n; k++) {
             int64_t v = n->p.i[k];
+            if (v > 0 && !tgl_size_mul(known, v, &known)) {
+                char sh[TGL_MAX_DIMS * 22 + 4];
+                return tgl_ctx_set_error(ctx, TGL_ESHAPE, "shape %s is too large (over 2^59 "
+                                         "elements)", tgl_shape_str(sh, sizeof sh, n->p.n, n->p.i));
+            }
             if (v == -1) {
                 TGL_CHECK(++inferred <= 1, TGL_ESHAPE, "more than one size is -1");
             } else if (v <= -2) {
@@ -135,6 +141,11 @@ static tgl_status reshape_view(tgl_ctx *ctx, const tgl_node *n, tgl_array *const
             tgl_status st = tgl_array_load(ctx, s, k * s->strides[0], &v);
             if (st)
                 return st;
+            /* out of int64's range the conversion is undefined: such a
+             * size is an error either way */
+            if (!(v > -1e18 && v < 1e18))
+                return tgl_op_error(ctx, n, in, TGL_ESHAPE, "size %g of dimension %d is out of "
+                                    "range", v, k + 1);
             shape[k] = (int64_t)v;
             if (n->p.i[k] == 1 && shape[k] != 1)
                 return tgl_op_error(ctx, n, in, TGL_ESHAPE,
@@ -254,7 +265,12 @@ static tgl_status concatenate_shape(tgl_ctx *ctx, const tgl_node *n, tgl_array *
                 return tgl_op_error(ctx, n, in, TGL_ESHAPE,
                                     "input %d has size %" PRId64 " on axis %d, input 1 has %" PRId64,
                                     i + 1, in[i]->shape[d], d + 1, shape[d]);
-        shape[axis] += in[i]->shape[axis];
+        /* inputs may be zero-stride views of any size: the sum is checked */
+        if (__builtin_add_overflow(shape[axis], in[i]->shape[axis], &shape[axis]) ||
+            shape[axis] > TGL_MAX_ELEMENTS)
+            return tgl_op_error(ctx, n, in, TGL_ESHAPE,
+                                "the sizes on axis %d add up to more than 2^59 elements",
+                                (int)axis + 1);
     }
     return TGL_OK;
 }
