@@ -104,7 +104,8 @@
     /* softplus: a > 0 ? a + ln(1 + e^-a) : ln(1 + e^a), stable            */  \
     _(SOFTPLUS, 1, MATH, log1p(exp(-fabs(a))), a > 0 ? a + e : e, NONE,         \
       gin[0] = MK2(MUL, g, MK1(SIGMOID, a)))                              \
-    _(RELU, 1, ARITH, 0, a > 0 ? a : (T)0, a > 0 ? a : (T)0,                    \
+    /* relu: max(x, 0), and maximum propagates NaN (op matrix) */             \
+    _(RELU, 1, ARITH, 0, (a > 0 || a != a) ? a : (T)0, a > 0 ? a : (T)0,        \
       gin[0] = MK2(MUL, g, MASK(MK2(GT, a, zero))))                       \
     _(SIN, 1, MATH, 0, sin(a), NONE,                                            \
       gin[0] = MK2(MUL, g, MK1(COS, a)))                                  \
@@ -159,10 +160,14 @@
     _(SWITCH, 3, SELECT, 0, a ? b : c, a ? b : c,                               \
       gin[0] = NULL; gin[1] = MK3(SWITCH, a, g, zero);                          \
       gin[2] = MK3(SWITCH, a, zero, g))                                   \
-    _(CLIP, 3, ARITH, 0, a < b ? b : a > c ? c : a, a < b ? b : a > c ? c : a,  \
+    /* clip: min(max(a, b), c) as documented, so hi wins when lo > hi, and  */ \
+    /* a NaN anywhere propagates (maximum and minimum do) (op matrix)        */ \
+    _(CLIP, 3, ARITH, 0,                                                        \
+      a != a ? a : b != b ? b : c != c ? c : a < b ? (b <= c ? b : c) : a > c ? c : a, \
+      a < b ? (b <= c ? b : c) : a > c ? c : a,                                 \
       gin[0] = MK2(MUL, g, MASK(MK2(AND, MK2(GE, a, b), MK2(LE, a, c))));       \
-      gin[1] = MK2(MUL, g, MASK(MK2(LT, a, b)));                                \
-      gin[2] = MK2(MUL, g, MASK(MK2(GT, a, c))))
+      gin[1] = MK2(MUL, g, MASK(MK2(AND, MK2(LT, a, b), MK2(LE, b, c))));       \
+      gin[2] = MK2(MUL, g, MASK(MK2(OR, MK2(GT, a, c), MK2(GT, b, c)))))
 
 /* Functions the expressions may call: _(return type, name, (parameters),
  * body...).  The engine compiles them (elemwise.c); a generated kernel
