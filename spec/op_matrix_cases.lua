@@ -111,15 +111,17 @@ function M.int_specials(dtype)
   return { 0, 1, -1, 7, -8 }
 end
 
--- shapes: unary inputs; binary pairs (broadcasting on each axis of each
+-- shapes (the first: rows long enough for the generated kernels' vector
+-- loops and their remainders; then the pairs of specials (16,1) (1,16)):
+-- unary inputs; binary pairs (broadcasting on each axis of each
 -- operand, a lower-rank operand, a 0-d one, 0-size axes); ternary triples
-local U1 = { { { 2, 3 } }, { {} }, { { 0, 3 } }, { { 4 } }, { { 1, 3 } }, { { 2, 3, 2 } } }
+local U1 = { { { 5, 9 } }, { { 2, 3 } }, { {} }, { { 0, 3 } }, { { 4 } }, { { 1, 3 } }, { { 2, 3, 2 } } }
 local B2 = {
-  { { 2, 3 }, { 2, 3 } }, { {}, {} }, { { 1, 3 }, { 2, 3 } }, { { 2, 3 }, { 1, 3 } },
+  { { 5, 9 }, { 5, 9 } }, { { 16, 1 }, { 1, 16 } }, { { 2, 3 }, { 2, 3 } }, { {}, {} }, { { 1, 3 }, { 2, 3 } }, { { 2, 3 }, { 1, 3 } },
   { { 2, 1 }, { 2, 3 } }, { { 2, 3 }, { 2, 1 } }, { { 3 }, { 2, 3 } }, { {}, { 2, 3 } },
-  { { 0, 3 }, { 1, 3 } }, { { 2, 0 }, { 2, 1 } }, { { 4, 1 }, { 1, 4 } },
+  { { 0, 3 }, { 1, 3 } }, { { 2, 0 }, { 2, 1 } },
 }
-local T3 = { { { 2, 3 }, { 2, 3 }, { 2, 3 } }, { { 1, 3 }, { 2, 1 }, {} }, { { 2, 3 }, {}, { 3 } },
+local T3 = { { { 5, 9 }, { 5, 9 }, { 5, 9 } }, { { 2, 3 }, { 2, 3 }, { 2, 3 } }, { { 1, 3 }, { 2, 1 }, {} }, { { 2, 3 }, {}, { 3 } },
              { { 0, 3 }, { 1, 3 }, { 0, 1 } } }
 M.U1, M.B2, M.T3 = U1, B2, T3
 
@@ -248,12 +250,12 @@ local function rarg(better)
     return k
   end
 end
-local RED_P = { { { 2, 3 } }, { { 2, 3 }, 1 }, { { 2, 3 }, 2 }, { { 2, 3 }, -1, true }, { {} }, { { 4 }, 1 },
+local RED_P = { { { 5, 9 }, 2 }, { { 2, 3 } }, { { 2, 3 }, 1 }, { { 2, 3 }, 2 }, { { 2, 3 }, -1, true }, { {} }, { { 4 }, 1 },
                 { { 2, 3, 4 }, { 1, 3 } }, { { 2, 1, 3 }, 2 }, { { 0, 3 }, 1 }, { { 0, 3 }, 2 }, { { 0, 3 } } }
 -- max, min, argmax, argmin of an empty axis are errors (doc/symbolic.md)
 local NONEMPTY_P = {}
 for _, p in ipairs(RED_P) do if not (p[1][1] == 0 and p[2] ~= 2) then NONEMPTY_P[#NONEMPTY_P + 1] = p end end
-local ARG_P = { { { 2, 3 }, 1 }, { { 2, 3 }, 2 }, { { 2, 3 } }, { { 2, 3 }, -1, true }, { { 5 }, 1 }, { { 2, 3, 4 }, 3 },
+local ARG_P = { { { 5, 9 }, 2 }, { { 2, 3 }, 1 }, { { 2, 3 }, 2 }, { { 2, 3 } }, { { 2, 3 }, -1, true }, { { 5 }, 1 }, { { 2, 3, 4 }, 3 },
                 { { 0, 3 }, 2 } }
 M.RED_P, M.NONEMPTY_P, M.ARG_P = RED_P, NONEMPTY_P, ARG_P
 for _, d in ipairs({ { 'sum', rsum, RED_P }, { 'prod', rprod, RED_P }, { 'max', rmax, NONEMPTY_P },
@@ -292,7 +294,7 @@ local function raw(op, args, p) return G.apply(op, op, args, #args, p) end
 M.raw = raw
 
 local function other(e) e.family = 'other'; return add(e) end
-other { op = 'dot', dtypes = M.NUMERIC, fn = function(a, b) return tgl.dot(a, b) end,
+other { op = 'dot', dtypes = M.ALL, fn = function(a, b) return tgl.dot(a, b) end,
         samples = { { { 2, 3 }, { 3, 4 } }, { { 3 }, { 3, 4 } }, { { 2, 3 }, { 3 } }, { { 3 }, { 3 } },
                     { { 2, 0 }, { 0, 4 } }, { { 0, 3 }, { 3, 4 } }, { { 1, 3 }, { 3, 1 } }, { { 5, 7 }, { 7, 6 } } } }
 -- the BLAS forms the rewrites make of dot (FAST_RUN)
@@ -305,7 +307,7 @@ other { op = 'dot', desc = 'gemv form 2 A.x + c', dtypes = M.FLOATS, produces = 
 other { op = 'dot', desc = 'ger form A + 0.5 outer(x, y)', dtypes = M.FLOATS, produces = { 'ger' },
         fn = function(a, x, y) return a + tgl.outer(x, y) * 0.5 end,
         samples = { { { 2, 3 }, { 2 }, { 3 } }, { { 4, 5 }, { 4 }, { 5 } } } }
-other { op = 'batched_dot', dtypes = M.NUMERIC, fn = function(a, b) return tgl.batched_dot(a, b) end,
+other { op = 'batched_dot', dtypes = M.ALL, fn = function(a, b) return tgl.batched_dot(a, b) end,
         samples = { { { 2, 3, 4 }, { 2, 4, 2 } }, { { 2, 3 }, { 2, 3 } }, { { 0, 3, 4 }, { 0, 4, 2 } }, { { 3, 2, 0 }, { 3, 0, 2 } } } }
 other { op = 'dimshuffle', dtypes = M.ALL, fn = function(x) return tgl.dimshuffle(x, { 3, 1, 2 }) end,
         samples = { { { 2, 3, 4 } }, { { 0, 3, 2 } } } }
@@ -336,48 +338,51 @@ other { op = 'subtensor', dtypes = M.ALL, fn = function(x) return x[{ { 1, 2 }, 
         samples = { { { 3, 5 } }, { { 2, 4 } } } }
 other { op = 'subtensor', desc = 'x[2], x[{2, {}, -1}]', dtypes = M.ALL,
         fn = function(x) return tgl.concatenate({ x[2][1], x[{ 2, {}, -1 }] }, 1) end, samples = { { { 2, 3, 3 } } } }
-other { op = 'inc_subtensor', dtypes = M.NUMERIC,
+other { op = 'inc_subtensor', dtypes = M.ALL,
         fn = function(x, y) return tgl.set_subtensor(x[{ { 1, 2 }, 2 }], y) end, samples = { { { 3, 3 }, { 2 } } } }
-other { op = 'inc_subtensor', desc = 'inc_subtensor, a broadcast row', dtypes = M.NUMERIC,
+other { op = 'inc_subtensor', desc = 'inc_subtensor, a broadcast row', dtypes = M.ALL,
         fn = function(x, y) return tgl.inc_subtensor(x[2], y) end, samples = { { { 2, 3, 4 }, { 1, 4 } }, { { 2, 0, 4 }, { 1, 4 } } } }
 other { op = 'adv_subtensor', dtypes = M.ALL, fn = function(x, i) return x[{ i }] end,
+        reject_input = 2, reject_name = 'index',
+        reject = { float32 = 'index tensors must be integers', float64 = 'index tensors must be integers' },
         samples = { { { 4, 3 }, I({ 3, 1, 3 }) }, { { 4, 0 }, I({ 2, 2 }) }, { { 4, 3 }, I({}, { 0 }) } } }
 other { op = 'adv_subtensor', desc = 'x[{rows, cols}]', dtypes = M.ALL, fn = function(x, i, j) return x[{ i, j }] end,
         samples = { { { 3, 4 }, I({ 1, 3, 2 }), I({ 4, 4, 1 }) } } }
-other { op = 'adv_inc_subtensor', dtypes = M.NUMERIC, fn = function(x, y, i) return tgl.inc_subtensor(x[{ i }], y) end,
+other { op = 'adv_inc_subtensor', dtypes = M.ALL, fn = function(x, y, i) return tgl.inc_subtensor(x[{ i }], y) end,
         samples = { { { 4, 3 }, { 3, 3 }, I({ 2, 4, 2 }) }, { { 4, 3 }, { 1, 3 }, I({ 1, 1, 1 }) } } }
-other { op = 'adv_inc_subtensor', desc = 'set_subtensor', dtypes = M.NUMERIC,
+other { op = 'adv_inc_subtensor', desc = 'set_subtensor', dtypes = M.ALL,
         fn = function(x, y, i) return tgl.set_subtensor(x[{ i }], y) end, samples = { { { 4, 3 }, { 2, 3 }, I({ 4, 1 }) } } }
 for _, name in ipairs({ 'softmax', 'log_softmax' }) do
-  other { op = name, dtypes = M.FLOATS, fn = function(x) return tgl[name](x) end, special = true,
+  other { op = name, dtypes = M.ALL, fn = function(x) return tgl[name](x) end, special = true,
           samples = { { { 2, 3 } }, { { 1, 4 } }, { { 0, 3 } }, { { 2, 3, 4 } } } }
   other { op = name, desc = 'axis 1, logits of +-1000', dtypes = M.FLOATS, scale = 1000,
           fn = function(x) return tgl[name](x, 1) end, samples = { { { 3, 2 } } } }
 end
-other { op = 'one_hot', dtypes = { 'float64' }, fn = function(x, y) return tgl.mul(x, tgl.one_hot(y, 3, 'float64')) end,
+other { op = 'one_hot', dtypes = { 'float64' }, reject_input = 2,
+        reject = { float32 = 'labels must be integers', float64 = 'labels must be integers', bool = 'labels must be integers' }, fn = function(x, y) return tgl.mul(x, tgl.one_hot(y, 3, 'float64')) end,
         samples = { { { 2, 3 }, I({ 3, 1 }) }, { { 0, 3 }, I({}, { 0 }) } } }
 other { op = 'softmax', desc = 'categorical_crossentropy(softmax(x), y)', dtypes = M.FLOATS,
         produces = { 'softmax_crossentropy' },
         fn = function(x, y) return tgl.categorical_crossentropy(tgl.softmax(x), y) end,
         samples = { { { 4, 3 }, I({ 1, 3, 3, 2 }) }, { { 1, 3 }, I({ 2 }) } } }
-other { op = 'conv2d', dtypes = M.FLOATS, fn = function(x, w) return tgl.conv2d(x, w, { padding = 1 }) end,
+other { op = 'conv2d', dtypes = M.ALL, fn = function(x, w) return tgl.conv2d(x, w, { padding = 1 }) end,
         samples = { { { 2, 3, 4, 4 }, { 2, 3, 3, 3 } }, { { 0, 3, 4, 4 }, { 2, 3, 3, 3 } } } }
 other { op = 'conv2d', desc = 'stride {2,1}, padding {1,0}, dilation {1,2}, 2 groups', dtypes = M.FLOATS,
         fn = function(x, w) return tgl.conv2d(x, w, { stride = { 2, 1 }, padding = { 1, 0 }, dilation = { 1, 2 }, groups = 2 }) end,
         samples = { { { 2, 4, 5, 6 }, { 4, 2, 3, 2 } } } }
-other { op = 'max_pool2d', dtypes = M.FLOATS, special = true,
+other { op = 'max_pool2d', dtypes = M.ALL, special = true,
         fn = function(x) return tgl.max_pool2d(x, { kernel = 3, stride = 2, padding = 1, ceil_mode = true }) end,
         samples = { { { 2, 3, 5, 6 } }, { { 3, 4, 4 } } } }
-other { op = 'avg_pool2d', dtypes = M.FLOATS,
+other { op = 'avg_pool2d', dtypes = M.ALL,
         fn = function(x) return tgl.avg_pool2d(x, { kernel = 3, stride = 2, padding = 1, count_include_pad = false }) end,
         samples = { { { 2, 3, 5, 6 } }, { { 3, 4, 4 } } } }
-other { op = 'batch_norm', dtypes = M.FLOATS, fn = function(x, w, b) return tgl.batch_norm(x, w, b) end,
+other { op = 'batch_norm', dtypes = M.ALL, fn = function(x, w, b) return tgl.batch_norm(x, w, b) end,
         samples = { { { 4, 3 }, { 3 }, { 3 } } } }
 other { op = 'batch_norm', desc = 'given mean and var', dtypes = M.FLOATS,
         domain = { nil, nil, function() return u(0.5, 2) end },
         fn = function(x, m, v, w, b) return tgl.batch_norm(x, w, b, { mean = m, var = v }) end,
         samples = { { { 3, 2, 4 }, { 2 }, { 2 }, { 2 }, { 2 } } } }
-other { op = 'batch_norm_stats', dtypes = M.FLOATS,
+other { op = 'batch_norm_stats', dtypes = M.ALL,
         fn = function(x) local m, v = tgl.batch_norm_stats(x); return m * 2 + v * v end,
         samples = { { { 3, 2, 4 } }, { { 5, 3 } } } }
 other { op = 'ifelse', dtypes = M.ALL, wrt = { 2, 3 },

@@ -14,8 +14,11 @@
 -- there fails 'every op of the catalog has an entry'.
 --
 -- Each graph is compiled once per (entry, dtype, shape pattern, mode) and
--- called on every value set and layout.  By default FAST_RUN runs every
--- pattern and FAST_COMPILE and DEBUG the first two patterns of each entry;
+-- called on every value set and layout.  By default FAST_RUN (libtcc's
+-- kernels) runs every pattern, FAST_COMPILE and DEBUG the first two
+-- patterns of each entry, and FAST_RUN/cc (the system compiler's
+-- kernels, compile = 'sync') the first pattern of the float dtypes of the
+-- elementwise ops and reductions;
 -- TGL_OPMATRIX_FULL=1 runs every mode on every pattern, more value sets
 -- and the gradient checks on every pattern.  The last test prints
 -- "op matrix: N cases" (one case: one result compared with its reference).
@@ -43,11 +46,13 @@ local function count(family, n)
 end
 
 local saved = {}
+-- libtcc's kernels everywhere but FAST_RUN/cc: no background cc compiles
+-- (each costs a few tenths of a second of CPU with a cold cache)
 setup(function()
-  saved.floatX = tgl.config.floatX
-  tgl.config.floatX = 'float32'
+  saved.floatX, saved.compile = tgl.config.floatX, tgl.config.compile
+  tgl.config.floatX, tgl.config.compile = 'float32', 'tcc'
 end)
-teardown(function() tgl.config.floatX = saved.floatX end)
+teardown(function() tgl.config.floatX, tgl.config.compile = saved.floatX, saved.compile end)
 
 -- ---------------------------------------------------------------------------
 -- arrays
@@ -303,9 +308,41 @@ local function var_for(shape, dt, name)
   return tgl.tensor { dtype = dt, ndim = #shape, broadcastable = bc, name = name }
 end
 
-local function modes_for(pi)
-  if FULL or pi <= 2 then return MODES end
+-- FAST_RUN/cc: FAST_RUN with tgl.config.compile = 'sync', the system
+-- compiler's kernels (-O3, libmvec) from the first call; plain FAST_RUN
+-- runs libtcc's until the background compile swaps them (doc/compile.md).
+-- Each cc compile costs a few tenths of a second with a cold kernel
+-- cache (CI's), so by default FAST_RUN/cc runs the first pattern of the
+-- float dtypes of the elementwise ops and reductions (their rows long
+-- enough for the vector loops); TGL_OPMATRIX_FULL=1 runs it everywhere.
+local function modes_for(pi, e, dt)
+  if FULL then return { 'FAST_RUN', 'FAST_COMPILE', 'DEBUG', 'FAST_RUN/cc' } end
+  if pi == 1 and e and e.family ~= 'other' and is_float(dt) then
+    return { 'FAST_RUN', 'FAST_COMPILE', 'DEBUG', 'FAST_RUN/cc' }
+  end
+  if pi <= 2 then return MODES end
   return { 'FAST_RUN' }
+end
+
+local function compile_in(mode, inputs, outputs)
+  if mode == 'FAST_RUN/cc' then
+    local f = S.with_settings({ compile = 'sync' }, function()
+      return tgl.compile { inputs = inputs, outputs = outputs, mode = 'FAST_RUN' }
+    end)
+    local prog = f:program()
+    assert(not prog:find('[tcc]', 1, true), 'compile = sync ran libtcc kernels:\n' .. prog)
+    return f
+  end
+  if mode == 'FAST_RUN' then
+    -- libtcc's kernels on every call for a program first compiled here (a
+    -- background swap mid-spec would make the tier checked depend on
+    -- timing; a program already at cc stays there)
+    local f = S.with_settings({ compile = 'tcc' }, function()
+      return tgl.compile { inputs = inputs, outputs = outputs, mode = 'FAST_RUN' }
+    end)
+    return f
+  end
+  return tgl.compile { inputs = inputs, outputs = outputs, mode = mode }
 end
 
 local function entry_name(e) return e.desc and (e.op .. ' (' .. e.desc .. ')') or e.op end
@@ -349,50 +386,51 @@ local function run_mapped(e)
       end
       local sym
       if e.family == 'reduce' then sym = e.fn(vars[1], axis, keep) else sym = e.fn(unpack(vars)) end
-      local fs = {}
-      for _, mode in ipairs(modes_for(pi)) do
-        fs[mode] = tgl.compile { inputs = vars, outputs = sym, mode = mode }
-        if mode == 'FAST_RUN' and pi <= 2 then note_program(fs[mode]) end
-      end
       local sets = value_sets(e, shapes, dts, 7000 + pi)
-      for _, set in ipairs(sets) do
+      local out_dt = sym.dtype
+      local wants, arrays_of = {}, {}
+      for si, set in ipairs(sets) do
         local want, oshape, scale
-        local out_dt = sym.dtype
         if e.family == 'reduce' and not empty_err then
           want, oshape, scale = reduce_ref(e, set.vals[1], shapes[1], axis, keep, out_dt)
         elseif e.family ~= 'reduce' then
           want, oshape = elementwise_ref(e, set.vals, shapes, out_dt, dt)
         end
-        for _, layout in ipairs(LAYOUTS) do
+        wants[si] = { want, oshape, scale }
+        arrays_of[si] = {}
+        for li, layout in ipairs(LAYOUTS) do
           local arrays = {}
           for k, s in ipairs(shapes) do arrays[k] = make(set.vals[k], s, dts[k], layout) end
-          local label = ('%s, %s values, %s'):format(what, set.name, layout)
-          local function check(got, how)
-            local m = mismatch(want, got, out_dt, oshape, nil, e.signed_zero, scale)
-            if m then error(('%s %s: %s'):format(label, how, m), 0) end
-            count(fam)
-          end
-          local ok, got
-          if e.family == 'reduce' then ok, got = pcall(e.fn, arrays[1], axis, keep)
-          else ok, got = pcall(e.fn, unpack(arrays)) end
-          if empty_err then
-            assert(not ok and tostring(got):find('zero%-size reduction'), label .. ' eager: expected a zero-size error, got '
-                   .. tostring(got))
-            count(fam)
-          else
-            if not ok then error(label .. ' eager: ' .. tostring(got), 0) end
-            check(got, 'eager')
-          end
-          for _, mode in ipairs(modes_for(pi)) do
-            ok, got = pcall(fs[mode], unpack(arrays))
+          arrays_of[si][li] = arrays
+        end
+      end
+      -- mode by mode: each mode's kernels run before the next compile (a
+      -- kernel is shared by the functions that use it, and FAST_RUN/cc
+      -- raises it to the system compiler's code)
+      local modes = { 'eager' }
+      for _, m in ipairs(modes_for(pi, e, dt)) do modes[#modes + 1] = m end
+      for _, mode in ipairs(modes) do
+        local f
+        if mode == 'eager' then
+          if e.family == 'reduce' then f = function(x) return e.fn(x, axis, keep) end else f = e.fn end
+        else
+          f = compile_in(mode, vars, sym)
+          if mode == 'FAST_RUN' and pi <= 2 then note_program(f) end
+        end
+        for si, set in ipairs(sets) do
+          local want, oshape, scale = unpack(wants[si])
+          for li, layout in ipairs(LAYOUTS) do
+            local label = ('%s, %s values, %s'):format(what, set.name, layout)
+            local ok, got = pcall(f, unpack(arrays_of[si][li]))
             if empty_err then
               assert(not ok and tostring(got):find('zero%-size reduction'),
                      label .. ' ' .. mode .. ': expected a zero-size error, got ' .. tostring(got))
-              count(fam)
             else
               if not ok then error(label .. ' ' .. mode .. ': ' .. tostring(got), 0) end
-              check(got, mode)
+              local m = mismatch(want, got, out_dt, oshape, nil, e.signed_zero, scale)
+              if m then error(('%s %s: %s'):format(label, mode, m), 0) end
             end
+            count(fam)
           end
         end
       end
@@ -400,10 +438,42 @@ local function run_mapped(e)
   end
 end
 
+-- an int input {int = values, shape = shape}: its values and shape
+local function int_input(inp)
+  local t = type(inp.int) == 'table' and inp.int or { inp.int }
+  return t, inp.shape or { #t }
+end
+
 -- ---------------------------------------------------------------------------
 -- dtypes refused: a clear error naming the op, symbolic and eager
 
 local function run_rejects(e)
+  if e.family == 'other' then
+    -- input reject_input of the first sample given the refused dtype
+    for dt, pattern in pairs(e.reject or {}) do
+      local vars, arrays = {}, {}
+      for k, inp in ipairs(e.samples[1]) do
+        local shape, vals
+        if inp.int then vals, shape = int_input(inp) else shape = inp end
+        local d = k == e.reject_input and dt or inp.int and 'int64' or 'float64'
+        if not vals or k == e.reject_input then
+          vals = {}
+          for i = 1, numel(shape) do vals[i] = 1 end
+        end
+        vars[k] = var_for(shape, d, 'x' .. k)
+        arrays[k] = make(vals, shape, d, 'contiguous')
+      end
+      for _, xs in ipairs({ vars, arrays }) do
+        local ok, err = pcall(e.fn, unpack(xs))
+        assert(not ok, ('%s accepted %s for input %d'):format(entry_name(e), dt, e.reject_input))
+        err = tostring(err)
+        assert(err:find('tgl.' .. (e.reject_name or e.op), 1, true) and err:find(pattern, 1, true),
+               ('%s with %s: the error does not say %q: %s'):format(entry_name(e), dt, pattern, err))
+        count('dtype errors')
+      end
+    end
+    return
+  end
   for dt, pattern in pairs(e.reject or {}) do
     local shapes = e.family == 'reduce' and { e.patterns[1][1] } or e.patterns[1]
     local vars, arrays = {}, {}
@@ -532,11 +602,6 @@ end
 
 local OTOL = { float32 = { rel = 1e-5, abs = 1e-6 }, float64 = { rel = 1e-12, abs = 1e-11 } }
 
--- an int input {int = values, shape = shape}: its values and shape
-local function int_input(inp)
-  local t = type(inp.int) == 'table' and inp.int or { inp.int }
-  return t, inp.shape or { #t }
-end
 
 local function run_other(e)
   for _, dt in ipairs(e.dtypes) do
@@ -553,22 +618,7 @@ local function run_other(e)
       end
       local label0 = ('%s %s sample %d'):format(entry_name(e), dt, pi)
       local sym = e.fn(unpack(vars))
-      local fs, modes = {}, modes_for(pi)
-      local need_fc = e.eager == false
-      for _, mode in ipairs(MODES) do
-        if (mode == 'FAST_COMPILE' and need_fc) or (function()
-              for _, m in ipairs(modes) do if m == mode then return true end end
-            end)() then
-          fs[mode] = tgl.compile { inputs = vars, outputs = sym, mode = mode }
-          if mode == 'FAST_RUN' then
-            local prog = note_program(fs[mode])
-            if pi > 1 then prog = nil end
-            for _, op in ipairs(prog and e.produces or {}) do
-              assert(prog:find('= ' .. op .. '(', 1, true), label0 .. ': the FAST_RUN program runs no ' .. op .. ':\n' .. prog)
-            end
-          end
-        end
-      end
+      local modes = modes_for(pi, e, dt)
       math.randomseed(5000 + pi)
       local sets = {}
       for r = 1, (FULL and 3 or 1) do
@@ -597,6 +647,10 @@ local function run_other(e)
         end
         sets[#sets + 1] = { name = 'special', vals = set }
       end
+      -- the references first (eager, or FAST_COMPILE's), then mode by
+      -- mode (see run_mapped)
+      local cases = {}
+      local fc = e.eager == false and compile_in('FAST_COMPILE', vars, sym)
       for _, set in ipairs(sets) do
         for _, layout in ipairs(LAYOUTS) do
           local arrays = {}
@@ -605,8 +659,8 @@ local function run_other(e)
           end
           local label = ('%s, %s values, %s'):format(label0, set.name, layout)
           local ref, how
-          if e.eager == false then
-            ref, how = fs.FAST_COMPILE(unpack(arrays)), 'FAST_COMPILE'
+          if fc then
+            ref, how = fc(unpack(arrays)), 'FAST_COMPILE'
           else
             local ok, r = pcall(e.fn, unpack(arrays))
             if not ok then error(label .. ' eager: ' .. tostring(r), 0) end
@@ -615,15 +669,24 @@ local function run_other(e)
             assert(ref.dtype == sym.dtype and ref:dim() == sym.ndim,
                    ('%s: eager gives %s %d-d, the symbolic form %s %d-d'):format(label, ref.dtype, ref:dim(), sym.dtype, sym.ndim))
           end
-          local want = values(ref)
+          cases[#cases + 1] = { arrays = arrays, label = label, ref = ref, how = how, want = values(ref) }
           count('other')
-          for _, mode in ipairs(modes) do
-            local ok, got = pcall(fs[mode], unpack(arrays))
-            if not ok then error(label .. ' ' .. mode .. ': ' .. tostring(got), 0) end
-            local m = mismatch(want, got, ref.dtype, ref:shape(), OTOL[ref.dtype])
-            if m then error(('%s %s against %s: %s'):format(label, mode, how, m), 0) end
-            count('other')
+        end
+      end
+      for _, mode in ipairs(modes) do
+        local f = compile_in(mode, vars, sym)
+        if mode == 'FAST_RUN' then
+          local prog = note_program(f)
+          for _, op in ipairs(pi == 1 and e.produces or {}) do
+            assert(prog:find('= ' .. op .. '(', 1, true), label0 .. ': the FAST_RUN program runs no ' .. op .. ':\n' .. prog)
           end
+        end
+        for _, c in ipairs(cases) do
+          local ok, got = pcall(f, unpack(c.arrays))
+          if not ok then error(c.label .. ' ' .. mode .. ': ' .. tostring(got), 0) end
+          local m = mismatch(c.want, got, c.ref.dtype, c.ref:shape(), OTOL[c.ref.dtype])
+          if m then error(('%s %s against %s: %s'):format(c.label, mode, c.how, m), 0) end
+          count('other')
         end
       end
     end

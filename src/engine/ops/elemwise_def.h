@@ -136,8 +136,9 @@
     _(POW, 2, ARITH, 0, pow(a, b), (T)tgl_pow_i(a, b),                          \
       gin[0] = MK2(MUL, g, MK2(MUL, b, MK2(POW, a, MK2(SUB, b, one))));         \
       gin[1] = MK2(MUL, g, MK2(MUL, y, MK1(LOG, a))))                     \
-    /* mod: Lua's %, the sign of b */                                          \
-    _(MOD, 2, ARITH, 0, a - floor(a / b) * b, (T)tgl_mod_i(a, b),               \
+    /* mod: Lua's %, the sign of b, computed in double as Lua computes it  */ \
+    /* (in float32, a / b overflowed: -2.5 % 1e-45 gave inf; op matrix)     */ \
+    _(MOD, 2, ARITH, 0, (T)tgl_mod_f(a, b), (T)tgl_mod_i(a, b),                 \
       gin[0] = g; gin[1] = MK1(NEG, MK2(MUL, g, MK1(FLOOR, MK2(DIV, a, b))))) \
     /* maximum, minimum: a NaN in a wins, and b's NaN fails a >= b */          \
     _(MAXIMUM, 2, ARITH, 0, (a != a || a >= b) ? a : b, a >= b ? a : b,         \
@@ -180,6 +181,20 @@
           return 0;                                                             \
       int64_t r = a % b;                                                        \
       return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;)                     \
+    /* Lua's a % b = a - floor(a / b) * b in double (float32 operands too:   */ \
+    /* their quotient may overflow float); floor by truncation, exact below  */ \
+    /* 2^52 (larger doubles are integers), keeping -0.0, NaN and infinities, */ \
+    /* with no libm call (helpers are pasted into kernels as they are)       */ \
+    _(double, tgl_mod_f, (double a, double b),                                  \
+      double q = a / b;                                                         \
+      if (q > -4503599627370496.0 && q < 4503599627370496.0) {                  \
+          double t = (double)(int64_t)q;                                        \
+          if (t > q)                                                            \
+              t -= 1;                                                           \
+          if (t != q)                                                           \
+              q = t;                                                            \
+      }                                                                         \
+      return a - q * b;)                                                        \
     /* a^b by squaring, wrapping; b < 0: 1/a^-b truncated (0 unless |a| = 1) */ \
     _(int64_t, tgl_pow_i, (int64_t a, int64_t b),                               \
       if (b < 0)                                                                \
