@@ -38,11 +38,18 @@ local LAYOUTS = { 'contiguous', 'transposed', 'strided', 'reversed' }
 -- last place (the generated kernels use vector exp/tanh/log).
 local TOL = { float32 = { rel = 4e-6, abs = 0 }, float64 = { rel = 1e-12, abs = 0 } }
 
+-- cases by the catalog's family of the op (elemwise, reduce, blas, shape,
+-- subtensor, nnet, control), and the derivative, dtype-error and
+-- coverage checks apart
 local counts, total = {}, 0
 local function count(family, n)
   n = n or 1
   counts[family] = (counts[family] or 0) + n
   total = total + n
+end
+local function family_of(e)
+  local s = C.tgl_op_property(C.tgl_op_lookup(e.op), 'family')
+  return s ~= nil and ffi.string(s) or '?'
 end
 
 local saved = {}
@@ -358,7 +365,7 @@ local function note_program(f)
 end
 
 local function run_mapped(e)
-  local fam = e.family == 'reduce' and 'reduce' or 'elementwise'
+  local fam = family_of(e)
   for _, dt in ipairs(e.dtypes) do
     for pi, p in ipairs(e.patterns) do
       local shapes, axis, keep
@@ -561,14 +568,14 @@ local function check_fd(label, xs, build, wrt, fam, tol)
       error(('%s: Rop element %d is %.12g, finite differences %.12g'):format(label, k, got[k], fd[k]), 0)
     end
   end
-  count(fam .. ' Rop')
+  count('Rop')
   local inner = fg(unpack(args_with(args_with(xs, va), { ua })))
   local uf, want, size = values(ua), 0, 0
   for k = 1, #fd do want = want + uf[k] * fd[k]; size = size + math.abs(uf[k] * fd[k]) end
   assert(math.abs(inner:get() - want) <= tol * math.max(1, size),
          ('%s: the pullback gives <grad, v> = %.12g, finite differences <u, J v> = %.12g'):format(label,
            inner:get(), want))
-  count(fam .. ' grad')
+  count('gradient')
   local _ = oshape
 end
 
@@ -670,7 +677,7 @@ local function run_other(e)
                    ('%s: eager gives %s %d-d, the symbolic form %s %d-d'):format(label, ref.dtype, ref:dim(), sym.dtype, sym.ndim))
           end
           cases[#cases + 1] = { arrays = arrays, label = label, ref = ref, how = how, want = values(ref) }
-          count('other')
+          count(family_of(e))
         end
       end
       for _, mode in ipairs(modes) do
@@ -686,7 +693,7 @@ local function run_other(e)
           if not ok then error(c.label .. ' ' .. mode .. ': ' .. tostring(got), 0) end
           local m = mismatch(c.want, got, c.ref.dtype, c.ref:shape(), OTOL[c.ref.dtype])
           if m then error(('%s %s against %s: %s'):format(c.label, mode, c.how, m), 0) end
-          count('other')
+          count(family_of(e))
         end
       end
     end
