@@ -515,12 +515,11 @@ end
 -- xs: float64 arrays; build(vars) -> variable; wrt: input indices.  Checks
 -- Rop(out, wrt, v) = (f(x + eps v) - f(x - eps v)) / 2 eps and the
 -- pullback through <grad sum(out * u), v> = <u, J v>.
-local function check_fd(label, xs, build, wrt, fam, tol)
+local function check_fd(label, xs, build, wrt, tol)
   tol = tol or GTOL
   local vars = {}
   for i, x in ipairs(xs) do vars[i] = var_for(x:shape(), x.dtype, 'x' .. i) end
   local out = build(unpack(vars))
-  local oshape = out:shape()
   local wv, vv, va = {}, {}, {}
   for k, i in ipairs(wrt) do
     wv[k] = vars[i]
@@ -576,12 +575,10 @@ local function check_fd(label, xs, build, wrt, fam, tol)
          ('%s: the pullback gives <grad, v> = %.12g, finite differences <u, J v> = %.12g'):format(label,
            inner:get(), want))
   count('gradient')
-  local _ = oshape
 end
 
 local function run_grad_mapped(e)
   if e.grad ~= nil then return end
-  local fam = e.family == 'reduce' and 'reduce' or 'elementwise'
   for pi, p in ipairs(e.patterns) do
     if FULL or pi <= 4 then
       local shapes, axis, keep
@@ -598,7 +595,7 @@ local function run_grad_mapped(e)
         local build
         if e.family == 'reduce' then build = function(x) return e.fn(x, axis, keep) end
         else build = e.fn end
-        check_fd(('%s, pattern %d'):format(entry_name(e), pi), xs, build, wrt, fam)
+        check_fd(('%s, pattern %d'):format(entry_name(e), pi), xs, build, wrt)
       end
     end
   end
@@ -719,7 +716,7 @@ local function run_grad_other(e)
           wrt[#wrt + 1] = k
         end
       end
-      check_fd(('%s, sample %d'):format(entry_name(e), pi), xs, e.fn, e.wrt or wrt, 'other')
+      check_fd(('%s, sample %d'):format(entry_name(e), pi), xs, e.fn, e.wrt or wrt)
     end
   end
 end
@@ -786,6 +783,29 @@ describe('the op matrix', function()
       end
       assert(found, name .. ' is not produced by ' .. c.via)
       count('covered')
+    end
+  end)
+
+  -- found by the matrix: FAST_RUN/cc after FAST_RUN (libtcc) ran libtcc's
+  -- kernel, shared by program, at tier 1
+  it("a kernel made under compile = 'tcc' runs the system compiler's code once a function is compiled under 'sync'", function()
+    local _, code = S.sh('command -v ' .. tgl.config.cc)
+    if code ~= 0 then return S.missing_dep('a C compiler (' .. tgl.config.cc .. ')') end
+    local x = tgl.tensor { dtype = 'float64', ndim = 2, name = 'x' }
+    -- a program no other test makes (its own constant)
+    local y = tgl.tanh(x * 1.8125) - 0.4375
+    local f1 = compile_in('FAST_RUN', { x }, y)
+    assert(f1:program():find('[tcc]', 1, true), f1:program())
+    local f2 = compile_in('FAST_RUN/cc', { x }, y)
+    assert(f2:program():find('[cc]', 1, true), f2:program())
+    -- the first function shares the kernel: it runs cc code now, same values
+    assert(f1:program():find('[cc]', 1, true), f1:program())
+    local a = tgl.array({ { 0.5, -1 }, { 2, 0 } }, 'float64')
+    local want = {}
+    for i, v in ipairs({ 0.5, -1, 2, 0 }) do want[i] = math.tanh(v * 1.8125) - 0.4375 end
+    for _, f in ipairs({ f1, f2 }) do
+      local m = mismatch(want, f(a), 'float64', { 2, 2 })
+      assert(m == nil, m)
     end
   end)
 
