@@ -352,8 +352,29 @@ other { op = 'adv_inc_subtensor', dtypes = M.ALL, fn = function(x, y, i) return 
         samples = { { { 4, 3 }, { 3, 3 }, I({ 2, 4, 2 }) }, { { 4, 3 }, { 1, 3 }, I({ 1, 1, 1 }) } } }
 other { op = 'adv_inc_subtensor', desc = 'set_subtensor', dtypes = M.ALL,
         fn = function(x, y, i) return tgl.set_subtensor(x[{ i }], y) end, samples = { { { 4, 3 }, { 2, 3 }, I({ 4, 1 }) } } }
+-- softmax and log_softmax along the last axis in float64: shifted by the
+-- row's maximum (a NaN or +Inf in the row makes it NaN; a row of -Inf is
+-- NaN too, exp(-Inf - -Inf))
+local function softmax_ref(log)
+  return function(vals, shape)
+    local n = shape[#shape] or 1
+    local out = {}
+    for r = 0, #vals / math.max(n, 1) - 1 do
+      local m = -huge
+      for j = 1, n do local v = vals[r * n + j]; m = (v ~= v or m ~= m) and 0 / 0 or math.max(m, v) end
+      local sum = 0
+      for j = 1, n do sum = sum + math.exp(vals[r * n + j] - m) end
+      for j = 1, n do
+        local v = vals[r * n + j] - m
+        out[r * n + j] = log and v - math.log(sum) or math.exp(v) / sum
+      end
+    end
+    return out
+  end
+end
 for _, name in ipairs({ 'softmax', 'log_softmax' }) do
   other { op = name, dtypes = M.ALL, fn = function(x) return tgl[name](x) end, special = true,
+          lua_ref = softmax_ref(name == 'log_softmax'),
           samples = { { { 2, 3 } }, { { 1, 4 } }, { { 0, 3 } }, { { 2, 3, 4 } } } }
   other { op = name, desc = 'axis 1, logits of +-1000', dtypes = M.FLOATS, scale = 1000,
           fn = function(x) return tgl[name](x, 1) end, samples = { { { 3, 2 } } } }

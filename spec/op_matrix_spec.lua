@@ -673,6 +673,14 @@ local function run_other(e)
             assert(ref.dtype == sym.dtype and ref:dim() == sym.ndim,
                    ('%s: eager gives %s %d-d, the symbolic form %s %d-d'):format(label, ref.dtype, ref:dim(), sym.dtype, sym.ndim))
           end
+          if e.lua_ref and layout == 'contiguous' then
+            -- the reference kernels against the float64 reference in Lua
+            local w = e.lua_ref(set.vals[1], shapes[1])
+            for i = 1, #w do w[i] = to_dtype(w[i], ref.dtype) end
+            local m = mismatch(w, ref, ref.dtype, shapes[1], OTOL[ref.dtype])
+            if m then error(('%s %s against Lua: %s'):format(label, how, m), 0) end
+            count(family_of(e))
+          end
           cases[#cases + 1] = { arrays = arrays, label = label, ref = ref, how = how, want = values(ref) }
           count(family_of(e))
         end
