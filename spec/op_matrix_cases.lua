@@ -11,7 +11,7 @@
 -- | 'reduce' | 'other', fn = function(inputs...) -> result (the same call
 -- on variables and on arrays), dtypes = accepted input dtypes, reject =
 -- {dtype = pattern of the error} (dtypes the op refuses, with what the
--- error must say), ref = Lua float64 reference (elementwise: of the
+-- error must say), math = true (integer inputs become floatX first), ref = Lua float64 reference (elementwise: of the
 -- elements; reduce: see below), patterns = input shapes, domain =
 -- function(dtype) -> a random value, special = true (NaN, ±Inf, ±0, huge,
 -- subnormal values as inputs), signed_zero = true (the reference's sign
@@ -79,20 +79,30 @@ local function lmod(a, b, dtype)
   end
   return a - math.floor(a / b) * b
 end
--- integer power: 2 ^ -1 is 0 (doc/symbolic.md "Integer math")
+-- a * b as the kernels compute it (in uint64_t, wrapping): exact modulo
+-- 2^32 for int32 and uint8 (the spec wraps the result into the dtype's
+-- range); int64 operands stay small enough for doubles
+local function imul(a, b, dtype)
+  if dtype ~= 'int32' and dtype ~= 'uint8' then return a * b end
+  local m = 2 ^ 32
+  a, b = a % m, b % m
+  local lo = b % 65536
+  local hi = (b - lo) / 65536
+  return ((a * lo) % m + ((a * hi) % 65536) * 65536) % m
+end
+-- integer power: 2 ^ -1 is 0 (doc/symbolic.md "Integer math"), by
+-- squaring, wrapping
 local function lpow(a, b, dtype)
   if dtype == 'float32' or dtype == 'float64' then return a ^ b end
   if b < 0 then
     if a == 1 then return 1 elseif a == -1 then return (b % 2 == 0) and 1 or -1 end
     return 0
   end
-  -- wrapping, as the kernels compute in uint64_t: reduce modulo 2^bits
-  -- each step (uint8 and int32; int64 operands stay small)
-  local m = dtype == 'uint8' and 256 or (dtype == 'int32' or dtype == 'bool') and 2 ^ 32 or nil
-  local r = 1
-  for _ = 1, b do
-    r = r * a
-    if m then r = r % m end
+  local r, x = 1, a
+  while b > 0 do
+    if b % 2 == 1 then r = imul(r, x, dtype) end
+    x = imul(x, x, dtype)
+    b = math.floor(b / 2)
   end
   return r
 end
@@ -108,6 +118,7 @@ end
 function M.int_specials(dtype)
   if dtype == 'bool' then return { 0, 1 } end
   if dtype == 'uint8' then return { 0, 1, 255, 128, 7 } end
+  if dtype == 'int32' then return { 0, 1, -1, 7, -8, 2147483647, -2147483648 } end
   return { 0, 1, -1, 7, -8 }
 end
 
@@ -140,7 +151,7 @@ local UN = {
     g = function() return u(-0.5, 2) end },
   { 'expm1', function(x) return Cm.expm1(x) end },
   { 'sqrt', function(x) return math.sqrt(x) end, dom = positive, g = function() return u(0.3, 3) end, sz = true },
-  { 'sqr', function(x) return x * x end },
+  { 'sqr', function(x, dt) return imul(x, x, dt) end },
   { 'recip', function(x) return 1 / x end, g = function() local f = off_zero(); return function() return f() * 2 end end },
   { 'tanh', function(x) return math.tanh(x) end, sz = true },
   { 'sigmoid', sigmoid },
@@ -152,12 +163,16 @@ local UN = {
   { 'ceil', function(x) return Cm.ceil(x) end, sz = true, g = off_grid },
   { 'round', round, sz = true, g = off_grid },
 }
+-- integer inputs are cast to floatX first (doc/symbolic.md "Integer math
+-- gives floatX")
+local MATH = { exp = true, log = true, log1p = true, expm1 = true, sqrt = true, recip = true, tanh = true,
+               sigmoid = true, softplus = true, sin = true, cos = true, div = true }
 for _, d in ipairs(UN) do
   local name = d[1]
   local dtypes = {}
   for _, dt in ipairs(M.ALL) do if not (d.rej and d.rej[dt]) then dtypes[#dtypes + 1] = dt end end
   add { op = name, family = 'unary', fn = function(x) return tgl[name](x) end, ref = d[2], dtypes = dtypes,
-        reject = d.rej, patterns = U1, domain = d.dom, special = true, signed_zero = d.sz,
+        reject = d.rej, patterns = U1, domain = d.dom, special = true, signed_zero = d.sz, math = MATH[name],
         gdomain = d.g and d.g() or u(-2, 2) }
 end
 add { op = 'not_', family = 'unary', fn = function(x) return tgl.not_(x) end,
@@ -189,7 +204,7 @@ end
 local BIN = {
   { 'add', function(a, b) return a + b end, sz = true },
   { 'sub', function(a, b) return a - b end, sz = true },
-  { 'mul', function(a, b) return a * b end, sz = true },
+  { 'mul', function(a, b, dt) return imul(a, b, dt) end, sz = true },
   { 'div', function(a, b) return a / b end, sz = true,
     g = { u(-2, 2), function() local v = u(0.5, 2)() return math.random() < 0.5 and -v or v end } },
   { 'pow', lpow, dom = { nil, function(dt) if dt:match('float') then return u(-3, 3) end
@@ -210,7 +225,7 @@ for _, d in ipairs(BIN) do
   local name = d[1]
   add { op = name, family = 'binary', fn = function(a, b) return tgl[name](a, b) end, ref = d[2], dtypes = M.ALL,
         patterns = B2, domain = d.dom and d.dom[2] and { d.fdom, d.dom[2] } or d.fdom, special = true,
-        signed_zero = d.sz,
+        signed_zero = d.sz, math = MATH[name],
         grad = d.cmp and 'a bool output carries no tangent (spec/rop_spec.lua NO_TANGENT)' or nil,
         -- maximum and minimum: ties have probability 0 with random inputs
         gdomain = d.g or { u(-2, 2), u(-2, 2) } }

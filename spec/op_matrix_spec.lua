@@ -215,7 +215,10 @@ local function elementwise_ref(e, ins, shapes, out_dt, calc_dt)
   local want = {}
   for i = 1, n do
     local args = {}
-    for j, v in ipairs(ins) do args[j] = v[bindex(shapes[j], pos, r)] end
+    for j, v in ipairs(ins) do
+      args[j] = v[bindex(shapes[j], pos, r)]
+      if e.math and not is_float(calc_dt) then args[j] = to_dtype(args[j], 'float32') end
+    end
     args[#args + 1] = calc_dt
     want[i] = to_dtype(e.ref(unpack(args)), out_dt)
     for k = r, 1, -1 do
