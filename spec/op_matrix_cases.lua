@@ -300,8 +300,9 @@ add { op = 'axes_size', desc = 'mean', family = 'reduce', dtypes = M.ALL, patter
 -- kernels), or FAST_COMPILE's where the op has no eager form, on every
 -- layout of their float inputs.  samples: lists of inputs, each a shape
 -- (random values of the entry's dtype) or {int = {...}} (fixed int64
--- labels or indices); wrt: the inputs differentiated (default: the shaped
--- ones).
+-- labels or indices), and error = 'what every mode must raise' where the
+-- op refuses such inputs; wrt: the inputs differentiated (default: the
+-- shaped ones).
 
 local function I(t, shape) return { int = t, shape = shape } end
 local G = require 'tgl.graph'
@@ -311,7 +312,8 @@ M.raw = raw
 local function other(e) e.family = 'other'; return add(e) end
 other { op = 'dot', dtypes = M.ALL, fn = function(a, b) return tgl.dot(a, b) end,
         samples = { { { 2, 3 }, { 3, 4 } }, { { 3 }, { 3, 4 } }, { { 2, 3 }, { 3 } }, { { 3 }, { 3 } },
-                    { { 2, 0 }, { 0, 4 } }, { { 0, 3 }, { 3, 4 } }, { { 1, 3 }, { 3, 1 } }, { { 5, 7 }, { 7, 6 } } } }
+                    { { 2, 0 }, { 0, 4 } }, { { 0, 3 }, { 3, 4 } }, { { 1, 3 }, { 3, 1 } }, { { 5, 7 }, { 7, 6 } },
+                    { { 3, 0 }, { 0 } }, { { 0 }, { 0 } } } }
 -- the BLAS forms the rewrites make of dot (FAST_RUN)
 other { op = 'dot', desc = 'gemm form 2 a.b + c', dtypes = M.FLOATS, produces = { 'gemm' },
         fn = function(a, b, c) return tgl.dot(a, b) * 2 + c end,
@@ -408,12 +410,12 @@ other { op = 'conv2d', desc = 'stride {2,1}, padding {1,0}, dilation {1,2}, 2 gr
         samples = { { { 2, 4, 5, 6 }, { 4, 2, 3, 2 } } } }
 other { op = 'max_pool2d', dtypes = M.ALL, special = true,
         fn = function(x) return tgl.max_pool2d(x, { kernel = 3, stride = 2, padding = 1, ceil_mode = true }) end,
-        samples = { { { 2, 3, 5, 6 } }, { { 3, 4, 4 } } } }
+        samples = { { { 2, 3, 5, 6 } }, { { 3, 4, 4 } }, { { 0, 3, 5, 6 } } } }
 other { op = 'avg_pool2d', dtypes = M.ALL,
         fn = function(x) return tgl.avg_pool2d(x, { kernel = 3, stride = 2, padding = 1, count_include_pad = false }) end,
-        samples = { { { 2, 3, 5, 6 } }, { { 3, 4, 4 } } } }
+        samples = { { { 2, 3, 5, 6 } }, { { 3, 4, 4 } }, { { 2, 0, 4, 4 } } } }
 other { op = 'batch_norm', dtypes = M.ALL, fn = function(x, w, b) return tgl.batch_norm(x, w, b) end,
-        samples = { { { 4, 3 }, { 3 }, { 3 } } } }
+        samples = { { { 4, 3 }, { 3 }, { 3 } }, { { 5, 0 }, { 0 }, { 0 } }, { { 0, 3 }, { 3 }, { 3 }, error = 'no elements per channel' } } }
 other { op = 'batch_norm', desc = 'given mean and var', dtypes = M.FLOATS,
         domain = { nil, nil, function() return u(0.5, 2) end },
         fn = function(x, m, v, w, b) return tgl.batch_norm(x, w, b, { mean = m, var = v }) end,

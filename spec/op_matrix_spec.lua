@@ -666,7 +666,17 @@ local function run_other(e)
           end
           local label = ('%s, %s values, %s'):format(label0, set.name, layout)
           local ref, how
-          if fc then
+          if sample.error then
+            -- refused inputs: a clear error, eagerly and in every mode
+            for _, f in ipairs({ e.fn, fc or false }) do
+              if f then
+                local ok, err = pcall(f, unpack(arrays))
+                assert(not ok and tostring(err):find(sample.error, 1, true),
+                       ('%s: expected an error saying %q, got %s'):format(label, sample.error, tostring(err)))
+                count(family_of(e))
+              end
+            end
+          elseif fc then
             ref, how = fc(unpack(arrays)), 'FAST_COMPILE'
           else
             local ok, r = pcall(e.fn, unpack(arrays))
@@ -676,7 +686,7 @@ local function run_other(e)
             assert(ref.dtype == sym.dtype and ref:dim() == sym.ndim,
                    ('%s: eager gives %s %d-d, the symbolic form %s %d-d'):format(label, ref.dtype, ref:dim(), sym.dtype, sym.ndim))
           end
-          if e.lua_ref and layout == 'contiguous' then
+          if ref and e.lua_ref and layout == 'contiguous' then
             -- the reference kernels against the float64 reference in Lua
             local w = e.lua_ref(set.vals[1], shapes[1])
             for i = 1, #w do w[i] = to_dtype(w[i], ref.dtype) end
@@ -684,7 +694,7 @@ local function run_other(e)
             if m then error(('%s %s against Lua: %s'):format(label, how, m), 0) end
             count(family_of(e))
           end
-          cases[#cases + 1] = { arrays = arrays, label = label, ref = ref, how = how, want = values(ref) }
+          cases[#cases + 1] = { arrays = arrays, label = label, ref = ref, how = how, want = ref and values(ref) }
           count(family_of(e))
         end
       end
@@ -698,9 +708,14 @@ local function run_other(e)
         end
         for _, c in ipairs(cases) do
           local ok, got = pcall(f, unpack(c.arrays))
-          if not ok then error(c.label .. ' ' .. mode .. ': ' .. tostring(got), 0) end
-          local m = mismatch(c.want, got, c.ref.dtype, c.ref:shape(), OTOL[c.ref.dtype])
-          if m then error(('%s %s against %s: %s'):format(c.label, mode, c.how, m), 0) end
+          if sample.error then
+            assert(not ok and tostring(got):find(sample.error, 1, true),
+                   ('%s %s: expected an error saying %q, got %s'):format(c.label, mode, sample.error, tostring(got)))
+          else
+            if not ok then error(c.label .. ' ' .. mode .. ': ' .. tostring(got), 0) end
+            local m = mismatch(c.want, got, c.ref.dtype, c.ref:shape(), OTOL[c.ref.dtype])
+            if m then error(('%s %s against %s: %s'):format(c.label, mode, c.how, m), 0) end
+          end
           count(family_of(e))
         end
       end
@@ -714,7 +729,7 @@ local function run_grad_other(e)
   for _, dt in ipairs(e.dtypes) do has64 = has64 or dt == 'float64' end
   if not has64 then return end
   for pi, sample in ipairs(e.samples) do
-    if FULL or pi <= 2 then
+    if (FULL or pi <= 2) and not sample.error then
       math.randomseed(9500 + pi)
       local xs, wrt = {}, {}
       for k, inp in ipairs(sample) do
