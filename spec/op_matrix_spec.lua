@@ -312,6 +312,17 @@ local function value_sets(e, shapes, dts, seed)
       set[k] = t
     end
     sets[#sets + 1] = { name = 'special', vals = set }
+    if e.family == 'reduce' and is_float(dts[1]) then
+      -- reductions: the finite specials alone (±0, subnormals, halves),
+      -- so that rows hold them without a NaN or an infinity swamping them
+      local fin = {}
+      for _, v in ipairs(K.specials(dts[1])) do
+        if v == v and math.abs(v) < 1e30 then fin[#fin + 1] = v end
+      end
+      local t = {}
+      for i = 1, numel(shapes[1]) do t[i] = to_dtype(fin[(i - 1) % #fin + 1], dts[1]) end
+      sets[#sets + 1] = { name = 'finite special', vals = { t } }
+    end
   end
   return sets
 end
