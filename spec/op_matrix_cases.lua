@@ -7,18 +7,24 @@
 -- finite differences.  The spec walks the catalog and fails for an op
 -- with no entry here, no COVERED line and no UNTESTABLE line.
 --
--- An entry: { op = catalog name, family = 'unary' | 'binary' | 'ternary'
--- | 'reduce' | 'other', fn = function(inputs...) -> result (the same call
--- on variables and on arrays), dtypes = accepted input dtypes, reject =
--- {dtype = pattern of the error} (dtypes the op refuses, with what the
--- error must say), math = true (integer inputs become floatX first), ref = Lua float64 reference (elementwise: of the
--- elements; reduce: see below), patterns = input shapes, domain =
--- function(dtype) -> a random value, special = true (NaN, ±Inf, ±0, huge,
--- subnormal values as inputs), signed_zero = true (the reference's sign
--- of a zero result is checked), grad = false | 'reason' (no
--- finite-difference check) or nil (checked in float64 on the entry's
--- gradient domain gdomain), produces = {internal op names the FAST_RUN
--- program of this entry must run} }.
+-- An entry: { op = catalog name, desc = what tells it from the op's other
+-- entries, family = 'unary' | 'binary' | 'ternary' | 'reduce' | 'other',
+-- fn = function(inputs...) -> result (the same call on variables and on
+-- arrays; reductions get (x, axis, keepdims)), dtypes = accepted input
+-- dtypes, reject = {dtype = what the error must say} (dtypes the op
+-- refuses), math = true (integer inputs become floatX first), ref = the
+-- Lua float64 reference (elementwise: of the elements and the compute
+-- dtype; reduce: of the list of values reduced), patterns = input shapes
+-- (reduce: {shape, axis, keepdims}), samples = the inputs of an 'other'
+-- entry (below), domain = function(dtype) -> a random value generator (or
+-- one per input), special = true (NaN, ±Inf, ±0, huge, subnormal values
+-- as inputs), signed_zero = true (the sign of a zero result is checked),
+-- grad = 'why not' (no finite-difference check) or nil (Rop and the
+-- gradient checked in float64, inputs from gdomain), wrt = the inputs
+-- differentiated, produces = {internal ops the FAST_RUN program of the
+-- first sample must run}, eager = false (no eager form: FAST_COMPILE is
+-- the reference), lua_ref = function(values, shape) -> the float64
+-- reference of an 'other' entry }.
 local M = {}
 
 local ffi = require 'ffi'
