@@ -41,6 +41,15 @@ tgl_status tgl_cgen_render(const tgl_fused_prog *prog, const char *symbol, char 
 tgl_status tgl_cgen_compile(const tgl_backend_opts *o, const tgl_backend *be,
                             const tgl_fused_prog *prog, tgl_kernel_ref **out, tgl_errbuf *err);
 
+/* Raises k (prog's kernel from tgl_cgen_compile under another mode) to
+ * what o->compile promises: under 'sync' and 'cc' the system compiler's
+ * code (cache or compile) now, under 'tiered' a background compile; under
+ * 'tcc', at tier 2 or with a background compile already, nothing.  A
+ * process that made a kernel under 'tcc' and compiles it again under
+ * 'sync' would otherwise keep libtcc's code (found by the op matrix). */
+tgl_status tgl_cgen_upgrade(const tgl_backend_opts *o, const tgl_backend *be,
+                            const tgl_fused_prog *prog, tgl_kernel_ref *k, tgl_errbuf *err);
+
 /* The code k runs now, or NULL (the reference path).  k may be NULL.
  * Which code that is: k->tier, 0 none, 1 libtcc, 2 system compiler. */
 tgl_kernel_fn tgl_cgen_kernel_fn(const tgl_kernel_ref *k);

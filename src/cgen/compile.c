@@ -1160,6 +1160,58 @@ tgl_status tgl_cgen_compile(const tgl_backend_opts *o, const tgl_backend *be,
     return TGL_OK;
 }
 
+tgl_status tgl_cgen_upgrade(const tgl_backend_opts *o, const tgl_backend *be,
+                            const tgl_fused_prog *prog, tgl_kernel_ref *ref, tgl_errbuf *err)
+{
+    if (!o || !be || !prog || !ref)
+        return tgl_errbuf_set(err, TGL_EINVAL, "tgl_cgen_upgrade: NULL argument");
+    kernel *k = (kernel *)ref;
+    bool tiered = strcmp(o->compile, "tiered") == 0;
+    /* k->job is set only here and in tgl_cgen_compile, on the thread that
+     * compiles functions; a job once started is not tried again, but
+     * 'sync' and 'cc' wait for it (their functions start on cc code). */
+    if (k->job && !tiered && strcmp(o->compile, "tcc") != 0)
+        tgl_cgen_kernel_wait(ref);
+    if (strcmp(o->compile, "tcc") == 0 || k->job || __atomic_load_n(&k->head.tier, __ATOMIC_ACQUIRE) == 2)
+        return TGL_OK;
+    char symbol[48];
+    snprintf(symbol, sizeof symbol, "tgl_fused_%016llx", (unsigned long long)tgl_cgen_digest(prog));
+    char *source = NULL;
+    tgl_status st = tgl_cgen_render(prog, symbol, &source, err);
+    if (st)
+        return st;
+    job *j = job_new(o, be, source, symbol);
+    free(source);
+    if (!j)
+        return tgl_errbuf_set(err, TGL_ENOMEM, "cgen: out of memory");
+    int tier = __atomic_load_n(&k->head.tier, __ATOMIC_ACQUIRE);
+    void *dl = NULL;
+    tgl_kernel_fn fn = NULL;
+    int rc = job_key(j);
+    if (rc == BUILD_OK && !(j->dir[0] && (dl = tgl_cache_load(j->dir, j->key, symbol, &fn)))) {
+        if (tiered) {
+            if (!start_background(j, k, tier == 1))
+                job_free(j);
+            return TGL_OK;
+        }
+        rc = job_compile(j, &dl, &fn);
+    }
+    if (rc == BUILD_OK) {
+        /* published as a background compile publishes: a call running
+         * the old code finishes on it (freed at release) */
+        k->dl = dl;
+        __atomic_store_n(&k->fn, fn, __ATOMIC_RELEASE);
+        __atomic_store_n(&k->head.tier, 2, __ATOMIC_RELEASE);
+    } else if (rc == BUILD_NOCC)
+        warn_no_cc(j->cc, tier == 1 ? "libtcc" : "reference");
+    else if (rc == BUILD_IO)
+        warn_io(j->err, tier == 1 ? "libtcc kernels" : "reference kernels");
+    else if (rc == BUILD_FAIL)
+        st = internal(err, prog, j->cc, j->err);
+    job_free(j);
+    return st;
+}
+
 /* A whole step's or loop's handle for source (rendered; freed here):
  * from the kernel cache, else compiled now or in the background as
  * o->compile says; tier 0 (no code) under 'tcc' or when it cannot build. */

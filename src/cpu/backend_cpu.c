@@ -389,6 +389,12 @@ static tgl_status cpu_prepare(const tgl_backend_opts *o, const tgl_fused_prog *p
     return tgl_cgen_compile(o, &tgl_backend_cpu, prog, out, err);
 }
 
+static tgl_status cpu_upgrade(const tgl_backend_opts *o, const tgl_fused_prog *prog, tgl_kernel_ref *k,
+                              tgl_errbuf *err)
+{
+    return tgl_cgen_upgrade(o, &tgl_backend_cpu, prog, k, err);
+}
+
 /* ---- whole steps ----------------------------------------------------------------- */
 
 /* The step's generated C function, kept in the handle by src/cgen. */
@@ -423,6 +429,7 @@ const tgl_backend tgl_backend_cpu = {
     .op_kernel = tgl_cpu_op_kernel,
     .supports_op = cpu_supports_op,
     .prepare = cpu_prepare,
+    .upgrade = cpu_upgrade,
     .wait = tgl_cgen_kernel_wait,
     .release = tgl_cgen_kernel_release,
     .launch = tgl_cgen_kernel_launch,

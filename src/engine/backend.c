@@ -187,12 +187,19 @@ tgl_status tgl_backend_prepare(tgl_ctx *ctx, int device, tgl_fused_prog *prog)
     const tgl_backend *be = tgl_backend_get(device);
     TGL_CHECK(be, TGL_EINVAL, "tgl_backend_prepare: no backend for device %d", device);
     tgl_backend_tune(ctx, be);
+    tgl_errbuf e;
     if (prog->kernel[device]) {
-        /* One kernel per program and device, however many functions use it. */
+        /* One kernel per program and device, however many functions use it;
+         * one made under another compile mode (libtcc's under 'tcc') gets
+         * the code this function's mode promises (doc/compile.md). */
+        if (be->upgrade) {
+            tgl_status st = be->upgrade(&ctx->backend_opts, prog, prog->kernel[device], &e);
+            if (st)
+                return tgl_errbuf_take(ctx, st, &e);
+        }
         prog->kernel_users[device]++;
         return TGL_OK;
     }
-    tgl_errbuf e;
     tgl_kernel_ref *k = NULL;
     tgl_status st = be->prepare(&ctx->backend_opts, prog, &k, &e);
     if (st)

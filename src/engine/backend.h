@@ -206,6 +206,13 @@ typedef struct tgl_backend {
      * its tier); with no working compiler it succeeds at tier 0. */
     tgl_status (*prepare)(const tgl_backend_opts *o, const struct tgl_fused_prog *prog,
                           tgl_kernel_ref **out, tgl_errbuf *err);
+    /* Optional: raises the tier of k (prog's kernel, made by prepare under
+     * another o->compile) to what o->compile promises, as prepare would
+     * make it ('sync'/'cc': the system compiler's code now; 'tiered': in
+     * the background); a kernel at tier 2 or with a background compile is
+     * left as it is.  NULL: kernels keep the tier they were made with. */
+    tgl_status (*upgrade)(const tgl_backend_opts *o, const struct tgl_fused_prog *prog,
+                          tgl_kernel_ref *k, tgl_errbuf *err);
     /* Blocks until k's background compile, if any, has finished. */
     void (*wait)(tgl_kernel_ref *k);
     /* Frees k; a background compile is not waited for. */

@@ -104,7 +104,8 @@
     /* softplus: a > 0 ? a + ln(1 + e^-a) : ln(1 + e^a), stable            */  \
     _(SOFTPLUS, 1, MATH, log1p(exp(-fabs(a))), a > 0 ? a + e : e, NONE,         \
       gin[0] = MK2(MUL, g, MK1(SIGMOID, a)))                              \
-    _(RELU, 1, ARITH, 0, a > 0 ? a : (T)0, a > 0 ? a : (T)0,                    \
+    /* relu: max(x, 0), and maximum propagates NaN (op matrix) */             \
+    _(RELU, 1, ARITH, 0, (a > 0 || a != a) ? a : (T)0, a > 0 ? a : (T)0,        \
       gin[0] = MK2(MUL, g, MASK(MK2(GT, a, zero))))                       \
     _(SIN, 1, MATH, 0, sin(a), NONE,                                            \
       gin[0] = MK2(MUL, g, MK1(COS, a)))                                  \
@@ -135,8 +136,9 @@
     _(POW, 2, ARITH, 0, pow(a, b), (T)tgl_pow_i(a, b),                          \
       gin[0] = MK2(MUL, g, MK2(MUL, b, MK2(POW, a, MK2(SUB, b, one))));         \
       gin[1] = MK2(MUL, g, MK2(MUL, y, MK1(LOG, a))))                     \
-    /* mod: Lua's %, the sign of b */                                          \
-    _(MOD, 2, ARITH, 0, a - floor(a / b) * b, (T)tgl_mod_i(a, b),               \
+    /* mod: Lua's %, the sign of b, computed in double as Lua computes it  */ \
+    /* (in float32, a / b overflowed: -2.5 % 1e-45 gave inf; op matrix)     */ \
+    _(MOD, 2, ARITH, 0, (T)tgl_mod_f(a, b), (T)tgl_mod_i(a, b),                 \
       gin[0] = g; gin[1] = MK1(NEG, MK2(MUL, g, MK1(FLOOR, MK2(DIV, a, b))))) \
     /* maximum, minimum: a NaN in a wins, and b's NaN fails a >= b */          \
     _(MAXIMUM, 2, ARITH, 0, (a != a || a >= b) ? a : b, a >= b ? a : b,         \
@@ -159,10 +161,14 @@
     _(SWITCH, 3, SELECT, 0, a ? b : c, a ? b : c,                               \
       gin[0] = NULL; gin[1] = MK3(SWITCH, a, g, zero);                          \
       gin[2] = MK3(SWITCH, a, zero, g))                                   \
-    _(CLIP, 3, ARITH, 0, a < b ? b : a > c ? c : a, a < b ? b : a > c ? c : a,  \
+    /* clip: min(max(a, b), c) as documented, so hi wins when lo > hi, and  */ \
+    /* a NaN anywhere propagates (maximum and minimum do) (op matrix)        */ \
+    _(CLIP, 3, ARITH, 0,                                                        \
+      a != a ? a : b != b ? b : c != c ? c : a < b ? (b <= c ? b : c) : a > c ? c : a, \
+      a < b ? (b <= c ? b : c) : a > c ? c : a,                                 \
       gin[0] = MK2(MUL, g, MASK(MK2(AND, MK2(GE, a, b), MK2(LE, a, c))));       \
-      gin[1] = MK2(MUL, g, MASK(MK2(LT, a, b)));                                \
-      gin[2] = MK2(MUL, g, MASK(MK2(GT, a, c))))
+      gin[1] = MK2(MUL, g, MASK(MK2(AND, MK2(LT, a, b), MK2(LE, b, c))));       \
+      gin[2] = MK2(MUL, g, MASK(MK2(OR, MK2(GT, a, c), MK2(GT, b, c)))))
 
 /* Functions the expressions may call: _(return type, name, (parameters),
  * body...).  The engine compiles them (elemwise.c); a generated kernel
@@ -175,6 +181,20 @@
           return 0;                                                             \
       int64_t r = a % b;                                                        \
       return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;)                     \
+    /* Lua's a % b = a - floor(a / b) * b in double (float32 operands too:   */ \
+    /* their quotient may overflow float); floor by truncation, exact below  */ \
+    /* 2^52 (larger doubles are integers), keeping -0.0, NaN and infinities, */ \
+    /* with no libm call (helpers are pasted into kernels as they are)       */ \
+    _(double, tgl_mod_f, (double a, double b),                                  \
+      double q = a / b;                                                         \
+      if (q > -4503599627370496.0 && q < 4503599627370496.0) {                  \
+          double t = (double)(int64_t)q;                                        \
+          if (t > q)                                                            \
+              t -= 1;                                                           \
+          if (t != q)                                                           \
+              q = t;                                                            \
+      }                                                                         \
+      return a - q * b;)                                                        \
     /* a^b by squaring, wrapping; b < 0: 1/a^-b truncated (0 unless |a| = 1) */ \
     _(int64_t, tgl_pow_i, (int64_t a, int64_t b),                               \
       if (b < 0)                                                                \
