@@ -191,6 +191,12 @@ static bool elf_whole(int fd)
     return true;
 }
 
+bool tgl_cache_entry_trusted(int fd)
+{
+    struct stat st;
+    return fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && elf_whole(fd);
+}
+
 /* Loads the shared object at path and finds symbol in it: the dlopen
  * handle (and *fn), or NULL.  *present says whether anything was at path.
  * The file is opened without blocking (open(2) of a FIFO with no writer
@@ -205,9 +211,7 @@ static void *load_object(const char *path, const char *symbol, tgl_kernel_fn *fn
     if (fd < 0)
         return NULL;
     *present = true;
-    struct stat st;
-    bool regular = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
-    void *h = regular && elf_whole(fd) ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : NULL;
+    void *h = tgl_cache_entry_trusted(fd) ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : NULL;
     void *sym = h ? dlsym(h, symbol) : NULL;
     if (!sym) {
         if (h)
