@@ -79,10 +79,10 @@ def main():
     # cache_entry: real entries, one cut short, one only the ELF header
     for i, so in enumerate(sys.argv[1:]):
         data = open(so, 'rb').read()
-        out('cache_entry', 'entry%d.so' % i, data)
+        out('cache_entry', 'entry%d.elf' % i, data)
         if i == 0:
-            out('cache_entry', 'entry0_cut.so', data[:2048])
-            out('cache_entry', 'entry0_ehdr.so', data[:64])
+            out('cache_entry', 'entry0_cut.elf', data[:2048])
+            out('cache_entry', 'entry0_ehdr.elf', data[:64])
 
     # host_args: typical command lines (words separated by NUL)
     lines = [['script.lua'], ['-e', 'print(1)'], ['-eprint(1)', '-l', 'tgl', 'x.lua', 'a', 'b'],
