@@ -8,7 +8,7 @@
  *   byte 0      mode (FAST_RUN, FAST_COMPILE, DEBUG) = b % 3
  *   byte 1      linker (CVM, CVM_NOGC, VM) = b % 3
  *   byte 2      the number of steps, b % (MAX_STEPS + 1)
- *   then the steps, each an opcode byte b, by b % 8:
+ *   then the steps, each an opcode byte b, by b % 9:
  *     0 input     dtype, ndim (0-3), bcast bits; the shape it is called
  *                 with: a byte (0-3) per axis that is not broadcastable
  *     1 constant  dtype, ndim, a shape byte (0-3) per axis, a value
@@ -22,6 +22,9 @@
  *     5 rop       f node, wrt node, direction node
  *     6 output    node, k (a multi-output node's k-th value)
  *     7 update    a shared variable and its new value, for the compile
+ *     8 eval      as apply, but eagerly (tgl_eval) on the values of
+ *                 constant operands (others end the operand list); the
+ *                 result becomes a constant node
  *   and finally the outputs: up to 3 nodes; whether to leave the first
  *   input out of the input list (which must then be refused if needed).
  * The function is compiled and, when that succeeds, called on arrays of
@@ -110,7 +113,8 @@ static void step(prog *g, reader *r)
 {
     tgl_node *n = NULL;
     tgl_status st;
-    switch (next(r) % 8) {
+    unsigned opcode = next(r) % 9;
+    switch (opcode) {
     case 0: { /* input */
         tgl_type t = {(int32_t)(next(r) % 6), (int32_t)(next(r) % 4), 0};
         t.bcast = next(r) & ((1u << t.ndim) - 1);
@@ -125,7 +129,7 @@ static void step(prog *g, reader *r)
     }
     case 1:
     case 2: { /* constant, shared */
-        int shared = r->at > 0 && r->p[r->at - 1] % 8 == 2;
+        int shared = opcode == 2;
         uint32_t bcast = shared ? next(r) & 7 : 0;
         tgl_array *a = NULL;
         check(g, st = small_array(g, r, bcast, &a), "tgl_array_full");
@@ -140,15 +144,18 @@ static void step(prog *g, reader *r)
             add(g, n);
         break;
     }
-    case 3: { /* apply */
+    case 3:   /* apply */
+    case 8: { /* eval */
+        int eager = opcode == 8;
         unsigned hi = next(r), lo = next(r);
         int op = (int)((hi << 8 | lo) % (unsigned)tgl_op_count());
         int nin = (int)(next(r) % 5);
         tgl_node *in[4];
+        tgl_array *val[4];
         for (int k = 0; k < nin; k++)
             in[k] = pick(g, r);
         for (int k = 0; k < nin; k++)
-            if (!in[k])
+            if (!in[k] || (eager && !(val[k] = tgl_node_value(in[k]))))
                 nin = k;
         tgl_params p;
         memset(&p, 0, sizeof p);
@@ -158,7 +165,16 @@ static void step(prog *g, reader *r)
         p.flags = (int32_t)(next(r) % 4);
         p.f[0] = VALUES[next(r) % 12];
         p.f[1] = VALUES[next(r) % 12];
-        check(g, st = tgl_apply(g->ctx, op, nin, in, &p, "fuzz", &n), tgl_op_name(op));
+        if (eager) {
+            tgl_array *res = NULL;
+            check(g, st = tgl_eval(g->ctx, op, nin, val, &p, &res), tgl_op_name(op));
+            if (st)
+                break;
+            check(g, st = tgl_node_constant(g->ctx, res, &n), "tgl_node_constant");
+            tgl_array_release(res);
+        } else {
+            check(g, st = tgl_apply(g->ctx, op, nin, in, &p, "fuzz", &n), tgl_op_name(op));
+        }
         if (!st)
             add(g, n);
         break;

@@ -144,6 +144,10 @@ def graph_programs():
         'dimshuffle_zero': prog(0, 0, inp(F32, (0, 2)), const(F32, (1, 2), 4),
                                 apply('add', (0, 1)), apply('dimshuffle', (2,), ints=(1, 0)),
                                 end((3,), (1,))),
+        # eager: add of two constants (broadcast) by the reference kernel, then tanh of it
+        'eval_add': prog(0, 0, const(F32, (2, 3), 1), const(F32, (3,), 4),
+                         [[8] + op('add') + [2, 0, 1, 0, 0, 0, 0]], apply('tanh', (2,)),
+                         end((3,), ())),
         # the R-operator of tanh along v
         'rop_tanh': prog(0, 0, inp(F64, (2,)), inp(F64, (2,)), apply('tanh', (0,)),
                          [[5, 2, 0, 1, 0]], end((3,), (3, 1))),
