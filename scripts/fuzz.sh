@@ -43,12 +43,13 @@ run() {
   local scratch crashes log rc=0
   scratch=$(mktemp -d "${TMPDIR:-/tmp}/tgl-fuzz-$t.XXXXXX")
   crashes=spec/fuzz/crashes/$t
-  mkdir -p "$scratch/corpus" "$scratch/kcache" "$crashes"
+  mkdir -p "$scratch/corpus" "$dir/kcache" "$crashes"
   cp -r "spec/fuzz/corpus/$t/." "$scratch/corpus/"
   [ -d "spec/fuzz/regress/$t" ] && cp -r "spec/fuzz/regress/$t/." "$scratch/corpus/"
   log=$scratch/log
-  # The sanitizers as in scripts/test.sh --sanitize; a kernel cache of its own.
-  TGL_CACHE_DIR=$scratch/kcache \
+  # The sanitizers as in scripts/test.sh --sanitize; a kernel cache of the
+  # build directory's (the calibration record is measured once, not per run).
+  TGL_CACHE_DIR=$PWD/$dir/kcache \
   ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:halt_on_error=1" \
   UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
     nice -n "$nice_level" "$dir/fuzz/fuzz_$t" -max_total_time="$secs" -print_final_stats=1 \

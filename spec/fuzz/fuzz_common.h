@@ -19,6 +19,8 @@
 #include <unistd.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+/* Optional (weak): set-up before the first input, outside its time limit. */
+int LLVMFuzzerInitialize(int *argc, char ***argv) __attribute__((weak));
 
 /* Aborts with a message: a harness's own set-up failed (not a finding in
  * the code under test, but it must not pass silently either). */

@@ -31,8 +31,9 @@
  * the inputs' shapes filled with one value each, then run once more.
  *
  * Every call must succeed or fail with an error status and a message;
- * a crash, a sanitizer report or a leak (LSan, after the context is
- * freed) is a finding.  The seed corpus (make_corpus.py) holds programs
+ * a crash, a sanitizer report, a leak (LSan, after the context is freed)
+ * or TGL_EINTERNAL (in DEBUG mode also a generated kernel that differs
+ * from the reference kernel) is a finding.  The seed corpus (make_corpus.py) holds programs
  * that build a few real graphs.
  */
 #include "fuzz_common.h"
@@ -80,6 +81,13 @@ static void check(prog *g, tgl_status st, const char *what)
     if (trace)
         fprintf(stderr, "graph: node %d: %s: %s\n", g->nnodes, what,
                 st ? tgl_ctx_error(g->ctx) : "ok");
+    /* TGL_EINTERNAL is tgl's own bug (an inferred type the kernel did
+     * not produce, DEBUG mode's generated kernel differing from the
+     * reference, ...): a finding, as a crash is. */
+    if (st == TGL_EINTERNAL) {
+        fprintf(stderr, "graph: %s: internal error: %s\n", what, tgl_ctx_error(g->ctx));
+        abort();
+    }
     if (st != TGL_OK && !tgl_ctx_error(g->ctx)[0]) {
         fprintf(stderr, "graph: %s failed (status %d) without a message\n", what, st);
         abort();
@@ -261,6 +269,23 @@ static void compile_and_call(prog *g, reader *r, int mode, int linker)
     for (int k = 0; k < nin; k++)
         tgl_array_release(args[k]);
     tgl_function_free(fn);
+}
+
+/* Once, before the first input: the CPU backend's first use loads this
+ * machine's calibration record, measuring it (seconds, more under the
+ * sanitizers) when the kernel cache has none; that must not count
+ * against the first input's time limit. */
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc;
+    (void)argv;
+    tgl_ctx *ctx = tgl_ctx_new();
+    char *text = NULL;
+    if (!ctx || tgl_tune_info(ctx, &text))
+        fuzz_die("the calibration record cannot be loaded");
+    tgl_free(text);
+    tgl_ctx_free(ctx);
+    return 0;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -39,6 +39,8 @@ static uint8_t *slurp(const char *path, size_t *size)
 int main(int argc, char **argv)
 {
     int total = 0;
+    if (LLVMFuzzerInitialize)
+        LLVMFuzzerInitialize(&argc, &argv);
     for (int d = 1; d < argc; d++) {
         struct dirent **names;
         int n = scandir(argv[d], &names, NULL, by_name);
