@@ -165,6 +165,15 @@ int tgl_cache_key(const char *backend, const char *target, const char *source, c
 
 /* ---- entries ------------------------------------------------------------------ */
 
+/* Whether the extent of n items of len bytes at off lies inside size
+ * bytes.  Written so that nothing can wrap: an offset near 2^64 plus a
+ * length used to wrap to a small sum and pass (found by the cache_entry
+ * fuzz target's contract check).  n * len < 2^32: n and len are 16-bit. */
+static bool extent_inside(uint64_t off, uint64_t n, uint64_t len, uint64_t size)
+{
+    return off <= size && n * len <= size - off;
+}
+
 /* Whether the file at fd is an ELF shared object whose program headers,
  * loaded segments and section headers all lie inside its size: a
  * truncated file fails this instead of crashing dlopen. */
@@ -178,15 +187,16 @@ static bool elf_whole(int fd)
     if (memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_type != ET_DYN ||
         eh.e_phentsize != sizeof(ElfW(Phdr)) || eh.e_phnum == 0 || eh.e_phnum > 64)
         return false;
-    if ((uint64_t)eh.e_phoff + (uint64_t)eh.e_phnum * eh.e_phentsize > size ||
-        (uint64_t)eh.e_shoff + (uint64_t)eh.e_shnum * eh.e_shentsize > size)
+    if (!extent_inside(eh.e_phoff, eh.e_phnum, eh.e_phentsize, size) ||
+        !extent_inside(eh.e_shoff, eh.e_shnum, eh.e_shentsize, size))
         return false;
     ElfW(Phdr) ph[64];
     size_t bytes = (size_t)eh.e_phnum * sizeof ph[0];
     if (pread(fd, ph, bytes, (off_t)eh.e_phoff) != (ssize_t)bytes)
         return false;
     for (int i = 0; i < eh.e_phnum; i++)
-        if (ph[i].p_type == PT_LOAD && (uint64_t)ph[i].p_offset + ph[i].p_filesz > size)
+        if (ph[i].p_type == PT_LOAD &&
+            (ph[i].p_offset > size || ph[i].p_filesz > size - ph[i].p_offset))
             return false;
     return true;
 }
