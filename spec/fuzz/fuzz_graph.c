@@ -9,7 +9,7 @@
  *   byte 1      linker (CVM, CVM_NOGC, VM) = b % 3
  *   byte 2      the number of steps, b % (MAX_STEPS + 1)
  *   then the steps, each an opcode byte b, by b % 9:
- *     0 input     dtype, ndim (0-3), bcast bits; the shape it is called
+ *     0 input     dtype, ndim (0-4), bcast bits; the shape it is called
  *                 with: a byte (0-3) per axis that is not broadcastable
  *     1 constant  dtype, ndim, a shape byte (0-3) per axis, a value
  *                 (VALUES[b % 12])
@@ -46,6 +46,7 @@
 #define MAX_STEPS 24
 #define MAX_NODES 40
 #define MAX_UPD 4
+#define MAX_RANK 4 /* conv2d and the pools take 4-d inputs */
 
 static const double VALUES[12] = {0.0, 1.0, -1.0, 0.5, 2.0, 3.0, -0.0, 1e30, -1e-30,
                                   NAN, INFINITY, -7.0};
@@ -65,7 +66,7 @@ typedef struct prog {
     tgl_node *node[MAX_NODES];
     int nnodes;
     tgl_node *input[MAX_NODES];    /* the symbolic inputs, in order     */
-    int64_t ishape[MAX_NODES][3];  /* the shape each is called with     */
+    int64_t ishape[MAX_NODES][MAX_RANK]; /* the shape each is called with */
     int nin;
     tgl_node *upd_var[MAX_UPD], *upd_expr[MAX_UPD];
     int nupd;
@@ -110,8 +111,8 @@ static tgl_node *pick(prog *g, reader *r)
 /* A small array: dtype, ndim and sizes from the program. */
 static tgl_status small_array(prog *g, reader *r, uint32_t bcast, tgl_array **out)
 {
-    int dtype = (int)(next(r) % 6), ndim = (int)(next(r) % 4);
-    int64_t shape[3];
+    int dtype = (int)(next(r) % 6), ndim = (int)(next(r) % (MAX_RANK + 1));
+    int64_t shape[MAX_RANK];
     for (int d = 0; d < ndim; d++)
         shape[d] = bcast >> d & 1 ? 1 : (int64_t)(next(r) % 4);
     return tgl_array_full(g->ctx, dtype, ndim, shape, VALUES[next(r) % 12], out);
@@ -124,7 +125,7 @@ static void step(prog *g, reader *r)
     unsigned opcode = next(r) % 9;
     switch (opcode) {
     case 0: { /* input */
-        tgl_type t = {(int32_t)(next(r) % 6), (int32_t)(next(r) % 4), 0};
+        tgl_type t = {(int32_t)(next(r) % 6), (int32_t)(next(r) % (MAX_RANK + 1)), 0};
         t.bcast = next(r) & ((1u << t.ndim) - 1);
         check(g, st = tgl_node_input(g->ctx, t, "x", &n), "tgl_node_input");
         if (!st && g->nin < MAX_NODES) {
@@ -138,7 +139,7 @@ static void step(prog *g, reader *r)
     case 1:
     case 2: { /* constant, shared */
         int shared = opcode == 2;
-        uint32_t bcast = shared ? next(r) & 7 : 0;
+        uint32_t bcast = shared ? next(r) & 15 : 0;
         tgl_array *a = NULL;
         check(g, st = small_array(g, r, bcast, &a), "tgl_array_full");
         if (st)

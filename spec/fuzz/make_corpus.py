@@ -148,6 +148,12 @@ def graph_programs():
         'eval_add': prog(0, 0, const(F32, (2, 3), 1), const(F32, (3,), 4),
                          [[8] + op('add') + [2, 0, 1, 0, 0, 0, 0]], apply('tanh', (2,)),
                          end((3,), ())),
+        # conv2d of a (1,1,3,3) input by a (1,1,2,2) shared kernel, 2x2 max pooling, grad
+        'conv_pool_grad': prog(0, 0, inp(F32, (1, 1, 3, 3), bcast=3), shared(F32, (1, 1, 2, 2), 3, bcast=3),
+                               apply('conv2d', (0, 1), ints=(1, 1, 0, 0, 1, 1, 1)),
+                               apply('max_pool2d', (2,), ints=(2, 2, 1, 1, 0, 0)),
+                               apply('sum', (3,), ints=(0, 1, 2, 3)), grad(4, (1,)),
+                               end((4, 5), (4,))),
         # the R-operator of tanh along v
         'rop_tanh': prog(0, 0, inp(F64, (2,)), inp(F64, (2,)), apply('tanh', (0,)),
                          [[5, 2, 0, 1, 0]], end((3,), (3, 1))),
