@@ -22,6 +22,28 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 /* Optional (weak): set-up before the first input, outside its time limit. */
 int LLVMFuzzerInitialize(int *argc, char ***argv) __attribute__((weak));
 
+/* Under AddressSanitizer (the fuzz build, the ASan test build): an
+ * allocation over 1 GiB fails (returns NULL) instead of being made, so
+ * that an input asking for a huge array, as a graph may (arange(0, 2^31)
+ * is 16 GiB), exercises tgl's out-of-memory error instead of exhausting
+ * the machine; libFuzzer's own limit (-malloc_limit_mb) is above it.
+ * ASAN_OPTIONS may still override these. */
+#if defined(__SANITIZE_ADDRESS__)
+#define TGL_FUZZ_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TGL_FUZZ_ASAN 1
+#endif
+#endif
+#ifdef TGL_FUZZ_ASAN
+/* weak: replay.c and the harness both include this header */
+__attribute__((weak)) const char *__asan_default_options(void);
+__attribute__((weak)) const char *__asan_default_options(void)
+{
+    return "allocator_may_return_null=1:max_allocation_size_mb=1024";
+}
+#endif
+
 /* Aborts with a message: a harness's own set-up failed (not a finding in
  * the code under test, but it must not pass silently either). */
 static inline void fuzz_die(const char *what)

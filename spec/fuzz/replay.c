@@ -11,6 +11,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 static int by_name(const struct dirent **a, const struct dirent **b)
@@ -39,6 +40,14 @@ static uint8_t *slurp(const char *path, size_t *size)
 int main(int argc, char **argv)
 {
     int total = 0;
+#ifndef TGL_FUZZ_ASAN
+    /* Without ASan (fuzz_common.h bounds single allocations there), the
+     * address space is bounded instead: an input asking for a huge array
+     * gets tgl's out-of-memory error, not the machine's memory. */
+    struct rlimit lim = {(rlim_t)8 << 30, (rlim_t)8 << 30};
+    if (setrlimit(RLIMIT_AS, &lim) != 0)
+        fprintf(stderr, "replay: cannot bound the address space: %s\n", strerror(errno));
+#endif
     if (LLVMFuzzerInitialize)
         LLVMFuzzerInitialize(&argc, &argv);
     for (int d = 1; d < argc; d++) {
