@@ -35,10 +35,11 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) __attribute__((weak));
 #define TGL_FUZZ_ASAN 1
 #endif
 #endif
-#ifdef TGL_FUZZ_ASAN
-/* weak: replay.c and the harness both include this header */
-__attribute__((weak)) const char *__asan_default_options(void);
-__attribute__((weak)) const char *__asan_default_options(void)
+/* Defined once, in the harness: replay.c (TGL_FUZZ_REPLAY) includes this
+ * header too.  Not weak: the sanitizer runtime's own default is weak. */
+#if defined(TGL_FUZZ_ASAN) && !defined(TGL_FUZZ_REPLAY)
+const char *__asan_default_options(void);
+const char *__asan_default_options(void)
 {
     return "allocator_may_return_null=1:max_allocation_size_mb=1024";
 }

@@ -6,6 +6,7 @@
  * once crashed.  A directory that does not exist counts as empty; a
  * crash, a sanitizer report or a harness's abort fails the run.
  */
+#define TGL_FUZZ_REPLAY 1 /* the harness defines what fuzz_common.h defines once */
 #include "fuzz_common.h"
 
 #include <dirent.h>
