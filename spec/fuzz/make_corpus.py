@@ -7,7 +7,9 @@ from spec/fixtures, which spec/fixtures/make_fixtures.py made with NumPy;
 a few more are written here by the same format rules).  The optional
 arguments are real kernel-cache entries (<key>.so from a tgl cache
 directory) for the cache_entry corpus.  The graph corpus is byte programs
-for fuzz_graph.c's decoder; see its comment for the encoding.
+for fuzz_graph.c's decoder; see its comment for the encoding.  Files
+named by a SHA-1 are inputs libFuzzer found and merged in
+(scripts/fuzz.sh TARGET SECONDS --merge); this script leaves them.
 """
 import gzip, io, os, struct, sys, zipfile
 
