@@ -22,6 +22,7 @@
 #include <luajit.h>
 #include <lualib.h>
 
+#include "args.h"
 #include "repl.h"
 #include "tgl.h"
 
@@ -223,21 +224,6 @@ void tgl_host_report(lua_State *L, int status)
 
 /* ---- Options ---------------------------------------------------------- */
 
-/* What the command line asked for; argv indexes point into argv. */
-typedef struct host {
-    int argc;
-    char **argv;
-    int script;       /* argv index of the script ("-" = stdin), 0 if none */
-    int interactive;  /* -i */
-    int version;      /* -v */
-    int cache;        /* --cache-info (1) or --cache-clear (2)              */
-    int calibrate;    /* --calibrate                                        */
-    int exec;         /* at least one -e */
-    int libs;         /* at least one -l */
-    int status;       /* the exit status, set by host_main */
-} host;
-
-enum { ARGS_OK, ARGS_HELP, ARGS_BAD };
 
 static void usage(FILE *f)
 {
@@ -258,57 +244,6 @@ static void usage(FILE *f)
           "and otherwise runs stdin as a script.  Script arguments are in the\n"
           "global 'arg' (arg[0] is the script) and in '...'.\n",
           f);
-}
-
-/* First pass over argv, as luajit's collectargs: validates the options and
- * finds the script; -e and -l run later, in order, once the state exists.
- * On ARGS_BAD, *bad names the offending argument and *why says what. */
-static int collect_args(host *h, const char **bad, const char **why)
-{
-    int i;
-    for (i = 1; i < h->argc; i++) {
-        const char *a = h->argv[i];
-        if (a[0] != '-' || a[1] == '\0') {  /* the script, or "-" for stdin */
-            h->script = i;
-            return ARGS_OK;
-        }
-        if (strcmp(a, "--") == 0) {
-            if (i + 1 < h->argc)
-                h->script = i + 1;
-            return ARGS_OK;
-        }
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0)
-            return ARGS_HELP;
-        if (strcmp(a, "--cache-info") == 0 || strcmp(a, "--cache-clear") == 0) {
-            h->cache = a[8] == 'i' ? 1 : 2;
-            continue;
-        }
-        if (strcmp(a, "--calibrate") == 0) {
-            h->calibrate = 1;
-            continue;
-        }
-        if (strcmp(a, "-i") == 0) {
-            h->interactive = 1;
-        } else if (strcmp(a, "-v") == 0) {
-            h->version = 1;
-        } else if (a[1] == 'e' || a[1] == 'l') {
-            if (a[1] == 'e')
-                h->exec = 1;
-            else
-                h->libs = 1;
-            /* the argument is attached ("-eprint(1)") or the next word */
-            if (a[2] == '\0' && ++i >= h->argc) {
-                *bad = a;
-                *why = "needs an argument";
-                return ARGS_BAD;
-            }
-        } else {
-            *bad = a;
-            *why = "is not a known option";
-            return ARGS_BAD;
-        }
-    }
-    return ARGS_OK;
 }
 
 /* --cache-info / --cache-clear: the kernel cache of a fresh context
@@ -514,18 +449,15 @@ static int run_loaded(lua_State *L, int load_status, int narg)
     return status;
 }
 
-/* -e and -l in command-line order (second pass over what collect_args
+/* -e and -l in command-line order (second pass over what host_collect_args
  * validated). */
 static int run_options(host *h, lua_State *L)
 {
-    int i, end = h->script ? h->script : h->argc;
-    for (i = 1; i < end; i++) {
-        const char *a = h->argv[i], *val;
+    int i = 1, kind;
+    const char *val;
+    while ((kind = host_next_option(h, &i, &val))) {
         int status;
-        if (a[0] != '-' || (a[1] != 'e' && a[1] != 'l'))
-            continue;
-        val = a[2] ? a + 2 : h->argv[++i];
-        if (a[1] == 'e') {
+        if (kind == 'e') {
             status = run_loaded(L, luaL_loadbuffer(L, val, strlen(val), "=(command line)"), 0);
         } else {
             status = require_global(L, val);
@@ -540,12 +472,9 @@ static int run_options(host *h, lua_State *L)
 /* The script at argv[h->script] with argv[h->script+1..] as `...`. */
 static int run_script(host *h, lua_State *L)
 {
-    const char *fname = h->argv[h->script];
+    const char *fname = host_script_name(h);
     int i, narg = h->argc - h->script - 1;
 
-    /* "-" is stdin unless it came after "--" (then it is a file named "-") */
-    if (strcmp(fname, "-") == 0 && strcmp(h->argv[h->script - 1], "--") != 0)
-        fname = NULL;
     luaL_checkstack(L, narg + 3, "too many arguments to script");
     for (i = h->script + 1; i < h->argc; i++)
         lua_pushstring(L, h->argv[i]);
@@ -613,7 +542,7 @@ int main(int argc, char **argv)
         fputs("tgl: no program name in argv\n", stderr);
         return 1;
     }
-    switch (collect_args(&h, &bad, &why)) {
+    switch (host_collect_args(&h, &bad, &why)) {
     case ARGS_HELP:
         usage(stdout);
         return 0;

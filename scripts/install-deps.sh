@@ -10,10 +10,13 @@ pkgs=(build-essential cmake pkg-config luajit libluajit-5.1-dev libopenblas-dev
 # there, tgl dlopens it and runs each product shape on whichever of
 # OpenBLAS and BLIS measured faster on the machine (src/cpu/gemm_pick.c).
 # The suite adds NumPy (interop fixtures), cmocka (C unit tests), tmux (the
-# REPL on a terminal), gzip (IDX files), and strace (what the REPL opens).
+# REPL on a terminal), gzip (IDX files), strace (what the REPL opens), and
+# clang with its runtime libraries (libFuzzer, the sanitizers: the fuzz
+# targets, scripts/fuzz.sh; clang only recommends libclang-rt-14-dev, which
+# --no-install-recommends leaves out, so it is named here).
 # Specs that need one fail without it in CI and under scripts/test.sh.
 if [ "${1:-}" = "--test" ]; then
-  pkgs+=(python3-numpy libcmocka-dev tmux gzip strace)
+  pkgs+=(python3-numpy libcmocka-dev tmux gzip strace clang libclang-rt-14-dev)
 fi
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"

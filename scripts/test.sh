@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The README's second command: installs what tgl and its tests need, builds,
 # and runs every test (C unit tests and busted specs, through ctest).
-# Usage: scripts/test.sh [--sanitize]   (--sanitize: ASan + UBSan build in build-asan/)
+# Usage: scripts/test.sh [--sanitize]   (--sanitize: ASan + UBSan build in build-asan/,
+#                                        then every fuzz target briefly: scripts/fuzz.sh --ci)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh --test
@@ -21,3 +22,8 @@ else
   scripts/build.sh "$dir" -DTGL_TESTS=ON
 fi
 ctest --test-dir "$dir" --output-on-failure -j"$(nproc)"
+if [ "${1:-}" = "--sanitize" ]; then
+  # libFuzzer with ASan and UBSan (clang, build-fuzz/): each target for a
+  # few seconds from its seed corpus; any crash, leak or timeout fails.
+  scripts/fuzz.sh --ci "${TGL_FUZZ_CI_SECONDS:-20}"
+fi

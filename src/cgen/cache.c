@@ -188,6 +188,15 @@ static void host_read(void)
     }
 }
 
+/* Whether the extent of n items of len bytes at off lies inside size
+ * bytes.  Written so that nothing can wrap: an offset near 2^64 plus a
+ * length used to wrap to a small sum and pass (found by the cache_entry
+ * fuzz target's contract check).  n * len < 2^32: n and len are 16-bit. */
+static bool extent_inside(uint64_t off, uint64_t n, uint64_t len, uint64_t size)
+{
+    return off <= size && n * len <= size - off;
+}
+
 /* Whether the file at fd is an ELF shared object for this machine (class,
  * byte order and e_machine of this process's own code: an entry built
  * for another architecture, in a cache directory shared between machines
@@ -207,17 +216,24 @@ static bool elf_whole(int fd)
         eh.e_type != ET_DYN ||
         eh.e_phentsize != sizeof(ElfW(Phdr)) || eh.e_phnum == 0 || eh.e_phnum > 64)
         return false;
-    if ((uint64_t)eh.e_phoff + (uint64_t)eh.e_phnum * eh.e_phentsize > size ||
-        (uint64_t)eh.e_shoff + (uint64_t)eh.e_shnum * eh.e_shentsize > size)
+    if (!extent_inside(eh.e_phoff, eh.e_phnum, eh.e_phentsize, size) ||
+        !extent_inside(eh.e_shoff, eh.e_shnum, eh.e_shentsize, size))
         return false;
     ElfW(Phdr) ph[64];
     size_t bytes = (size_t)eh.e_phnum * sizeof ph[0];
     if (pread(fd, ph, bytes, (off_t)eh.e_phoff) != (ssize_t)bytes)
         return false;
     for (int i = 0; i < eh.e_phnum; i++)
-        if (ph[i].p_type == PT_LOAD && (uint64_t)ph[i].p_offset + ph[i].p_filesz > size)
+        if (ph[i].p_type == PT_LOAD &&
+            (ph[i].p_offset > size || ph[i].p_filesz > size - ph[i].p_offset))
             return false;
     return true;
+}
+
+bool tgl_cache_entry_trusted(int fd)
+{
+    struct stat st;
+    return fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && elf_whole(fd);
 }
 
 /* Loads the shared object at path and finds symbol in it: the dlopen
@@ -244,7 +260,7 @@ static void *load_object(const char *path, const char *symbol, tgl_kernel_fn *fn
      * entries into place.  (Not through /proc/self/fd/N: the loader
      * matches names, so a later kernel opened under the same descriptor
      * number would get the first one's handle.) */
-    void *h = regular && elf_whole(fd) ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : NULL;
+    void *h = regular && tgl_cache_entry_trusted(fd) ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : NULL;
     void *sym = h ? dlsym(h, symbol) : NULL;
     if (!sym) {
         if (h)

@@ -90,6 +90,14 @@ const char *tgl_cache_host_target(void);
 int tgl_cache_key(const char *backend, const char *target, const char *source, const char *cc,
                   const char *version, const char *flags, char key[TGL_CACHE_KEY_HEX + 1]);
 
+/* Whether the open file fd may be handed to dlopen as a cache entry: a
+ * regular file holding an ELF shared object whose program headers, loaded
+ * segments and section headers lie inside its size (a truncated or
+ * garbage entry fails this instead of crashing dlopen).  The entry reader
+ * (tgl_cache_load, tgl_cache_load_file) decides with it; the fuzz target
+ * cache_entry (spec/fuzz) drives it. */
+bool tgl_cache_entry_trusted(int fd);
+
 /* Loads entry <dir>/<key>.so and finds symbol in it.  Returns the dlopen
  * handle (and *fn), or NULL when there is no entry; an entry that exists
  * but does not load (truncated, corrupt, not a regular file: a FIFO is

@@ -99,13 +99,12 @@ tgl_status tgl_idx_load(tgl_ctx *ctx, const char *path, tgl_array **out)
     size_t nbytes = (size_t)count * es, have = 0, cap = 0;
     unsigned char *raw = NULL;
     while (have < nbytes) {
-        size_t want = nbytes - have;
-        if (want > ((size_t)1 << 24))
-            want = (size_t)1 << 24;
-        if (have + want > cap) {
-            size_t nc = cap ? cap * 2 : ((size_t)1 << 20);
-            while (nc < have + want)
-                nc *= 2;
+        /* Full: double (from 64 KiB, at most to the claim), so that the
+         * buffer is never more than twice the bytes that arrived.  (It
+         * used to start at 16 MiB whatever the file held: a 20-byte
+         * corrupt file cost a 16 MiB allocation, found by fuzzing.) */
+        if (have == cap) {
+            size_t nc = cap ? cap * 2 : ((size_t)1 << 16);
             if (nc > nbytes)
                 nc = nbytes;
             unsigned char *nr = realloc(raw, nc);
@@ -117,6 +116,9 @@ tgl_status tgl_idx_load(tgl_ctx *ctx, const char *path, tgl_array **out)
             raw = nr;
             cap = nc;
         }
+        size_t want = cap - have;
+        if (want > ((size_t)1 << 24))
+            want = (size_t)1 << 24;
         int got = gzread(f, raw + have, (unsigned)want);
         if (got <= 0)
             break;
