@@ -90,6 +90,21 @@ static int user_level(lua_State *L)
     return 0;
 }
 
+/* Whether the innermost Lua frame (C frames skipped: ffi.gc, a C call
+ * tgl's Lua code makes) runs one of tgl's own Lua files. */
+static int in_tgl_source(lua_State *L)
+{
+    lua_Debug ar;
+
+    for (int level = 0; lua_getstack(L, level, &ar); level++) {
+        if (!lua_getinfo(L, "S", &ar))
+            return 0;
+        if (strcmp(ar.what, "C") != 0)
+            return is_tgl_source(ar.source);
+    }
+    return 0;
+}
+
 static void on_sigint_chunk(int sig);
 static void set_sigint(void (*handler)(int), int flags, struct sigaction *old);
 
@@ -103,13 +118,21 @@ static void set_sigint(void (*handler)(int), int flags, struct sigaction *old);
  * first did.  Until then the handler stays reset (SA_RESETHAND): a second
  * Ctrl-C that arrives before the first is delivered (a JIT-compiled loop
  * that never reaches the hook) kills the process.  An engine call that
- * sees the flag first fails with its own "interrupted" error; the hook
- * still runs at the next Lua instruction of that error's path (the first
- * after a compiled trace exits), so the error that propagates is this one
- * and the flag is cleared here either way. */
+ * sees the flag first fails with its own "interrupted" error and clears
+ * the flag (tgl_ctx_set_error); the hook then raises at once, on that
+ * error's path (no new array is in flight there: the call failed), so
+ * the error that propagates, and that a pcall catches, is this one. */
 static void stop_hook(lua_State *L, lua_Debug *ar)
 {
     (void)ar;
+    /* Not inside tgl's own Lua files: there an error between a C call
+     * that hands over a new array and the box that takes it (core.wrap)
+     * would leak the array.  The hook stays installed and fires again at
+     * the next instruction, call or return, so the interruption lands at
+     * the first instruction of the caller's code, or as soon as an
+     * engine call made meanwhile has reported it (the flag is 0 then). */
+    if (host_interrupt && in_tgl_source(L))
+        return;
     lua_sethook(L, NULL, 0, 0);
     host_interrupt = 0;
     set_sigint(on_sigint_chunk, (int)SA_RESETHAND, NULL);

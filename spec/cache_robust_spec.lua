@@ -140,9 +140,14 @@ end
 describe('an unwritable kernel cache', function()
   -- RLIMIT_FSIZE (SIGXFSZ ignored, as a process inherits it) makes every
   -- write past the limit fail with EFBIG, in tgl and in the compiler it
-  -- runs: no mount and no test hook needed.
+  -- runs: no mount and no test hook needed.  In a coverage build
+  -- (scripts/coverage.sh) the limit would also cut the process's gcov
+  -- counter files short and spoil every later merge into them:
+  -- GCOV_PREFIX sends this process's counters elsewhere (ignored by any
+  -- other build).
   local function limited(kb)
-    return ("trap '' XFSZ; ulimit -f %d;"):format(kb)
+    return ("trap '' XFSZ; ulimit -f %d; export GCOV_PREFIX=%s;"):format(
+      kb, quote(root .. '/gcov-discard'))
   end
 
   it('falls back with one warning when no kernel can be written (injected: 1 KiB files)', function()

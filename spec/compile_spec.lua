@@ -630,6 +630,15 @@ describe('lazy ifelse', function()
   local good = v * 2
   local M23 = tgl.zeros(2, 3, { dtype = 'float64' })
 
+  it('evaluated eagerly on arrays, picks the branch the condition names', function()
+    local a, b = f64 { 1, 2 }, f64 { 3, 4 }
+    assert.same({ 1, 2 }, tgl.ifelse(tgl.array(1), a, b):totable())
+    assert.same({ 3, 4 }, tgl.ifelse(tgl.array(0), a, b):totable())
+    assert.same({ 1, 2 }, tgl.ifelse(tgl.array(-0.5), a, b):totable())
+    assert.same({ 3, 4 }, tgl.ifelse(tgl.array(false), a, b):totable())
+    assert.has_error(function() tgl.ifelse(tgl.array({ 1, 0 }), a, b) end)
+  end)
+
   it('does not compute the branch not taken', function()
     for _, linker in ipairs({ 'cvm', 'cvm_nogc', 'vm' }) do
       local f = tgl.compile { inputs = { c, M, v }, outputs = tgl.ifelse(c, good, bad), linker = linker }

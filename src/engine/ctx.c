@@ -54,6 +54,11 @@ tgl_status tgl_ctx_set_error(tgl_ctx *ctx, tgl_status st, const char *fmt, ...)
         return st;
     ctx->nerrors++;
     ctx->last_status = st;
+    /* An interrupt reported as this error is delivered: the flag goes
+     * back to 0, so that the caller can go on calling (save a checkpoint)
+     * and the host's hook, seeing it consumed, raises nothing more. */
+    if (st == TGL_EINTERRUPT && ctx->interrupt)
+        *ctx->interrupt = 0;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(ctx->errmsg, sizeof ctx->errmsg, fmt, ap);
