@@ -836,6 +836,29 @@ static void one_hot_types_and_rejected_parameters(void **state)
 
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
+/* ------------------------------------------------------------------------ */
+/* ifelse (control) is lazy: only a compiled function runs it (the CVM     */
+/* jumps over the branch not taken); tgl_eval refuses it by name and says  */
+/* what to use on arrays, returning nothing.                                */
+/* ------------------------------------------------------------------------ */
+
+static void ifelse_is_refused_by_eager_evaluation(void **state)
+{
+    tgl_ctx *ctx = CTX;
+    const double one = 1;
+    tgl_array *c = mk(ctx, TGL_FLOAT64, 0, NULL, &one);
+    tgl_array *a = mk(ctx, TGL_FLOAT64, 1, SHAPE(2), VALS(1, 2));
+    tgl_array *b = mk(ctx, TGL_FLOAT64, 1, SHAPE(2), VALS(3, 4));
+    tgl_array *in[3] = {c, a, b}, *out = NULL;
+    tgl_params p = P0();
+    assert_int_not_equal(tgl_eval(ctx, op("ifelse"), 3, in, &p, &out), TGL_OK);
+    assert_non_null(strstr(tgl_ctx_error(ctx), "ifelse needs a graph (use tgl.switch on arrays)"));
+    assert_null(out);
+    tgl_array_release(c);
+    tgl_array_release(a);
+    tgl_array_release(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -879,6 +902,8 @@ int main(void)
         T(one_hot_sets_the_1_based_class_of_each_label),
         T(one_hot_rejects_labels_outside_the_classes),
         T(one_hot_types_and_rejected_parameters),
+        /* ifelse */
+        T(ifelse_is_refused_by_eager_evaluation),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
