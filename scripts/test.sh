@@ -25,5 +25,5 @@ ctest --test-dir "$dir" --output-on-failure -j"$(nproc)"
 if [ "${1:-}" = "--sanitize" ]; then
   # libFuzzer with ASan and UBSan (clang, build-fuzz/): each target for a
   # few seconds from its seed corpus; any crash, leak or timeout fails.
-  scripts/fuzz.sh --ci "${TGL_FUZZ_CI_SECONDS:-10}"
+  scripts/fuzz.sh --ci "${TGL_FUZZ_CI_SECONDS:-5}"
 fi
