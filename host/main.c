@@ -423,6 +423,11 @@ static int host_os_exit(lua_State *L)
     }
     /* store the kernels still compiling before the functions go */
     tgl_compile_wait_all();
+    /* leave a job of several processes (tgl.dist) with the exit status:
+     * a failing one ends the whole job, so the others do not wait for it */
+    tgl_dist_shutdown(lua_isnumber(L, 1)    ? (int)lua_tointeger(L, 1)
+                      : lua_isboolean(L, 1) ? !lua_toboolean(L, 1)
+                                            : 0);
     if (lua_toboolean(L, 2)) {
         /* the state is about to go: keep the SIGINT handler off it */
         signal(SIGINT, SIG_DFL);
@@ -624,6 +629,9 @@ int main(int argc, char **argv)
     /* Store the kernels still compiling (bounded by exit_wait) while the
      * functions that wait for them are alive: lua_close releases them. */
     tgl_compile_wait_all();
+    /* A job of several processes (tgl.dist): leave it cleanly, or, after
+     * an error, end it, so the others stop instead of waiting for us. */
+    tgl_dist_shutdown(h.status);
     lua_close(L);
     return h.status;
 }

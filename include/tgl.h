@@ -72,7 +72,9 @@ typedef enum tgl_status {
     TGL_EFORMAT,     /* a file's contents are corrupt or unsupported       */
     TGL_EINTERRUPT,  /* stopped by an interrupt (Ctrl-C)                   */
     TGL_EINTERNAL,   /* a bug in tgl: please report it                     */
-    TGL_EBUSY        /* a frame already running a call on another thread   */
+    TGL_EBUSY,       /* a frame already running a call on another thread   */
+    TGL_EDIST        /* a collective failed: the processes disagree, or one
+                        stopped answering (tgl.dist; the job cannot go on)  */
 } tgl_status;
 
 /* The six dtypes.  The order is part of the ABI. */
@@ -746,6 +748,73 @@ TGL_API void tgl_free(void *p);
 /* Reads an IDX file (MNIST's format), plain or gzip-compressed: uint8 data
  * loads as uint8, int8/int16/int32 as int32, floats as themselves. */
 TGL_API tgl_status tgl_idx_load(tgl_ctx *ctx, const char *path, tgl_array **out);
+
+/* ------------------------------------------------------------------------ */
+/* Collectives between processes (tgl.dist, doc/distributed.md)             */
+/* ------------------------------------------------------------------------ */
+
+/* Data parallelism over MPI (Open MPI).  A process started by mpirun (or
+ * srun) joins the job with tgl_dist_init; a process started alone runs as
+ * a job of one (rank 0 of 1) with or without MPI.  Ranks are 0-based here
+ * (Lua counts from 1).  Every collective is checked first: the processes
+ * exchange a short description of what they are about to do (the
+ * collective, its reduction, dtype and shape), so that a mismatch fails on
+ * every rank with TGL_EDIST naming each rank's side, never a corrupt
+ * result; a collective that has not completed after the timeout fails with
+ * TGL_EDIST too, and the job is then broken: every later collective fails
+ * at once and tgl_dist_shutdown ends the whole job. */
+
+/* Reductions of tgl_dist_allreduce and the allreduce op (p.i[0]). */
+typedef enum tgl_dist_op {
+    TGL_DIST_SUM = 0,
+    TGL_DIST_MEAN,   /* the sum divided by the number of processes (floats)  */
+    TGL_DIST_MAX,
+    TGL_DIST_MIN,
+    TGL_DIST_PROD
+} tgl_dist_op;
+
+/* 1 when tgl was built with MPI. */
+TGL_API int tgl_dist_available(void);
+/* How the process was started: the world size the launcher announces
+ * (mpirun's OMPI_COMM_WORLD_SIZE, PMI_SIZE, SLURM_NTASKS under srun), or
+ * 0 when no launcher started it. */
+TGL_API int tgl_dist_launched_size(void);
+/* Joins the job: MPI_Init when a launcher started the process, nothing
+ * otherwise (a job of one).  A second call changes nothing.  timeout_s
+ * (> 0) bounds every wait for the other processes; <= 0 keeps the
+ * default (TGL_DIST_TIMEOUT, else 300 s).  Fails (TGL_EDIST) in a tgl
+ * built without MPI that a launcher started with more than one process. */
+TGL_API tgl_status tgl_dist_init(tgl_ctx *ctx, double timeout_s);
+/* 1 after a successful tgl_dist_init. */
+TGL_API int tgl_dist_initialized(void);
+/* This process's rank (0-based) and the number of processes; 0 and 1
+ * before tgl_dist_init. */
+TGL_API int tgl_dist_rank(void);
+TGL_API int tgl_dist_size(void);
+/* Seconds a collective waits for the others before failing. */
+TGL_API double tgl_dist_timeout(void);
+/* Size in bytes of the gradient buckets the compiler groups allreduce
+ * ops into (doc/distributed.md); <= 0 restores the default
+ * (TGL_DIST_BUCKET_BYTES, else 1 MiB).  Read when a function is compiled. */
+TGL_API void tgl_dist_set_bucket_bytes(int64_t bytes);
+TGL_API int64_t tgl_dist_bucket_bytes(void);
+/* Waits until every process has called it. */
+TGL_API tgl_status tgl_dist_barrier(tgl_ctx *ctx);
+/* a = the reduction of every process's a, in place (a may be a strided
+ * view, on any device).  float32, float64, int32, int64 (MEAN: floats). */
+TGL_API tgl_status tgl_dist_allreduce(tgl_ctx *ctx, tgl_array *a, int op);
+/* a = root's a on every process, in place (any dtype). */
+TGL_API tgl_status tgl_dist_broadcast(tgl_ctx *ctx, tgl_array *a, int root);
+/* A new array (size, ...a's shape) holding every process's a in rank
+ * order (any dtype; every a must have the same shape). */
+TGL_API tgl_status tgl_dist_allgather(tgl_ctx *ctx, const tgl_array *a, tgl_array **out);
+/* Ends this process's part in the job at exit: status 0 leaves it
+ * cleanly (MPI_Finalize) unless the job is broken; otherwise, with MPI
+ * initialised, it aborts the whole job (MPI_Abort), so that the other
+ * processes stop instead of waiting for this one.  The tgl host calls it;
+ * a program embedding tgl calls it before exit (an atexit handler left by
+ * tgl_dist_init finalizes a job that is still running, as status 0). */
+TGL_API void tgl_dist_shutdown(int status);
 
 /* ------------------------------------------------------------------------ */
 /* Build information                                                        */

@@ -3,8 +3,8 @@
 # checked on the source text (no build needed; CI runs it first):
 #
 #   engine   no file under src/engine includes a header of src/cgen,
-#            src/cpu, src/cuda, src/sim, src/scan or src/rop, or names one of their
-#            symbols: a name with their prefix (tgl_cgen_, tgl_cpu_,
+#            src/cpu, src/cuda, src/sim, src/scan, src/rop or src/dist, or names one of their
+#            symbols: a name with their prefix (tgl_cgen_, tgl_cpu_, tgl_dist_,
 #            tgl_cuda_, tgl_sim_, tgl_scan_, tgl_rop_), a function or object their
 #            headers declare, or one their .c files define for other files.
 #            Features and backends plug in through tables (the op catalog,
@@ -31,7 +31,7 @@ root=${1:-$(cd "$(dirname "$0")/.." && pwd)}
 cd "$root"
 exec perl -e '
 use strict; use warnings;
-my %feature = map { $_ => 1 } qw(cgen cpu cuda sim scan rop);
+my %feature = map { $_ => 1 } qw(cgen cpu cuda sim scan rop dist);
 my @backends = qw(cpu cuda sim);
 
 # The file as code: comments and string/char literals blanked, newlines

@@ -64,6 +64,8 @@ M.INTERNAL_OPS = {
   output = 'the values of multi-output nodes',
   fused = 'the fuse stage of the compiler',
   rop_direction = 'tgl.Rop puts it in front of each direction',
+  allreduce_start = 'the bucket stage of the compiler (tgl.allreduce in a FAST_RUN function)',
+  allreduce_wait = 'the bucket stage of the compiler (tgl.allreduce in a FAST_RUN function)',
   max_pool2d_grad = "max_pool2d's pullback (and the gather's)",
   avg_pool2d_grad = "avg_pool2d's pullback",
   max_pool2d_gather = "max_pool2d's tangent: the pullback of max_pool2d_grad",
@@ -692,6 +694,24 @@ end
 function M.softmax(x, axis)
   x = floaty('softmax', tensorize('softmax', x))
   return apply('softmax', 'softmax', { x }, 1, { i = { last_axis('softmax', x, axis) } })
+end
+
+-- tgl.allreduce(x, {op = 'sum' | 'mean' | 'max' | 'min' | 'prod'}) (or the
+-- op's name alone): x reduced over every process of the job (tgl.dist),
+-- as a graph op, so a compiled step reduces its gradients without leaving
+-- the CVM; on arrays it runs at once.  Its gradient is the same allreduce
+-- of the incoming gradient (sum and mean).  doc/distributed.md.
+local ALLREDUCE_OPTIONS = { op = 'string' }
+function M.allreduce(x, opts)
+  if type(opts) == 'string' then opts = { op = opts } end
+  opts = core.check_options('allreduce', opts, ALLREDUCE_OPTIONS)
+  local OPS = require('tgl.dist').OPS
+  local op = OPS[opts.op or 'sum']
+  if not op then
+    argerror('allreduce', "op must be 'sum', 'mean', 'max', 'min' or 'prod', got '%s'", opts.op)
+  end
+  x = tensorize('allreduce', x)
+  return apply('allreduce', 'allreduce', { x }, 1, { i = { op } })
 end
 
 function M.log_softmax(x, axis)

@@ -151,6 +151,9 @@ tgl.save = io_.save
 tgl.load = io_.load
 tgl.io = { save = io_.save, load = io_.load, read_idx = require('tgl.idx').read_idx }
 
+-- processes working together (doc/distributed.md)
+tgl.dist = require 'tgl.dist'
+
 -- devices (doc/devices.md)
 local MEM_STATS = { 'allocated', 'reserved', 'peak', 'n_allocs', 'n_frees', 'n_cache_hits',
                     'n_driver_allocs', 'n_ooms' }

@@ -52,6 +52,13 @@
 #define CUDA_KERNEL_output NULL        /* runs nothing: its node's instruction writes it */
 #define CUDA_KERNEL_fused NULL         /* the engine runs it (engine/ops/fused.c) */
 #define CUDA_KERNEL_rop_direction NULL /* a view */
+/* Collectives between GPUs need NCCL (doc/distributed.md): not yet.  A
+ * compiled step with an allreduce on cuda fails at compile time naming
+ * the op; tgl.dist's eager collectives on cuda arrays go through host
+ * memory. */
+#define CUDA_KERNEL_allreduce NULL
+#define CUDA_KERNEL_allreduce_start NULL
+#define CUDA_KERNEL_allreduce_wait NULL
 
 #define ENTRY(ID, name, impl, ...) [TGL_OP_##ID] = CUDA_KERNEL_##impl,
 static const tgl_op_kernel *const kernels[TGL_NOPS] = {TGL_OPS(ENTRY)};

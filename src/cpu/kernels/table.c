@@ -6,6 +6,7 @@
  * name), so an op cannot be added and its CPU kernel forgotten silently.
  */
 #include "cpu/kernels/kernels.h"
+#include "dist/dist.h"
 
 #define CPU_KERNEL_elemwise &tgl_cpu_kernel_elemwise
 #define CPU_KERNEL_reduce &tgl_cpu_kernel_reduce
@@ -47,6 +48,10 @@
 #define CPU_KERNEL_output NULL        /* runs nothing: its node's instruction writes it */
 #define CPU_KERNEL_fused NULL         /* the engine runs it (engine/ops/fused.c) */
 #define CPU_KERNEL_rop_direction NULL /* a view */
+/* the collectives' kernels on host memory are src/dist's */
+#define CPU_KERNEL_allreduce &tgl_dist_kernel_allreduce
+#define CPU_KERNEL_allreduce_start &tgl_dist_kernel_allreduce_start
+#define CPU_KERNEL_allreduce_wait &tgl_dist_kernel_allreduce_wait
 
 #define ENTRY(ID, name, impl, ...) [TGL_OP_##ID] = CPU_KERNEL_##impl,
 static const tgl_op_kernel *const kernels[TGL_NOPS] = {TGL_OPS(ENTRY)};

@@ -34,6 +34,7 @@ static const char *const family_name[] = {
     [TGL_FAM_BLAS] = "blas",         [TGL_FAM_SHAPE] = "shape",
     [TGL_FAM_SUBTENSOR] = "subtensor", [TGL_FAM_NNET] = "nnet",
     [TGL_FAM_CONTROL] = "control",   [TGL_FAM_FUSED] = "fused",
+    [TGL_FAM_COMM] = "comm",
 };
 
 static const char *yes(bool b)

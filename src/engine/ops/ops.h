@@ -5,7 +5,8 @@
  * from it.  Each family file (elemwise.c, reduce.c, blas.c, gemm.c, shape.c,
  * subtensor.c, nnet.c, classxent.c, conv.c, pool.c, batch_norm.c, control.c, fused.c) defines one
  * implementation (tgl_opimpl) per kind of op it owns, named tgl_impl_<impl>
- * (features define theirs: scan in src/scan, rop_direction in src/rop).
+ * (features define theirs: scan in src/scan, rop_direction in src/rop,
+ * the collectives in src/dist).
  *
  * The two property columns are what the rest of the engine and the
  * features may ask about an op without naming it; every line must state
@@ -272,7 +273,14 @@ typedef enum tgl_push_kind {
     _(FUSED, "fused", fused, MAP, PULLBACK, "y0, y1, ... = the outputs of the fused program (payload) on the inputs") \
     /* forward mode (src/rop): a direction, checked when it runs */                                 \
     _(ROP_DIRECTION, "rop_direction", rop_direction, PASS0, OWN,                                    \
-      "y = v once it has the shape of wrt (input 2); else an error naming p.i")
+      "y = v once it has the shape of wrt (input 2); else an error naming p.i")                     \
+    /* collectives between processes (src/dist): p.i[0] a tgl_dist_op */                           \
+    _(ALLREDUCE, "allreduce", allreduce, LIKE0, LINEAR(IN0),                                        \
+      "y = x reduced over every process (sum, mean, max, min, prod: p.i[0])")                       \
+    _(ALLREDUCE_START, "allreduce_start", allreduce_start, SHAPES, NONE,                            \
+      "y = the inputs packed into one bucket, whose reduction starts now (p.i: op, bucket, buckets)") \
+    _(ALLREDUCE_WAIT, "allreduce_wait", allreduce_wait, SHAPES, NONE,                               \
+      "y0, y1, ... = bucket p.i[2]'s reduction (it waits), unpacked like inputs buckets..")
 
 enum {
 #define TGL_OP_ENUM(ID, ...) TGL_OP_##ID,
@@ -289,7 +297,8 @@ typedef enum tgl_op_family {
     TGL_FAM_SUBTENSOR,
     TGL_FAM_NNET,
     TGL_FAM_CONTROL,
-    TGL_FAM_FUSED
+    TGL_FAM_FUSED,
+    TGL_FAM_COMM
 } tgl_op_family;
 
 /* The op parameters' flags (TGL_IDX_*, TGL_INC_SET, TGL_REDUCE_KEEPDIMS)
@@ -298,6 +307,8 @@ typedef enum tgl_op_family {
 
 /* Op flags (tgl_opimpl.flags). */
 #define TGL_OPF_LAZY 1u      /* inputs 2.. are evaluated on demand (ifelse) */
+#define TGL_OPF_EFFECT 2u    /* acts outside the process (a collective): never
+                                folded into a constant at compile time */
 
 typedef struct tgl_opimpl {
     int family;

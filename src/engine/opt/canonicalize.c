@@ -55,8 +55,9 @@
 static tgl_node *constant_fold(tgl_rewriter *rw, tgl_node *n)
 {
     const tgl_opimpl *impl = tgl_op_impl(n->op);
-    if (impl->flags & TGL_OPF_LAZY || n->nin == 0 || (!impl->view && !impl->shape))
-        return NULL; /* lazy, a leaf, or multi-output (fused, scan) */
+    if (impl->flags & (TGL_OPF_LAZY | TGL_OPF_EFFECT) || n->nin == 0 ||
+        (!impl->view && !impl->shape))
+        return NULL; /* lazy, a collective, a leaf, or multi-output (fused, scan) */
     tgl_array *in[16];
     if (n->nin > 16)
         return NULL;
