@@ -268,19 +268,61 @@ static int cand_cmp(const void *a, const void *b)
     return x->pos < y->pos ? -1 : x->pos > y->pos;
 }
 
-/* Bytes of x when its shape is known now (a shared variable's gradient has
- * the variable's shape: looked for through shape-preserving steps), else 0. */
-static int64_t known_bytes(tgl_node *x)
+/* Sizes of the allreduces' values, from the shared variables and
+ * constants they provably share a shape with: elementwise ops tie an
+ * operand of the result's exact type (the same rank and broadcast pattern,
+ * so the same shape) to the result, and an allreduce its input; a
+ * gradient meets its parameter in the update (W - lr * allreduce(g)).
+ * A union-find over positions in the order; bytes[root] the first value's
+ * size found in the class, 0 when none (the shape is known only at run
+ * time). */
+static int32_t uf_find(int32_t *up, int32_t i)
 {
-    tgl_node *cls[TGL_SHAPE_CLASS_MAX];
-    int m = tgl_shape_class(x, cls, TGL_SHAPE_CLASS_MAX);
-    for (int i = 0; i < m; i++) {
-        const tgl_array *v = cls[i]->value;
-        if ((cls[i]->kind == TGL_NODE_SHARED || cls[i]->kind == TGL_NODE_CONSTANT) && v &&
-            v->ndim == x->type.ndim)
-            return v->size * (int64_t)tgl_dtype_size(v->dtype_id);
+    while (up[i] != i) {
+        up[i] = up[up[i]];
+        i = up[i];
     }
-    return 0;
+    return i;
+}
+
+static tgl_status class_bytes(tgl_ctx *ctx, tgl_node **order, size_t count, int32_t **up_out,
+                              int64_t **bytes_out, tgl_node_map *pos)
+{
+    int32_t *up = malloc(sizeof *up * (count ? count : 1));
+    int64_t *bytes = calloc(count ? count : 1, sizeof *bytes);
+    if (!up || !bytes) {
+        free(up);
+        free(bytes);
+        return tgl_ctx_set_error(ctx, TGL_ENOMEM, "allreduce buckets: out of memory");
+    }
+    for (size_t i = 0; i < count; i++)
+        up[i] = (int32_t)i;
+    for (size_t i = 0; i < count; i++) {
+        tgl_node *n = order[i];
+        if (n->kind != TGL_NODE_APPLY)
+            continue;
+        bool elem = tgl_op_impl(n->op)->family == TGL_FAM_ELEMWISE || n->op == TGL_OP_ALLREDUCE;
+        for (int k = 0; elem && k < n->nin; k++) {
+            if (!tgl_type_eq(n->in[k]->type, n->type))
+                continue;
+            int32_t a = uf_find(up, (int32_t)i);
+            int32_t b = uf_find(up, (int32_t)tgl_node_map_geti(pos, n->in[k], (int64_t)i));
+            up[a] = b;
+        }
+    }
+    for (size_t i = 0; i < count; i++) {
+        const tgl_node *n = order[i];
+        const tgl_array *v = n->value;
+        if ((n->kind == TGL_NODE_SHARED || n->kind == TGL_NODE_CONSTANT) && v &&
+            v->ndim == n->type.ndim) {
+            int32_t r = uf_find(up, (int32_t)i);
+            if (!bytes[r])
+                bytes[r] = v->size * (int64_t)tgl_dtype_size(v->dtype_id);
+        }
+    }
+    *up_out = up;
+    *bytes_out = bytes;
+    return TGL_OK;
 }
 
 static tgl_status bucket_stage(tgl_ctx *ctx, int nroots, tgl_node **roots)
@@ -300,15 +342,25 @@ static tgl_status bucket_stage(tgl_ctx *ctx, int nroots, tgl_node **roots)
         return TGL_OK;
     }
     bool alone = tgl_dist_initialized() && tgl_dist_world_size() == 1;
-    tgl_node_map depth, tainted, map;
+    tgl_node_map depth = {0}, tainted = {0}, map = {0}, pos = {0};
+    int32_t *up = NULL;
+    int64_t *cbytes = NULL;
     cand *c = calloc(ncand, sizeof *c);
     tgl_node **ins = NULL;
     bool maps = !tgl_node_map_init(ctx, &depth);
     maps = maps && !tgl_node_map_init(ctx, &tainted);
     maps = maps && !tgl_node_map_init(ctx, &map);
+    maps = maps && !tgl_index_order(ctx, order, count, &pos);
+    maps = maps && !class_bytes(ctx, order, count, &up, &cbytes, &pos);
     if (!c || !maps) {
         free(c);
         free(order);
+        free(up);
+        free(cbytes);
+        tgl_node_map_free(&depth);
+        tgl_node_map_free(&tainted);
+        tgl_node_map_free(&map);
+        tgl_node_map_free(&pos);
         return tgl_ctx_set_error(ctx, TGL_ENOMEM, "allreduce buckets: out of memory");
     }
     /* Depth of every node (the longest path from a leaf), and whether an
@@ -333,13 +385,14 @@ static tgl_status bucket_stage(tgl_ctx *ctx, int nroots, tgl_node **roots)
                 c[nc].n = n;
                 c[nc].depth = d;
                 c[nc].pos = (int64_t)i;
-                c[nc].bytes = known_bytes(n->in[0]);
+                c[nc].bytes = cbytes[uf_find(up, (int32_t)i)];
                 nc++;
             }
         }
     }
     qsort(c, nc, sizeof *c, cand_cmp);
-    /* Buckets: runs of one (op, dtype), cut at the size limit. */
+    /* Buckets: runs of one (op, dtype), cut at the size limit; a value
+     * whose size is known only at run time counts as a quarter bucket. */
     int64_t limit = tgl_dist_bucket_bytes();
     int nb = 0;
     int *first = calloc(nc + 1, sizeof *first); /* bucket b is c[first[b] .. first[b+1]) */
@@ -352,7 +405,7 @@ static tgl_status bucket_stage(tgl_ctx *ctx, int nroots, tgl_node **roots)
             first[nb++] = (int)i;
             acc = 0;
         }
-        acc += (size_t)(c[i].bytes > 0 ? c[i].bytes : 0);
+        acc += (size_t)(c[i].bytes > 0 ? c[i].bytes : limit / 4 + 1);
     }
     if (first)
         first[nb] = (int)nc;
@@ -420,6 +473,9 @@ static tgl_status bucket_stage(tgl_ctx *ctx, int nroots, tgl_node **roots)
     tgl_node_map_free(&depth);
     tgl_node_map_free(&tainted);
     tgl_node_map_free(&map);
+    tgl_node_map_free(&pos);
+    free(up);
+    free(cbytes);
     return st;
 }
 
