@@ -5,7 +5,10 @@
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config luajit libluajit-5.1-dev libopenblas-dev
       lua-busted libedit-dev zlib1g-dev libssl-dev libtcc-dev tcc dataset-fashion-mnist
-      fortunes libblis4)
+      fortunes libblis4 libopenmpi-dev openmpi-bin)
+# Open MPI (libopenmpi-dev to build tgl.dist, openmpi-bin for mpirun):
+# data parallelism between processes (doc/distributed.md); a build without
+# it still runs every script as a job of one process.
 # libblis4 (BLIS) is optional: tgl builds and runs without it; when it is
 # there, tgl dlopens it and runs each product shape on whichever of
 # OpenBLAS and BLIS measured faster on the machine (src/cpu/gemm_pick.c).

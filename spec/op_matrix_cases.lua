@@ -435,6 +435,17 @@ other { op = 'ifelse', dtypes = M.ALL, wrt = { 2, 3 },
 other { op = 'class_xent', dtypes = { 'float64' }, eager = false,
         fn = function(h, wc, ws, c, t, o) return raw('class_xent', { h, wc, ws, c, t, o }) end,
         samples = { { { 3, 4 }, { 3, 4 }, { 5, 4 }, I({ 1, 3, 2 }), I({ 2, 3, 5 }), I({ 1, 1, 2, 3, 3 }) } } }
+-- In a process that has not joined a job (tgl.dist) allreduce is the
+-- identity, but it stays in the program (FAST_RUN: as bucket ops).
+other { op = 'allreduce', dtypes = { 'float32', 'float64', 'int32', 'int64' },
+        fn = function(x) return tgl.allreduce(x, 'sum') end,
+        samples = { { { 3, 4 } }, { {} }, { { 0, 2 } } } }
+other { op = 'allreduce', desc = 'mean', dtypes = M.FLOATS,
+        fn = function(x) return tgl.allreduce(x, { op = 'mean' }) end,
+        samples = { { { 2, 3, 2 } } } }
+other { op = 'allreduce', desc = 'max', dtypes = { 'float32', 'float64', 'int32', 'int64' }, grad = false,
+        fn = function(x) return tgl.allreduce(x, 'max') end,
+        samples = { { { 5 } } } }
 
 -- Internal ops, built by the engine from a public op: the spec checks that
 -- the program (FAST_RUN, or the unoptimised graph) of `build` holds the op;
@@ -477,6 +488,14 @@ M.COVERED = {
     local h, wc, ws = tgl.dmatrix('h'), tgl.dmatrix('wc'), tgl.dmatrix('ws')
     local c, t, o = tgl.lvector('c'), tgl.lvector('t'), tgl.lvector('o')
     return { h, wc, ws, c, t, o }, tgl.grad(tgl.sum(raw('class_xent', { h, wc, ws, c, t, o })), h) end },
+  allreduce_start = { via = "allreduce's entries (FAST_RUN groups a function's allreduces into buckets)",
+    build = function()
+      local x = tgl.dmatrix('x')
+      return { x }, tgl.allreduce(tgl.sqr(x), 'sum') * 2 end },
+  allreduce_wait = { via = "allreduce's entries (FAST_RUN groups a function's allreduces into buckets)",
+    build = function()
+      local x = tgl.dmatrix('x')
+      return { x }, tgl.allreduce(tgl.sqr(x), 'sum') * 2 end },
   rop_direction = { via = 'every Rop check of this matrix (tgl.Rop puts it in front of each direction)',
     graph = true, build = function()
       local x, v = tgl.dmatrix('x'), tgl.dmatrix('v')

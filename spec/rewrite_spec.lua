@@ -750,6 +750,38 @@ case { rule = 'scan_share_states', what = 'the backward scan reads the forward s
   check_off = function(text) return text:find('concatenate', 1, true) ~= nil end,
   check_on = function(text) return text:find('concatenate', 1, true) == nil end }
 
+-- In a process that has not joined a job (tgl.dist), the allreduces stay
+-- in the program (as the identity): the stage groups them into buckets,
+-- started in the order the backward pass produces their gradients and
+-- waited for by the updates.
+do
+  local W1 = tgl.shared(tgl.randn({ 4, 3 }, { dtype = 'float64' }), 'ar_W1')
+  local W2 = tgl.shared(tgl.randn({ 3, 2 }, { dtype = 'float64' }), 'ar_W2')
+  case { rule = 'allreduce_buckets', what = 'allreduces become buckets: start, then wait',
+    vars = { X }, args = function() return { rd(5, 4) } end,
+    build = function(x)
+      local cost = tgl.sum(tgl.tanh(x:dot(W1)):dot(W2) ^ 2)
+      local g1, g2 = unpack(tgl.grad(cost, { W1, W2 }))
+      return { tgl.allreduce(g1, 'mean') * 2, tgl.allreduce(g2, 'sum') }
+    end,
+    ref = function(x) -- the same gradients without allreduce (a job of one)
+      local cost = tgl.sum(tgl.tanh(X:dot(W1)):dot(W2) ^ 2)
+      local g1, g2 = unpack(tgl.grad(cost, { W1, W2 }))
+      local f = tgl.compile { inputs = { X }, outputs = { g1 * 2, g2 }, mode = 'FAST_COMPILE' }
+      return { f(x) }
+    end,
+    view = 'program', on = { 'allreduce_start', 'allreduce_wait' }, off = { 'allreduce' },
+    -- sum and mean never share a bucket: two of each
+    count = { allreduce_start = { 2, 0 }, allreduce_wait = { 2, 0 } },
+    -- the start of the last layer's bucket (sum, W2) comes first
+    check_on = function(text)
+      local s1 = text:find('allreduce_start', 1, true)
+      local s2 = text:find('allreduce_start', s1 + 1, true)
+      local w1 = text:find('allreduce_wait', 1, true)
+      return s1 and s2 and w1 and s2 < w1
+    end }
+end
+
 -- ---------------------------------------------------------------------------
 
 describe('rewrite rules', function()
@@ -771,7 +803,8 @@ describe('rewrite rules', function()
   end)
 
   it('lists the rules by stage, in driver order', function()
-    local stages, order = {}, { canonicalize = 1, stabilize = 2, scan = 3, specialize = 4, fuse = 5 }
+    local stages, order = {}, { canonicalize = 1, stabilize = 2, scan = 3, dist = 4, specialize = 5,
+                                fuse = 6 }
     local last = 0
     for _, r in ipairs(tgl.rules()) do
       assert.is_not_nil(order[r.stage], 'unknown stage ' .. r.stage)
@@ -779,8 +812,8 @@ describe('rewrite rules', function()
       last = order[r.stage]
       stages[r.stage] = true
     end
-    assert.are.same({ canonicalize = true, stabilize = true, scan = true, specialize = true,
-                      fuse = true }, stages)
+    assert.are.same({ canonicalize = true, stabilize = true, scan = true, dist = true,
+                      specialize = true, fuse = true }, stages)
   end)
 
   local names = {}

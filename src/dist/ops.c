@@ -254,15 +254,22 @@ typedef struct cand {
     tgl_node *n;     /* the allreduce */
     int64_t depth;   /* of its input */
     int64_t pos;     /* in the order (ties) */
-    int64_t bytes;   /* an estimate: the input's static size when known, else 0 */
+    int64_t bytes;   /* the value's size when known at compile time, else 0 */
+    int bucket;      /* assigned in production order */
 } cand;
 
+/* A bucket holds one reduction of one dtype. */
+static int cand_key(const cand *x)
+{
+    return (int)x->n->p.i[0] * 16 + x->n->type.dtype;
+}
+
+/* By bucket (once assigned), then production order. */
 static int cand_cmp(const void *a, const void *b)
 {
     const cand *x = a, *y = b;
-    int kx = (int)x->n->p.i[0] * 16 + x->n->type.dtype, ky = (int)y->n->p.i[0] * 16 + y->n->type.dtype;
-    if (kx != ky)
-        return kx < ky ? -1 : 1;
+    if (x->bucket != y->bucket)
+        return x->bucket < y->bucket ? -1 : 1;
     if (x->depth != y->depth)
         return x->depth < y->depth ? -1 : 1;
     return x->pos < y->pos ? -1 : x->pos > y->pos;
@@ -390,25 +397,42 @@ static tgl_status bucket_stage(tgl_ctx *ctx, int nroots, tgl_node **roots)
             }
         }
     }
-    qsort(c, nc, sizeof *c, cand_cmp);
-    /* Buckets: runs of one (op, dtype), cut at the size limit; a value
-     * whose size is known only at run time counts as a quarter bucket. */
+    /* Buckets in production order: each (reduction, dtype) fills its own
+     * open bucket, which closes when it reaches the size limit; a value
+     * whose size is known only at run time counts as a quarter bucket.
+     * Then the candidates are sorted by bucket: runs first[b]..first[b+1]. */
+    qsort(c, nc, sizeof *c, cand_cmp); /* every bucket 0 yet: production order */
     int64_t limit = tgl_dist_bucket_bytes();
-    int nb = 0;
-    int *first = calloc(nc + 1, sizeof *first); /* bucket b is c[first[b] .. first[b+1]) */
-    if (!first && nc)
+    int nb = 0, nopen = 0;
+    int *first = calloc(nc + 1, sizeof *first);
+    int *open_key = calloc(nc + 1, sizeof *open_key), *open_b = calloc(nc + 1, sizeof *open_b);
+    int64_t *open_acc = calloc(nc + 1, sizeof *open_acc);
+    if (!first || !open_key || !open_b || !open_acc)
         st = tgl_ctx_set_error(ctx, TGL_ENOMEM, "allreduce buckets: out of memory");
-    for (size_t i = 0, acc = 0; i < nc && !st; i++) {
-        bool cut = i == 0 || cand_cmp(&(cand){c[i].n, 0, 0, 0}, &(cand){c[i - 1].n, 0, 0, 0}) != 0 ||
-                   (int64_t)acc >= limit;
-        if (cut) {
-            first[nb++] = (int)i;
-            acc = 0;
+    for (size_t i = 0; i < nc && !st; i++) {
+        int key = cand_key(&c[i]), j = 0;
+        while (j < nopen && open_key[j] != key)
+            j++;
+        if (j == nopen || open_acc[j] >= limit) {
+            if (j == nopen)
+                nopen++;
+            open_key[j] = key;
+            open_b[j] = nb++;
+            open_acc[j] = 0;
         }
-        acc += (size_t)(c[i].bytes > 0 ? c[i].bytes : limit / 4 + 1);
+        c[i].bucket = open_b[j];
+        open_acc[j] += c[i].bytes > 0 ? c[i].bytes : limit / 4 + 1;
     }
-    if (first)
+    free(open_key);
+    free(open_b);
+    free(open_acc);
+    if (!st) {
+        qsort(c, nc, sizeof *c, cand_cmp);
+        for (size_t i = 0; i < nc; i++)
+            if (i == 0 || c[i].bucket != c[i - 1].bucket)
+                first[c[i].bucket] = (int)i;
         first[nb] = (int)nc;
+    }
     tgl_node **tokens = nb ? calloc((size_t)nb, sizeof *tokens) : NULL;
     ins = calloc(nc + (size_t)nb + 1, sizeof *ins);
     if (!st && nb && (!tokens || !ins))

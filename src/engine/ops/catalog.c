@@ -53,7 +53,9 @@ const char *tgl_op_property(int op, const char *key)
     if (strcmp(key, "rop") == 0)
         return d->rop_word;
     if (strcmp(key, "family") == 0)
-        return m->family >= 0 && m->family <= TGL_FAM_FUSED ? family_name[m->family] : NULL;
+        return m->family >= 0 && m->family < (int)(sizeof family_name / sizeof *family_name)
+                   ? family_name[m->family]
+                   : NULL;
     if (strcmp(key, "grad") == 0)
         return yes(m->grad || m->grad_n);
     if (strcmp(key, "rop_hook") == 0)
