@@ -8,6 +8,17 @@
 --
 --   tgl examples/mlp_fashion.lua [--epochs N] [--lr R] [--batch B] [--hidden H]
 --                                [--seed S] [--threads T] [--target A] [--data DIR] [--out DIR]
+--   mpirun -np P tgl examples/mlp_fashion.lua --distributed [options]
+--
+-- --distributed (tgl.dist, data parallelism): the same training over P
+-- processes with the same global minibatch of B: each process computes
+-- the cost and gradients of its shard of each minibatch (tgl.dist.shard:
+-- B/P rows), and the compiled function all-reduces the gradients
+-- (tgl.allreduce, inside the step) before the update, so every process
+-- applies the global minibatch's gradient and the weights stay
+-- identical; the test accuracy is counted over shards of the test set.
+-- Rank 1 alone prints and writes the files.  Threads default to the
+-- cores shared out among the processes of one machine.
 --
 -- Defaults: 10 epochs, batch 32, learning rate 0.1 decaying linearly per
 -- epoch (lr * (1 - (epoch - 1) / epochs)); 87.7% test accuracy (87.3-87.7%
@@ -19,7 +30,9 @@
 -- Data: Debian's dataset-fashion-mnist (/usr/share/datasets/fashion-mnist).
 -- Output: DIR/params.npz (W1, b1, W2, b2), DIR/curve.svg, DIR/history.csv
 -- (default DIR /tmp/tgl-mlp-fashion).  Progress bar on stderr when it is a
--- terminal, plain per-epoch lines otherwise.
+-- terminal, plain per-epoch lines otherwise.  With --distributed on the
+-- 2-core machine: 2 processes reach the same accuracy (87.7%, the same
+-- training to float rounding).
 local ffi = require 'ffi'
 local script_dir = (arg and arg[0] or ''):match('^(.*)/[^/]*$') or '.'
 package.path = script_dir .. '/lib/?.lua;' .. script_dir .. '/../bench/lib/?.lua;' .. package.path
@@ -28,10 +41,30 @@ local svg_ok, svg = pcall(require, 'svg')
 
 local opts = { epochs = 10, lr = 0.1, batch = 32, hidden = 500, seed = 1, threads = nil, target = 0.87,
                data = '/usr/share/datasets/fashion-mnist', out = '/tmp/tgl-mlp-fashion' }
-local usage = 'usage: tgl examples/mlp_fashion.lua [--epochs N] [--lr R] [--batch B] [--hidden H] ' ..
-              '[--seed S] [--threads T] [--target A] [--data DIR] [--out DIR]\n'
-cli.parse_args('mlp_fashion', arg, opts, { data = true, out = true }, usage)
-if opts.threads then tgl.config.threads = opts.threads end
+local usage = 'usage: [mpirun -np P] tgl examples/mlp_fashion.lua [--distributed] [--epochs N] [--lr R] ' ..
+              '[--batch B] [--hidden H] [--seed S] [--threads T] [--target A] [--data DIR] [--out DIR]\n'
+-- --distributed is a flag (no value): taken out before the --key value pairs
+local distributed, rest = false, {}
+for i = 1, #(arg or {}) do
+  if arg[i] == '--distributed' then distributed = true else rest[#rest + 1] = arg[i] end
+end
+cli.parse_args('mlp_fashion', rest, opts, { data = true, out = true }, usage)
+
+-- Distributed: this process's rank (from 1) among size; alone, 1 of 1.
+local rank, size = 1, 1
+if distributed then rank, size = tgl.dist.init() end
+local root = rank == 1
+local function say(...) if root then print(...) end end
+if opts.threads then
+  tgl.config.threads = opts.threads
+elseif size > 1 then
+  -- the processes on this machine share its cores
+  local here = tonumber(os.getenv('OMPI_COMM_WORLD_LOCAL_SIZE') or '') or size
+  local p = io.popen('getconf _NPROCESSORS_ONLN 2>/dev/null')
+  local cores = tonumber(p:read('*a')) or 1
+  p:close()
+  tgl.config.threads = math.max(1, math.floor(cores / here))
+end
 
 -- ---------------------------------------------------------------------------
 -- Data: pixels scaled to [0, 1] as float32, labels 1..10 (tgl is 1-based).
@@ -48,11 +81,16 @@ local Xtrain, Ytrain = cli.try('mlp_fashion', load, 'train-images-idx3-ubyte.gz'
 local Xtest, Ytest = cli.try('mlp_fashion', load, 't10k-images-idx3-ubyte.gz', 't10k-labels-idx1-ubyte.gz')
 local N, B = Xtrain:size(1), opts.batch
 local nb = math.floor(N / B)
-print(('loaded %d training and %d test images in %.1f s'):format(N, Xtest:size(1), tgl.time() - t_start))
+-- this process's rows of each minibatch: first..last of 1..B
+local first, last = tgl.dist.shard(B, rank, size)
+if last < first then
+  cli.die('mlp_fashion', usage, '--batch %d is smaller than the %d processes: each needs a row', B, size)
+end
+say(('loaded %d training and %d test images in %.1f s'):format(N, Xtest:size(1), tgl.time() - t_start))
 
 -- ---------------------------------------------------------------------------
 -- The model: p(y | x) = softmax(tanh(x W1 + b1) W2 + b2), Glorot-uniform
--- initial weights, zero biases.
+-- initial weights, zero biases (the same on every process: one seed).
 tgl.manual_seed(opts.seed)
 local function glorot(fan_in, fan_out)
   local r = math.sqrt(6 / (fan_in + fan_out))
@@ -64,35 +102,59 @@ local b1 = tgl.shared(tgl.zeros(H), 'b1')
 local W2 = tgl.shared(glorot(H, 10), 'W2')
 local b2 = tgl.shared(tgl.zeros(10), 'b2')
 local params = { W1, b1, W2, b2 }
+-- rank 1's weights everywhere (the seed gives them already: this makes
+-- sure, as a script whose processes draw differently would need)
+if size > 1 then
+  for _, v in ipairs(params) do v:set_value(tgl.dist.broadcast(v:get_value(), 1)) end
+end
 
 local x, y = tgl.matrix('x'), tgl.ivector('y')
 local p = tgl.softmax(tgl.tanh(x:dot(W1) + b1):dot(W2) + b2)
 local cost = tgl.mean(tgl.categorical_crossentropy(p, y))
 local grads = tgl.grad(cost, params)
 
--- Training step: minibatch i of the epoch's order `perm`; the loss summed
--- over the epoch's steps is kept in a shared variable for the progress bar.
+-- Training step: minibatch i of the epoch's order `perm` (distributed:
+-- this process's rows first..last of it); the loss summed over the
+-- epoch's steps is kept in a shared variable for the progress bar.
 local Xs = tgl.shared(Xtrain, 'Xtrain', { borrow = true })
 local Ys = tgl.shared(Ytrain, 'Ytrain', { borrow = true })
 local perm = tgl.shared(tgl.arange(N):astype('int64'), 'perm')
 local step = tgl.shared(tgl.array(0, 'int64'), 'step')
 local loss_sum = tgl.shared(tgl.array(0, 'float64'), 'loss_sum')
-local rows = perm[{ { step * B + 1, (step + 1) * B } }]
-local updates = { { step, step + 1 }, { loss_sum, loss_sum + tgl.cast(cost, 'float64') } }
+local rows = perm[{ { step * B + first, step * B + last } }]
+local share = (last - first + 1) / B          -- this process's part of the minibatch
+local part = size == 1 and tgl.cast(cost, 'float64') or tgl.cast(cost, 'float64') * share
+local updates = { { step, step + 1 }, { loss_sum, loss_sum + part } }
 local lr = tgl.shared(opts.lr, 'lr')          -- set per epoch: a linear decay
-for k, v in ipairs(params) do updates[#updates + 1] = { v, v - lr * grads[k] } end
+-- the gradient of the whole minibatch's mean cost: the processes' own
+-- (of their shards' means) averaged, weighted by their rows when B does
+-- not split evenly; reduced inside the compiled step
+local function global(g)
+  if size == 1 then return g end
+  if B % size == 0 then return tgl.allreduce(g, 'mean') end
+  return tgl.allreduce(g * share, 'sum')
+end
+for k, v in ipairs(params) do updates[#updates + 1] = { v, v - lr * global(grads[k]) } end
 local train = tgl.compile {
   inputs = {}, outputs = cost, updates = updates, name = 'train',
   givens = { [x] = Xs[{ rows }], [y] = Ys[{ rows }] },
 }
 local predict = tgl.compile { inputs = { x }, outputs = tgl.argmax(p, 2), name = 'predict' }
 
+-- The test accuracy; distributed, each process counts the hits of its
+-- shard of the examples and the counts are summed.
 local function accuracy(X, Y)
-  local hits = tgl.sum(tgl.eq(predict(X), Y:astype('int64')))
-  return hits:get() / Y:size(1)
+  if size == 1 then
+    local hits = tgl.sum(tgl.eq(predict(X), Y:astype('int64')))
+    return hits:get() / Y:size(1)
+  end
+  local a, b = tgl.dist.shard(Y:size(1))
+  local hits = tgl.sum(tgl.eq(predict(X[{ { a, b } }]), Y[{ { a, b } }]:astype('int64'))):astype('float64')
+  return tgl.dist.allreduce(hits, 'sum'):get() / Y:size(1)
 end
 
--- A new random order of the training examples (Fisher-Yates, seeded).
+-- A new random order of the training examples (Fisher-Yates, seeded: the
+-- same order on every process).
 math.randomseed(opts.seed)
 local order = {}
 for i = 1, N do order[i] = i end
@@ -107,7 +169,7 @@ end
 -- ---------------------------------------------------------------------------
 -- Progress: a bar on stderr when it is a terminal.
 ffi.cdef 'int isatty(int fd);'
-local tty = ffi.C.isatty(2) == 1
+local tty = root and ffi.C.isatty(2) == 1
 
 local function fmt_time(s)
   if s >= 60 then return ('%dm%02ds'):format(math.floor(s / 60), math.floor(s % 60)) end
@@ -146,22 +208,27 @@ for epoch = 1, opts.epochs do
       train.fn { n_calls = n }
     end
     done = done + n
-    if tty then bar(epoch, done, tgl.time() - t0, loss_sum:get_value():get() / done) end
+    -- (distributed: rank 1's shard's running loss)
+    if tty then bar(epoch, done, tgl.time() - t0, loss_sum:get_value():get() / (done * share)) end
   end
   local secs = tgl.time() - t0
   train_only = train_only + secs
-  local loss = loss_sum:get_value():get() / nb
+  local total = loss_sum:get_value()
+  if size > 1 then tgl.dist.allreduce(total, 'sum') end   -- the processes' weighted parts
+  local loss = total:get() / nb
   local acc = accuracy(Xtest, Ytest)
   if not reached and acc >= opts.target then reached = { epoch, train_only } end
   if tty then io.stderr:write('\r\27[K') end
-  print(('epoch %2d  train loss %.4f  test accuracy %.2f%%  (%.1f s, %.0f examples/s)'):format(
+  say(('epoch %2d  train loss %.4f  test accuracy %.2f%%  (%.1f s, %.0f examples/s)'):format(
     epoch, loss, 100 * acc, secs, nb * B / secs))
   history[epoch] = { epoch = epoch, loss = loss, acc = acc, seconds = tgl.time() - t_train }
 end
 local train_secs = tgl.time() - t_train
 
 -- ---------------------------------------------------------------------------
--- Outputs: parameters, history, training curve.
+-- Outputs: parameters, history, training curve (rank 1's: every process
+-- has the same).
+if not root then return history[#history] and history[#history].acc or 0 end
 os.execute(('mkdir -p %q'):format(opts.out))
 tgl.save(opts.out .. '/params.npz', { W1 = W1:get_value(), b1 = b1:get_value(), W2 = W2:get_value(),
                                       b2 = b2:get_value() })
@@ -214,8 +281,8 @@ elseif #history > 0 then
 end
 
 local acc = history[#history] and history[#history].acc or 0
-print(('trained %d epochs in %.1f s of training (%.1f s with evaluation, %.1f s in all); test accuracy %.2f%%; %s'):format(
-  opts.epochs, train_only, train_secs, tgl.time() - t_start, 100 * acc,
+print(('trained %d epochs%s in %.1f s of training (%.1f s with evaluation, %.1f s in all); test accuracy %.2f%%; %s'):format(
+  opts.epochs, size > 1 and (' on %d processes'):format(size) or '', train_only, train_secs, tgl.time() - t_start, 100 * acc,
   reached and ('reached %g%% after epoch %d (%.1f s of training)'):format(100 * opts.target, reached[1], reached[2])
           or ('did not reach %g%%'):format(100 * opts.target)))
 print(('wrote %s/params.npz, %s/curve.svg, %s/history.csv'):format(opts.out, opts.out, opts.out))

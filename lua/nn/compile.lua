@@ -13,8 +13,18 @@
 -- holder's gradient, and one set of optimiser state, as Torch7's flat
 -- getParameters gives it; a module's own update of a parameter
 -- (LookupTable's maxNorm) is the value the optimiser steps from.  The
--- modules' input checks (b.checks) run before anything.  doc/nn.md
--- describes it.
+-- modules' input checks (b.checks) run before anything.
+--
+-- distributed = true (data parallelism over tgl.dist, when the job has
+-- more than one process): every rank starts from rank 1's parameters,
+-- module state and optimiser state (broadcast here), and the step
+-- all-reduces each parameter's gradient inside the compiled function
+-- (tgl.allreduce, bucketed and overlapped with the backward pass by the
+-- compiler), each rank's gradient weighted by its share of the global
+-- batch's rows, so that every rank applies the gradient of the global
+-- batch's loss and the parameters stay identical.  The weights are
+-- scalar inputs: a shard of another size needs no recompile.  In a job
+-- of one the step is the plain one.  doc/nn.md describes it.
 local tgl = require 'tgl'
 
 return function(nn)
@@ -36,7 +46,65 @@ return function(nn)
     return table.concat(s)
   end
 
-  local ARGS = { model = true, criterion = true, optimizer = true }
+  local ARGS = { model = true, criterion = true, optimizer = true, distributed = true }
+
+  -- What a checkpoint keeps of a module besides its parameters, and what
+  -- a distributed step replicates from rank 1: the arrays a module needs
+  -- again (batch normalisation's running_mean/running_var), that is
+  -- every array field except the parameters, their gradients, the
+  -- output/gradInput of the last call, private fields (_...) and
+  -- Torch7's per-call buffers.
+  local SCRATCH = { output = true, gradInput = true, noise = true, finput = true, fgradInput = true }
+  -- {field, is a parameter} of module m, parameters first, in a fixed
+  -- order (every rank of a job walks them alike).
+  local function module_fields(m)
+    local fields, skip = {}, {}
+    for _, f in ipairs(m:_paramFields()) do
+      fields[#fields + 1] = { f[1], true }
+      skip[f[1]], skip[f[2]] = true, true
+    end
+    local state = {}
+    for k, v in pairs(m) do
+      if type(k) == 'string' and tgl.is_array(v) and not skip[k] and not SCRATCH[k] and not k:match('^_') then
+        state[#state + 1] = k
+      end
+    end
+    table.sort(state)
+    for _, k in ipairs(state) do fields[#fields + 1] = { k, false } end
+    return fields
+  end
+
+  -- name -> {array, module, field, is a parameter} of everything of the
+  -- model a checkpoint holds (model.K.FIELD, K the module's position in
+  -- model:listModules()); and the names in a fixed order.
+  function nn._model_arrays(model)
+    local out, names = {}, {}
+    for k, m in ipairs(model:listModules()) do
+      for _, f in ipairs(module_fields(m)) do
+        local name = 'model.' .. k .. '.' .. f[1]
+        out[name] = { m[f[1]], m, f[1], f[2] }
+        names[#names + 1] = name
+      end
+    end
+    return out, names
+  end
+
+  -- Makes every rank's parameters, module state and optimiser state rank
+  -- 1's (in place: compiled functions borrowing them see the values).
+  -- Collective: every rank calls it at the same point.
+  function nn._replicate(model, opt)
+    local arrays, names = nn._model_arrays(model)
+    local seen = {}
+    for _, name in ipairs(names) do
+      local a = arrays[name][1]
+      if not seen[a] then seen[a] = true; tgl.dist.broadcast(a, 1) end
+    end
+    local state = opt and opt.state or {}
+    for _, k in ipairs(require('tgl.core').sorted_keys(state)) do
+      local a = state[k]
+      if tgl.is_array(a) and not seen[a] then seen[a] = true; tgl.dist.broadcast(a, 1) end
+    end
+  end
 
   -- The model's parameters by array: one entry per distinct array (an
   -- array several modules hold, after clone or share, once), in
@@ -87,9 +155,14 @@ return function(nn)
     end
     for k in pairs(args) do
       if not ARGS[k] then
-        nn._raise(("nn.compile: unknown key '%s' (it takes model, criterion, optimizer)"):format(tostring(k)))
+        nn._raise(("nn.compile: unknown key '%s' (it takes model, criterion, optimizer, distributed)")
+                  :format(tostring(k)))
       end
     end
+    -- its type through tgl's options checker (the message nn.Trainer's gives)
+    local okd, err = pcall(require('tgl.core').check_options, 'nn.compile', { distributed = args.distributed },
+                           { distributed = 'boolean' })
+    if not okd then nn._raise(tostring(err):gsub('^[^\n:]*:%d+: ', ''):gsub('^tgl%.', '')) end
     local model, crit, opt = args.model, args.criterion, args.optimizer
     if type(model) ~= 'table' or type(model.graph) ~= 'function' or type(model.listModules) ~= 'function' then
       nn._raise(('nn.compile: model must be an nn module, got %s'):format(nn.type(model)))
@@ -113,7 +186,16 @@ return function(nn)
     -- at the next step
     opt:_state_for(state_params(param_groups(model)), opt:_config('nn.compile'), 'nn.compile')
     opt._model = model
-    return setmetatable({ model = model, criterion = crit, optimizer = opt, _graphs = {} }, Step)
+    -- data parallel only in a job of several processes: alone, the step
+    -- is today's (no allreduce in the graph, no broadcast)
+    local distributed = false
+    if args.distributed then
+      if not tgl.dist.initialized() then tgl.dist.init() end
+      distributed = tgl.dist.size() > 1
+      if distributed then nn._replicate(model, opt) end
+    end
+    return setmetatable({ model = model, criterion = crit, optimizer = opt, _graphs = {},
+                          distributed = distributed, _weights = {} }, Step)
   end
 
   -- The model's graph for input x: {x = symbolic input, b = nn._build's
@@ -190,6 +272,26 @@ return function(nn)
       -- as Torch7's forward renormalises before the optimiser's step
       local merged, upd_at = nn._merged_updates(self.model, e.b.updates)
       local groups = param_groups(self.model)
+      -- distributed: the weights of this rank's gradient (its share of
+      -- the global loss's denominator: rows / global rows, or 1 when the
+      -- criterion sums) and of its module state (rows / global rows)
+      local wl, wr
+      local function weighted(v, w)
+        return v * (v.dtype == 'float64' and w or tgl.cast(w, v.dtype))
+      end
+      if self.distributed then
+        -- a module that changes a parameter itself from the rows it sees
+        -- (LookupTable's maxNorm) would leave the ranks' copies different
+        for _, g in ipairs(groups) do
+          if upd_at[g.array] then
+            nn._raise(('%s: distributed = true cannot train a module that updates its own parameter %s '
+                       .. 'from the rows it sees (a LookupTable\'s maxNorm): each rank would change other rows')
+                      :format(fname, tostring(g.var.name or '')))
+          end
+        end
+        wl = tgl.tensor { dtype = 'float64', ndim = 0, name = 'dist_loss_weight' }
+        wr = tgl.tensor { dtype = 'float64', ndim = 0, name = 'dist_row_weight' }
+      end
       opt:_state_for(state_params(groups), c, fname)
       -- the gradient of a shared array: the sum of every holder's part
       local vars = {}
@@ -203,6 +305,10 @@ return function(nn)
           k = k + 1
           if j == 1 then g.grad = grads[k] else g.grad = g.grad + grads[k] end
         end
+        -- the global batch's gradient: the ranks' weighted sum, reduced
+        -- inside the step (the compiler buckets these and overlaps them
+        -- with the rest of the backward pass)
+        if wl and g.grad then g.grad = tgl.allreduce(weighted(g.grad, wl), 'sum') end
       end
       local list, h = nn.optim._inputs(opt.name)
       local updates = {}
@@ -239,7 +345,11 @@ return function(nn)
       end
       for _, u in ipairs(merged) do
         if not used[u] then
-          updates[#updates + 1] = { u[1], u[2] }
+          local value = u[2]
+          -- a module's state from its rows (running statistics): the
+          -- ranks' values averaged by rows, so that every rank keeps the same
+          if wr and value.dtype:match('^float') then value = tgl.allreduce(weighted(value, wr), 'sum') end
+          updates[#updates + 1] = { u[1], value }
           canon[u.arr] = canon[u.arr] or u[1]
         end
       end
@@ -253,6 +363,12 @@ return function(nn)
       end
       local inputs = { e.x, ts }
       for _, v in ipairs(list) do inputs[#inputs + 1] = v end
+      -- the global batch's loss: the ranks' weighted losses summed
+      if wl then
+        loss = tgl.allreduce(weighted(loss, wl), 'sum')
+        inputs[#inputs + 1] = wl
+        inputs[#inputs + 1] = wr
+      end
       -- the model's output too: step:step sets model.output, as the
       -- forward of Torch7's feval leaves it
       f.f = tgl.compile { inputs = inputs, outputs = { loss, e.b.y }, updates = updates, givens = givens,
@@ -313,12 +429,46 @@ return function(nn)
   -- and criterion.output the loss (before the update, as Torch7's feval
   -- leaves them); nothing else of the modules is written (the inner
   -- modules' output and gradInput, gradWeight and gradBias).
-  function Step:step(x, y)
+  --
+  -- distributed: x and y are this rank's rows of the global batch (the
+  -- examples counted along x's first axis); total, when given, is the
+  -- global batch's row count (else one small allreduce of the ranks'
+  -- counts finds it).  The loss returned is the global batch's; every
+  -- rank must call step together.
+  function Step:step(x, y, total)
     local fname = 'step:step'
+    if not self.distributed then return self:_step(fname, x, y) end
+    check_input(fname, x)
+    local n = x:dim() > 0 and x:size(1) or 1
+    if n == 0 then
+      nn._raise(fname .. ': this rank has no rows (x:size(1) is 0): give every rank at least one row of the batch')
+    end
+    if total == nil then
+      total = tgl.dist.allreduce(tgl.array(n, 'float64'), 'sum'):get()
+    elseif type(total) ~= 'number' or total < n or total ~= math.floor(total) then
+      nn._raise(('%s: total must be the global batch\'s row count (an integer >= this rank\'s %d rows), got %s')
+                :format(fname, n, tostring(total)))
+    end
+    return self:_step(fname, x, y, n / total)
+  end
+
+  -- The step with this rank's share w of the global batch's rows
+  -- (distributed steps only; 0 for a rank that holds no rows of it and
+  -- steps a stand-in row that must not count).
+  function Step:_step(fname, x, y, w)
     local e, t = prepare(self, fname, x, y)
     local c = self.optimizer:_config(fname)
     local f = self:_function('step', e, t, c, fname)
     local vals = nn.optim._value_arrays(self.optimizer.name, c, f.values)
+    if self.distributed then
+      local ws = self._weights
+      if not ws.loss then ws.loss, ws.rows = tgl.array(0, 'float64'), tgl.array(0, 'float64') end
+      ws.loss:set(self.criterion.sizeAverage == false and (w > 0 and 1 or 0) or w)
+      ws.rows:set(w)
+      vals = { unpack(vals) }
+      vals[#vals + 1] = ws.loss
+      vals[#vals + 1] = ws.rows
+    end
     return outputs(self, run(self, e, fname, f, x, t, unpack(vals)))
   end
 

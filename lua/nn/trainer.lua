@@ -13,7 +13,15 @@
 -- everything the next step depends on: the parameters, the modules' own
 -- state (running statistics), the optimiser's state, the counters and
 -- tgl's generator, so that resuming gives exactly the step the
--- uninterrupted run would have taken.  doc/nn.md "nn.Trainer".
+-- uninterrupted run would have taken.
+--
+-- distributed = true (data parallelism over tgl.dist): batch_size is the
+-- global batch; every rank takes rank 1's epoch order and its shard
+-- (tgl.dist.shard) of each global batch, the step all-reduces the
+-- gradients (nn.compile's distributed step), validation is sharded and
+-- its sums reduced, so every rank reports, stops and checkpoints alike;
+-- rank 1 alone prints and writes the checkpoint, which holds nothing of
+-- one rank (a job of any size resumes it).  doc/nn.md "nn.Trainer".
 -- Loaded by nn/init.lua.
 local tgl = require 'tgl'
 local core = require 'tgl.core'
@@ -45,7 +53,8 @@ return function(nn)
   end
 
   function Trainer:__init(args)
-    args = options('nn.Trainer', args, { model = 'table', criterion = 'table', optimizer = 'table' })
+    args = options('nn.Trainer', args, { model = 'table', criterion = 'table', optimizer = 'table',
+                                         distributed = 'boolean' })
     if not is_module(args.model) then
       raise('nn.Trainer: model must be an nn module (nn.Sequential(), ...), got '
             .. (args.model == nil and 'nothing' or nn.type(args.model)))
@@ -58,7 +67,10 @@ return function(nn)
       raise('nn.Trainer: optimizer is missing (nn.optim.sgd{lr = 0.01}, nn.optim.adam{}, ...)')
     end
     self.model, self.criterion, self.optimizer = args.model, args.criterion, args.optimizer
-    self.step = nn.compile { model = self.model, criterion = self.criterion, optimizer = self.optimizer }
+    self.step = nn.compile { model = self.model, criterion = self.criterion, optimizer = self.optimizer,
+                             distributed = args.distributed }
+    -- true in a job of several processes only (alone: today's loop)
+    self.distributed = self.step.distributed
     self.epoch = 0          -- epochs completed
     self.iteration = 0      -- steps taken
     self.history = {}
@@ -154,6 +166,16 @@ return function(nn)
     return tgl.array(order, 'int64')
   end
 
+  -- Distributed: this rank's rows of the rows s..e (a global batch), its
+  -- shard, and the share of the rows it holds (0 when it holds none: it
+  -- then steps row s, weighted 0, since every rank must take part in
+  -- each step's reductions).
+  local function my_rows(s, e)
+    local first, last = tgl.dist.shard(e - s + 1)
+    if last < first then return s, s, 0 end
+    return s + first - 1, s + last - 1, (last - first + 1) / (e - s + 1)
+  end
+
   -- Rows s..e of the dataset, in the epoch's order when there is one.
   local function batch(d, perm, s, e)
     if perm then
@@ -213,7 +235,9 @@ return function(nn)
   -- -------------------------------------------------------------------------
   -- Validation: the mean loss per example and, for a classifier, the
   -- accuracy, with every module in evaluation mode (Dropout off); the
-  -- modules' train flags are put back afterwards.
+  -- modules' train flags are put back afterwards.  Distributed, each
+  -- rank scores its shard of the examples and the sums are reduced (then
+  -- rank 1's taken, so that every rank decides alike to the last bit).
 
   function Trainer:_validate(d, B)
     local flags = {}
@@ -223,8 +247,10 @@ return function(nn)
     local ok, sum, hits = pcall(function()
       local sum, hits = 0, 0
       local classify = CLASSIFIERS[nn.type(self.criterion)]
-      for s = 1, d.n, B do
-        local e = math.min(s + B - 1, d.n)
+      local first, last = 1, d.n
+      if self.distributed then first, last = tgl.dist.shard(d.n) end
+      for s = first, last, B do
+        local e = math.min(s + B - 1, last)
         local xb, yb = batch(d, nil, s, e)
         local loss, out = self.step:evaluate(xb, yb)
         sum = sum + loss_sum(self.criterion, loss, e - s + 1)
@@ -236,6 +262,11 @@ return function(nn)
     end)
     for i, m in ipairs(mods) do m.train = flags[i] end
     if not ok then raise(sum) end
+    if self.distributed then
+      local t = tgl.array({ sum, hits or 0 }, 'float64')
+      tgl.dist.broadcast(tgl.dist.allreduce(t, 'sum'), 1)
+      sum, hits = t:get(1), hits and t:get(2)
+    end
     return sum / d.n, hits and hits / d.n or nil
   end
 
@@ -260,39 +291,15 @@ return function(nn)
   --   history.loss, history.val_loss, history.val_accuracy, history.seconds,
   --   history.examples_per_second   one entry per epoch (NaN: not measured)
 
-  -- Arrays a module keeps besides its parameters that it needs again
-  -- (batch normalisation's running_mean/running_var): every array field
-  -- except the parameters, their gradients, the output/gradInput of the
-  -- last call, private fields (_...) and Torch7's per-call buffers.
-  local SCRATCH = { output = true, gradInput = true, noise = true, finput = true, fgradInput = true }
-  -- {field, is a parameter} of module m.
-  local function module_fields(m)
-    local fields, skip = {}, {}
-    for _, f in ipairs(m:_paramFields()) do
-      fields[#fields + 1] = { f[1], true }
-      skip[f[1]], skip[f[2]] = true, true
-    end
-    local state = {}
-    for k, v in pairs(m) do
-      if type(k) == 'string' and tgl.is_array(v) and not skip[k] and not SCRATCH[k] and not k:match('^_') then
-        state[#state + 1] = k
-      end
-    end
-    table.sort(state)
-    for _, k in ipairs(state) do fields[#fields + 1] = { k, false } end
-    return fields
-  end
+  -- The model's arrays are module K's parameters and the arrays it keeps
+  -- besides them that it needs again (batch normalisation's
+  -- running_mean/running_var): nn._model_arrays (lua/nn/compile.lua).
 
   -- name -> {array, module, field, is a parameter} of everything of the
-  -- model a checkpoint holds.
+  -- model a checkpoint holds (nn.compile's, which a distributed step
+  -- replicates from rank 1).
   local function model_arrays(model)
-    local out = {}
-    for k, m in ipairs(model:listModules()) do
-      for _, f in ipairs(module_fields(m)) do
-        out['model.' .. k .. '.' .. f[1]] = { m[f[1]], m, f[1], f[2] }
-      end
-    end
-    return out
+    return (nn._model_arrays(model))
   end
 
   local TWO32 = 4294967296ULL
@@ -323,9 +330,22 @@ return function(nn)
     return out
   end
 
+  -- Distributed, rank 1 writes (the state is every rank's) and tells the
+  -- others whether it could, which also holds them until the file is
+  -- whole: a failed write is an error on every rank.
   function Trainer:save(path)
     if type(path) ~= 'string' then raise('nn.Trainer:save: path must be a string, got ' .. type(path)) end
-    local ok, err = pcall(tgl.save, path, self:_state_arrays())
+    local ok, err = true, nil
+    if not self.distributed or tgl.dist.is_root() then ok, err = pcall(tgl.save, path, self:_state_arrays()) end
+    if self.distributed then
+      local flag = tgl.dist.broadcast(tgl.array(ok and 1 or 0, 'int32'), 1)
+      if not ok then
+        raise(('nn.Trainer: cannot write the checkpoint %s: %s'):format(path, err))
+      elseif flag:get() == 0 then
+        raise(('nn.Trainer: cannot write the checkpoint %s: rank 1 failed to write it'):format(path))
+      end
+      return
+    end
     if not ok then raise(('nn.Trainer: cannot write the checkpoint %s: %s'):format(path, err)) end
   end
 
@@ -442,7 +462,9 @@ return function(nn)
       resume = nil
     end
     local write = Trainer._write
-    local progress = opts.progress ~= false
+    -- distributed: rank 1 prints (every rank has the same figures)
+    local dist = self.distributed
+    local progress = opts.progress ~= false and (not dist or tgl.dist.is_root())
     local tty = progress and stdout_is_tty()
     if resume then
       self:load(resume)
@@ -466,14 +488,24 @@ return function(nn)
       if patience and self.bad_epochs >= patience then h.stopped_early = true; break end
       local epoch = self.epoch + 1
       local perm = shuffle and permutation(d.n) or nil
+      -- every rank draws it (its generator moves as rank 1's) and takes
+      -- rank 1's, which the checkpoint's generator state gives again
+      if perm and dist then tgl.dist.broadcast(perm, 1) end
       local t0 = tgl.time()
       local last_draw = t0      -- the first draw after 0.2 s: the first step compiles
       local sum, done = 0, 0
       for b = 1, nb do
         local s = (b - 1) * B + 1
         local e = math.min(s + B - 1, d.n)
-        local xb, yb = batch(d, perm, s, e)
-        local loss = self.step:step(xb, yb)
+        local loss
+        if dist then
+          local ms, me, w = my_rows(s, e)
+          local xb, yb = batch(d, perm, ms, me)
+          loss = self.step:_step('step:step', xb, yb, w)
+        else
+          local xb, yb = batch(d, perm, s, e)
+          loss = self.step:step(xb, yb)
+        end
         self.iteration = self.iteration + 1
         sum = sum + loss_sum(self.criterion, loss, e - s + 1)
         done = done + (e - s + 1)

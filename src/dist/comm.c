@@ -79,6 +79,7 @@ static struct {
     job *qhead, *qtail;
     job *jobs;               /* every bucket started and not yet waited for */
     bool thread_on, stop;
+    bool multiple;           /* the library grants MPI_THREAD_MULTIPLE    */
     pthread_t thread;
 #ifdef TGL_HAVE_MPI
     MPI_Comm eager, async;
@@ -261,6 +262,20 @@ static MPI_Op mpi_op(int op)
     }
 }
 
+/* Every MPI call goes through these: a library granting
+ * MPI_THREAD_MULTIPLE takes calls from both threads at once; a lesser
+ * one (SERIALIZED) gets them one at a time. */
+static void mpi_lock(void)
+{
+    if (!D.multiple)
+        pthread_mutex_lock(&D.lock);
+}
+static void mpi_unlock(void)
+{
+    if (!D.multiple)
+        pthread_mutex_unlock(&D.lock);
+}
+
 static void mpi_message(int code, char *out, size_t n)
 {
     char s[MPI_MAX_ERROR_STRING];
@@ -273,14 +288,26 @@ static void mpi_message(int code, char *out, size_t n)
 /* Waits for r under the deadline, polling (so that progress is made and a
  * dead peer is noticed).  0: done; 1: the deadline passed; 2: interrupted;
  * else an MPI error code + 3 (what = its message). */
+static double spin_s(void)
+{
+    static double v = -1;
+    if (v < 0)
+        v = env_double("TGL_DIST_SPIN_US", 1000) * 1e-6;
+    return v;
+}
+
 static int wait_req(MPI_Request *r, double deadline, tgl_ctx *ctx, char *what, size_t n)
 {
-    long ns = 2000;
-    for (unsigned spin = 0;; spin++) {
+    /* Spin (yielding) for the first millisecond, when the others are
+     * about to arrive; then sleep, longer and longer, up to 100 us: a
+     * process waiting for a slow peer leaves the cores to the work. */
+    double t0 = now();
+    long ns = 1000;
+    for (;;) {
         int flag = 0;
-        pthread_mutex_lock(&D.lock);
+        mpi_lock();
         int rc = MPI_Test(r, &flag, MPI_STATUS_IGNORE);
-        pthread_mutex_unlock(&D.lock);
+        mpi_unlock();
         if (rc != MPI_SUCCESS) {
             mpi_message(rc, what, n);
             return 3;
@@ -289,14 +316,15 @@ static int wait_req(MPI_Request *r, double deadline, tgl_ctx *ctx, char *what, s
             return 0;
         if (ctx && tgl_ctx_interrupted(ctx))
             return 2;
-        if (now() > deadline)
+        double t = now();
+        if (t > deadline)
             return 1;
-        if (spin < 200) {
+        if (t - t0 < spin_s()) {
             sched_yield();
         } else {
             struct timespec ts = {0, ns};
             nanosleep(&ts, NULL);
-            if (ns < 200000)
+            if (ns < 100000)
                 ns *= 2;
         }
     }
@@ -310,9 +338,9 @@ static tgl_status run(tgl_ctx *ctx, const char *what, double deadline, start_fn 
                       char *msg, size_t n)
 {
     MPI_Request r;
-    pthread_mutex_lock(&D.lock);
+    mpi_lock();
     int rc = start(arg, &r);
-    pthread_mutex_unlock(&D.lock);
+    mpi_unlock();
     char why[MPI_MAX_ERROR_STRING + 64];
     int w = 0;
     if (rc != MPI_SUCCESS) {
@@ -339,6 +367,7 @@ static tgl_status run(tgl_ctx *ctx, const char *what, double deadline, start_fn 
 }
 
 struct coll {
+    int blocking; /* the payload: a blocking call (see collective) */
     MPI_Comm comm;
     const void *in;
     void *out;
@@ -350,17 +379,27 @@ struct coll {
 static int start_allreduce(void *a, MPI_Request *r)
 {
     struct coll *c = a;
+    *r = MPI_REQUEST_NULL;
+    if (c->blocking)
+        return MPI_Allreduce(c->in ? c->in : MPI_IN_PLACE, c->out, c->count, c->type, c->op,
+                             c->comm);
     return MPI_Iallreduce(c->in ? c->in : MPI_IN_PLACE, c->out, c->count, c->type, c->op, c->comm,
                           r);
 }
 static int start_bcast(void *a, MPI_Request *r)
 {
     struct coll *c = a;
+    *r = MPI_REQUEST_NULL;
+    if (c->blocking)
+        return MPI_Bcast(c->out, c->count, c->type, c->root, c->comm);
     return MPI_Ibcast(c->out, c->count, c->type, c->root, c->comm, r);
 }
 static int start_allgather(void *a, MPI_Request *r)
 {
     struct coll *c = a;
+    *r = MPI_REQUEST_NULL;
+    if (c->blocking)
+        return MPI_Allgather(c->in, c->count, c->type, c->out, c->count, c->type, c->comm);
     return MPI_Iallgather(c->in, c->count, c->type, c->out, c->count, c->type, c->comm, r);
 }
 static int start_barrier(void *a, MPI_Request *r)
@@ -415,23 +454,31 @@ static tgl_status check_desc(tgl_ctx *ctx, MPI_Comm comm, const tgl_dist_desc *d
 }
 
 /* The collective's description check, then the collective, in chunks of
- * CHUNK elements of elem bytes (count elements), on comm. */
+ * CHUNK elements of elem bytes (count elements), on comm.  The check is
+ * polled under the deadline: it is where a process whose peer died or
+ * went elsewhere finds out.  Once it passed, every process is inside this
+ * collective, and the payload is a blocking call: Open MPI advances a
+ * large non-blocking collective only while it is polled, segment by
+ * segment, so polling with sleeps made a 4 MB allreduce ten times slower
+ * than the blocking call, which runs the library's own tuned algorithm.
+ * (A peer that dies during the payload ends the job: mpirun kills the
+ * others.)  A barrier is the check alone: it completes only when every
+ * process has arrived. */
 static tgl_status collective(tgl_ctx *ctx, MPI_Comm comm, const tgl_dist_desc *d,
                              start_fn start, struct coll *c, int64_t count, size_t elem, char *msg,
                              size_t n)
 {
     double deadline = now() + tgl_dist_timeout();
     tgl_status st = check_desc(ctx, comm, d, deadline, msg, n);
-    if (st)
+    if (st || start == start_barrier)
         return st;
-    if (start == start_barrier || start == start_allgather) {
-        c->comm = comm;
+    c->blocking = 1;
+    c->comm = comm;
+    if (start == start_allgather)
         return run(ctx, d->text, deadline, start, c, msg, n);
-    }
     char *out = c->out;
     for (int64_t at = 0; at < count && !st; at += CHUNK) {
         int64_t k = count - at < CHUNK ? count - at : CHUNK;
-        c->comm = comm;
         c->out = out + (size_t)at * elem;
         c->count = (int)k;
         st = run(ctx, d->text, deadline, start, c, msg, n);
@@ -544,6 +591,7 @@ TGL_API tgl_status tgl_dist_init(tgl_ctx *ctx, double timeout_s)
         mpi_message(rc, why, sizeof why);
         return tgl_ctx_set_error(ctx, TGL_EDIST, "tgl.dist.init: MPI could not start: %s", why);
     }
+    D.multiple = provided >= MPI_THREAD_MULTIPLE;
     if (provided < MPI_THREAD_SERIALIZED) {
         return tgl_ctx_set_error(ctx, TGL_EDIST,
                                  "tgl.dist.init: the MPI library grants thread level %d; tgl "
