@@ -18,6 +18,8 @@
 --             excluded): one blocking allreduce per gradient, in turn
 --   allreduce the eager allreduce of a float32 buffer as large as every
 --             gradient together (MB/s: bytes reduced per second)
+-- (bench/dist.lua sets overlap = true: 'auto' would switch it off on a
+-- machine whose cores the processes fill, doc/distributed.md.)
 -- Every process runs the same number of steps per repeat (rank 1 sizes
 -- the repeats and broadcasts the count); a repeat's time is the slowest
 -- process's.  --profile adds a profiled run of `overlap` and prints the
@@ -42,7 +44,7 @@ while args[i] do
   end
 end
 
-local rank, size = tgl.dist.init { timeout = 120, bucket_bytes = opts.bucket }
+local rank, size = tgl.dist.init { timeout = 120, bucket_bytes = opts.bucket, overlap = true }
 local root = rank == 1
 tgl.config.threads = opts.threads
 local function say(...) if root then io.write(string.format(...)) io.flush() end end

@@ -798,6 +798,20 @@ TGL_API double tgl_dist_timeout(void);
  * (TGL_DIST_BUCKET_BYTES, else 1 MiB).  Read when a function is compiled. */
 TGL_API void tgl_dist_set_bucket_bytes(int64_t bytes);
 TGL_API int64_t tgl_dist_bucket_bytes(void);
+/* Whether compiled steps overlap their gradient buckets' reduction with
+ * the backward pass (the allreduce_buckets rewrite, on a progress
+ * thread): 1 on, 0 off (one blocking allreduce per gradient, in turn),
+ * -1 auto (the default; TGL_DIST_OVERLAP=on|off|auto): on unless the
+ * processes on this machine times the kernel threads of each (threads,
+ * 0: every core) leave no core free, since the transport between
+ * processes of one machine copies memory on the same cores the step
+ * computes on, and overlapping then costs more than it hides
+ * (doc/distributed.md).  Read when a function is compiled. */
+TGL_API void tgl_dist_set_overlap(int mode);
+/* The setting (1, 0, -1), and whether a step compiled now with that
+ * many kernel threads would overlap. */
+TGL_API int tgl_dist_overlap_setting(void);
+TGL_API int tgl_dist_overlaps(int threads);
 /* Waits until every process has called it. */
 TGL_API tgl_status tgl_dist_barrier(tgl_ctx *ctx);
 /* a = the reduction of every process's a, in place (a may be a strided

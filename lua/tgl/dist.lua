@@ -53,10 +53,16 @@ function dist.available() return C.tgl_dist_available() == 1 end
 -- of 1.  opts: timeout (seconds a collective waits for the others before
 -- failing; TGL_DIST_TIMEOUT, else 300), bucket_bytes (the size of the
 -- gradient buckets compiled steps reduce together; TGL_DIST_BUCKET_BYTES,
--- else 1 MiB).  Returns rank, size.
-local INIT_OPTIONS = { timeout = 'number', bucket_bytes = 'number' }
+-- else 1 MiB), overlap (true, false or 'auto': whether compiled steps
+-- reduce their buckets on a progress thread while the backward pass goes
+-- on; 'auto', the default, when a core is left free for it:
+-- doc/distributed.md).  Returns rank, size.
+local INIT_OPTIONS = { timeout = 'number', bucket_bytes = 'number', overlap = 'boolean|string' }
 function dist.init(opts)
   opts = core.check_options('dist.init', opts, INIT_OPTIONS)
+  if opts.overlap ~= nil and opts.overlap ~= true and opts.overlap ~= false and opts.overlap ~= 'auto' then
+    core.argerror('dist.init', "overlap must be true, false or 'auto', got '%s'", tostring(opts.overlap))
+  end
   if opts.timeout ~= nil and not (opts.timeout > 0) then
     core.argerror('dist.init', 'timeout must be a number of seconds > 0, got %s', tostring(opts.timeout))
   end
@@ -66,6 +72,9 @@ function dist.init(opts)
   end
   check(C.tgl_dist_init(core.ctx, opts.timeout or 0), 'init')
   if opts.bucket_bytes then C.tgl_dist_set_bucket_bytes(opts.bucket_bytes) end
+  if opts.overlap ~= nil then
+    C.tgl_dist_set_overlap(opts.overlap == true and 1 or opts.overlap == false and 0 or -1)
+  end
   return dist.rank(), dist.size()
 end
 
@@ -77,6 +86,11 @@ function dist.size() return C.tgl_dist_size() end
 function dist.launched_size() return C.tgl_dist_launched_size() end
 function dist.timeout() return C.tgl_dist_timeout() end
 function dist.bucket_bytes() return tonumber(C.tgl_dist_bucket_bytes()) end
+-- Whether a step compiled now overlaps its buckets with the backward pass
+-- (the setting, and for 'auto' the cores: tgl.config.threads per process).
+function dist.overlap()
+  return C.tgl_dist_overlaps(require('tgl.config').threads or 0) == 1
+end
 -- true on rank 1 (where checkpoints and progress are written).
 function dist.is_root() return C.tgl_dist_rank() == 0 end
 

@@ -229,9 +229,11 @@ if parts.compiled then
     { mode = 'FAST_RUN', bucket = 1048576 }, -- one bucket
     { mode = 'FAST_COMPILE', bucket = 1 },
     { mode = 'FAST_RUN', bucket = 1, exclude = 'allreduce_buckets' },
+    { mode = 'FAST_RUN', bucket = 1, overlap = false },
   }
   for _, cfg in ipairs(configs) do
-    tgl.dist.init { bucket_bytes = cfg.bucket }
+    tgl.dist.init { bucket_bytes = cfg.bucket, overlap = cfg.overlap ~= false }
+    assert(tgl.dist.overlap() == (cfg.overlap ~= false), 'tgl.dist.overlap() reads the setting')
     local saved = tgl.config.exclude
     if cfg.exclude then tgl.config.exclude = cfg.exclude end
     local ps = make()
@@ -248,12 +250,13 @@ if parts.compiled then
     tgl.config.exclude = saved
     local prog = f:program()
     local nstart = select(2, prog:gsub('allreduce_start', ''))
-    if cfg.mode == 'FAST_RUN' and not cfg.exclude then
+    if cfg.mode == 'FAST_RUN' and not cfg.exclude and cfg.overlap ~= false then
       if nstart < 1 then fail('no bucket in the FAST_RUN program:\n%s', prog) end
       if cfg.bucket == 1 and nstart ~= #ps then fail('%d buckets with 1-byte buckets, want %d', nstart, #ps) end
       if cfg.bucket == 1048576 and nstart ~= 1 then fail('%d buckets, want 1', nstart) end
     elseif nstart ~= 0 then
-      fail('buckets in a %s program%s', cfg.mode, cfg.exclude and ' with the stage excluded' or '')
+      fail('buckets in a %s program%s', cfg.mode, cfg.exclude and ' with the stage excluded'
+           or cfg.overlap == false and ' without overlap' or '')
     end
     local wr = (last - first + 1) * size / 8
     for call = 1, 3 do
@@ -281,7 +284,7 @@ if parts.compiled then
       expect(v, m:reshape(m:nelement()):totable(), 'parameters agree across ranks')
     end
   end
-  tgl.dist.init { bucket_bytes = 1048576 }
+  tgl.dist.init { bucket_bytes = 1048576, overlap = 'auto' }
   -- The gradient of allreduce: d/dx of sum(c * allreduce(x, sum)) is
   -- allreduce(c, sum) on every rank.
   local xv = tgl.vector('xv', 'float64')

@@ -71,6 +71,7 @@ static struct {
     int rank, size;
     _Atomic double timeout;
     _Atomic int64_t bucket_bytes;
+    atomic_int overlap, overlap_set;
     atomic_int broken;
     char broken_why[TGL_ERRMSG_SIZE];
     /* the progress thread's queue (FIFO) and the buckets not yet waited for */
@@ -145,6 +146,52 @@ TGL_API double tgl_dist_timeout(void)
 {
     double t = atomic_load(&D.timeout);
     return t > 0 ? t : env_double("TGL_DIST_TIMEOUT", DEFAULT_TIMEOUT);
+}
+
+TGL_API void tgl_dist_set_overlap(int mode)
+{
+    atomic_store(&D.overlap, mode > 0 ? 1 : mode == 0 ? 0 : -1);
+    atomic_store(&D.overlap_set, 1);
+}
+
+TGL_API int tgl_dist_overlap_setting(void)
+{
+    if (atomic_load(&D.overlap_set))
+        return atomic_load(&D.overlap);
+    const char *s = getenv("TGL_DIST_OVERLAP");
+    if (s && (!strcmp(s, "on") || !strcmp(s, "1")))
+        return 1;
+    if (s && (!strcmp(s, "off") || !strcmp(s, "0")))
+        return 0;
+    return -1;
+}
+
+/* Processes of this job on this machine: the launcher's count. */
+static int local_size(void)
+{
+    static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
+                                       "SLURM_NTASKS_PER_NODE"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
+        const char *s = getenv(vars[i]);
+        long v = s ? strtol(s, NULL, 10) : 0;
+        if (v > 0 && v < (1L << 30))
+            return (int)v;
+    }
+    return tgl_dist_launched_size() > 0 ? tgl_dist_launched_size() : 1;
+}
+
+TGL_API int tgl_dist_overlaps(int threads)
+{
+    int mode = tgl_dist_overlap_setting();
+    if (mode >= 0)
+        return mode;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cores < 1)
+        cores = 1;
+    if (tgl_dist_launched_size() <= 1)
+        return 1; /* nothing to send: the rewrite only shapes the program */
+    long busy = (long)local_size() * (threads > 0 ? threads : cores);
+    return busy < cores;
 }
 
 TGL_API void tgl_dist_set_bucket_bytes(int64_t bytes)
@@ -288,14 +335,6 @@ static void mpi_message(int code, char *out, size_t n)
 /* Waits for r under the deadline, polling (so that progress is made and a
  * dead peer is noticed).  0: done; 1: the deadline passed; 2: interrupted;
  * else an MPI error code + 3 (what = its message). */
-static double spin_s(void)
-{
-    static double v = -1;
-    if (v < 0)
-        v = env_double("TGL_DIST_SPIN_US", 1000) * 1e-6;
-    return v;
-}
-
 static int wait_req(MPI_Request *r, double deadline, tgl_ctx *ctx, char *what, size_t n)
 {
     /* Spin (yielding) for the first millisecond, when the others are
@@ -319,7 +358,7 @@ static int wait_req(MPI_Request *r, double deadline, tgl_ctx *ctx, char *what, s
         double t = now();
         if (t > deadline)
             return 1;
-        if (t - t0 < spin_s()) {
+        if (t - t0 < 1e-3) {
             sched_yield();
         } else {
             struct timespec ts = {0, ns};

@@ -30,7 +30,9 @@
  * computed, so the reduction of the last layer's gradients overlaps the
  * backward pass of the layers below; the in-place updates come last
  * anyway (plan.c).  In a job of one (joined, size 1) allreduce is x
- * itself and the stage removes it.
+ * itself and the stage removes it.  Without overlap
+ * (tgl_dist_overlaps: no core left free for the progress thread) the
+ * allreduces stay: each a blocking collective, in turn.
  *
  * The collectives' kernels are the same on every device in meaning; the
  * CPU's are here (the CPU backend's table names them).  An op with an
@@ -336,6 +338,7 @@ static tgl_status bucket_stage(tgl_ctx *ctx, int nroots, tgl_node **roots)
 {
     if (tgl_rule_excluded(ctx, "allreduce_buckets"))
         return TGL_OK;
+    bool overlap = tgl_dist_overlaps(ctx->config.threads);
     tgl_node **order = NULL;
     size_t count = 0;
     tgl_status st = tgl_toposort(ctx, nroots, roots, &order, &count);
@@ -388,6 +391,8 @@ static tgl_status bucket_stage(tgl_ctx *ctx, int nroots, tgl_node **roots)
         if (is_ar && !t) {
             if (alone) {
                 st = tgl_node_map_set(ctx, &map, n, n->in[0]);
+            } else if (!overlap) {
+                /* one blocking allreduce per gradient: left as it is */
             } else {
                 c[nc].n = n;
                 c[nc].depth = d;
