@@ -47,6 +47,22 @@ describe('tgl.dist in a process started alone', function()
     raises('bucket_bytes must be a whole number of bytes >= 1', tgl.dist.init, { bucket_bytes = 0.5 })
   end)
 
+  it('names a bad environment variable instead of using the default', function()
+    for _, case in ipairs { { 'TGL_DIST_TIMEOUT', 'abc', 'seconds > 0' },
+                            { 'TGL_DIST_BUCKET_BYTES', '-5', 'a number of bytes > 0' },
+                            { 'TGL_DIST_OVERLAP', 'maybe', 'on, off or auto' } } do
+      local _, err, code = support.run_process(([[
+        local ffi = require 'ffi'
+        ffi.cdef 'int setenv(const char *, const char *, int);'
+        ffi.C.setenv('%s', '%s', 1)
+        require('tgl').dist.init()
+      ]]):format(case[1], case[2]))
+      assert.equal(1, code)
+      local want = ("tgl.dist.init: environment variable %s='%s' is not valid: expected %s"):format(unpack(case))
+      assert.truthy(err:find(want, 1, true), err)
+    end
+  end)
+
   it('runs every collective as the identity', function()
     local a = tgl.array({ { 1, 2 }, { 3, 4 } }, 'float32')
     for _, op in ipairs { 'sum', 'mean', 'max', 'min', 'prod' } do

@@ -578,9 +578,42 @@ static void at_exit(void)
     tgl_dist_shutdown(0);
 }
 
+/* The environment's settings, checked where they are first used: a bad
+ * value is an error naming it, never silently the default. */
+static tgl_status check_env(tgl_ctx *ctx)
+{
+    static const struct {
+        const char *name, *expect;
+        int kind; /* 0 a number > 0, 1 on|off|auto */
+    } vars[] = {{"TGL_DIST_TIMEOUT", "seconds > 0", 0},
+                {"TGL_DIST_BUCKET_BYTES", "a number of bytes > 0", 0},
+                {"TGL_DIST_OVERLAP", "on, off or auto", 1}};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
+        const char *v = getenv(vars[i].name);
+        if (!v)
+            continue;
+        bool ok;
+        if (vars[i].kind == 0) {
+            char *end;
+            double d = strtod(v, &end);
+            ok = *v && !*end && d > 0;
+        } else {
+            ok = !strcmp(v, "on") || !strcmp(v, "off") || !strcmp(v, "auto") || !strcmp(v, "1") ||
+                 !strcmp(v, "0");
+        }
+        TGL_CHECK(ok, TGL_EINVAL,
+                  "tgl.dist.init: environment variable %s='%.64s' is not valid: expected %s",
+                  vars[i].name, v, vars[i].expect);
+    }
+    return TGL_OK;
+}
+
 TGL_API tgl_status tgl_dist_init(tgl_ctx *ctx, double timeout_s)
 {
     TGL_CHECK_CTX(ctx);
+    tgl_status est = check_env(ctx);
+    if (est)
+        return est;
     if (timeout_s > 0)
         atomic_store(&D.timeout, timeout_s);
     int launched = tgl_dist_launched_size();
