@@ -50,6 +50,18 @@ function M.run(np, script, args, opts)
   if is_root then parts[#parts + 1] = '--allow-run-as-root' end
   parts[#parts + 1] = '-np'
   parts[#parts + 1] = tostring(np)
+  -- Under the sanitizers (scripts/test.sh --sanitize), the processes keep
+  -- AddressSanitizer's and UBSan's checks but not LeakSanitizer's: Open
+  -- MPI frees neither what MPI_Init allocates nor its plugins' blocks, and
+  -- unloads the plugins at exit, leaving reports with no frame a
+  -- suppression could name.  (tgl.dist's own paths are leak-checked in
+  -- one process: spec/dist_spec.lua, the bucket ops in rewrite_spec and
+  -- op_matrix_spec.)
+  local asan = os.getenv('ASAN_OPTIONS')
+  if asan then
+    parts[#parts + 1] = '-x'
+    parts[#parts + 1] = sh_quote('ASAN_OPTIONS=' .. asan .. ':detect_leaks=0')
+  end
   for k, v in pairs(opts.env or {}) do
     parts[#parts + 1] = '-x'
     parts[#parts + 1] = sh_quote(k .. '=' .. tostring(v))
