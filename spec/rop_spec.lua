@@ -571,8 +571,19 @@ case('batch_norm_grad', 'x, g (3,2,4), mean, var, weight',
 case('batch_norm_grad', 'x, g (4,2,3), mean, var', ins(n_({ 4, 2, 3 }), n_({ 4, 2, 3 }), n_({ 2 }), pos_({ 2 })),
      function(x, g, m, v) return bn_grad_out({ x, g, m, v }) end)
 
+-- allreduce: in this process (it has not joined a job) the identity; its
+-- tangent and its pullback are allreduces of theirs
+case('allreduce', "tgl.allreduce(tanh(x), 'sum')", ins(n_(M)),
+     function(x) return tgl.allreduce(tgl.tanh(x), 'sum') end)
+case('allreduce', "tgl.allreduce(x * y, {op = 'mean'})", ins(n_(M), n_(M)),
+     function(x, y) return tgl.allreduce(x * y, { op = 'mean' }) end)
+
 -- Internal ops: not built from Lua; how each is covered.
 local INTERNAL = {
+  allreduce_start = "built by the allreduce_buckets rewrite at compile time, after tgl.grad and "
+    .. 'tgl.Rop have run (spec/dist_spec.lua, rewrite_spec.lua)',
+  allreduce_wait = "built by the allreduce_buckets rewrite at compile time, after tgl.grad and "
+    .. 'tgl.Rop have run (spec/dist_spec.lua, rewrite_spec.lua)',
   output = 'multi-output nodes: covered by the scan tests (scan results are outputs)',
   fused = 'built by the fuse stage from elementwise chains, not from Lua',
   scan = 'covered by "Rop through scan" below',

@@ -16,19 +16,21 @@
  * same description, and every process sees the same answer, so all fail
  * together; they then gather the descriptions to name each side.  The
  * payload is only sent once the descriptions agree (a collective whose
- * counts differ between processes is undefined in MPI).  Waits poll
+ * counts differ between processes is undefined in MPI).  The check polls
  * MPI_Test under a deadline instead of blocking in MPI_Wait, so a process
  * whose peer died or stopped calling collectives fails with TGL_EDIST
  * after the timeout instead of hanging; the job is then broken (a
  * collective left half done cannot be resumed) and tgl_dist_shutdown
- * aborts the whole job, which is how the other processes stop.
+ * aborts the whole job, which is how the other processes stop.  Once the
+ * check has passed, every process is in the collective and the payload is
+ * one blocking call (see collective()).
  *
- * MPI calls are made under one mutex (the progress thread and the
- * caller's thread both poll), which is correct whatever thread level the
- * library grants.  The progress thread exists because Open MPI advances a
- * non-blocking collective only inside MPI calls: without it, a bucket
- * started early in the backward pass would make no progress until the
- * update waited for it.
+ * The progress thread takes the buckets a compiled step starts, in order,
+ * and runs each (check, then payload) while the step computes; the
+ * bucket's wait blocks on its completion.  With MPI_THREAD_MULTIPLE both
+ * threads call MPI freely; under a lesser grant (SERIALIZED) every MPI
+ * call is made under one mutex.  In a job of one, buckets are the
+ * identity and nothing is queued.
  */
 #include "dist/dist.h"
 
@@ -822,8 +824,8 @@ tgl_status tgl_dist_async_start(tgl_ctx *ctx, const tgl_dist_desc *d, const void
                                 bool reduced)
 {
     tgl_status st = joined(ctx, "allreduce");
-    if (st)
-        return st;
+    if (st || D.size == 1)
+        return st; /* a job of one: the buffer is the sum; nothing to wait for */
     job *j = calloc(1, sizeof *j);
     TGL_CHECK(j, TGL_ENOMEM, "allreduce: out of memory");
     j->key = key;
@@ -851,7 +853,7 @@ tgl_status tgl_dist_async_start(tgl_ctx *ctx, const tgl_dist_desc *d, const void
     }
     j->next = D.jobs;
     D.jobs = j;
-    if (D.size > 1 && !reduced) {
+    if (!reduced) {
         if (D.qtail)
             D.qtail->qnext = j;
         else
@@ -859,7 +861,7 @@ tgl_status tgl_dist_async_start(tgl_ctx *ctx, const tgl_dist_desc *d, const void
         D.qtail = j;
         pthread_cond_signal(&D.work);
     } else {
-        j->done = 1; /* a job of one: the buffer is the sum */
+        j->done = 1;
     }
     pthread_mutex_unlock(&D.qlock);
     while (abandoned) {
@@ -878,6 +880,8 @@ tgl_status tgl_dist_async_wait(tgl_ctx *ctx, const void *key)
         j = j->next;
     if (!j) {
         pthread_mutex_unlock(&D.qlock);
+        if (D.size == 1)
+            return TGL_OK; /* a job of one registers nothing */
         return tgl_ctx_set_error(ctx, TGL_EINTERNAL, "allreduce: no bucket was started here");
     }
     /* The progress thread bounds each collective by the timeout; this
