@@ -335,6 +335,10 @@ static void print_version(void)
     } else {
         printf("CUDA: not built in\n");
     }
+    if (tgl_dist_available())
+        printf("MPI: built in (%s; tgl.dist)\n", tgl_dist_library());
+    else
+        printf("MPI: not built in\n");
     fflush(stdout);
 }
 

@@ -775,6 +775,9 @@ typedef enum tgl_dist_op {
 
 /* 1 when tgl was built with MPI. */
 TGL_API int tgl_dist_available(void);
+/* The MPI library's own name and version ("Open MPI v4.1.4, ..."; its
+ * first line), or "" in a tgl built without MPI. */
+TGL_API const char *tgl_dist_library(void);
 /* How the process was started: the world size the launcher announces
  * (mpirun's OMPI_COMM_WORLD_SIZE, PMI_SIZE, SLURM_NTASKS under srun), or
  * 0 when no launcher started it. */

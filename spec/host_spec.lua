@@ -147,7 +147,7 @@ io.write(arg[0], '|', arg[1], '|', arg[2], '|', arg[-1], '|',
       assert.are.equal('installed ' .. real .. '/share/tgl/lua/?.lua', out)
     end)
 
-    it('prints versions of tgl, LuaJIT, BLAS and CUDA with -v and exits 0', function()
+    it('prints versions of tgl, LuaJIT, BLAS, CUDA and MPI with -v and exits 0', function()
       local out, err, code = run_tgl('-v')
       assert.are.equal(0, code)
       assert.are.equal('', err)
@@ -156,6 +156,7 @@ io.write(arg[0], '|', arg[1], '|', arg[2], '|', arg[-1], '|',
       assert.truthy(out:find('OpenBLAS', 1, true), out)
       assert.truthy(out:find('CUDA: built in %(runtime [%d.]+, %d+ devices?%)')
                     or out:find('CUDA: not built in', 1, true), out)
+      assert.truthy(out:find('MPI: built in %(.+; tgl%.dist%)') or out:find('MPI: not built in', 1, true), out)
     end)
 
     it('prints usage with -h and --help and exits 0', function()

@@ -129,6 +129,28 @@ TGL_API int tgl_dist_available(void)
 #endif
 }
 
+#ifdef TGL_HAVE_MPI
+static char library_text[MPI_MAX_LIBRARY_VERSION_STRING];
+static void library_fill(void)
+{
+    int len = 0;
+    if (MPI_Get_library_version(library_text, &len) != MPI_SUCCESS)
+        snprintf(library_text, sizeof library_text, "MPI (version unknown)");
+    library_text[strcspn(library_text, ",\n")] = 0; /* "Open MPI v4.1.4" */
+}
+#endif
+
+TGL_API const char *tgl_dist_library(void)
+{
+#ifdef TGL_HAVE_MPI
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, library_fill);
+    return library_text;
+#else
+    return "";
+#endif
+}
+
 TGL_API int tgl_dist_launched_size(void)
 {
     static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE",
