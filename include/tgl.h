@@ -783,7 +783,7 @@ TGL_API const char *tgl_dist_library(void);
  * 0 when no launcher started it. */
 TGL_API int tgl_dist_launched_size(void);
 /* Joins the job: MPI_Init when a launcher started the process, nothing
- * otherwise (a job of one).  A second call changes nothing.  timeout_s
+ * otherwise (a job of one).  A second call only sets the timeout.  timeout_s
  * (> 0) bounds every wait for the other processes; <= 0 keeps the
  * default (TGL_DIST_TIMEOUT, else 300 s).  Fails (TGL_EDIST) in a tgl
  * built without MPI that a launcher started with more than one process. */

@@ -154,7 +154,7 @@ TGL_API const char *tgl_dist_library(void)
 TGL_API int tgl_dist_launched_size(void)
 {
     static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE",
-                                       "MPI_LOCALNRANKS", "SLURM_NTASKS"};
+                                       "SLURM_NTASKS"};
     for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
         const char *s = getenv(vars[i]);
         if (s && *s) {
@@ -393,27 +393,10 @@ static int wait_req(MPI_Request *r, double deadline, tgl_ctx *ctx, char *what, s
     }
 }
 
-/* Runs one non-blocking collective made by start(arg) to completion.
- * Returns TGL_OK or TGL_EDIST/TGL_EINTERRUPT with msg set; a failure
- * breaks the job. */
-typedef int (*start_fn)(void *arg, MPI_Request *r);
-static tgl_status run(tgl_ctx *ctx, const char *what, double deadline, start_fn start, void *arg,
-                      char *msg, size_t n)
+/* A failure (w: 1 the deadline passed, 2 interrupted, 3 MPI failed with
+ * why) as msg; it breaks the job. */
+static tgl_status failed(int w, const char *what, const char *why, char *msg, size_t n)
 {
-    MPI_Request r;
-    mpi_lock();
-    int rc = start(arg, &r);
-    mpi_unlock();
-    char why[MPI_MAX_ERROR_STRING + 64];
-    int w = 0;
-    if (rc != MPI_SUCCESS) {
-        mpi_message(rc, why, sizeof why);
-        w = 3;
-    } else {
-        w = wait_req(&r, deadline, ctx, why, sizeof why);
-    }
-    if (!w)
-        return TGL_OK;
     if (w == 1)
         snprintf(msg, n,
                  "tgl.dist: %s: rank %d of %d waited %.0f s for the other processes: one of "
@@ -429,46 +412,14 @@ static tgl_status run(tgl_ctx *ctx, const char *what, double deadline, start_fn 
     return w == 2 ? TGL_EINTERRUPT : TGL_EDIST;
 }
 
-struct coll {
-    int blocking; /* the payload: a blocking call (see collective) */
-    MPI_Comm comm;
-    const void *in;
-    void *out;
-    int count;
-    MPI_Datatype type;
-    MPI_Op op;
-    int root;
-};
-static int start_allreduce(void *a, MPI_Request *r)
+/* A blocking MPI call's result: TGL_OK, or the failure (it breaks the job). */
+static tgl_status mpi_result(int rc, const char *what, char *msg, size_t n)
 {
-    struct coll *c = a;
-    *r = MPI_REQUEST_NULL;
-    if (c->blocking)
-        return MPI_Allreduce(c->in ? c->in : MPI_IN_PLACE, c->out, c->count, c->type, c->op,
-                             c->comm);
-    return MPI_Iallreduce(c->in ? c->in : MPI_IN_PLACE, c->out, c->count, c->type, c->op, c->comm,
-                          r);
-}
-static int start_bcast(void *a, MPI_Request *r)
-{
-    struct coll *c = a;
-    *r = MPI_REQUEST_NULL;
-    if (c->blocking)
-        return MPI_Bcast(c->out, c->count, c->type, c->root, c->comm);
-    return MPI_Ibcast(c->out, c->count, c->type, c->root, c->comm, r);
-}
-static int start_allgather(void *a, MPI_Request *r)
-{
-    struct coll *c = a;
-    *r = MPI_REQUEST_NULL;
-    if (c->blocking)
-        return MPI_Allgather(c->in, c->count, c->type, c->out, c->count, c->type, c->comm);
-    return MPI_Iallgather(c->in, c->count, c->type, c->out, c->count, c->type, c->comm, r);
-}
-static int start_barrier(void *a, MPI_Request *r)
-{
-    struct coll *c = a;
-    return MPI_Ibarrier(c->comm, r);
+    if (rc == MPI_SUCCESS)
+        return TGL_OK;
+    char why[MPI_MAX_ERROR_STRING];
+    mpi_message(rc, why, sizeof why);
+    return failed(3, what, why, msg, n);
 }
 
 static uint64_t fnv(const char *s)
@@ -479,72 +430,109 @@ static uint64_t fnv(const char *s)
     return h >> 2; /* positive as an int64, and so is its negation */
 }
 
-/* The description check (see the file's comment).  On a mismatch every
- * process gathers every description and fails with all of them named. */
+/* The description check (see the file's comment): a non-blocking
+ * reduction polled under the deadline, the one place a process whose
+ * peer died or went elsewhere finds out.  On a mismatch every process is
+ * here too: they gather every description and fail with all of them
+ * named, and the job may go on. */
 static tgl_status check_desc(tgl_ctx *ctx, MPI_Comm comm, const tgl_dist_desc *d,
                              double deadline, char *msg, size_t n)
 {
-    int64_t h = (int64_t)fnv(d->text), v[2] = {h, -h};
-    struct coll c = {.comm = comm, .out = v, .count = 2, .type = MPI_INT64_T, .op = MPI_MAX};
-    tgl_status st = run(ctx, d->text, deadline, start_allreduce, &c, msg, n);
-    if (st || v[0] == -v[1])
-        return st;
-    /* They differ: every process is here too. */
-    size_t all = (size_t)D.size * sizeof *d;
-    tgl_dist_desc *each = malloc(all);
+    /* On the heap: a reduction abandoned at the deadline stays pending,
+     * and MPI may still write its result; the buffer is then left to it. */
+    int64_t h = (int64_t)fnv(d->text), *v = malloc(2 * sizeof *v);
+    if (!v) {
+        snprintf(msg, n, "tgl.dist: %s: out of memory", d->text);
+        return TGL_ENOMEM;
+    }
+    v[0] = h;
+    v[1] = -h;
+    MPI_Request r = MPI_REQUEST_NULL;
+    char why[MPI_MAX_ERROR_STRING + 64] = "";
+    mpi_lock();
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, v, 2, MPI_INT64_T, MPI_MAX, comm, &r);
+    mpi_unlock();
+    int w = rc != MPI_SUCCESS ? (mpi_message(rc, why, sizeof why), 3)
+                              : wait_req(&r, deadline, ctx, why, sizeof why);
+    if (w) {
+        if (w == 3)
+            free(v);
+        return failed(w, d->text, why, msg, n);
+    }
+    bool same = v[0] == -v[1];
+    free(v);
+    if (same)
+        return TGL_OK;
+    tgl_dist_desc *each = malloc((size_t)D.size * sizeof *d);
     if (!each) {
         snprintf(msg, n, "tgl.dist: %s: the processes disagree (out of memory naming them)",
                  d->text);
         set_broken(msg);
         return TGL_EDIST;
     }
-    c = (struct coll){.comm = comm, .in = d, .out = each, .count = (int)sizeof *d,
-                      .type = MPI_BYTE};
-    st = run(ctx, d->text, deadline, start_allgather, &c, msg, n);
+    mpi_lock();
+    rc = MPI_Allgather(d, (int)sizeof *d, MPI_BYTE, each, (int)sizeof *d, MPI_BYTE, comm);
+    mpi_unlock();
+    tgl_status st = mpi_result(rc, d->text, msg, n);
     if (!st) {
         int k = snprintf(msg, n, "tgl.dist: the processes called different collectives (ranks "
                                  "from 1):");
-        for (int r = 0; r < D.size && k > 0 && (size_t)k < n; r++) {
-            each[r].text[sizeof each[r].text - 1] = 0;
-            k += snprintf(msg + k, n - (size_t)k, "%s rank %d: %s", r ? ";" : "", r + 1,
-                          each[r].text);
+        for (int i = 0; i < D.size && k > 0 && (size_t)k < n; i++) {
+            each[i].text[sizeof each[i].text - 1] = 0;
+            k += snprintf(msg + k, n - (size_t)k, "%s rank %d: %s", i ? ";" : "", i + 1,
+                          each[i].text);
         }
-        /* The processes agree again: the job may go on. */
         st = TGL_EDIST;
     }
     free(each);
     return st;
 }
 
-/* The collective's description check, then the collective, in chunks of
- * CHUNK elements of elem bytes (count elements), on comm.  The check is
- * polled under the deadline: it is where a process whose peer died or
- * went elsewhere finds out.  Once it passed, every process is inside this
- * collective, and the payload is a blocking call: Open MPI advances a
- * large non-blocking collective only while it is polled, segment by
- * segment, so polling with sleeps made a 4 MB allreduce ten times slower
- * than the blocking call, which runs the library's own tuned algorithm.
- * (A peer that dies during the payload ends the job: mpirun kills the
- * others.)  A barrier is the check alone: it completes only when every
- * process has arrived. */
+/* One collective: the description check, then the payload.  Once the
+ * check has passed every process is inside this collective, and the
+ * payload is a blocking call: Open MPI advances a large non-blocking
+ * collective only while it is polled, segment by segment, and polling
+ * with sleeps made a 4 MB allreduce ten times slower than the blocking
+ * call, which runs the library's own tuned algorithm.  (A peer that dies
+ * during the payload ends the job: mpirun kills the others.)  A barrier
+ * is the check alone: it completes only when every process has arrived.
+ * Reductions and broadcasts go in pieces of at most CHUNK elements (MPI
+ * counts are int). */
+enum coll_kind { COLL_BARRIER, COLL_ALLREDUCE, COLL_BCAST, COLL_ALLGATHER };
+struct coll {
+    enum coll_kind kind;
+    const void *in;        /* allgather: this process's part               */
+    void *out;             /* allreduce, broadcast: in place; allgather: all */
+    int64_t count;         /* elements of type (allgather: bytes of in)     */
+    size_t elem;           /* bytes per element                             */
+    MPI_Datatype type;
+    MPI_Op op;
+    int root;
+};
 static tgl_status collective(tgl_ctx *ctx, MPI_Comm comm, const tgl_dist_desc *d,
-                             start_fn start, struct coll *c, int64_t count, size_t elem, char *msg,
-                             size_t n)
+                             const struct coll *c, char *msg, size_t n)
 {
     double deadline = now() + tgl_dist_timeout();
     tgl_status st = check_desc(ctx, comm, d, deadline, msg, n);
-    if (st || start == start_barrier)
+    if (st || c->kind == COLL_BARRIER)
         return st;
-    c->blocking = 1;
-    c->comm = comm;
-    if (start == start_allgather)
-        return run(ctx, d->text, deadline, start, c, msg, n);
+    if (c->kind == COLL_ALLGATHER) {
+        mpi_lock();
+        int rc = MPI_Allgather(c->in, (int)c->count, MPI_BYTE, c->out, (int)c->count, MPI_BYTE,
+                               comm);
+        mpi_unlock();
+        return mpi_result(rc, d->text, msg, n);
+    }
     char *out = c->out;
-    for (int64_t at = 0; at < count && !st; at += CHUNK) {
-        int64_t k = count - at < CHUNK ? count - at : CHUNK;
-        c->out = out + (size_t)at * elem;
-        c->count = (int)k;
-        st = run(ctx, d->text, deadline, start, c, msg, n);
+    for (int64_t at = 0; at < c->count && !st; at += CHUNK) {
+        int k = (int)(c->count - at < CHUNK ? c->count - at : CHUNK);
+        void *p = out + (size_t)at * c->elem;
+        mpi_lock();
+        int rc = c->kind == COLL_ALLREDUCE
+                     ? MPI_Allreduce(MPI_IN_PLACE, p, k, c->type, c->op, comm)
+                     : MPI_Bcast(p, k, c->type, c->root, comm);
+        mpi_unlock();
+        st = mpi_result(rc, d->text, msg, n);
     }
     return st;
 }
@@ -577,9 +565,10 @@ static void *progress(void *arg)
             st = TGL_EDIST;
             snprintf(msg, sizeof msg, "%s", D.broken_why);
         } else {
-            struct coll c = {.out = j->buf, .type = mpi_type(j->dtype), .op = mpi_op(j->op)};
-            st = collective(NULL, D.async, &j->desc, start_allreduce, &c, j->count,
-                            tgl_dtype_size(j->dtype), msg, sizeof msg);
+            struct coll c = {.kind = COLL_ALLREDUCE, .out = j->buf, .count = j->count,
+                             .elem = tgl_dtype_size(j->dtype), .type = mpi_type(j->dtype),
+                             .op = mpi_op(j->op)};
+            st = collective(NULL, D.async, &j->desc, &c, msg, sizeof msg);
             if (!st && j->op == TGL_DIST_MEAN)
                 divide(j->buf, j->count, j->dtype, D.size);
         }
@@ -755,9 +744,9 @@ tgl_status tgl_dist_comm_allreduce(tgl_ctx *ctx, const tgl_dist_desc *d, void *b
         return st;
 #ifdef TGL_HAVE_MPI
     char msg[TGL_ERRMSG_SIZE];
-    struct coll c = {.out = buf, .type = mpi_type(dtype), .op = mpi_op(op)};
-    st = collective(ctx, D.eager, d, start_allreduce, &c, count, tgl_dtype_size(dtype), msg,
-                    sizeof msg);
+    struct coll c = {.kind = COLL_ALLREDUCE, .out = buf, .count = count,
+                     .elem = tgl_dtype_size(dtype), .type = mpi_type(dtype), .op = mpi_op(op)};
+    st = collective(ctx, D.eager, d, &c, msg, sizeof msg);
     if (st)
         return fail(ctx, st, msg);
     if (op == TGL_DIST_MEAN)
@@ -780,8 +769,9 @@ tgl_status tgl_dist_comm_broadcast(tgl_ctx *ctx, const tgl_dist_desc *d, void *b
         return TGL_OK;
 #ifdef TGL_HAVE_MPI
     char msg[TGL_ERRMSG_SIZE];
-    struct coll c = {.out = buf, .type = MPI_BYTE, .root = root};
-    st = collective(ctx, D.eager, d, start_bcast, &c, nbytes, 1, msg, sizeof msg);
+    struct coll c = {.kind = COLL_BCAST, .out = buf, .count = nbytes, .elem = 1,
+                     .type = MPI_BYTE, .root = root};
+    st = collective(ctx, D.eager, d, &c, msg, sizeof msg);
     if (st)
         return fail(ctx, st, msg);
 #else
@@ -806,8 +796,8 @@ tgl_status tgl_dist_comm_allgather(tgl_ctx *ctx, const tgl_dist_desc *d, const v
               "tgl.dist.allgather: each process's array may hold at most 2 GiB, got %lld bytes",
               (long long)nbytes);
     char msg[TGL_ERRMSG_SIZE];
-    struct coll c = {.in = in, .out = out, .count = (int)nbytes, .type = MPI_BYTE};
-    st = collective(ctx, D.eager, d, start_allgather, &c, nbytes, 1, msg, sizeof msg);
+    struct coll c = {.kind = COLL_ALLGATHER, .in = in, .out = out, .count = nbytes, .elem = 1};
+    st = collective(ctx, D.eager, d, &c, msg, sizeof msg);
     if (st)
         return fail(ctx, st, msg);
 #else
@@ -825,8 +815,8 @@ tgl_status tgl_dist_comm_barrier(tgl_ctx *ctx)
     char msg[TGL_ERRMSG_SIZE];
     tgl_dist_desc d;
     snprintf(d.text, sizeof d.text, "barrier");
-    struct coll c = {0};
-    st = collective(ctx, D.eager, &d, start_barrier, &c, 0, 1, msg, sizeof msg);
+    struct coll c = {.kind = COLL_BARRIER};
+    st = collective(ctx, D.eager, &d, &c, msg, sizeof msg);
     if (st)
         return fail(ctx, st, msg);
 #endif
