@@ -5,7 +5,8 @@
 -- tangent, the bucket stage's program).  Then jobs of 2 and 3 processes
 -- started with mpirun (spec/dist/launch.lua), whose scripts check every
 -- collective against what each process computes locally
--- (spec/dist/collectives.lua), and jobs that fail on purpose
+-- (spec/dist/collectives.lua: by hand, and random steps of up to 100
+-- variables of random dtypes, shapes and views), and jobs that fail on purpose
 -- (spec/dist/faults.lua): each must end the whole job with an error within
 -- its timeout.  Without mpirun or MPI the jobs are pending here and fail
 -- in CI (spec/support.lua, strict_deps).
@@ -196,7 +197,7 @@ describe('jobs of several processes (mpirun)', function()
 
   it('the compiled allreduce on a device whose memory the host may not read (sim)', function()
     if not need() then return end
-    passed(launch.run(2, 'spec/dist/collectives.lua', { 'compiled' },
+    passed(launch.run(2, 'spec/dist/collectives.lua', { 'compiled', 'random' },
                       { timeout = 240, env = { TGL_DEVICE = 'sim' } }), 2)
   end)
 

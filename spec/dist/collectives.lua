@@ -5,13 +5,13 @@
 -- non-zero status; the last line of a process that passed everything is
 -- "collectives ok <rank> <size>".
 --
---   mpirun -np N tgl spec/dist/collectives.lua [eager] [compiled] [large]
---   (no argument: all three parts)
+--   mpirun -np N tgl spec/dist/collectives.lua [eager] [compiled] [large] [random]
+--   (no argument: all four parts)
 local tgl = require 'tgl'
 
 local parts = {}
 for _, a in ipairs(arg) do parts[a] = true end
-if not next(parts) then parts = { eager = true, compiled = true, large = true } end
+if not next(parts) then parts = { eager = true, compiled = true, large = true, random = true } end
 
 local rank, size = tgl.dist.init { timeout = 60 }
 assert(rank == tgl.dist.rank() and size == tgl.dist.size(), 'init returns rank, size')
@@ -305,6 +305,57 @@ if parts.compiled then
   expect(got, want, 'Rop of allreduce')
   -- eager tgl.allreduce on arrays runs at once
   expect(tgl.allreduce(tgl.array({ rank }, 'float64'), 'sum'), { s }, 'tgl.allreduce on an array')
+end
+
+if parts.random then
+  -- Random steps no case above picked: 1 to 30 shared variables (100 in
+  -- the last trial) of random dtypes and shapes (0-d, 0-size axes,
+  -- transposed views as the allreduce's input: strided parts of a bucket),
+  -- each updated with a random reduction of a value that depends on the
+  -- rank, random bucket sizes, overlap on; the outputs and the updated
+  -- values against the eager allreduce of the same values.
+  local xv = tgl.array({ rank, 0.5 * rank, 1 }, 'float64')
+  for trial = 1, 7 do
+    math.randomseed(1000 + trial) -- the same graph on every rank
+    local n = trial == 7 and 100 or math.random(1, 30)
+    local bucket = ({ 1, 64, 4096, 1048576 })[math.random(4)]
+    tgl.dist.init { bucket_bytes = bucket, overlap = true }
+    local x = tgl.vector('x', 'float64')
+    local outs, upd, want, want_var, vars = {}, {}, {}, {}, {}
+    for i = 1, n do
+      local dtype = math.random(2) == 1 and 'float32' or 'float64'
+      local nd = math.random(0, 3)
+      local shape = {}
+      for d = 1, nd do shape[d] = math.random(0, 9) == 0 and 0 or math.random(1, 5) end
+      local op = math.random(2) == 1 and 'sum' or 'mean'
+      tgl.manual_seed(trial * 1000 + i)
+      local init = tgl.randn(shape, { dtype = dtype })
+      local v = tgl.shared(init:clone(), ('r%d_%d'):format(trial, i))
+      local e = v * tgl.cast(tgl.sum(x), dtype)
+      local ev = init * tgl.cast(tgl.sum(xv), dtype)
+      local transposed = nd == 2 and math.random(2) == 1
+      if transposed then e, ev = e:T(), ev:T() end
+      local ar = tgl.allreduce(e, op)
+      outs[i] = ar
+      upd[i] = { v, v - 0.5 * (transposed and ar:T() or ar) }
+      want[i] = tgl.dist.allreduce(ev:contiguous(), op)
+      want_var[i] = init - 0.5 * (transposed and want[i]:T() or want[i])
+      vars[i] = v
+    end
+    local f = tgl.compile { inputs = { x }, outputs = outs, updates = upd }
+    local prog = f:program()
+    if not prog:find('allreduce_start', 1, true) then fail('trial %d: no bucket:\n%s', trial, prog) end
+    local got = { f(xv) }
+    for i = 1, n do
+      local tol = want[i].dtype == 'float32' and 1e-6 or 1e-13
+      expect(got[i], want[i]:contiguous():reshape(want[i]:nelement()):totable(),
+             ('random trial %d (%d variables, buckets of %d bytes), output %d'):format(trial, n, bucket, i), tol)
+      local wv = want_var[i]:contiguous()
+      expect(vars[i]:get_value(), wv:reshape(wv:nelement()):totable(),
+             ('random trial %d, variable %d'):format(trial, i), tol)
+    end
+  end
+  tgl.dist.init { bucket_bytes = 1048576, overlap = 'auto' }
 end
 
 io.write(('collectives ok %d %d\n'):format(rank, size))

@@ -49,16 +49,10 @@
 
 /* ---- allreduce ---------------------------------------------------------- */
 
-static tgl_status check_op(tgl_ctx *ctx, const tgl_node *n, int op, int dtype)
-{
-    (void)n;
-    return tgl_dist_check_reduce(ctx, "allreduce", op, dtype);
-}
-
 static tgl_status ar_infer(tgl_ctx *ctx, tgl_node *n)
 {
     TGL_CHECK(n->p.n == 1, TGL_EINVAL, "takes the reduction (p.i[0]) and nothing else");
-    tgl_status st = check_op(ctx, n, (int)n->p.i[0], n->in[0]->type.dtype);
+    tgl_status st = tgl_dist_check_reduce(ctx, "allreduce", (int)n->p.i[0], n->in[0]->type.dtype);
     if (st)
         return st;
     n->type = n->in[0]->type;
@@ -73,8 +67,6 @@ static tgl_status ar_grad(tgl_ctx *ctx, tgl_node *n, tgl_node *g, tgl_node **gin
     gin[0] = tgl_mk(ctx, TGL_OP_ALLREDUCE, 1, &g, &n->p);
     return gin[0] ? TGL_OK : ctx->last_status;
 }
-
-const tgl_opimpl tgl_impl_allreduce;
 
 /* "allreduce(sum)" */
 static void op_what(char *buf, size_t n, int op)
@@ -107,7 +99,7 @@ static tgl_status start_infer(tgl_ctx *ctx, tgl_node *n)
         TGL_CHECK(n->in[i]->type.dtype == dt, TGL_EDTYPE,
                   "a bucket holds one dtype: input 1 is %s, input %d %s", tgl_dtype_name(dt),
                   i + 1, tgl_dtype_name(n->in[i]->type.dtype));
-    tgl_status st = check_op(ctx, n, (int)n->p.i[0], dt);
+    tgl_status st = tgl_dist_check_reduce(ctx, "allreduce", (int)n->p.i[0], dt);
     if (st)
         return st;
     n->type = tgl_type_make(dt, 1, 0);
@@ -127,16 +119,13 @@ static tgl_status start_shape(tgl_ctx *ctx, const tgl_node *n, tgl_array *const 
     return TGL_OK;
 }
 
-/* The bucket's description: the reduction, bucket b of B, the dtype, and
- * every part's shape (a hash of them when they do not fit), so that the
- * processes' buckets must agree part by part. */
+/* The bucket's description (n an allreduce_start): the reduction, bucket
+ * b of B, the dtype, and every part's shape (a hash of them when they do
+ * not fit), so that the processes' buckets must agree part by part. */
 static void bucket_desc(tgl_dist_desc *d, const tgl_node *n, int nparts,
                         tgl_array *const *parts)
 {
-    int op = (int)n->p.i[0];
-    int b = (int)n->p.i[n->op == TGL_OP_ALLREDUCE_START ? 1 : 2];
-    int nb = (int)n->p.i[n->op == TGL_OP_ALLREDUCE_START ? 2 : 3];
-    (void)b;
+    int op = (int)n->p.i[0], nb = (int)n->p.i[2];
     uint64_t h = 1469598103934665603ull;
     char shapes[512];
     int k = 0;
@@ -165,22 +154,31 @@ static void bucket_desc(tgl_dist_desc *d, const tgl_node *n, int nparts,
 static tgl_status start_run(tgl_ctx *ctx, const tgl_node *n, tgl_array *const *in, tgl_array *out)
 {
     size_t esz = tgl_dtype_size(out->dtype_id);
-    char *p = out->data;
+    int64_t at = 0;
     for (int i = 0; i < n->nin; i++) {
         const tgl_array *g = in[i];
         if (g->size == 0)
             continue;
         if ((g->flags & TGL_ARRAY_CONTIGUOUS) && g->device == out->device) {
-            memcpy(p, g->data, (size_t)g->size * esz);
+            memcpy((char *)out->data + (size_t)at * esz, g->data, (size_t)g->size * esz);
         } else {
-            tgl_array *c = NULL;
-            tgl_status st = tgl_array_copy(ctx, g, g->dtype_id, &c);
+            /* a strided gradient: into its part of the bucket, seen with
+             * its shape, through the array copy (any device) */
+            int64_t strides[TGL_MAX_DIMS];
+            int64_t step = 1;
+            for (int d = g->ndim - 1; d >= 0; d--) {
+                strides[d] = step;
+                step *= g->shape[d];
+            }
+            tgl_array *part = NULL;
+            tgl_status st = tgl_array_view(ctx, out, g->ndim, g->shape, strides, at, &part);
+            if (!st)
+                st = tgl_array_assign(ctx, part, g);
+            tgl_array_release(part);
             if (st)
                 return st;
-            memcpy(p, c->data, (size_t)g->size * esz);
-            tgl_array_release(c);
         }
-        p += (size_t)g->size * esz;
+        at += g->size;
     }
     tgl_dist_desc d;
     bucket_desc(&d, n, n->nin, in);
