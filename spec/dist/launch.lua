@@ -11,23 +11,18 @@
 -- --allow-run-as-root; a job is killed after its timeout (default 120 s).
 local tgl = require 'tgl'
 
+local support = dofile('spec/support.lua')
 local M = {}
 
 local function sh_quote(s)
   return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
 end
 
-local function capture(cmd)
-  local p = io.popen(cmd .. ' 2>/dev/null')
-  local out = p:read('*a')
-  p:close()
-  return (out:gsub('%s+$', ''))
-end
-
 -- The mpirun command, or nil.
 function M.mpirun()
-  local path = capture('command -v mpirun')
-  return path ~= '' and path or nil
+  local path, code = support.sh('command -v mpirun')
+  path = path:gsub('%s+$', '')
+  return code == 0 and path ~= '' and path or nil
 end
 
 -- true, or false and why the multi-process specs cannot run here.
@@ -38,7 +33,7 @@ function M.available()
   return true
 end
 
-local is_root = capture('id -u') == '0'
+local is_root = support.sh('id -u'):match('^0%s*$') ~= nil
 
 -- Runs script under mpirun -np np; args are the script's arguments.
 -- opts: timeout (seconds, default 120), env (a table of NAME = value for
@@ -69,15 +64,11 @@ function M.run(np, script, args, opts)
   parts[#parts + 1] = sh_quote(os.getenv('TGL_BIN'))
   parts[#parts + 1] = sh_quote(script)
   for _, a in ipairs(args or {}) do parts[#parts + 1] = sh_quote(a) end
-  local cmd = table.concat(parts, ' ') .. ' 2>&1; echo "launch-status:$?"'
+  local cmd = table.concat(parts, ' ')
   local t0 = tgl.time()
-  local p = io.popen(cmd)
-  local out = p:read('*a')
-  p:close()
-  local status = tonumber(out:match('launch%-status:(%d+)%s*$')) or -1
-  out = out:gsub('launch%-status:%d+%s*$', '')
-  local t1 = tgl.time()
-  return { ok = status == 0, status = status, output = out, seconds = t1 - t0, command = cmd }
+  local out, status = support.sh(cmd)
+  status = status or -1
+  return { ok = status == 0, status = status, output = out, seconds = tgl.time() - t0, command = cmd }
 end
 
 return M
