@@ -56,10 +56,8 @@ local function sh_quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" e
 local function run1(args)
   local parts = { sh_quote(os.getenv('TGL_BIN') or arg[-1]), WORKER }
   for _, a in ipairs(args) do parts[#parts + 1] = sh_quote(a) end
-  local p = io.popen(table.concat(parts, ' ') .. ' 2>&1; echo "status:$?"')
-  local out = p:read('*a')
-  p:close()
-  assert(out:match('status:0%s*$'), out)
+  local out, code = support.sh(table.concat(parts, ' '))
+  assert(code == 0, out)
   return out
 end
 
