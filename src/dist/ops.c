@@ -43,11 +43,16 @@
 #include "engine/ops/ops.h"
 #include "engine/opt/opt.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* ---- allreduce ---------------------------------------------------------- */
+
+/* How many allreduce nodes this process has typed (any context): while
+ * none, the bucket stage costs a compile nothing, not even a walk. */
+static atomic_long allreduce_built;
 
 static tgl_status ar_infer(tgl_ctx *ctx, tgl_node *n)
 {
@@ -56,6 +61,7 @@ static tgl_status ar_infer(tgl_ctx *ctx, tgl_node *n)
     if (st)
         return st;
     n->type = n->in[0]->type;
+    atomic_fetch_add(&allreduce_built, 1);
     return TGL_OK;
 }
 
@@ -334,7 +340,7 @@ static tgl_status class_bytes(tgl_ctx *ctx, tgl_node **order, size_t count, int3
 
 static tgl_status bucket_stage(tgl_ctx *ctx, int nroots, tgl_node **roots)
 {
-    if (tgl_rule_excluded(ctx, "allreduce_buckets"))
+    if (!atomic_load(&allreduce_built) || tgl_rule_excluded(ctx, "allreduce_buckets"))
         return TGL_OK;
     bool overlap = tgl_dist_overlaps(ctx->config.threads);
     tgl_node **order = NULL;
